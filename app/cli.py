@@ -1,8 +1,10 @@
 """The ``gdpfed`` command line: one entry point, one subcommand per package.
 
 Each package owns its subcommand in its own ``cli`` module, which exposes
-``register(subparsers)``. ``register`` adds a parser and sets ``handler``, a function
-``handler(args) -> CommandOutput | None``. Handlers raise the project's errors (or
+``register(subparsers)``. ``register`` adds a parser (with its own ``--json`` flag) and
+sets ``handler``, a function ``handler(args) -> (data, text) | None``: ``data`` is a
+pydantic model or a JSON-serialisable value printed with ``--json``, ``text`` is what a
+person reads otherwise. Handlers raise the project's errors (or
 pydantic's ``ValidationError``) and never print them: this module maps them, once, to
 a one-line message on stderr and exit code 2. Heavy imports (torch, uvicorn) happen
 inside handlers so that ``gdpfed account`` works without the trainer's extras.
@@ -18,7 +20,6 @@ import argparse
 import importlib
 import json
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Sequence
 
 import pydantic
@@ -38,15 +39,6 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "train": "trainer.cli",
     "bench": "bench.cli",
 }
-
-
-@dataclass
-class CommandOutput:
-    """What a handler hands back: machine-readable ``data`` and a human ``text``."""
-
-    data: Any
-    text: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -96,16 +88,16 @@ def _register_unavailable(subparsers: Any, name: str, reason: str) -> None:
     sub.set_defaults(handler=handler)
 
 
-def _emit(output: CommandOutput, as_json: bool) -> None:
+def _emit(output: tuple[Any, str], as_json: bool) -> None:
+    data, text = output
     if as_json:
-        data = output.data
         if isinstance(data, pydantic.BaseModel):
             text = data.model_dump_json(indent=2)
         else:
             text = json.dumps(data, indent=2, default=_json_default)
         sys.stdout.write(text + "\n")
-    elif output.text:
-        sys.stdout.write(output.text.rstrip("\n") + "\n")
+    elif text:
+        sys.stdout.write(text.rstrip("\n") + "\n")
 
 
 def _json_default(value: Any) -> Any:
@@ -120,7 +112,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the handler, map errors to exit codes. Returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], CommandOutput | None] = args.handler
+    handler: Callable[[argparse.Namespace], tuple[Any, str] | None] = args.handler
     try:
         output = handler(args)
     except GdpfedError as exc:
