@@ -1,0 +1,298 @@
+"""The plan schema: scenario in, plan out (schema_version 1).
+
+This module is the contract between the planner, the HTTP service and the trainer
+(docs/planning.md §"The plan document"). Everything a user hands in is validated here
+with field-level messages; everything the planner hands out is a ``Plan``.
+
+Versioning: a plan carries ``schema_version``. ``load_plan`` reads every version this
+code knows and rejects others with a message naming the version, so a plan written by
+one release is read by the next or refused clearly, never misread.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from accounting.errors import InvalidInputError
+from accounting.mechanism import Phase
+
+SCHEMA_VERSION = 1
+
+AccountantName = Literal["rdp", "prv", "closed_form"]
+
+# A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §Pools).
+PlanMethod = Literal[
+    "nonprivate",
+    "dp_fedavg",
+    "gdpfed",
+    "gdpfed_minus",
+    "gdpfed_plus",
+    "idp_sample",
+    "idp_scale",
+    "pooled_plus",
+]
+# What a caller may ask for: a single method, or every method side by side.
+RequestedMethod = Literal[
+    "nonprivate",
+    "dp_fedavg",
+    "gdpfed",
+    "gdpfed_minus",
+    "gdpfed_plus",
+    "idp_sample",
+    "idp_scale",
+    "pooled_plus",
+    "compare",
+]
+
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+UnitInterval = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+KeepRatio = UnitInterval | Literal["auto"]
+
+
+class _Strict(BaseModel):
+    """Inputs reject unknown fields so a typo (``epsilom``) is an error, not a default."""
+
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class GroupSpec(_Strict):
+    """One privacy group: clients that chose the same budget.
+
+    ``epsilon: null`` means the group opted out of DP (FedHDP/FeO2 setting): it is
+    aggregated securely but receives no noise, in a pool of its own.
+    """
+
+    id: GroupId
+    epsilon: PositiveFinite | None = Field(
+        ..., description="client-level epsilon of this group; null = opted out of DP"
+    )
+    num_clients: int = Field(..., ge=1, le=10**9)
+    keep_ratio: KeepRatio | None = Field(
+        None, description="top-k keep ratio k/d for this group's pool; null = scenario default"
+    )
+    min_sampling_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+    clip_norm: PositiveFinite | None = Field(
+        None, description="per-group L2 clip norm; null = scenario clip_norm"
+    )
+
+
+class Scenario(_Strict):
+    """Everything the planner needs: budgets, population and system parameters."""
+
+    groups: list[GroupSpec] = Field(..., min_length=1, max_length=200_000)
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    rounds: int = Field(..., ge=1, le=10**7)
+    clip_norm: PositiveFinite = 1.0
+    model_dim: int = Field(..., ge=1, le=10**12)
+    expected_clients: PositiveFinite | None = Field(
+        None, description="K: expected number of sampled clients per round (sum of q_g N_g)"
+    )
+    sampling_rate: UnitInterval | None = Field(
+        None, description="global q; K = q * sum N_g. Give this or expected_clients, not both"
+    )
+    accountant: AccountantName = "rdp"
+    keep_ratio: KeepRatio = 1.0
+    min_keep_ratio: UnitInterval = 0.01
+    min_clients_per_pool: int = Field(10, ge=1)
+    dropout_rate: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
+    abort_probability: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.01
+    update_norm_bound: PositiveFinite | None = Field(
+        None, description="U in the objective; null = clip_norm"
+    )
+    sparsity_exponent: PositiveFinite = Field(2.0, description="beta in (1 - kappa)^beta")
+    bias_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    raw_closed_form: bool = Field(
+        False,
+        description="closed_form only: keep the paper's formula even where RDP shows it "
+        "misses its target (the plan is then marked sound: false)",
+    )
+    report_prv: bool = Field(
+        False, description="also report each group's PRV upper bound on epsilon spent"
+    )
+
+    @field_validator("groups")
+    @classmethod
+    def _unique_group_ids(cls, groups: list[GroupSpec]) -> list[GroupSpec]:
+        seen: set[str] = set()
+        for group in groups:
+            if group.id in seen:
+                raise ValueError(f"duplicate group id {group.id!r}")
+            seen.add(group.id)
+        return groups
+
+    @model_validator(mode="after")
+    def _one_participation_setting(self) -> Scenario:
+        if (self.expected_clients is None) == (self.sampling_rate is None):
+            raise ValueError("give exactly one of expected_clients or sampling_rate")
+        return self
+
+    @property
+    def total_clients(self) -> int:
+        return sum(group.num_clients for group in self.groups)
+
+    @property
+    def participation(self) -> float:
+        """K, the expected number of sampled clients per round."""
+        if self.expected_clients is not None:
+            return float(self.expected_clients)
+        assert self.sampling_rate is not None
+        return float(self.sampling_rate) * self.total_clients
+
+    @property
+    def objective_update_norm(self) -> float:
+        """U, the update-norm bound of the objective (defaults to clip_norm)."""
+        return float(self.update_norm_bound if self.update_norm_bound is not None else self.clip_norm)
+
+    def group(self, group_id: str) -> GroupSpec:
+        for group in self.groups:
+            if group.id == group_id:
+                return group
+        raise InvalidInputError("group", f"no group with id {group_id!r}")
+
+
+class GroupPlan(BaseModel):
+    """The plan for one group (docs/planning.md §The plan document)."""
+
+    id: str
+    epsilon: float | None = Field(description="target epsilon; null = opted out")
+    num_clients: int
+    pool: str = Field(description="id of the pool whose noise draw this group shares")
+    sampling_rate: Annotated[float, Field(ge=0, le=1)]
+    expected_clients: float = Field(description="q_g * N_g")
+    aggregation_weight: float = Field(description="p_g = q_g N_g / K")
+    clip_norm: float
+    noise_multiplier_required: float | None = Field(
+        None, description="sigma this group alone needs at its rate (null = opted out)"
+    )
+    effective_noise_multiplier: float | None = Field(
+        None, description="pool noise std / this group's clip norm"
+    )
+    epsilon_spent: float | None = Field(
+        None, description="verified epsilon over all rounds (spent phases included) "
+        "under the plan's accountant; null = opted out"
+    )
+    epsilon_spent_prv_upper: float | None = None
+    sound: bool = Field(True, description="false only for raw closed-form plans that RDP refutes")
+    phases: list[Phase] = Field(
+        default_factory=list,
+        description="this group's full privacy history: spent phases of parent plans, then this plan's",
+    )
+
+
+class PoolPlan(BaseModel):
+    """One secure-aggregation session with one noise draw per round."""
+
+    id: str
+    groups: list[str]
+    noise_multiplier: float = Field(ge=0, description="sigma_P; 0 for an opted-out pool")
+    noise_std: float = Field(ge=0, description="sigma_P * C: std of the noise in the pool sum")
+    keep_ratio: float = Field(gt=0, le=1, description="kappa_P = k_P / d")
+    expected_clients: float
+    secagg_threshold: int = Field(ge=1, description="m_P: the sum is unmasked only with >= m_P survivors")
+    noise_share_std: float = Field(ge=0, description="each sampled client adds N(0, noise_share_std^2)")
+    abort_probability: float = Field(ge=0, le=1, description="P(survivors < m_P) in one round")
+    expected_noise_inflation: float = Field(description="E[survivors] / m_P")
+
+
+class Predicted(BaseModel):
+    """The objective's terms at the plan (docs/planning.md §Objective)."""
+
+    noise_energy: float = Field(description="(d C^2 / K^2) * sum_P kappa_P sigma_P^2")
+    sparsification_error: float = Field(description="bias_weight U^2 sum_g p_g (1 - kappa_P(g))^beta")
+    objective: float
+
+
+class ComparisonRow(BaseModel):
+    """One method in a ``compare`` plan: the paper's noise table, one row."""
+
+    method: PlanMethod
+    feasible: bool
+    error: str | None = None
+    noise_multipliers: dict[str, float] = Field(default_factory=dict, description="pool id -> sigma_P")
+    sampling_rates: dict[str, float] = Field(default_factory=dict, description="group id -> q_g")
+    expected_clients: dict[str, float] = Field(default_factory=dict, description="group id -> q_g N_g")
+    keep_ratios: dict[str, float] = Field(default_factory=dict, description="pool id -> kappa_P")
+    noise_energy: float | None = None
+    sparsification_error: float | None = None
+    objective: float | None = None
+
+
+class Plan(BaseModel):
+    """A plan document (schema_version 1): what the trainer executes and the service stores."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    method: PlanMethod
+    accountant: AccountantName
+    scenario: Scenario
+    rounds: int = Field(ge=0, description="rounds this plan covers (scenario.rounds - start_round)")
+    start_round: int = Field(0, ge=0, description="global round index this plan starts at")
+    parent_plan_id: str | None = None
+    groups: list[GroupPlan]
+    pools: list[PoolPlan]
+    predicted: Predicted
+    warnings: list[str] = Field(default_factory=list)
+    comparison: list[ComparisonRow] | None = None
+
+    def pool(self, pool_id: str) -> PoolPlan:
+        for pool in self.pools:
+            if pool.id == pool_id:
+                return pool
+        raise KeyError(pool_id)
+
+    def group(self, group_id: str) -> GroupPlan:
+        for group in self.groups:
+            if group.id == group_id:
+                return group
+        raise KeyError(group_id)
+
+
+class GroupChange(_Strict):
+    """An operator's change to one group, applied at re-planning.
+
+    Unset fields keep their value. ``epsilon`` may be set to a new positive budget; a new
+    group id adds a group (then ``epsilon`` and ``num_clients`` are required);
+    ``remove: true`` drops the group from the remaining rounds (its history is kept).
+    """
+
+    id: GroupId
+    epsilon: PositiveFinite | None = None
+    opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
+    num_clients: int | None = Field(None, ge=1, le=10**9)
+    keep_ratio: KeepRatio | None = None
+    remove: bool = False
+
+
+class Changes(_Strict):
+    """Budget and membership changes for re-planning (docs/planning.md §Re-planning)."""
+
+    groups: list[GroupChange] = Field(default_factory=list)
+    expected_clients: PositiveFinite | None = None
+    rounds: int | None = Field(
+        None, ge=1, description="new total round count (default: unchanged)"
+    )
+
+
+def load_plan(data: Any) -> Plan:
+    """Read a plan document of any known schema version, or refuse it clearly."""
+    if not isinstance(data, dict):
+        raise InvalidInputError("plan", "a plan document must be a JSON object")
+    version = data.get("schema_version")
+    if version is None:
+        raise InvalidInputError("schema_version", "missing: this is not a gdpfed plan document")
+    if version != SCHEMA_VERSION:
+        raise InvalidInputError(
+            "schema_version",
+            f"plan schema version {version!r} is not supported (this gdpfed reads version "
+            f"{SCHEMA_VERSION}); re-create the plan with this release",
+        )
+    return Plan.model_validate(data)
