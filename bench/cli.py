@@ -17,6 +17,7 @@ SUITES: dict[str, str] = {
     "service": "bench.service",
     "trainer": "bench.trainer",
     "secagg": "bench.secagg",
+    "rounds": "bench.rounds",
 }
 
 
