@@ -1,0 +1,30 @@
+"""Secure aggregation for the trainer: Bonawitz et al. (CCS 2017) with SecAgg+ as the sparse option.
+
+numpy and ``cryptography`` (X25519, HKDF, ChaCha20, ChaCha20-Poly1305) only; no torch, so
+the round engine hands it numpy vectors its clients have already clipped and noised.
+The protocol, the threat model and the math are in ``docs/secure-aggregation.md``.
+
+Public API::
+
+    params = choose_params(num_clients, threshold, value_bound, scale=None, mode="full")
+    result = secure_sum({client_id: vector, ...}, params, seed=seed,
+                        drop_before_masking=(), drop_before_unmasking=())
+    result.sum  # float64 sum of the survivors' inputs, or None when result.aborted
+"""
+
+from trainer.secagg.encoding import decode_sum, encode, required_modulus_bits
+from trainer.secagg.errors import ProtocolError
+from trainer.secagg.params import SecAggParams, choose_params
+from trainer.secagg.protocol import SecAggResult, plain_sum, secure_sum
+
+__all__ = [
+    "ProtocolError",
+    "SecAggParams",
+    "SecAggResult",
+    "choose_params",
+    "decode_sum",
+    "encode",
+    "plain_sum",
+    "required_modulus_bits",
+    "secure_sum",
+]

@@ -1,0 +1,60 @@
+"""The messages the server receives and routes: public keys, ciphertexts, masked vectors, shares.
+
+These are the only objects that cross between clients and the server
+(``docs/secure-aggregation.md``, "Protocol rounds"). None of them carries a plaintext
+input: a masked vector is uniform in Z_(2^b)^d, a share of one secret is revealed only by
+the rule that never gives the server both secrets of a client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from trainer.secagg.shamir import Share
+
+
+@dataclass(frozen=True)
+class SessionSetup:
+    """Server -> all (before round 0): the public session id, the participants and the share graph."""
+
+    session_id: bytes
+    participants: tuple[int, ...]
+    graph: Mapping[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class AdvertisedKeys:
+    """Round 0, client -> server: the raw X25519 public keys c_u^PK (share encryption) and s_u^PK (masks)."""
+
+    sender: int
+    cipher_public_key: bytes
+    mask_public_key: bytes
+
+
+@dataclass(frozen=True)
+class EncryptedShare:
+    """Round 1, client -> server -> recipient: AEAD(share of b_u, share of s_u^SK); opaque to the server."""
+
+    sender: int
+    recipient: int
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class MaskedInput:
+    """Round 2, client -> server: y_u = x_u + PRG(b_u) + sum of signed pairwise masks, mod 2^b."""
+
+    sender: int
+    masked: np.ndarray
+
+
+@dataclass(frozen=True)
+class UnmaskingShares:
+    """Round 3, client -> server: shares of b_v for surviving v, of s_v^SK for dropped v (never both)."""
+
+    sender: int
+    self_mask_shares: Mapping[int, Share]
+    mask_key_shares: Mapping[int, Share]

@@ -1,0 +1,117 @@
+"""Parameters of one secure-aggregation session and the rule that chooses them.
+
+``docs/secure-aggregation.md``, "Fixed-point encoding", "Overflow bound" and "SecAgg+".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from accounting.errors import InvalidInputError
+from trainer.secagg.encoding import MAX_SCALED_BOUND, check_modulus, required_modulus_bits
+from trainer.secagg.graph import default_neighbours
+
+Mode = Literal["full", "sparse"]
+# The default scale keeps words at 32 bits when that still leaves at least 2^12
+# quantisation steps below the value bound; otherwise it moves to 64-bit words.
+MIN_STEPS_FOR_32_BITS = 2.0**12
+
+
+@dataclass(frozen=True)
+class SecAggParams:
+    """One pool's session: at most ``num_clients`` clients, |x_i| <= ``value_bound`` per coordinate.
+
+    ``threshold`` (the pool's m_P) is the fewest surviving inputs the server may unmask;
+    ``modulus_bits`` is b (sums live in Z_(2^b)), checked on construction to be wide enough
+    that the sum of ``num_clients`` encodings at ``scale`` never wraps, and at most 64.
+    ``neighbours`` is SecAgg+'s degree k (sparse mode only).
+    """
+
+    num_clients: int
+    threshold: int
+    value_bound: float
+    scale: float
+    modulus_bits: int
+    mode: Mode = "full"
+    neighbours: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 1:
+            raise InvalidInputError("num_clients", f"must be a positive integer, got {self.num_clients!r}")
+        if (
+            not isinstance(self.threshold, int)
+            or isinstance(self.threshold, bool)
+            or not 1 <= self.threshold <= self.num_clients
+        ):
+            raise InvalidInputError(
+                "threshold", f"must be an integer in [1, num_clients={self.num_clients}], got {self.threshold!r}"
+            )
+        check_modulus(self.num_clients, self.value_bound, self.scale, self.modulus_bits)
+        if self.mode not in ("full", "sparse"):
+            raise InvalidInputError("mode", f"must be 'full' or 'sparse', got {self.mode!r}")
+        if self.mode == "full" and self.neighbours is not None:
+            raise InvalidInputError("neighbours", "only sparse mode takes a neighbour count")
+        if self.mode == "sparse" and (
+            not isinstance(self.neighbours, int) or isinstance(self.neighbours, bool) or self.neighbours < 2
+        ):
+            raise InvalidInputError("neighbours", f"sparse mode needs an integer >= 2, got {self.neighbours!r}")
+
+
+def default_scale(num_clients: int, value_bound: float) -> float:
+    """Largest power of two whose modulus fits 32 bits if that leaves >= 2^12 steps below the bound, else 64 bits.
+
+    The 64-bit choice is also capped by value_bound * scale <= 2^52 (exact float64 rounding).
+    """
+    scale_32 = _largest_power_of_two_scale(num_clients, value_bound, 32)
+    if scale_32 is not None and value_bound * scale_32 >= MIN_STEPS_FOR_32_BITS:
+        return scale_32
+    scale_64 = _largest_power_of_two_scale(num_clients, value_bound, 64)
+    if scale_64 is None:
+        raise InvalidInputError(
+            "value_bound",
+            f"{num_clients} clients with |x| <= {value_bound:g} do not fit 64 bits at any scale >= 2^-64",
+        )
+    return scale_64
+
+
+def choose_params(
+    num_clients: int,
+    threshold: int,
+    value_bound: float,
+    scale: float | None = None,
+    mode: Mode = "full",
+    neighbours: int | None = None,
+) -> SecAggParams:
+    """The narrowest safe modulus b = bitlen(2 n (floor(B s) + 1)) + 1 for these clients, bound and scale.
+
+    ``scale=None`` picks ``default_scale``; ``mode="sparse"`` with ``neighbours=None`` picks
+    ``graph.default_neighbours(num_clients)``. Raises ``InvalidInputError`` when b > 64.
+    """
+    # Validates num_clients and value_bound before they reach the scale search.
+    required_modulus_bits(num_clients, value_bound, 1.0)
+    if scale is None:
+        scale = default_scale(num_clients, value_bound)
+    if mode == "sparse" and neighbours is None:
+        neighbours = max(2, default_neighbours(num_clients))
+    bits = required_modulus_bits(num_clients, value_bound, scale)
+    return SecAggParams(
+        num_clients=num_clients,
+        threshold=threshold,
+        value_bound=float(value_bound),
+        scale=float(scale),
+        modulus_bits=bits,
+        mode=mode,
+        neighbours=neighbours,
+    )
+
+
+def _largest_power_of_two_scale(num_clients: int, value_bound: float, word_bits: int) -> float | None:
+    exponent = math.floor(math.log2(MAX_SCALED_BOUND / value_bound))
+    while exponent >= -64:
+        scale = 2.0**exponent
+        if required_modulus_bits(num_clients, value_bound, scale) <= word_bits:
+            return scale
+        exponent -= 1
+    return None

@@ -1,0 +1,48 @@
+"""The mask generator: a ChaCha20 keystream read as d unsigned words mod 2^b.
+
+``docs/secure-aggregation.md``, "Masking arithmetic". PRG(key) is the ChaCha20 keystream
+under ``key`` (the encryption of zeros), read little-endian as uint32 or uint64 words and
+reduced mod 2^b by masking the low b bits. Uniform bytes give uniform words mod 2^b since
+2^b divides 2^32 or 2^64. Each key expands exactly one mask, so a fixed nonce is safe;
+distinct nonces still separate the uses of one key (self mask vs. Shamir coefficients).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from trainer.secagg.encoding import modulus_mask, word_dtype
+
+# cryptography's ChaCha20 nonce is 16 bytes: a 32-bit little-endian block counter, then 96 bits.
+MASK_NONCE = bytes(16)
+FIELD_NONCE = bytes(4) + b"shamir-coefs"
+ROUNDING_NONCE = bytes(4) + b"rounding-rng"
+
+
+def keystream(key: bytes, num_bytes: int, nonce: bytes = MASK_NONCE) -> bytearray:
+    """``num_bytes`` of the ChaCha20 keystream under ``key`` and ``nonce``."""
+    out = bytearray(num_bytes)
+    encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+    # Encrypting zeros yields the keystream; update_into avoids one more copy of d words.
+    encryptor.update_into(bytes(num_bytes), out)
+    return out
+
+
+def expand_mask(key: bytes, length: int, modulus_bits: int) -> np.ndarray:
+    """PRG(key): ``length`` words, uniform in [0, 2^modulus_bits), of ``word_dtype(modulus_bits)``."""
+    dtype = word_dtype(modulus_bits).newbyteorder("<")
+    words = np.frombuffer(keystream(key, length * dtype.itemsize), dtype=dtype)
+    words = words.astype(word_dtype(modulus_bits), copy=False)
+    if modulus_bits not in (32, 64):
+        words = words & words.dtype.type(modulus_mask(modulus_bits))
+    return words
+
+
+def uniform_below(key: bytes, count: int, modulus: int, nonce: bytes = FIELD_NONCE) -> np.ndarray:
+    """``count`` values in [0, modulus) for modulus < 2^32, as uint64 (64-bit words mod modulus).
+
+    The bias of reducing a uniform 64-bit word is below modulus / 2^64 < 2^-32 per value.
+    """
+    words = np.frombuffer(keystream(key, count * 8, nonce), dtype="<u8").astype(np.uint64)
+    return words % np.uint64(modulus)

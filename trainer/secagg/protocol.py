@@ -1,0 +1,192 @@
+"""``secure_sum``: run one secure-aggregation session over simulated clients; ``plain_sum``: its reference.
+
+``docs/secure-aggregation.md``, "Protocol rounds" and "Dropout recovery". This module is
+the network: it builds the clients (with the inputs) and the server (with the public setup
+only) and carries messages between them, dropping the clients the caller names:
+
+- ``drop_before_masking``: share keys in round 1 (they are in U2), never send y_u; their
+  pairwise masks are removed with their masking keys, reconstructed from survivors' shares.
+- ``drop_before_unmasking``: send y_u (they are in U3, their input is in the sum) and then
+  vanish; their self masks are removed with b_u, reconstructed from the others' shares.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Collection, Mapping
+
+import numpy as np
+
+from accounting.errors import InvalidInputError
+from trainer.secagg import keys
+from trainer.secagg.client import Client
+from trainer.secagg.encoding import decode_sum, encode, word_dtype
+from trainer.secagg.errors import SessionAborted
+from trainer.secagg.graph import neighbour_sets
+from trainer.secagg.messages import SessionSetup
+from trainer.secagg.params import SecAggParams
+from trainer.secagg.server import Server
+
+MAX_CLIENT_ID = 2**32 - 1
+PHASES = ("encode", "advertise_keys", "share_keys", "masked_input", "unmasking_clients", "unmasking_server")
+
+
+@dataclass
+class SecAggResult:
+    """Outcome of one session.
+
+    ``sum`` is the decoded float64 sum of the inputs of ``survivors`` (U3), or ``None`` when
+    the session ``aborted`` (then ``reason`` says why and nothing was released).
+    ``dropped`` are the participants whose inputs are not in the sum. ``seconds`` holds the
+    time per phase (client phases summed over all simulated clients) and ``total``.
+    """
+
+    sum: np.ndarray | None
+    aborted: bool
+    survivors: list[int]
+    dropped: list[int]
+    reason: str | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def new_session(participants: Collection[int], params: SecAggParams, seed: int) -> SessionSetup:
+    """The public session setup: a fresh session id and the share/mask graph (complete or Harary).
+
+    In simulation both come from the run seed; a deployment's server draws them with os.urandom.
+    """
+    session_id = keys.derive_bytes(seed, "server", "session-id", 16)
+    order_seed = int.from_bytes(keys.derive_bytes(seed, "server", "graph-order", 16), "big")
+    ids = tuple(sorted(participants))
+    neighbours = params.neighbours if params.mode == "sparse" else None
+    return SessionSetup(session_id=session_id, participants=ids, graph=neighbour_sets(ids, neighbours, order_seed))
+
+
+def secure_sum(
+    vectors: Mapping[int, np.ndarray],
+    params: SecAggParams,
+    *,
+    seed: int,
+    drop_before_masking: Collection[int] = (),
+    drop_before_unmasking: Collection[int] = (),
+) -> SecAggResult:
+    """The sum of the clients' vectors as released by the protocol, or an abort.
+
+    Each vector must satisfy |x| <= params.value_bound coordinatewise (``InvalidInputError``
+    otherwise); at most ``params.num_clients`` clients. With no dropouts the result equals
+    ``plain_sum`` of the same vectors and seed exactly (the same randomised rounding).
+    """
+    ids = _check_vectors(vectors, params)
+    before_masking = _check_drops(drop_before_masking, ids, "drop_before_masking")
+    before_unmasking = _check_drops(drop_before_unmasking, ids, "drop_before_unmasking")
+    if before_masking & before_unmasking:
+        raise InvalidInputError("drop_before_unmasking", "a client cannot drop out twice")
+    seconds = dict.fromkeys(PHASES, 0.0)
+    started = time.perf_counter()
+    clock = _Clock(seconds)
+
+    setup = new_session(ids, params, seed)
+    with clock("encode"):
+        clients = {u: Client(u, vectors[u], params, setup, seed) for u in ids}
+    server = Server(params, setup)
+    survivors: tuple[int, ...] = ()
+    try:
+        with clock("advertise_keys"):
+            roster = server.collect_keys([clients[u].advertise_keys() for u in ids])
+        with clock("share_keys"):
+            outgoing = [message for u in roster for message in clients[u].share_keys(roster)]
+            inboxes = server.route_shares(outgoing)
+        with clock("masked_input"):
+            masked = [clients[u].masked_input(inboxes[u]) for u in inboxes if u not in before_masking]
+            survivors = server.collect_masked_inputs(masked)
+        with clock("unmasking_clients"):
+            responses = [clients[u].unmask(survivors) for u in survivors if u not in before_unmasking]
+        with clock("unmasking_server"):
+            total = server.unmask(responses)
+    except SessionAborted as abort:
+        seconds["total"] = time.perf_counter() - started
+        return SecAggResult(
+            sum=None,
+            aborted=True,
+            survivors=list(survivors),
+            dropped=[u for u in ids if u not in set(survivors)],
+            reason=abort.reason,
+            seconds=seconds,
+        )
+    seconds["total"] = time.perf_counter() - started
+    return SecAggResult(
+        sum=total,
+        aborted=False,
+        survivors=list(survivors),
+        dropped=[u for u in ids if u not in set(survivors)],
+        reason=None,
+        seconds=seconds,
+    )
+
+
+def plain_sum(vectors: Mapping[int, np.ndarray], params: SecAggParams, *, seed: int) -> np.ndarray:
+    """Reference: the same per-client randomised rounding, summed in Z_(2^b) and decoded, no masks.
+
+    ``secure_sum`` over survivors U3 must equal ``plain_sum`` of U3's vectors bit for bit.
+    """
+    ids = _check_vectors(vectors, params)
+    bits = params.modulus_bits
+    total = np.zeros(len(next(iter(vectors.values()))), dtype=word_dtype(bits))
+    for u in ids:
+        total += encode(
+            vectors[u],
+            scale=params.scale,
+            modulus_bits=bits,
+            value_bound=params.value_bound,
+            rng=keys.rounding_rng(seed, u),
+            field=f"vectors[{u}]",
+        )
+    return decode_sum(total, scale=params.scale, modulus_bits=bits)
+
+
+class _Clock:
+    """Adds the wall time of a ``with clock(phase):`` block to ``seconds[phase]``."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self._seconds = seconds
+        self._phase = ""
+        self._start = 0.0
+
+    def __call__(self, phase: str) -> _Clock:
+        self._phase = phase
+        return self
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._seconds[self._phase] += time.perf_counter() - self._start
+
+
+def _check_vectors(vectors: Mapping[int, np.ndarray], params: SecAggParams) -> list[int]:
+    if not vectors:
+        raise InvalidInputError("vectors", "at least one client vector is needed")
+    if len(vectors) > params.num_clients:
+        raise InvalidInputError(
+            "vectors",
+            f"{len(vectors)} clients exceed num_clients={params.num_clients} that the modulus was sized for",
+        )
+    lengths = set()
+    for u, vector in vectors.items():
+        if not isinstance(u, (int, np.integer)) or isinstance(u, bool) or not 0 <= int(u) <= MAX_CLIENT_ID:
+            raise InvalidInputError("vectors", f"client ids must be integers in [0, 2^32), got {u!r}")
+        shape = np.shape(vector)
+        if len(shape) != 1 or shape[0] < 1:
+            raise InvalidInputError(f"vectors[{u}]", f"must be a non-empty 1-D vector, got shape {shape}")
+        lengths.add(shape[0])
+    if len(lengths) > 1:
+        raise InvalidInputError("vectors", f"all vectors must have the same length, got {sorted(lengths)}")
+    return sorted(int(u) for u in vectors)
+
+
+def _check_drops(drops: Collection[int], ids: list[int], field_name: str) -> set[int]:
+    chosen = {int(u) for u in drops}
+    unknown = chosen - set(ids)
+    if unknown:
+        raise InvalidInputError(field_name, f"clients {sorted(unknown)} are not participants")
+    return chosen
