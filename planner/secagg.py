@@ -1,0 +1,148 @@
+"""Secure-aggregation thresholds: how many survivors a pool waits for (docs/planning.md §6).
+
+In one round the survivors of pool P are ``S = sum_g Binomial(N_g, q_g (1 - dropout_rate))``
+over its member groups. Each sampled client adds a noise share ``N(0, sigma_P^2 C^2 / m_P)``
+and the pool's sum is unmasked only if ``S >= m_P``, so the released noise variance is
+``S sigma_P^2 C^2 / m_P >= sigma_P^2 C^2``: the threshold never weakens privacy, it only
+trades abort probability against noise inflation. ``m_P`` is the largest m with
+``P(S < m) <= abort_probability``.
+
+The distribution of S is computed exactly by convolving the members' binomial pmfs (each
+restricted to a window outside which its mass is negligible; the neglected lower-tail mass
+is added back to the CDF, so the reported abort probability is an upper bound), or by a
+normal approximation with continuity correction when the support is too wide to convolve.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+from scipy import signal, stats
+
+# Convolve exactly while the total support of S has at most this many points.
+EXACT_SUPPORT_LIMIT = 2_000_000
+# Each member's window leaves out at most this fraction of abort_probability (summed).
+_TAIL_FRACTION = 1e-6
+
+
+class SecaggThreshold(NamedTuple):
+    threshold: int  # m_P >= 1
+    abort_probability: float  # P(S < m_P), an upper bound when exact
+    expected_survivors: float  # E[S]
+    exact: bool  # True: convolution of binomials; False: normal approximation
+    meets_target: bool  # False only when even m = 1 aborts more often than asked
+
+
+def survivor_distribution(
+    num_clients: Sequence[int], survival_rates: Sequence[float], tail_mass: float = 1e-15
+) -> tuple[int, np.ndarray, float]:
+    """The pmf of ``S = sum_g Binomial(N_g, r_g)`` on a window: (offset, pmf, left_out_below).
+
+    ``pmf[i] = P(S = offset + i)`` up to the mass left out of each member's window;
+    ``left_out_below`` is the total mass each member has below its window (an upper bound
+    on how much of ``P(S < x)`` the window misses). docs/planning.md §6.
+    """
+    offset = 0
+    pmf = np.ones(1)
+    left_out = 0.0
+    members = [(int(n), float(r)) for n, r in zip(num_clients, survival_rates) if n > 0 and r > 0]
+    per_member = tail_mass / max(1, len(members))
+    for n, rate in members:
+        if rate >= 1.0:
+            offset += n
+            continue
+        low = int(stats.binom.ppf(per_member, n, rate))
+        high = int(stats.binom.isf(per_member, n, rate)) + 1
+        low = max(0, low - 1)
+        high = min(n, high)
+        support = np.arange(low, high + 1)
+        member_pmf = stats.binom.pmf(support, n, rate)
+        left_out += float(stats.binom.cdf(low - 1, n, rate)) if low > 0 else 0.0
+        pmf = _convolve(pmf, member_pmf)
+        offset += low
+    return offset, pmf, left_out
+
+
+def secagg_threshold(
+    num_clients: Sequence[int],
+    sampling_rates: Sequence[float],
+    dropout_rate: float,
+    abort_probability: float,
+    *,
+    method: str = "auto",
+) -> SecaggThreshold:
+    """m_P = the largest m with P(S < m) <= abort_probability (docs/planning.md §6).
+
+    ``method``: ``exact`` (convolution), ``normal`` (continuity-corrected normal
+    approximation) or ``auto`` (exact while the support has at most
+    ``EXACT_SUPPORT_LIMIT`` points). If even m = 1 aborts more often than asked
+    (P(S = 0) > abort_probability), the result is m = 1 with ``meets_target`` False.
+    """
+    rates = [float(q) * (1.0 - float(dropout_rate)) for q in sampling_rates]
+    counts = [int(n) for n in num_clients]
+    mean = float(sum(n * r for n, r in zip(counts, rates)))
+    variance = float(sum(n * r * (1.0 - r) for n, r in zip(counts, rates)))
+    if method not in ("auto", "exact", "normal"):
+        raise ValueError(f"unknown method {method!r}")
+    if method == "auto":
+        width = sum(min(n, 40.0 * math.sqrt(n * r * (1 - r)) + 40.0) for n, r in zip(counts, rates))
+        method = "exact" if width <= EXACT_SUPPORT_LIMIT else "normal"
+    if method == "exact":
+        return _exact_threshold(counts, rates, abort_probability, mean)
+    return _normal_threshold(mean, variance, abort_probability)
+
+
+def _exact_threshold(counts: list[int], rates: list[float], alpha: float, mean: float) -> SecaggThreshold:
+    offset, pmf, left_out = survivor_distribution(counts, rates, tail_mass=alpha * _TAIL_FRACTION)
+    # cdf_below[i] = P(S < offset + i) (upper bound: the neglected lower tails are added).
+    cdf_below = np.concatenate([[0.0], np.cumsum(pmf)]) + left_out
+    cdf_below = np.minimum(cdf_below, 1.0)
+    # P(S < m) for m <= offset is at most left_out; for m = offset + i it is cdf_below[i].
+    ok = np.nonzero(cdf_below <= alpha)[0]
+    if ok.size == 0:
+        m = 1
+        p_abort = _exact_below(1, offset, cdf_below, left_out)
+        return SecaggThreshold(1, p_abort, mean, True, False)
+    # cdf_below is non-decreasing, so the feasible set is a prefix; take its last index.
+    m = offset + int(ok[-1])
+    if m < 1:
+        p_abort = _exact_below(1, offset, cdf_below, left_out)
+        return SecaggThreshold(1, p_abort, mean, True, p_abort <= alpha)
+    return SecaggThreshold(m, float(cdf_below[m - offset]), mean, True, True)
+
+
+def _exact_below(m: int, offset: int, cdf_below: np.ndarray, left_out: float) -> float:
+    """P(S < m) from the windowed CDF (left_out bounds it below the window)."""
+    index = m - offset
+    if index <= 0:
+        return min(1.0, left_out)
+    if index >= len(cdf_below):
+        return 1.0
+    return float(cdf_below[index])
+
+
+def _normal_threshold(mean: float, variance: float, alpha: float) -> SecaggThreshold:
+    """Continuity-corrected normal: P(S < m) ~ Phi((m - 0.5 - mean) / sd)."""
+    if variance <= 0:
+        m = max(1, int(round(mean)))
+        return SecaggThreshold(m, 0.0 if mean >= m else 1.0, mean, False, mean >= 1)
+    sd = math.sqrt(variance)
+    m = math.floor(mean + 0.5 + sd * float(stats.norm.ppf(alpha)))
+    # Guard against the floor landing one above the boundary through rounding.
+    while m >= 1 and stats.norm.cdf((m - 0.5 - mean) / sd) > alpha:
+        m -= 1
+    if m < 1:
+        p = float(stats.norm.cdf((0.5 - mean) / sd))
+        return SecaggThreshold(1, p, mean, False, p <= alpha)
+    return SecaggThreshold(m, float(stats.norm.cdf((m - 0.5 - mean) / sd)), mean, False, True)
+
+
+def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    if min(len(left), len(right)) > 20_000:
+        out = signal.fftconvolve(left, right)
+        # FFT round-off (~1e-16 of the peak) only matters for abort probabilities far
+        # below any practical target; clip the tiny negatives it leaves.
+        return np.maximum(out, 0.0)
+    return np.convolve(left, right)

@@ -1,0 +1,75 @@
+"""Secure-aggregation thresholds (docs/planning.md §6): exact CDF, normal approximation, edges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from planner.secagg import secagg_threshold, survivor_distribution
+
+
+def full_cdf_below(counts, rates):
+    """P(S < m) for every m by brute-force convolution of the full binomial pmfs."""
+    pmf = np.ones(1)
+    for n, r in zip(counts, rates):
+        pmf = np.convolve(pmf, stats.binom.pmf(np.arange(n + 1), n, r))
+    return np.concatenate([[0.0], np.cumsum(pmf)])
+
+
+CASES = [
+    ([100, 100, 100], [0.02, 0.06, 0.22], 0.0, 0.01),
+    ([100], [0.1], 0.0, 0.01),
+    ([50, 500, 80], [0.3, 0.01, 0.5], 0.1, 0.05),
+    ([1000, 2000], [0.05, 0.02], 0.2, 0.001),
+    ([7], [0.9], 0.0, 0.2),
+]
+
+
+@pytest.mark.parametrize("counts, rates, dropout, alpha", CASES)
+def test_threshold_is_the_largest_m_meeting_the_abort_probability(counts, rates, dropout, alpha):
+    result = secagg_threshold(counts, rates, dropout, alpha, method="exact")
+    survival = [r * (1 - dropout) for r in rates]
+    cdf_below = full_cdf_below(counts, survival)
+    m = result.threshold
+    assert result.meets_target
+    assert cdf_below[m] <= alpha
+    assert m + 1 >= len(cdf_below) or cdf_below[m + 1] > alpha
+    # windows leave out at most alpha * 1e-6 of lower-tail mass, added back conservatively
+    assert result.abort_probability == pytest.approx(cdf_below[m], rel=1e-9, abs=alpha * 1e-6)
+    assert result.abort_probability >= cdf_below[m] - 1e-15  # reported value is an upper bound
+
+
+@pytest.mark.parametrize(
+    "counts, rates",
+    [([10_000, 20_000, 5_000], [0.05, 0.1, 0.3]), ([200_000], [0.01]), ([3000] * 20, [0.1] * 20)],
+)
+def test_normal_approximation_agrees_with_exact_where_both_apply(counts, rates):
+    exact = secagg_threshold(counts, rates, 0.05, 0.01, method="exact")
+    normal = secagg_threshold(counts, rates, 0.05, 0.01, method="normal")
+    assert abs(exact.threshold - normal.threshold) <= max(2, 0.002 * exact.threshold)
+    assert normal.abort_probability == pytest.approx(exact.abort_probability, abs=2e-3)
+    assert exact.expected_survivors == pytest.approx(normal.expected_survivors)
+
+
+def test_auto_uses_normal_for_huge_pools():
+    result = secagg_threshold([10**9] * 4, [0.5] * 4, 0.0, 0.01)
+    assert not result.exact
+    assert result.threshold == pytest.approx(2e9, rel=1e-3)
+
+
+def test_pool_too_small_reports_m_one_and_the_true_abort_probability():
+    # 5 clients at rate 0.1: P(S = 0) = 0.9^5 ~ 0.59 > 0.01
+    result = secagg_threshold([5], [0.1], 0.0, 0.01)
+    assert result.threshold == 1
+    assert not result.meets_target
+    assert result.abort_probability == pytest.approx(0.9**5, rel=1e-9)
+
+
+def test_windowed_distribution_matches_full_pmf():
+    counts, rates = [400, 300], [0.3, 0.05]
+    offset, pmf, left_out = survivor_distribution(counts, rates, tail_mass=1e-18)
+    full = np.diff(full_cdf_below(counts, rates))
+    np.testing.assert_allclose(pmf, full[offset : offset + len(pmf)], rtol=1e-9, atol=1e-16)
+    # left_out bounds the mass below the window (each member's lower tail, summed)
+    assert full[:offset].sum() <= left_out <= 1e-18
