@@ -38,7 +38,8 @@ class SecAggResult:
 
     ``sum`` is the decoded float64 sum of the inputs of ``survivors`` (U3), or ``None`` when
     the session ``aborted`` (then ``reason`` says why and nothing was released).
-    ``dropped`` are the participants whose inputs are not in the sum. ``seconds`` holds the
+    ``survivors`` is U3, the clients whose masked inputs the server accepted (empty when
+    the session aborted before that); ``dropped`` are the other participants. ``seconds`` holds the
     time per phase (client phases summed over all simulated clients) and ``total``.
     """
 
@@ -73,9 +74,28 @@ def secure_sum(
     """The sum of the clients' vectors as released by the protocol, or an abort.
 
     Each vector must satisfy |x| <= params.value_bound coordinatewise (``InvalidInputError``
-    otherwise); at most ``params.num_clients`` clients. With no dropouts the result equals
-    ``plain_sum`` of the same vectors and seed exactly (the same randomised rounding).
+    otherwise); at most ``params.num_clients`` clients. The result equals ``plain_sum`` of
+    the survivors' vectors with the same seed exactly (the same randomised rounding).
     """
+    result, _ = run_session(
+        vectors,
+        params,
+        seed=seed,
+        drop_before_masking=drop_before_masking,
+        drop_before_unmasking=drop_before_unmasking,
+    )
+    return result
+
+
+def run_session(
+    vectors: Mapping[int, np.ndarray],
+    params: SecAggParams,
+    *,
+    seed: int,
+    drop_before_masking: Collection[int] = (),
+    drop_before_unmasking: Collection[int] = (),
+) -> tuple[SecAggResult, Server]:
+    """``secure_sum`` that also returns the server, whose ``received`` log audits what it saw."""
     ids = _check_vectors(vectors, params)
     before_masking = _check_drops(drop_before_masking, ids, "drop_before_masking")
     before_unmasking = _check_drops(drop_before_unmasking, ids, "drop_before_unmasking")
@@ -90,6 +110,8 @@ def secure_sum(
         clients = {u: Client(u, vectors[u], params, setup, seed) for u in ids}
     server = Server(params, setup)
     survivors: tuple[int, ...] = ()
+    total: np.ndarray | None = None
+    reason: str | None = None
     try:
         with clock("advertise_keys"):
             roster = server.collect_keys([clients[u].advertise_keys() for u in ids])
@@ -104,24 +126,18 @@ def secure_sum(
         with clock("unmasking_server"):
             total = server.unmask(responses)
     except SessionAborted as abort:
-        seconds["total"] = time.perf_counter() - started
-        return SecAggResult(
-            sum=None,
-            aborted=True,
-            survivors=list(survivors),
-            dropped=[u for u in ids if u not in set(survivors)],
-            reason=abort.reason,
-            seconds=seconds,
-        )
+        reason = abort.reason
     seconds["total"] = time.perf_counter() - started
-    return SecAggResult(
+    included = set(survivors)
+    result = SecAggResult(
         sum=total,
-        aborted=False,
+        aborted=total is None,
         survivors=list(survivors),
-        dropped=[u for u in ids if u not in set(survivors)],
-        reason=None,
+        dropped=[u for u in ids if u not in included],
+        reason=reason,
         seconds=seconds,
     )
+    return result, server
 
 
 def plain_sum(vectors: Mapping[int, np.ndarray], params: SecAggParams, *, seed: int) -> np.ndarray:
