@@ -1,0 +1,101 @@
+"""FastAPI dependencies: the per-app state, database sessions and API-key auth.
+
+Keys are read from ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``. A missing or
+unknown key is 401, a key whose role is too low 403 (docs/service.md §Auth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.compute import ComputePool
+from app.db import read_session
+from app.errors import ServiceError
+from app.metrics import Metrics
+from app.security import Role, role_allows
+from app.services.keys import find_key
+from app.settings import Settings
+
+
+@dataclass
+class AppState:
+    """Everything one app instance owns; no module-level globals."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    metrics: Metrics
+    compute: ComputePool
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller, as identified by its API key."""
+
+    name: str
+    role: str
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.gdpfed
+    return state
+
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+def get_read_session(state: State) -> Iterator[Session]:
+    with read_session(state.sessions) as session:
+        yield session
+
+
+ReadSession = Annotated[Session, Depends(get_read_session)]
+
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
+
+
+def _unauthorized(message: str) -> ServiceError:
+    return ServiceError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def authenticate(
+    state: State,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    header_key: Annotated[str | None, Depends(_api_key_header)],
+) -> Principal:
+    token = bearer.credentials if bearer is not None else header_key
+    if not token:
+        raise _unauthorized("missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
+    if len(token) > 512:
+        raise _unauthorized("invalid API key")
+    with read_session(state.sessions) as session:
+        key = find_key(session, token)
+        if key is None:
+            raise _unauthorized("invalid or revoked API key")
+        return Principal(name=key.name, role=key.role)
+
+
+def require(role: Role) -> Callable[..., Principal]:
+    """A dependency that admits keys whose role includes ``role``."""
+
+    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if not role_allows(principal.role, role):
+            raise ServiceError(
+                403, "forbidden", f"this endpoint needs the {role!r} role; key "
+                f"{principal.name!r} has {principal.role!r}"
+            )
+        return principal
+
+    return check
+
+
+PlannerKey = Annotated[Principal, Depends(require("planner"))]
+OperatorKey = Annotated[Principal, Depends(require("operator"))]

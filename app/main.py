@@ -1,0 +1,101 @@
+"""The FastAPI application factory (docs/service.md).
+
+``create_app(settings)`` connects to the database, brings its schema to the newest
+Alembic revision, creates the initial operator key when the database has none (printing
+its token once on stderr), and wires routes, error handlers, metrics and limits. It has
+no module-level app: ``uvicorn --factory app.main:create_app`` or ``gdpfed serve``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.compute import ComputePool
+from app.db import make_engine, session_factory
+from app.deps import AppState
+from app.errors import ErrorBody, install_error_handlers
+from app.limits import BodySizeLimitMiddleware
+from app.metrics import MetricsMiddleware, make_metrics
+from app.migrate import upgrade_head
+from app.routes import health, keys, ledger, plans, populations
+from app.services.keys import INITIAL_KEY_NAME, ensure_initial_key
+from app.settings import Settings
+
+logger = logging.getLogger("gdpfed.app")
+
+API_VERSION = "1"
+
+_ERROR_RESPONSES = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in [
+        (401, "missing or invalid API key"),
+        (403, "the key's role does not allow this"),
+        (413, "request body too large"),
+        (422, "invalid input (code invalid_input, with field) or infeasible plan (code infeasible)"),
+        (503, "the computation ran past its time limit (code timeout)"),
+    ]
+}
+
+
+def bootstrap(settings: Settings) -> tuple[AppState, str | None]:
+    """Open the database, migrate it, and create the initial key if there is none."""
+    engine = make_engine(settings.database_url, settings.db_busy_timeout_seconds)
+    upgrade_head(engine)
+    sessions = session_factory(engine)
+    initial_token = None
+    if settings.initial_key == "create":
+        given = settings.initial_api_key.get_secret_value() if settings.initial_api_key else None
+        initial_token = ensure_initial_key(sessions, given)
+    metrics = make_metrics()
+    compute = ComputePool(
+        settings.compute_workers, settings.compute_timeout_seconds, metrics.compute_timeouts.inc
+    )
+    return AppState(settings, engine, sessions, metrics, compute), initial_token
+
+
+def announce_initial_key(token: str) -> None:
+    """Print the initial key's token, the one time it is ever shown."""
+    sys.stderr.write(
+        f"gdpfed serve: created operator API key {INITIAL_KEY_NAME!r}; it is shown only now:\n"
+        f"    {token}\n"
+        "Send it as 'Authorization: Bearer <key>'. Create more keys with POST /v1/keys or "
+        "'gdpfed serve --create-key NAME --role planner'.\n"
+    )
+    sys.stderr.flush()
+
+
+def create_app(settings: Settings | None = None, *, announce_key: bool = True) -> FastAPI:
+    settings = settings if settings is not None else Settings()
+    state, initial_token = bootstrap(settings)
+    if initial_token is not None and announce_key:
+        announce_initial_key(initial_token)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.compute.shutdown()
+        state.engine.dispose()
+
+    app = FastAPI(
+        title="gdpfed planning service",
+        version=API_VERSION,
+        summary="Privacy-budget planning for federated learning with heterogeneous "
+        "client-level differential privacy (GDPFed+).",
+        description="Plans, populations (budget registry), the privacy ledger and "
+        "accounting. Authenticate with an API key: `Authorization: Bearer <key>` or "
+        "`X-API-Key: <key>`. Errors are JSON `{code, message, field?}`.",
+        lifespan=lifespan,
+        responses=_ERROR_RESPONSES,
+    )
+    app.state.gdpfed = state
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    for module in (health, plans, ledger, populations, keys):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,139 @@
+"""Database tables (SQLAlchemy 2 typed declarative models); docs/service.md §Persistence.
+
+The schema is created and changed only by the Alembic revisions in ``app/migrations``;
+``tests/app/test_migrations.py`` checks that these models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes; every stored time is UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ApiKey(Base):
+    """An API key: only the SHA-256 of the token is stored (docs/service.md §Auth)."""
+
+    __tablename__ = "api_keys"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Population(Base):
+    """A budget registry entry: system parameters here, groups in ``population_groups``.
+
+    ``active_plan_id`` is kept consistent by the service (a foreign key would make the
+    two tables reference each other, which SQLite cannot add after creation).
+    ``version`` is bumped by every change so that two concurrent changes cannot both
+    re-plan from the same active plan (optimistic locking).
+    """
+
+    __tablename__ = "populations"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(32), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    method: Mapped[str] = mapped_column(String(32))
+    system: Mapped[dict[str, Any]] = mapped_column(JSON)
+    active_plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class PopulationGroup(Base):
+    """One group of a population; ``options`` holds the GroupSpec fields other than these."""
+
+    __tablename__ = "population_groups"
+    __table_args__ = (UniqueConstraint("population_pk", "group_id", name="uq_population_group"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    population_pk: Mapped[int] = mapped_column(ForeignKey("populations.pk", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    group_id: Mapped[str] = mapped_column(String(64))
+    epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    num_clients: Mapped[int] = mapped_column(Integer)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PopulationChange(Base):
+    """The change history of a population: who, when, which field, old and new value."""
+
+    __tablename__ = "population_changes"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    population_pk: Mapped[int] = mapped_column(ForeignKey("populations.pk", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    actor: Mapped[str] = mapped_column(String(64))
+    group_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    field: Mapped[str] = mapped_column(String(64))
+    old_value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    new_value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class PlanRecord(Base):
+    """A stored plan document; ``parent_id`` links a re-plan to the plan it replaced."""
+
+    __tablename__ = "plans"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    method: Mapped[str] = mapped_column(String(32))
+    accountant: Mapped[str] = mapped_column(String(16))
+    start_round: Mapped[int] = mapped_column(Integer)
+    rounds: Mapped[int] = mapped_column(Integer)
+    parent_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id"), nullable=True, index=True)
+    population_id: Mapped[str | None] = mapped_column(
+        ForeignKey("populations.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class LedgerRound(Base):
+    """One reported training round of a plan; (plan_id, round_index) is the idempotency key."""
+
+    __tablename__ = "ledger_rounds"
+    __table_args__ = (UniqueConstraint("plan_id", "round_index", name="uq_ledger_plan_round"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    round_index: Mapped[int] = mapped_column(Integer)
+    aborted_pools: Mapped[list[Any]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    reported_by: Mapped[str | None] = mapped_column(String(64), nullable=True)

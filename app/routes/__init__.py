@@ -1,0 +1,1 @@
+"""HTTP routes: thin functions that validate, call ``app.services``, and respond."""

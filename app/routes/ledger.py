@@ -1,0 +1,29 @@
+"""The privacy ledger: ``POST /v1/plans/{id}/rounds``, ``GET /v1/plans/{id}/ledger``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from app.deps import OperatorKey, State
+from app.schemas import LedgerOut, RoundRecord, RoundReport
+from app.services import ledger as ledger_service
+
+router = APIRouter(prefix="/v1/plans", tags=["ledger"])
+
+
+@router.post(
+    "/{plan_id}/rounds", status_code=201, response_model=RoundRecord,
+    summary="report one training round (idempotent on round_index)",
+    responses={200: {"model": RoundRecord, "description": "already recorded (duplicate: true)"}},
+)
+def report_round(plan_id: str, body: RoundReport, state: State, caller: OperatorKey,
+                 response: Response) -> RoundRecord:
+    record = ledger_service.report_round(state, plan_id, body, caller)
+    if record.duplicate:
+        response.status_code = 200
+    return record
+
+
+@router.get("/{plan_id}/ledger", response_model=LedgerOut, summary="privacy spent per group")
+def get_ledger(plan_id: str, state: State, _caller: OperatorKey) -> LedgerOut:
+    return ledger_service.ledger(state, plan_id)

@@ -1,0 +1,43 @@
+"""``/v1/plans``: create (planner), read, list, re-plan (docs/service.md §Plans)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.deps import PlannerKey, ReadSession, State, OperatorKey
+from app.schemas import PlanCreate, PlanPage, ReplanRequest, StoredPlan
+from app.services import plans as plan_service
+
+router = APIRouter(prefix="/v1/plans", tags=["plans"])
+
+
+@router.post("", status_code=201, response_model=StoredPlan, summary="compute and store a plan")
+def create_plan(body: PlanCreate, state: State, caller: PlannerKey) -> StoredPlan:
+    return plan_service.create_plan(state, body.scenario, body.method, caller)
+
+
+@router.get("", response_model=PlanPage, summary="list plans, newest first")
+def list_plans(
+    session: ReadSession,
+    _caller: PlannerKey,
+    limit: Annotated[int, Query(ge=1, le=plan_service.MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=64, description="next_cursor of the previous page")] = None,
+    offset: Annotated[int | None, Query(ge=0, le=10**9)] = None,
+    population_id: Annotated[str | None, Query(max_length=32)] = None,
+) -> PlanPage:
+    return plan_service.list_plans(session, limit, cursor, offset, population_id)
+
+
+@router.get("/{plan_id}", response_model=StoredPlan, summary="one plan document")
+def get_plan(plan_id: str, session: ReadSession, _caller: PlannerKey) -> StoredPlan:
+    return plan_service.get_plan(session, plan_id)
+
+
+@router.post(
+    "/{plan_id}/replan", status_code=201, response_model=StoredPlan,
+    summary="re-plan the remaining rounds (child plan linked to its parent)",
+)
+def replan(plan_id: str, body: ReplanRequest, state: State, caller: OperatorKey) -> StoredPlan:
+    return plan_service.replan_plan(state, plan_id, body, caller)

@@ -1,0 +1,216 @@
+"""Request and response bodies of the HTTP API (docs/service.md §Endpoints).
+
+Scenario, plan and change documents are the planner's own models (``planner.schema``),
+and accounting requests are ``accounting.requests``: the CLI and HTTP share one
+validation. This module adds only what is specific to the service (ids, pages, keys,
+populations, the ledger).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from accounting.mechanism import Phase
+from planner.schema import Changes, GroupSpec, Plan, PlanMethod, PositiveFinite, RequestedMethod, Scenario
+
+from app.models import as_utc
+from app.security import Role
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+PoolId = Annotated[str, Field(min_length=1, max_length=64)]
+MetricName = Annotated[str, Field(min_length=1, max_length=64)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- keys -------------------------------------------------------------------------------
+
+
+class KeyCreate(_Input):
+    name: Name
+    role: Role = "planner"
+
+
+class KeyOut(BaseModel):
+    name: str
+    role: str
+    created_at: UtcDatetime
+    created_by: str | None = None
+    revoked_at: UtcDatetime | None = None
+
+
+class KeyCreated(KeyOut):
+    token: str = Field(description="the API key; shown only in this response, stored hashed")
+
+
+# --- plans ------------------------------------------------------------------------------
+
+
+class PlanCreate(_Input):
+    scenario: Scenario
+    method: RequestedMethod = "gdpfed_plus"
+
+
+class StoredPlan(Plan):
+    """A plan document as stored by the service: the plan plus its id and provenance.
+
+    The body is a valid plan document (``planner.schema.load_plan`` reads it), so the
+    trainer can execute the response of ``GET /v1/plans/{id}`` directly.
+    """
+
+    id: str
+    created_at: UtcDatetime
+    created_by: str | None = None
+    population_id: str | None = None
+
+
+class PlanSummary(BaseModel):
+    id: str
+    created_at: UtcDatetime
+    method: str
+    accountant: str
+    start_round: int
+    rounds: int
+    parent_plan_id: str | None = None
+    population_id: str | None = None
+
+
+class PlanPage(BaseModel):
+    items: list[PlanSummary]
+    total: int = Field(description="number of plans matching the filter")
+    limit: int
+    offset: int | None = None
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page; null at the end")
+
+
+class ReplanRequest(_Input):
+    rounds_done: int | None = Field(
+        None, ge=0, description="rounds of this plan already run; default: what the ledger recorded"
+    )
+    changes: Changes = Field(default_factory=Changes)
+
+
+# --- ledger -----------------------------------------------------------------------------
+
+
+class RoundReport(_Input):
+    round_index: int = Field(
+        ..., ge=0, le=10**9,
+        description="GLOBAL round index: plan.start_round <= round_index < plan.start_round + plan.rounds",
+    )
+    aborted_pools: list[PoolId] = Field(default_factory=list, max_length=10_000)
+    metrics: dict[MetricName, FiniteFloat] = Field(default_factory=dict, max_length=256)
+
+
+class RoundRecord(BaseModel):
+    plan_id: str
+    round_index: int
+    aborted_pools: list[str]
+    metrics: dict[str, float]
+    reported_at: UtcDatetime
+    reported_by: str | None = None
+    duplicate: bool = Field(False, description="true when this round was already recorded (nothing changed)")
+
+
+class GroupLedger(BaseModel):
+    id: str
+    epsilon: float | None = Field(description="the group's target epsilon in this plan; null = opted out")
+    phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
+    steps: int = Field(description="rounds this group was sampled with a nonzero rate")
+    epsilon_spent: float | None = Field(description="epsilon of the phases; null when a phase had no noise")
+    epsilon_remaining: float | None = None
+    opted_out: bool = False
+
+
+class LedgerOut(BaseModel):
+    plan_id: str
+    accountant: str
+    delta: float
+    start_round: int
+    rounds: int
+    rounds_reported: int = Field(description="distinct rounds of this plan reported")
+    last_round_index: int | None = None
+    rounds_counted: int = Field(
+        description="rounds of this plan counted as spent: every round up to the last reported "
+        "one (a lost report never hides privacy spent)"
+    )
+    superseded_by: str | None = None
+    groups: list[GroupLedger]
+
+
+# --- populations ------------------------------------------------------------------------
+
+
+class PopulationCreate(_Input):
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    scenario: Scenario
+    method: PlanMethod = "gdpfed_plus"
+
+
+class PopulationOut(BaseModel):
+    id: str
+    name: str
+    method: str
+    scenario: Scenario
+    active_plan_id: str | None = None
+    version: int
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+    created_by: str | None = None
+
+
+class PopulationPage(BaseModel):
+    items: list[PopulationOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class GroupPatch(_Input):
+    """Change one group's budget or size. Unset fields keep their value."""
+
+    epsilon: PositiveFinite | None = None
+    num_clients: int | None = Field(None, ge=1, le=10**9)
+    opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
+
+    @model_validator(mode="after")
+    def _something(self) -> GroupPatch:
+        if self.epsilon is None and self.num_clients is None and not self.opt_out:
+            raise ValueError("give at least one of epsilon, num_clients, opt_out")
+        if self.opt_out and self.epsilon is not None:
+            raise ValueError("give epsilon or opt_out, not both")
+        return self
+
+
+class ChangeOut(BaseModel):
+    at: UtcDatetime
+    actor: str
+    group_id: str | None
+    field: str
+    old: Any = None
+    new: Any = None
+    plan_id: str | None = Field(None, description="the re-plan this change produced, if any")
+
+
+class ChangePage(BaseModel):
+    items: list[ChangeOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class PopulationChangeResult(BaseModel):
+    population: PopulationOut
+    changes: list[ChangeOut]
+    plan: StoredPlan | None = Field(None, description="the re-plan the change required (the new active plan)")
+
+
+GroupAdd = GroupSpec

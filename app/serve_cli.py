@@ -1,0 +1,99 @@
+"""``gdpfed serve``: run the planning service with uvicorn (docs/service.md §Running).
+
+``--create-key NAME --role ROLE`` instead creates one API key in the database, prints
+its token once, and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from app.security import ROLES
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the HTTP planning service (uvicorn)",
+        description="Run the gdpfed planning service. Settings come from GDPFED_* environment "
+        "variables (docs/service.md); the flags here override them.",
+    )
+    parser.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1, GDPFED_HOST)")
+    parser.add_argument("--port", type=int, default=None, help="port (default 8000, GDPFED_PORT)")
+    parser.add_argument("--database-url", default=None,
+                        help="SQLAlchemy URL (default sqlite:///./gdpfed.db, GDPFED_DATABASE_URL)")
+    parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error", "critical"])
+    parser.add_argument("--create-key", metavar="NAME", default=None,
+                        help="create an API key NAME, print its token once, and exit")
+    parser.add_argument("--role", choices=ROLES, default="planner", help="role of --create-key (default planner)")
+    parser.add_argument("--json", action="store_true", help="with --create-key: print the key as JSON")
+    parser.set_defaults(handler=handle)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from app.settings import Settings
+
+    overrides = {
+        name: value
+        for name, value in (("host", args.host), ("port", args.port), ("database_url", args.database_url),
+                            ("log_level", args.log_level))
+        if value is not None
+    }
+    return Settings(**overrides)
+
+
+def handle(args: argparse.Namespace) -> tuple[Any, str] | None:
+    settings = settings_from_args(args)
+    if args.create_key is not None:
+        return _create_key(settings, args.create_key, args.role)
+    return _serve(settings)
+
+
+def _create_key(settings: Any, name: str, role: str) -> tuple[Any, str]:
+    from app.db import make_engine, session_factory
+    from app.migrate import upgrade_head
+    from app.schemas import KeyCreate, KeyCreated, KeyOut
+    from app.services.keys import create_key_committed
+
+    request = KeyCreate(name=name, role=role)  # validates the name like POST /v1/keys
+    engine = make_engine(settings.database_url, settings.db_busy_timeout_seconds)
+    try:
+        upgrade_head(engine)
+        key, token = create_key_committed(session_factory(engine), request.name, request.role, "cli")
+        created = KeyCreated(**KeyOut.model_validate(key, from_attributes=True).model_dump(), token=token)
+    finally:
+        engine.dispose()
+    text = f"created {role} API key {name!r}; it is shown only now:\n{token}"
+    return created, text
+
+
+def _serve(settings: Any) -> None:
+    import logging
+    import sys
+
+    import uvicorn
+
+    from app.main import create_app
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    if ":" in shown_host:
+        shown_host = f"[{shown_host}]"
+    sys.stderr.write(
+        f"gdpfed serve: API docs at http://{shown_host}:{settings.port}/docs "
+        f"(database {_redact(settings.database_url)})\n"
+    )
+    sys.stderr.flush()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    return None
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL fails later with its own error
+        return "<unparsable url>"

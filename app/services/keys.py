@@ -1,0 +1,90 @@
+"""API keys: create, find by token, list, revoke; the initial operator key (docs/service.md §Auth)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.db import with_busy_retry, write_transaction
+from app.errors import conflict, not_found
+from app.models import ApiKey, utc_now
+from app.security import Role, hash_token, new_token, token_matches
+
+INITIAL_KEY_NAME = "initial-operator"
+
+
+def create_key(session: Session, name: str, role: Role, created_by: str | None,
+               token: str | None = None) -> tuple[ApiKey, str]:
+    """Store a new key (its hash only) and return it with the token, shown this once."""
+    if session.scalar(select(ApiKey).where(ApiKey.name == name)) is not None:
+        raise conflict(f"an API key named {name!r} already exists", field="name")
+    token = token if token is not None else new_token()
+    key = ApiKey(name=name, role=role, token_sha256=hash_token(token), created_by=created_by)
+    session.add(key)
+    session.flush()
+    return key, token
+
+
+def create_key_committed(factory: sessionmaker[Session], name: str, role: Role,
+                         created_by: str | None) -> tuple[ApiKey, str]:
+    def attempt() -> tuple[ApiKey, str]:
+        try:
+            with write_transaction(factory) as session:
+                return create_key(session, name, role, created_by)
+        except IntegrityError:
+            raise conflict(f"an API key named {name!r} already exists", field="name") from None
+
+    return with_busy_retry(attempt)
+
+
+def ensure_initial_key(factory: sessionmaker[Session], token: str | None = None) -> str | None:
+    """With no key in the database, create the operator key ``initial-operator``.
+
+    Returns its token (to be shown once) or None when keys already exist. The check and
+    the insert are one write transaction, so two processes starting together on one
+    database create one key, not two.
+    """
+
+    def attempt() -> str | None:
+        with write_transaction(factory) as session:
+            if session.scalar(select(func.count()).select_from(ApiKey)):
+                return None
+            _, created = create_key(session, INITIAL_KEY_NAME, "operator", None, token=token)
+            return created
+
+    return with_busy_retry(attempt)
+
+
+def find_key(session: Session, token: str) -> ApiKey | None:
+    """The active key whose hash matches ``token``, or None.
+
+    The lookup is by the token's SHA-256 (indexed); the match is confirmed with a
+    constant-time comparison. Timing of the index lookup can only leak bits of a hash of
+    a 256-bit random token, which do not help find the token.
+    """
+    key = session.scalar(select(ApiKey).where(ApiKey.token_sha256 == hash_token(token)))
+    if key is None or key.revoked_at is not None or not token_matches(token, key.token_sha256):
+        return None
+    return key
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.scalars(select(ApiKey).order_by(ApiKey.pk)))
+
+
+def revoke_key(session: Session, name: str) -> ApiKey:
+    key = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    if key is None:
+        raise not_found("API key", name)
+    if key.revoked_at is None:
+        key.revoked_at = utc_now()
+    return key
+
+
+def revoke_key_committed(factory: sessionmaker[Session], name: str) -> ApiKey:
+    def attempt() -> ApiKey:
+        with write_transaction(factory) as session:
+            return revoke_key(session, name)
+
+    return with_busy_retry(attempt)

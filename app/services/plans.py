@@ -1,0 +1,238 @@
+"""Plans: compute (planner), store, read, list, re-plan (docs/service.md §Plans).
+
+Planning runs on the bounded compute pool (``app.compute``); storing is one write
+transaction. A re-plan is stored as a child linked to its parent; a plan can be
+re-planned once (a second child would be a second future for the same rounds and
+could spend the groups' budgets twice).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+import planner
+from accounting.errors import InvalidInputError
+from planner.schema import Changes, Plan, RequestedMethod, Scenario
+
+from app.db import with_busy_retry, write_transaction
+from app.deps import AppState, Principal
+from app.errors import conflict, not_found
+from app.models import PlanRecord
+from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan
+from app.services import ledger as ledger_service
+
+MAX_PAGE = 200
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def check_size(state: AppState, scenario: Scenario, field: str = "scenario.groups") -> None:
+    """Refuse scenarios larger than the service's ``max_groups`` (a denial-of-service bound)."""
+    if len(scenario.groups) > state.settings.max_groups:
+        raise InvalidInputError(
+            field, f"at most {state.settings.max_groups} groups per scenario on this server "
+            f"(got {len(scenario.groups)}); raise GDPFED_MAX_GROUPS to allow more"
+        )
+
+
+def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -> Plan:
+    check_size(state, scenario)
+    return state.compute.run(planner.make_plan, scenario, method)
+
+
+def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,
+                   parent_plan_id: str) -> Plan:
+    return state.compute.run(
+        planner.replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id
+    )
+
+
+def to_stored(record: PlanRecord) -> StoredPlan:
+    return StoredPlan.model_validate(
+        {
+            **record.document,
+            "id": record.id,
+            "created_at": record.created_at,
+            "created_by": record.created_by,
+            "population_id": record.population_id,
+            "parent_plan_id": record.parent_id,
+        }
+    )
+
+
+def to_plan(record: PlanRecord) -> Plan:
+    return Plan.model_validate(record.document)
+
+
+def store_plan(session: Session, plan: Plan, *, created_by: str | None,
+               population_id: str | None = None, parent_id: str | None = None) -> PlanRecord:
+    plan_id = new_id()
+    document = plan.model_dump(mode="json")
+    document["parent_plan_id"] = parent_id
+    record = PlanRecord(
+        id=plan_id,
+        created_by=created_by,
+        method=plan.method,
+        accountant=plan.accountant,
+        start_round=plan.start_round,
+        rounds=plan.rounds,
+        parent_id=parent_id,
+        population_id=population_id,
+        document=document,
+    )
+    session.add(record)
+    session.flush()
+    return record
+
+
+def load_record(session: Session, plan_id: str, *, lock: bool = False) -> PlanRecord:
+    query = select(PlanRecord).where(PlanRecord.id == plan_id)
+    if lock:
+        query = query.with_for_update()
+    record = session.scalar(query)
+    if record is None:
+        raise not_found("plan", plan_id)
+    return record
+
+
+def child_of(session: Session, plan_id: str) -> PlanRecord | None:
+    return session.scalar(select(PlanRecord).where(PlanRecord.parent_id == plan_id))
+
+
+def create_plan(state: AppState, scenario: Scenario, method: RequestedMethod,
+                caller: Principal) -> StoredPlan:
+    plan = compute_plan(state, scenario, method)
+
+    def attempt() -> StoredPlan:
+        with write_transaction(state.sessions) as session:
+            return to_stored(store_plan(session, plan, created_by=caller.name))
+
+    stored = with_busy_retry(attempt)
+    state.metrics.plans_created.labels("new").inc()
+    return stored
+
+
+def get_plan(session: Session, plan_id: str) -> StoredPlan:
+    return to_stored(load_record(session, plan_id))
+
+
+def encode_cursor(pk: int) -> str:
+    return base64.urlsafe_b64encode(f"p{pk}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not raw.startswith("p"):
+            raise ValueError(raw)
+        return int(raw[1:])
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidInputError("cursor", "not a cursor this server handed out") from None
+
+
+def list_plans(session: Session, limit: int, cursor: str | None, offset: int | None,
+               population_id: str | None) -> PlanPage:
+    """Plans newest first. Pages by ``cursor`` (stable under inserts) or by ``offset``."""
+    if cursor is not None and offset is not None:
+        raise InvalidInputError("cursor", "give cursor or offset, not both")
+    base = select(PlanRecord)
+    count = select(func.count()).select_from(PlanRecord)
+    if population_id is not None:
+        base = base.where(PlanRecord.population_id == population_id)
+        count = count.where(PlanRecord.population_id == population_id)
+    total = int(session.scalar(count) or 0)
+    query = base.order_by(PlanRecord.pk.desc()).limit(limit + 1)
+    if cursor is not None:
+        query = query.where(PlanRecord.pk < decode_cursor(cursor))
+    elif offset:
+        query = query.offset(offset)
+    records = list(session.scalars(query))
+    more = len(records) > limit
+    records = records[:limit]
+    return PlanPage(
+        items=[summary(record) for record in records],
+        total=total,
+        limit=limit,
+        offset=offset if cursor is None else None,
+        next_cursor=encode_cursor(records[-1].pk) if more and records else None,
+    )
+
+
+def summary(record: PlanRecord) -> PlanSummary:
+    return PlanSummary(
+        id=record.id,
+        created_at=record.created_at,
+        method=record.method,
+        accountant=record.accountant,
+        start_round=record.start_round,
+        rounds=record.rounds,
+        parent_plan_id=record.parent_id,
+        population_id=record.population_id,
+    )
+
+
+def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Principal,
+                attempts: int = 3) -> StoredPlan:
+    """Re-plan a stored plan for its remaining rounds and store the child.
+
+    ``rounds_done`` defaults to the ledger's count (every round up to the last reported
+    one); a smaller value is refused, since it would forget privacy already spent. The
+    computation runs outside any transaction; the write transaction then re-checks that
+    the ledger and the plan's children did not change meanwhile, and recomputes if they
+    did (at most ``attempts`` times).
+    """
+    for _ in range(attempts):
+        with state.sessions() as session:
+            record = load_record(session, plan_id)
+            _check_replannable(session, record)
+            counted = ledger_service.rounds_counted(session, record)
+            rounds_done = _rounds_done(body.rounds_done, counted)
+            plan = to_plan(record)
+        child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
+
+        def attempt() -> StoredPlan | None:
+            with write_transaction(state.sessions) as session:
+                current = load_record(session, plan_id, lock=True)
+                _check_replannable(session, current)
+                if ledger_service.rounds_counted(session, current) != counted:
+                    return None
+                return to_stored(store_plan(
+                    session, child, created_by=caller.name, parent_id=plan_id,
+                    population_id=current.population_id,
+                ))
+
+        stored = with_busy_retry(attempt)
+        if stored is not None:
+            state.metrics.plans_created.labels("replan").inc()
+            return stored
+    raise conflict("rounds kept being reported while re-planning; retry")
+
+
+def _check_replannable(session: Session, record: PlanRecord) -> None:
+    if record.population_id is not None:
+        raise conflict(
+            f"plan {record.id!r} belongs to population {record.population_id!r}: change the "
+            "population (PATCH /v1/populations/{id}/groups/{group_id}) to re-plan it"
+        )
+    existing = child_of(session, record.id)
+    if existing is not None:
+        raise conflict(f"plan {record.id!r} was already re-planned as {existing.id!r}; re-plan that one")
+
+
+def _rounds_done(requested: int | None, counted: int) -> int:
+    if requested is None:
+        return counted
+    if requested < counted:
+        raise conflict(
+            f"rounds_done={requested} is below the {counted} rounds the ledger counts for this "
+            "plan; a re-plan may not forget privacy already spent",
+            field="rounds_done",
+        )
+    return requested
