@@ -1,0 +1,83 @@
+"""Hand-built plans for the trainer's tests (the plan document is the contract; these
+exercise the trainer without depending on the planner's optimiser)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
+
+
+def hand_plan(
+    groups: Sequence[tuple[str, float | None, int, float]],
+    pools: Sequence[tuple[str, Sequence[str], float, int, float]],
+    *,
+    rounds: int = 10,
+    clip_norm: float = 1.0,
+    model_dim: int = 100,
+    expected_clients: float | None = None,
+    dropout_rate: float = 0.0,
+    method: str = "gdpfed_plus",
+    start_round: int = 0,
+    delta: float = 1e-5,
+    clip_norms: dict[str, float] | None = None,
+) -> Plan:
+    """``groups``: (id, epsilon, num_clients, sampling_rate); ``pools``: (id, group ids,
+    noise_multiplier, secagg_threshold, keep_ratio)."""
+    clip_norms = clip_norms or {}
+    total_expected = sum(n * q for _, _, n, q in groups)
+    k = expected_clients if expected_clients is not None else total_expected
+    scenario = Scenario(
+        groups=[{"id": gid, "epsilon": eps, "num_clients": n} for gid, eps, n, _ in groups],
+        delta=delta,
+        rounds=start_round + rounds,
+        clip_norm=clip_norm,
+        model_dim=model_dim,
+        expected_clients=k,
+        dropout_rate=dropout_rate,
+        min_clients_per_pool=1,
+    )
+    pool_of = {g: pid for pid, members, *_ in pools for g in members}
+    sigma_of = {pid: sigma for pid, _, sigma, _, _ in pools}
+    group_plans = [
+        GroupPlan(
+            id=gid,
+            epsilon=eps,
+            num_clients=n,
+            pool=pool_of[gid],
+            sampling_rate=q,
+            expected_clients=q * n,
+            aggregation_weight=q * n / k,
+            clip_norm=clip_norms.get(gid, clip_norm),
+            noise_multiplier_required=sigma_of[pool_of[gid]] if eps is not None else None,
+            epsilon_spent=eps,
+            phases=[],
+        )
+        for gid, eps, n, q in groups
+    ]
+    pool_plans = [
+        PoolPlan(
+            id=pid,
+            groups=list(members),
+            noise_multiplier=sigma,
+            noise_std=sigma * clip_norm,
+            keep_ratio=keep,
+            expected_clients=sum(q * n for gid, _, n, q in groups if gid in members),
+            secagg_threshold=m,
+            noise_share_std=sigma * clip_norm / math.sqrt(m),
+            abort_probability=0.0,
+            expected_noise_inflation=1.0,
+        )
+        for pid, members, sigma, m, keep in pools
+    ]
+    return Plan(
+        method=method,
+        accountant="rdp",
+        scenario=scenario,
+        rounds=rounds,
+        start_round=start_round,
+        groups=group_plans,
+        pools=pool_plans,
+        predicted=Predicted(noise_energy=0.0, sparsification_error=0.0, objective=0.0),
+    )

@@ -1,0 +1,302 @@
+"""One federated round with the plan's privacy mechanism (docs/trainer.md §Rounds).
+
+1. The strategy samples each group's clients (Poisson, ``q_g``); each sampled client then
+   drops out with the scenario's ``dropout_rate``: a ``late_dropout_fraction`` of those
+   drop after sending their masked input (secure aggregation recovers their masks and
+   their input *is* in the sum), the rest before masking (their input is not).
+2. Every client that reaches the masking step trains locally (``strategy.client_update``),
+   and the engine then clips its update to its group's ``clip_norm``, rounds it to the
+   pool's fixed-point grid (conditional randomised rounding, norm still <= clip norm),
+   adds its noise share ``N(0, s_P^2)``, ``s_P = sigma_P C / sqrt(m_P)``
+   (``PoolPlan.noise_share_std``), and hands the vector to the pool's secure-aggregation
+   session (``trainer.secagg.secure_sum``, threshold ``m_P``).
+3. A pool sum is released only with at least ``m_P`` survivors; otherwise the pool adds
+   nothing this round and the abort is recorded.
+4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
+   ``strategy.server_update`` produce the next global parameters.
+
+Value bound for secure aggregation: a client's vector has coordinates
+``|x_j| <= C + z s_P + 2/scale`` where ``z = noise_tail_multiplier(d * K * T)`` makes
+the chance that *any* noise coordinate of the whole run exceeds it at most 1e-9
+(``trainer/noise.py``). Secure aggregation refuses a vector beyond its bound; the engine
+checks first and stops the run with ``NoiseBoundExceeded`` rather than clamp a noise
+share, which would change the released distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+
+from accounting.errors import InvalidInputError
+from planner.schema import Plan
+from trainer import noise
+from trainer.secagg import choose_params, secure_sum
+from trainer.strategies.base import (
+    PURPOSE_CLIENT,
+    PURPOSE_DROPOUT,
+    PURPOSE_SECAGG,
+    Population,
+    RoundContext,
+    Strategy,
+)
+
+SecAggMode = Literal["full", "sparse"]
+# Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
+EncodedHook = Callable[[int, str, np.ndarray], None]
+
+
+class NoiseBoundExceeded(RuntimeError):
+    """A noise share fell outside the secure-aggregation value bound (probability <= 1e-9 per run)."""
+
+
+@dataclass(frozen=True)
+class PoolMechanism:
+    """What the engine needs to run one pool's clients through the mechanism."""
+
+    pool_id: str
+    index: int
+    group_ids: tuple[str, ...]
+    clip_norms: dict[str, float]
+    share_std: float
+    threshold: int
+    keep_ratio: float
+    scale: float
+    value_bound: float
+
+
+@dataclass
+class RoundOutcome:
+    """What one round did (the raw material of a ``RoundRecord``)."""
+
+    global_round: int
+    sampled: dict[str, int]
+    survived: dict[str, int]
+    aborted_pools: list[str]
+    abort_reasons: dict[str, str]
+    dropped_before_masking: int
+    dropped_after_masking: int
+    timing: dict[str, float]
+    pool_sums: dict[str, np.ndarray | None] = field(default_factory=dict)
+
+
+def pool_mechanisms(plan: Plan, dim: int, rounds: int) -> list[PoolMechanism]:
+    """Per-pool clip norms, noise share, grid scale and value bound, after checking the plan.
+
+    Refuses (``InvalidInputError``) a pool whose shares release less than its
+    ``noise_std`` and a private group (``epsilon`` set) in a pool without noise.
+    """
+    expected = [group.expected_clients for group in plan.groups]
+    z = noise.noise_tail_multiplier(noise.total_draws(dim, expected, rounds))
+    mechanisms = []
+    for index, pool in enumerate(plan.pools):
+        groups = [plan.group(group_id) for group_id in pool.groups]
+        noise.check_pool_noise(pool.id, pool.noise_std, pool.noise_share_std, pool.secagg_threshold)
+        if pool.noise_share_std == 0 and plan.method != "nonprivate":
+            private = [g.id for g in groups if g.epsilon is not None]
+            if private:
+                raise InvalidInputError(
+                    f"pools.{pool.id}.noise_multiplier",
+                    f"is 0 but group(s) {', '.join(private)} have an epsilon: the plan would not protect them",
+                )
+        clip_norms = {g.id: float(g.clip_norm) for g in groups}
+        largest_clip = max(clip_norms.values())
+        finest_clip = min(clip_norms.values())
+        scale = noise.grid_scale(finest_clip, pool.noise_share_std, dim)
+        mechanisms.append(
+            PoolMechanism(
+                pool_id=pool.id,
+                index=index,
+                group_ids=tuple(pool.groups),
+                clip_norms=clip_norms,
+                share_std=float(pool.noise_share_std),
+                threshold=int(pool.secagg_threshold),
+                keep_ratio=float(pool.keep_ratio),
+                scale=scale,
+                value_bound=noise.value_bound(largest_clip, pool.noise_share_std, scale, z),
+            )
+        )
+    return mechanisms
+
+
+def privatize(
+    update: np.ndarray,
+    clip_norm: float,
+    mechanism: PoolMechanism,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One client's masked-input vector and its encoded pre-noise part (both decoded floats).
+
+    ``x = enc(clip(Delta, C_g)) / scale + round(N(0, s_P^2) scale) / scale``: every value
+    is a multiple of ``1/scale`` (a power of two), so secure aggregation encodes it exactly.
+    """
+    clipped = noise.clip_rows(update[None, :], np.array([clip_norm]))[0]
+    pre_noise = noise.encode_clipped(clipped, clip_norm, mechanism.scale, rng)
+    total = pre_noise + noise.draw_noise_share(update.shape[0], mechanism.share_std, mechanism.scale, rng)
+    vector = total / mechanism.scale
+    largest = float(np.max(np.abs(vector)))
+    if largest > mechanism.value_bound:
+        raise NoiseBoundExceeded(
+            f"pool {mechanism.pool_id}: a coordinate reached {largest:.6g} > value bound "
+            f"{mechanism.value_bound:.6g} (an event of probability <= 1e-9 per run); "
+            "rerun with another seed"
+        )
+    return vector, pre_noise / mechanism.scale
+
+
+class RoundEngine:
+    """Runs rounds of ``strategy`` over ``population`` with the plan's mechanism."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        strategy: Strategy,
+        population: Population,
+        dim: int,
+        *,
+        rounds: int,
+        late_dropout_fraction: float = 0.0,
+        secagg_mode: SecAggMode = "full",
+        on_encoded: EncodedHook | None = None,
+        keep_pool_sums: bool = False,
+    ) -> None:
+        if not 0 <= late_dropout_fraction <= 1:
+            raise InvalidInputError("late_dropout_fraction", f"must be in [0, 1], got {late_dropout_fraction}")
+        self.plan = plan
+        self.strategy = strategy
+        self.population = population
+        self.dim = dim
+        self.dropout_rate = float(plan.scenario.dropout_rate)
+        self.late_dropout_fraction = late_dropout_fraction
+        self.secagg_mode = secagg_mode
+        self.on_encoded = on_encoded
+        self.keep_pool_sums = keep_pool_sums
+        self.mechanisms = pool_mechanisms(plan, dim, rounds)
+        self._pool_of_group = {g: m for m in self.mechanisms for g in m.group_ids}
+
+    def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
+        """One round from ``global_params``; returns the next parameters and what happened."""
+        timing: dict[str, float] = {}
+        started = time.perf_counter()
+        selection = self.strategy.configure_round(ctx, self.population)
+        sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
+
+        # Dropouts: per group, who leaves before masking and who after (input kept).
+        drop_rng = ctx.rng(PURPOSE_DROPOUT)
+        early: set[int] = set()
+        late: set[int] = set()
+        participants: dict[str, list[tuple[int, str]]] = {m.pool_id: [] for m in self.mechanisms}
+        for group in self.plan.groups:
+            clients = selection[group.id]
+            dropped = drop_rng.random(clients.size) < self.dropout_rate
+            after = drop_rng.random(clients.size) < self.late_dropout_fraction
+            for client, gone, is_late in zip(clients.tolist(), dropped.tolist(), after.tolist()):
+                if gone:
+                    (late if is_late else early).add(client)
+                participants[self._pool_of_group[group.id].pool_id].append((client, group.id))
+
+        trainees = [(c, g) for pool in participants.values() for c, g in pool if c not in early]
+        trainee_ids = np.array([c for c, _ in trainees], dtype=np.int64)
+        timing["select"] = time.perf_counter() - started
+
+        tick = time.perf_counter()
+        updates = self.strategy.client_update(ctx, global_params, trainee_ids, [g for _, g in trainees])
+        if updates.shape != (len(trainees), self.dim):
+            raise ValueError(f"client_update returned shape {tuple(updates.shape)}, expected {(len(trainees), self.dim)}")
+        rows = updates.detach().to("cpu", torch.float64).numpy()
+        timing["train"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        row_of = {client: i for i, (client, _) in enumerate(trainees)}
+        vectors: dict[str, dict[int, np.ndarray]] = {}
+        for mechanism in self.mechanisms:
+            pool_vectors: dict[int, np.ndarray] = {}
+            for client, group_id in participants[mechanism.pool_id]:
+                if client in early:
+                    # Never trained and never sent: the protocol only needs its id.
+                    pool_vectors[client] = np.zeros(self.dim)
+                    continue
+                vector, pre_noise = privatize(
+                    rows[row_of[client]],
+                    mechanism.clip_norms[group_id],
+                    mechanism,
+                    ctx.rng(PURPOSE_CLIENT, client),
+                )
+                if self.on_encoded is not None:
+                    self.on_encoded(client, group_id, pre_noise)
+                pool_vectors[client] = vector
+            vectors[mechanism.pool_id] = pool_vectors
+        timing["privatize"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        pool_sums: dict[str, np.ndarray | None] = {}
+        survived: dict[str, int] = {}
+        aborted: list[str] = []
+        reasons: dict[str, str] = {}
+        for mechanism in self.mechanisms:
+            pool_vectors = vectors[mechanism.pool_id]
+            if len(pool_vectors) < mechanism.threshold:
+                pool_sums[mechanism.pool_id] = None
+                survived[mechanism.pool_id] = 0
+                aborted.append(mechanism.pool_id)
+                reasons[mechanism.pool_id] = (
+                    f"{len(pool_vectors)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
+                )
+                continue
+            params = choose_params(
+                len(pool_vectors),
+                mechanism.threshold,
+                mechanism.value_bound,
+                scale=mechanism.scale,
+                mode=self.secagg_mode,
+            )
+            result = secure_sum(
+                pool_vectors,
+                params,
+                seed=ctx.seed_for(PURPOSE_SECAGG, mechanism.index),
+                drop_before_masking=[c for c in pool_vectors if c in early],
+                drop_before_unmasking=[c for c in pool_vectors if c in late],
+            )
+            if result.aborted:
+                pool_sums[mechanism.pool_id] = None
+                survived[mechanism.pool_id] = 0
+                aborted.append(mechanism.pool_id)
+                reasons[mechanism.pool_id] = result.reason or "aborted"
+            else:
+                if len(result.survivors) < mechanism.threshold:
+                    # Secure aggregation must never release a sum of fewer than m_P inputs:
+                    # its noise would be below sigma_P^2 C^2.
+                    raise RuntimeError(
+                        f"pool {mechanism.pool_id}: secure aggregation released a sum of "
+                        f"{len(result.survivors)} < m_P={mechanism.threshold} inputs"
+                    )
+                pool_sums[mechanism.pool_id] = result.sum
+                survived[mechanism.pool_id] = len(result.survivors)
+        timing["secagg"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        device = global_params.device
+        released = {
+            pool_id: None if total is None else torch.from_numpy(total).to(device)
+            for pool_id, total in pool_sums.items()
+        }
+        update = self.strategy.aggregate(ctx, released, self.dim)
+        new_params = self.strategy.server_update(ctx, global_params, update)
+        timing["aggregate"] = time.perf_counter() - tick
+
+        outcome = RoundOutcome(
+            global_round=ctx.global_round,
+            sampled=sampled,
+            survived=survived,
+            aborted_pools=aborted,
+            abort_reasons=reasons,
+            dropped_before_masking=len(early),
+            dropped_after_masking=len(late),
+            timing=timing,
+            pool_sums=pool_sums if self.keep_pool_sums else {},
+        )
+        return new_params, outcome

@@ -1,0 +1,372 @@
+"""A training run: prepare (validate everything), then execute round by round.
+
+(docs/trainer.md §Runs, checkpoints and resume.) ``prepare_run`` loads the dataset,
+builds the model, maps the plan's groups onto the dataset's clients and checks the plan's
+mechanism, all before anything is written, so bad input leaves no trace on disk.
+``execute_run`` then creates (or reopens) the run directory and, per round: runs the
+round engine, adds the round to the privacy ledger, evaluates on schedule, appends the
+round to ``rounds.jsonl``, writes the checkpoint, reports the round, and updates the
+progress display. At the end (or when the plan's rounds are all done) it writes
+``summary.json`` and the plots.
+
+Resume: the checkpoint stores the index of the next round, the global parameters, the
+strategy's state, the ledger and the reporter's queue; all randomness of round ``t`` is
+derived from ``(seed, t)``. Log lines written after the last checkpoint are dropped and
+their rounds re-run, so a resumed run ends with the same parameters, the same ledger and
+the same log (up to wall-clock times) as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from accounting.errors import InvalidInputError
+from planner.schema import Plan
+from trainer.rounds import RoundEngine, RoundOutcome
+from trainer.run.checkpoint import fingerprint, load_checkpoint, save_checkpoint
+from trainer.run.directory import RunDirectory, atomic_write_json
+from trainer.run.ledger import EpsilonFn, PrivacyLedger
+from trainer.run.metrics import RoundRecord, append_round, read_rounds, truncate_rounds
+from trainer.run.plots import plot_run
+from trainer.run.progress import Progress
+from trainer.run.reporting import RoundReporter
+from trainer.strategies.base import Population, RoundContext, Strategy
+from trainer.strategies.plan import PlanStrategy
+
+
+class TrainConfig(BaseModel):
+    """Everything about a run except the plan (stored as ``config.json``; no secrets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str
+    model: str
+    rounds: int = Field(ge=1, description="rounds of the plan to run (<= plan.rounds)")
+    partition: Literal["iid", "dirichlet", "natural"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
+    local_steps: int = Field(5, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    batch_size: int = Field(32, ge=1)
+    engine: Literal["batched", "loop"] = "batched"
+    seed: int = Field(0, ge=0)
+    eval_every: int = Field(1, ge=1)
+    server_lr: float = Field(1.0, gt=0)
+    server_momentum: float = Field(0.0, ge=0, lt=1)
+    late_dropout_fraction: float = Field(0.0, ge=0, le=1)
+    secagg_mode: Literal["full", "sparse"] = "full"
+    checkpoint_every: int = Field(1, ge=1)
+
+
+class RunSummary(BaseModel):
+    """``summary.json``: where a run ended up."""
+
+    run_dir: str
+    method: str
+    plan_id: str | None
+    complete: bool
+    rounds_run: int = Field(description="rounds of this plan completed")
+    rounds: int = Field(description="rounds this run was asked for")
+    start_round: int
+    final_accuracy: float | None
+    final_loss: float | None
+    best_accuracy: float | None
+    epsilon_spent: dict[str, float | None]
+    epsilon_target: dict[str, float | None]
+    aborted_rounds: dict[str, int] = Field(description="pool id -> rounds it released nothing")
+    model_dim: int
+    device: str
+    seconds: float = Field(description="wall-clock seconds of this process's rounds")
+    reports_pending: int = 0
+    warnings: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class PreparedRun:
+    """A validated run, ready to execute; nothing has been written yet."""
+
+    plan: Plan
+    plan_document: dict[str, Any]
+    config: TrainConfig
+    run_dir: RunDirectory
+    resume: bool
+    dataset: Any
+    model: torch.nn.Module
+    device: torch.device
+    population: Population
+    initial_params: torch.Tensor
+    strategy: Strategy
+    engine: RoundEngine
+    warnings: list[str]
+
+
+def build_population(plan: Plan, dataset: Any, seed: int) -> Population:
+    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``)."""
+    from trainer.data import assign_groups
+
+    labels = np.asarray(assign_groups([g.num_clients for g in plan.groups], dataset.num_clients, seed))
+    return Population({g.id: np.flatnonzero(labels == index) for index, g in enumerate(plan.groups)})
+
+
+def prepare_run(
+    plan: Plan,
+    plan_document: dict[str, Any],
+    config: TrainConfig,
+    out: Path,
+    *,
+    resume: bool = False,
+    device: str = "auto",
+    strategy_factory: Callable[..., Strategy] | None = None,
+    dataset: Any = None,
+) -> PreparedRun:
+    """Validate the plan, config, data and model; build the strategy and round engine.
+
+    Raises ``InvalidInputError`` for anything a user can fix: rounds beyond the plan's (that
+    would spend more privacy than planned), a plan without rounds, unknown data, a model
+    that does not fit the data, a population larger than the data can split into.
+    ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
+    **options)`` replaces ``PlanStrategy``.
+    """
+    from trainer.data import load_dataset
+    from trainer.device import choose_device
+    from trainer.engines import LocalTrainingConfig, flatten_params, num_params
+    from trainer.models import build_model
+
+    if plan.method not in {"nonprivate", "dp_fedavg", "gdpfed", "gdpfed_minus", "gdpfed_plus",
+                           "idp_sample", "idp_scale", "pooled_plus"}:
+        raise InvalidInputError("plan", f"method {plan.method!r} cannot be trained")
+    if plan.rounds < 1:
+        raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
+    if config.rounds > plan.rounds:
+        raise InvalidInputError(
+            "rounds",
+            f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would spend "
+            "more privacy than the plan allows (re-plan for more rounds)",
+        )
+    chosen_device = choose_device(device)
+    local = LocalTrainingConfig(
+        local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
+    )
+    if dataset is None:
+        dataset = load_dataset(
+            config.dataset,
+            num_clients=plan.scenario.total_clients,
+            partition=config.partition,
+            alpha=config.alpha,
+            seed=config.seed,
+        )
+    model = build_model(config.model, dataset, seed=config.seed).to(chosen_device)
+    population = build_population(plan, dataset, config.seed)
+    dim = num_params(model)
+    warnings = []
+    if dim != plan.scenario.model_dim:
+        warnings.append(
+            f"the plan was made for model_dim {plan.scenario.model_dim}, the model has {dim} "
+            "parameters: keep ratios apply as ratios, and the plan's predicted noise energy "
+            "and keep_ratio: auto choices assumed the other dimension"
+        )
+    factory = strategy_factory or PlanStrategy
+    strategy = factory(
+        plan,
+        model,
+        dataset,
+        engine=config.engine,
+        local=local,
+        device=chosen_device,
+        server_lr=config.server_lr,
+        server_momentum=config.server_momentum,
+    )
+    engine = RoundEngine(
+        plan,
+        strategy,
+        population,
+        dim,
+        rounds=config.rounds,
+        late_dropout_fraction=config.late_dropout_fraction,
+        secagg_mode=config.secagg_mode,
+    )
+    initial = flatten_params(model).to(chosen_device)
+    return PreparedRun(
+        plan=plan,
+        plan_document=plan_document,
+        config=config,
+        run_dir=RunDirectory(out),
+        resume=resume,
+        dataset=dataset,
+        model=model,
+        device=chosen_device,
+        population=population,
+        initial_params=initial,
+        strategy=strategy,
+        engine=engine,
+        warnings=warnings,
+    )
+
+
+def round_record(
+    outcome: RoundOutcome,
+    ledger: PrivacyLedger,
+    metrics: dict[str, float] | None,
+    seconds: float,
+    timing: dict[str, float],
+) -> RoundRecord:
+    return RoundRecord(
+        round=outcome.global_round,
+        loss=None if metrics is None else metrics["loss"],
+        accuracy=None if metrics is None else metrics["accuracy"],
+        epsilon_spent=ledger.spent(),
+        aborted_pools=outcome.aborted_pools,
+        sampled=outcome.sampled,
+        survived=outcome.survived,
+        dropped_before_masking=outcome.dropped_before_masking,
+        dropped_after_masking=outcome.dropped_after_masking,
+        seconds=seconds,
+        timing=timing,
+    )
+
+
+def execute_run(
+    prepared: PreparedRun,
+    *,
+    reporter: RoundReporter | None = None,
+    progress: Progress | None = None,
+    epsilon_fn: EpsilonFn | None = None,
+    plan_id: str | None = None,
+) -> RunSummary:
+    """Run (or continue) the prepared run to its last round; return and write the summary."""
+    from trainer.engines import evaluate
+
+    plan, config, run_dir = prepared.plan, prepared.config, prepared.run_dir
+    plan_print = fingerprint(prepared.plan_document)
+    config_print = fingerprint(config.model_dump(mode="json"))
+    ledger = PrivacyLedger(plan, epsilon_fn)
+    params = prepared.initial_params
+    next_round = 0
+
+    if prepared.resume and run_dir.has_checkpoint():
+        state = load_checkpoint(run_dir.checkpoint)
+        if state["plan_fingerprint"] != plan_print or state["config_fingerprint"] != config_print:
+            raise InvalidInputError("resume", f"the checkpoint in {run_dir.root} belongs to another plan or configuration")
+        next_round = int(state["next_round"])
+        params = state["global_params"].to(prepared.device)
+        prepared.strategy.load_state_dict(state["strategy"])
+        ledger.load_state_dict(state["ledger"])
+        if ledger.rounds_run != next_round:
+            raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
+        if reporter is not None:
+            reporter.load_state_dict(state.get("reporter", {}))
+    else:
+        run_dir.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir.plan, prepared.plan_document)
+        atomic_write_json(run_dir.config, config.model_dump(mode="json"))
+    records = truncate_rounds(run_dir.rounds, plan.start_round + next_round)
+
+    display = progress or Progress(plan.start_round + config.rounds, plan.start_round + next_round)
+    for warning in prepared.warnings:
+        display.message(f"warning: {warning}")
+    started = time.perf_counter()
+    try:
+        for local_round in range(next_round, config.rounds):
+            round_started = time.perf_counter()
+            ctx = RoundContext(round_index=local_round, global_round=plan.start_round + local_round, seed=config.seed)
+            params, outcome = prepared.engine.run(ctx, params)
+            timing = dict(outcome.timing)
+
+            tick = time.perf_counter()
+            ledger.record_round()
+            ledger.spent()
+            timing["account"] = time.perf_counter() - tick
+
+            metrics = None
+            last = local_round + 1 == config.rounds
+            if last or (local_round + 1) % config.eval_every == 0:
+                tick = time.perf_counter()
+                metrics = evaluate(prepared.model, params, prepared.dataset.test)
+                timing["evaluate"] = time.perf_counter() - tick
+
+            record = round_record(outcome, ledger, metrics, time.perf_counter() - round_started, timing)
+            append_round(run_dir.rounds, record)
+            records.append(record)
+            # Report before the checkpoint so the checkpoint holds the queue after this
+            # attempt; a crash in between re-runs and re-posts the round (a no-op there).
+            if reporter is not None:
+                reporter.report(record.round, record.aborted_pools, report_metrics(record))
+            if last or (local_round + 1) % config.checkpoint_every == 0:
+                save_checkpoint(
+                    run_dir.checkpoint,
+                    {
+                        "next_round": local_round + 1,
+                        "seed": config.seed,
+                        "global_params": params.detach().cpu().clone(),
+                        "strategy": prepared.strategy.state_dict(),
+                        "ledger": ledger.state_dict(),
+                        "reporter": reporter.state_dict() if reporter is not None else {},
+                        "plan_fingerprint": plan_print,
+                        "config_fingerprint": config_print,
+                    },
+                )
+            display.round_done(record)
+    finally:
+        display.close()
+
+    summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter)
+    atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
+    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, plan.method)
+    return summary
+
+
+def report_metrics(record: RoundRecord) -> dict[str, Any]:
+    """The ``metrics`` object posted to the service for a round."""
+    return {
+        "loss": record.loss,
+        "accuracy": record.accuracy,
+        "epsilon_spent": record.epsilon_spent,
+        "sampled": record.sampled,
+        "survived": record.survived,
+        "seconds": record.seconds,
+    }
+
+
+def summarize(
+    prepared: PreparedRun,
+    records: list[RoundRecord],
+    ledger: PrivacyLedger,
+    seconds: float,
+    plan_id: str | None,
+    reporter: RoundReporter | None,
+) -> RunSummary:
+    plan = prepared.plan
+    evaluated = [r for r in records if r.accuracy is not None]
+    aborted = {pool.id: sum(pool.id in r.aborted_pools for r in records) for pool in plan.pools}
+    return RunSummary(
+        run_dir=str(prepared.run_dir.root),
+        method=plan.method,
+        plan_id=plan_id,
+        complete=ledger.rounds_run == prepared.config.rounds,
+        rounds_run=ledger.rounds_run,
+        rounds=prepared.config.rounds,
+        start_round=plan.start_round,
+        final_accuracy=evaluated[-1].accuracy if evaluated else None,
+        final_loss=evaluated[-1].loss if evaluated else None,
+        best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
+        epsilon_spent=ledger.spent(),
+        epsilon_target={g.id: g.epsilon for g in plan.groups},
+        aborted_rounds=aborted,
+        model_dim=prepared.engine.dim,
+        device=str(prepared.device),
+        seconds=seconds,
+        reports_pending=len(reporter.pending) if reporter is not None else 0,
+        warnings=prepared.warnings,
+    )
+
+
+def read_run(run_dir: Path) -> list[RoundRecord]:
+    """The rounds logged in ``run_dir`` (for tools and tests)."""
+    return read_rounds(RunDirectory(run_dir).rounds)

@@ -1,0 +1,133 @@
+"""The strategy seam: what a federated algorithm decides, and what it may not touch.
+
+(docs/trainer.md §Strategies.) One round, as the round engine (``trainer/rounds.py``)
+runs it::
+
+    selection = strategy.configure_round(ctx, population)        # who is sampled
+    updates   = strategy.client_update(ctx, global_params, ...)  # local objective, client state
+    -- engine: clip to C_g, add noise share, fixed-point encode, secure aggregation per pool --
+    combined  = strategy.aggregate(ctx, pool_sums)               # per-pool weights, combination
+    new       = strategy.server_update(ctx, global_params, combined)
+
+The privacy mechanism (clipping, noise shares, secure aggregation, the ``m_P``
+threshold) sits *between* ``client_update`` and ``aggregate`` and belongs to the engine,
+so no strategy can weaken it: a strategy sees individual clients only before they are
+clipped and noised, and the server side sees only released pool sums.
+
+How the roadmap's methods fit this seam (none of them is built here):
+
+- per-client persistent state (Ditto, MR-MTL personal models): ``client_update`` reads
+  and writes ``self``-held per-client tensors; they never leave the client, and
+  ``state_dict`` checkpoints them (tests/trainer/test_strategies.py has a toy one);
+- several global models (clustered methods): the flat "global parameter" vector is the
+  concatenation of the cluster models; a client's update is non-zero only in its
+  cluster's block, so one secure-aggregation session per pool still hides membership;
+- per-pool aggregation weights (FedHDP's r): ``aggregate`` weights each pool sum;
+- sample-level DP-SGD inside a client (cross-silo, MR-MTL): ``client_update`` runs
+  per-sample clipping and noise in its local steps;
+- opt-out groups: pools with ``noise_multiplier`` 0 are handled by the engine (no noise,
+  still secure aggregation); a strategy needs nothing special.
+
+A strategy's selection must stay Poisson with the plan's ``q_g`` for the privacy ledger
+(``trainer/run/ledger.py``) to be right; one that changes selection changes the mechanism
+and must be accounted for differently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from planner.schema import Plan
+
+# Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
+PURPOSE_SAMPLING = 1
+PURPOSE_DROPOUT = 2
+PURPOSE_CLIENT = 3
+PURPOSE_SECAGG = 4
+PURPOSE_TRAINING = 5
+PURPOSE_STRATEGY = 6
+
+
+@dataclass(frozen=True)
+class Population:
+    """Which clients of the dataset belong to which plan group (``group id -> indices``)."""
+
+    group_clients: Mapping[str, np.ndarray]
+
+    def clients(self, group_id: str) -> np.ndarray:
+        return self.group_clients[group_id]
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Where a round is: its index within the plan, its global index and the run seed.
+
+    Every random draw of the round comes from ``rng(purpose, *keys)``, a generator seeded
+    by ``(seed, global_round, purpose, *keys)``: the round index is the whole RNG state,
+    so a resumed run draws exactly what an uninterrupted one would.
+    """
+
+    round_index: int
+    global_round: int
+    seed: int
+
+    def seed_for(self, purpose: int, *keys: int) -> int:
+        """A non-negative 64-bit integer seed for ``(seed, global_round, purpose, *keys)``."""
+        sequence = np.random.SeedSequence([self.seed, self.global_round, purpose, *keys])
+        return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+    def rng(self, purpose: int, *keys: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.global_round, purpose, *keys])
+
+
+def poisson_sample(rng: np.random.Generator, clients: np.ndarray, sampling_rate: float) -> np.ndarray:
+    """Each client independently with probability ``sampling_rate`` (Poisson sampling)."""
+    if sampling_rate <= 0 or clients.size == 0:
+        return clients[:0]
+    return clients[rng.random(clients.size) < sampling_rate]
+
+
+class Strategy(ABC):
+    """A federated algorithm as four decisions plus its checkpointable state."""
+
+    plan: Plan
+
+    @abstractmethod
+    def configure_round(self, ctx: RoundContext, population: Population) -> dict[str, np.ndarray]:
+        """The clients sampled this round, per group id (dataset client indices)."""
+
+    @abstractmethod
+    def client_update(
+        self,
+        ctx: RoundContext,
+        global_params: torch.Tensor,
+        clients: np.ndarray,
+        groups: list[str],
+    ) -> torch.Tensor:
+        """The raw update ``Delta_i`` of each client (row ``i`` for ``clients[i]`` of group
+        ``groups[i]``), shape ``[n, d]``. The engine clips and noises these rows."""
+
+    @abstractmethod
+    def aggregate(
+        self, ctx: RoundContext, pool_sums: Mapping[str, torch.Tensor | None], dim: int
+    ) -> torch.Tensor:
+        """Combine the released pool sums (float64 ``[dim]``; ``None`` = the pool aborted)
+        into one ``[dim]`` update."""
+
+    @abstractmethod
+    def server_update(self, ctx: RoundContext, global_params: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        """The next global parameters."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpointable state (tensors and plain values only); stateless by default."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        if state:
+            raise ValueError(f"{type(self).__name__} is stateless but the checkpoint holds {sorted(state)}")

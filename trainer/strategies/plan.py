@@ -1,0 +1,105 @@
+"""``PlanStrategy``: FedAvg with the plan's sampling rates, keep ratios and fixed denominator.
+
+Executes every method the planner produces (``dp_fedavg``, ``gdpfed``, ``gdpfed_minus``,
+``gdpfed_plus``, ``idp_sample``, ``idp_scale``, ``pooled_plus``, ``nonprivate``): they
+differ only in the plan's numbers (pools, ``q_g``, ``sigma_P``, ``kappa_P``, clip norms),
+never in code (docs/trainer.md §Strategies).
+
+- selection: Poisson(``q_g``) per group from a generator seeded by (seed, round, group);
+- client update: ``local_steps`` of SGD from the global model (``trainer.engines``);
+- aggregation: ``Delta = (1/K) sum_P top_{k_P}(S_P)`` with ``K`` = the scenario's expected
+  clients per round (docs/planning.md §Aggregation): a fixed, data-independent
+  denominator; an aborted pool adds nothing;
+- server step: ``v <- beta v + Delta``, ``w <- w + eta v`` (``beta`` = 0: plain FedAvg).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from planner.schema import Plan
+from trainer.sparsify import top_k
+from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, poisson_sample
+
+
+class PlanStrategy(Strategy):
+    """The plan's own algorithm (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        model: nn.Module,
+        dataset: Any,
+        *,
+        engine: str,
+        local: Any,
+        device: torch.device,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+    ) -> None:
+        if not server_lr > 0:
+            raise ValueError(f"server_lr must be positive, got {server_lr}")
+        if not 0 <= server_momentum < 1:
+            raise ValueError(f"server_momentum must be in [0, 1), got {server_momentum}")
+        self.plan = plan
+        self.model = model
+        self.dataset = dataset
+        self.engine = engine
+        self.local = local
+        self.device = device
+        self.server_lr = server_lr
+        self.server_momentum = server_momentum
+        self.denominator = plan.scenario.participation
+        self._momentum: torch.Tensor | None = None
+
+    def configure_round(self, ctx: RoundContext, population: Population) -> dict[str, np.ndarray]:
+        return {
+            group.id: poisson_sample(ctx.rng(PURPOSE_SAMPLING, index), population.clients(group.id), group.sampling_rate)
+            for index, group in enumerate(self.plan.groups)
+        }
+
+    def client_update(
+        self, ctx: RoundContext, global_params: torch.Tensor, clients: np.ndarray, groups: list[str]
+    ) -> torch.Tensor:
+        from trainer.engines import train_clients
+
+        return train_clients(
+            self.engine,  # type: ignore[arg-type]
+            self.model,
+            global_params,
+            self.dataset,
+            [int(c) for c in clients],
+            self.local,
+            seed=ctx.seed,
+            round_index=ctx.global_round,
+            device=self.device,
+        )
+
+    def aggregate(
+        self, ctx: RoundContext, pool_sums: Mapping[str, torch.Tensor | None], dim: int
+    ) -> torch.Tensor:
+        total = torch.zeros(dim, dtype=torch.float64, device=self.device)
+        for pool in self.plan.pools:
+            pool_sum = pool_sums.get(pool.id)
+            if pool_sum is None:
+                continue
+            total += top_k(pool_sum.to(total), pool.keep_ratio)
+        return total / self.denominator
+
+    def server_update(self, ctx: RoundContext, global_params: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        step = update.to(global_params.dtype)
+        if self.server_momentum > 0:
+            self._momentum = step if self._momentum is None else self.server_momentum * self._momentum + step
+            step = self._momentum
+        return global_params + self.server_lr * step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"momentum": None if self._momentum is None else self._momentum.detach().cpu().clone()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        momentum = state.get("momentum")
+        self._momentum = None if momentum is None else momentum.to(self.device)
