@@ -1,0 +1,127 @@
+"""Pooled arrays + a partition choice -> a ``FederatedDataset`` (``docs/trainer.md``, "Data").
+
+Every loader ends here, so the partition rules, the ``num_clients`` checks and the
+optional test-set cap are the same for every dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from accounting.errors import InvalidInputError
+from trainer.data.dataset import FederatedDataset, Task
+from trainer.data.partition import (
+    PARTITIONS,
+    dirichlet_partition,
+    iid_partition,
+    natural_partition,
+)
+
+
+def federate(
+    *,
+    name: str,
+    task: Task,
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    num_classes: int,
+    partition: str,
+    num_clients: int,
+    alpha: float,
+    seed: int,
+    natural: Sequence[tuple[str, np.ndarray]] | None = None,
+    vocab: str | None = None,
+    max_test_samples: int | None = None,
+) -> FederatedDataset:
+    """Split the training rows into clients and package everything.
+
+    ``natural`` lists the data's own clients as ``(client_id, row_indices)``; with
+    ``partition`` ``iid`` or ``dirichlet`` the rows of all natural clients (or all rows
+    when there are none) are pooled and re-split into ``num_clients`` clients named
+    ``client-00000``... ``max_test_samples`` keeps a seeded random subset of the test set.
+    """
+    if partition not in PARTITIONS:
+        raise InvalidInputError(
+            "partition", f"unknown partition {partition!r}; use one of {', '.join(PARTITIONS)}"
+        )
+    if partition == "natural":
+        if natural is None:
+            raise InvalidInputError(
+                "partition",
+                f"{name} has no natural clients; use partition='iid' or 'dirichlet'",
+            )
+        kept = natural_partition(natural, num_clients, name)
+        ids = [client_id for client_id, _ in kept]
+        parts = [rows for _, rows in kept]
+    else:
+        if natural is None:
+            pooled = np.arange(train_y.shape[0])
+        else:
+            pooled = np.sort(np.concatenate([rows for _, rows in natural]))
+        labels = train_y.numpy()[pooled]
+        if partition == "iid":
+            positions = iid_partition(pooled.size, num_clients, seed)
+        else:
+            positions = dirichlet_partition(labels, num_clients, alpha, seed)
+        parts = [pooled[p] for p in positions]
+        width = max(5, len(str(num_clients - 1)))
+        ids = [f"client-{i:0{width}d}" for i in range(num_clients)]
+    if max_test_samples is not None:
+        if max_test_samples < 1:
+            raise InvalidInputError(
+                "max_test_samples", f"must be at least 1, got {max_test_samples}"
+            )
+        if max_test_samples < test_y.shape[0]:
+            keep = np.sort(
+                np.random.default_rng([seed, 0x7E57]).choice(
+                    test_y.shape[0], max_test_samples, replace=False
+                )
+            )
+            index = torch.from_numpy(keep)
+            test_x, test_y = test_x[index], test_y[index]
+    return FederatedDataset(
+        name=name,
+        task=task,
+        train_x=train_x,
+        train_y=train_y,
+        client_indices=tuple(torch.from_numpy(np.asarray(p, dtype=np.int64)) for p in parts),
+        client_ids=tuple(ids),
+        test_x=test_x,
+        test_y=test_y,
+        num_classes=num_classes,
+        input_shape=tuple(train_x.shape[1:]),
+        vocab=vocab,
+    )
+
+
+def split_test(num_samples: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded ``(train_rows, test_rows)`` for data that comes without a test part."""
+    if not 0 < test_fraction < 1:
+        raise InvalidInputError("test_fraction", f"must be in (0, 1), got {test_fraction}")
+    order = np.random.default_rng([seed, 0x5E7]).permutation(num_samples)
+    test_count = max(1, int(round(test_fraction * num_samples)))
+    if test_count >= num_samples:
+        raise InvalidInputError(
+            "dataset", f"{num_samples} samples are too few to hold out a test set"
+        )
+    return np.sort(order[test_count:]), np.sort(order[:test_count])
+
+
+def standardize_images(
+    train: np.ndarray, test: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NCHW images scaled by the training set's per-channel mean and std, as float32."""
+    train_f = train.astype(np.float32)
+    test_f = test.astype(np.float32)
+    mean = train_f.mean(axis=(0, 2, 3), keepdims=True)
+    std = train_f.std(axis=(0, 2, 3), keepdims=True)
+    std = np.where(std > 0, std, 1.0).astype(np.float32)
+    return (
+        torch.from_numpy((train_f - mean) / std),
+        torch.from_numpy((test_f - mean) / std),
+    )

@@ -1,0 +1,82 @@
+"""SVHN cropped digits, ``.mat`` format (``docs/trainer.md``, "File formats").
+
+``train_32x32.mat`` / ``test_32x32.mat`` (MATLAB files read with ``scipy.io.loadmat``)
+hold ``X`` as ``[32, 32, 3, N]`` uint8 and ``y`` as ``[N, 1]`` in 1..10, where 10 stands
+for the digit 0. The path is a directory with those files or a single ``.mat`` file
+(then a seeded test split is held out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from accounting.errors import InvalidInputError
+from trainer.data.dataset import FederatedDataset
+from trainer.data.federate import federate, split_test, standardize_images
+
+
+def read_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(images [N, 3, 32, 32] uint8, labels [N] int64 in 0..9)`` of one SVHN file."""
+    from scipy.io import loadmat
+
+    try:
+        contents = loadmat(str(path))
+    except Exception as exc:  # scipy raises several types for a file that is not .mat
+        raise InvalidInputError("dataset", f"{str(path)!r} is not a readable .mat file: {exc}") from exc
+    if "X" not in contents or "y" not in contents:
+        raise InvalidInputError("dataset", f"{str(path)!r} lacks the SVHN variables X and y")
+    images = np.asarray(contents["X"])
+    labels = np.asarray(contents["y"]).reshape(-1).astype(np.int64)
+    if images.ndim != 4 or images.shape[2] != 3 or images.shape[3] != labels.size:
+        raise InvalidInputError(
+            "dataset",
+            f"{str(path)!r}: X must be [H, W, 3, N] with one y per image, got "
+            f"{images.shape} and {labels.size} labels",
+        )
+    if labels.size and (labels.min() < 1 or labels.max() > 10):
+        raise InvalidInputError("dataset", f"{str(path)!r}: y must lie in 1..10")
+    labels = np.where(labels == 10, 0, labels)
+    return np.ascontiguousarray(images.transpose(3, 2, 0, 1)), labels
+
+
+def load_svhn(
+    path: str | Path,
+    *,
+    num_clients: int,
+    partition: str,
+    alpha: float,
+    seed: int,
+    test_fraction: float = 0.2,
+    max_test_samples: int | None = None,
+) -> FederatedDataset:
+    """SVHN from a directory (``train_32x32.mat`` [+ ``test_32x32.mat``]) or one ``.mat``."""
+    path = Path(path)
+    train_file = path / "train_32x32.mat" if path.is_dir() else path
+    if not train_file.is_file():
+        raise InvalidInputError("dataset", f"{str(path)!r} has no train_32x32.mat")
+    train_images, train_labels = read_mat(train_file)
+    test_file = path / "test_32x32.mat" if path.is_dir() else None
+    if test_file is not None and test_file.is_file():
+        test_images, test_labels = read_mat(test_file)
+    else:
+        train_rows, test_rows = split_test(train_labels.size, test_fraction, seed)
+        test_images, test_labels = train_images[test_rows], train_labels[test_rows]
+        train_images, train_labels = train_images[train_rows], train_labels[train_rows]
+    train_x, test_x = standardize_images(train_images, test_images)
+    return federate(
+        name="svhn",
+        task="classification",
+        train_x=train_x,
+        train_y=torch.from_numpy(train_labels),
+        test_x=test_x,
+        test_y=torch.from_numpy(test_labels),
+        num_classes=10,
+        partition=partition,
+        num_clients=num_clients,
+        alpha=alpha,
+        seed=seed,
+        max_test_samples=max_test_samples,
+    )

@@ -1,0 +1,76 @@
+"""``build_model``: a model that fits a dataset (``docs/trainer.md``, "Models")."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from accounting.errors import InvalidInputError
+from trainer.data.dataset import FederatedDataset
+from trainer.models.cnn import CNN
+from trainer.models.lstm import CharLSTM
+from trainer.models.mlp import MLP
+from trainer.models.resnet import ResNet18GN
+
+MODELS = ("mlp", "cnn", "resnet18", "lstm")
+
+
+def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any) -> nn.Module:
+    """Model ``name`` sized for ``dataset``, initialised from ``seed``.
+
+    ``options`` go to the model's constructor: ``hidden`` (mlp: tuple of widths; cnn:
+    dense width), ``channels`` (cnn), ``base_width`` (resnet18), ``embedding_dim``,
+    ``hidden_size``, ``num_layers`` (lstm). A model that does not fit the data (an image
+    model on vectors, a classifier on next-character data or the reverse) is an
+    ``InvalidInputError`` naming ``model``. The global RNG is left as it was.
+    """
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    if key not in MODELS:
+        raise InvalidInputError("model", f"unknown model {name!r}; use one of {', '.join(MODELS)}")
+    shape = tuple(dataset.input_shape)
+    if key == "lstm":
+        if dataset.task != "next_char":
+            raise InvalidInputError(
+                "model", f"lstm predicts next characters; {dataset.name} is {dataset.task} data"
+            )
+        factory: Callable[..., nn.Module] = lambda **kw: CharLSTM(dataset.num_classes, **kw)
+        accepted: Callable[..., Any] = CharLSTM.__init__
+    elif dataset.task == "next_char":
+        raise InvalidInputError(
+            "model", f"{key} does not fit next-character data ({dataset.name}); use lstm"
+        )
+    elif key == "mlp":
+        features = 1
+        for size in shape:
+            features *= size
+        factory = lambda **kw: MLP(features, dataset.num_classes, **kw)
+        accepted = MLP.__init__
+    else:
+        if len(shape) != 3:
+            raise InvalidInputError(
+                "model",
+                f"{key} needs images [C, H, W]; {dataset.name} has inputs of shape {list(shape)}; "
+                "use mlp",
+            )
+        if key == "cnn":
+            if shape[1] < 4 or shape[2] < 4:
+                raise InvalidInputError("model", f"cnn needs images of at least 4x4, got {list(shape)}")
+            factory = lambda **kw: CNN(shape, dataset.num_classes, **kw)  # type: ignore[arg-type]
+            accepted = CNN.__init__
+        else:
+            factory = lambda **kw: ResNet18GN(shape[0], dataset.num_classes, **kw)
+            accepted = ResNet18GN.__init__
+    fixed = {"self", "input_features", "input_shape", "num_classes", "in_channels", "vocab_size"}
+    allowed = [p for p in inspect.signature(accepted).parameters if p not in fixed]
+    for option in options:
+        if option not in allowed:
+            raise InvalidInputError(
+                "model", f"{key} takes no option {option!r} (it takes: {', '.join(allowed)})"
+            )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = factory(**options)
+    return model

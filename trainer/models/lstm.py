@@ -1,0 +1,71 @@
+"""Character LSTM (``docs/trainer.md``, "Models").
+
+LEAF's Shakespeare model: an 8-dimensional character embedding, a 2-layer LSTM with 256
+hidden units, and a linear layer from the last hidden state to the next character.
+
+The LSTM is written with explicit tensor operations (one fused gate matrix per layer),
+because ``nn.LSTM`` under ``torch.func.vmap`` has no batching rule and falls back to a
+slow per-client loop. Per layer and time step ``t`` (sigma the logistic function)
+
+    [i, f, g, o] = x_t W_ih^T + h_{t-1} W_hh^T + b
+    c_t = sigma(f) * c_{t-1} + sigma(i) * tanh(g),   h_t = sigma(o) * tanh(c_t)
+
+with ``h_0 = c_0 = 0``. The input projections of all steps are one matrix product before
+the recurrence. Weights start as in ``nn.LSTM``: uniform in ``+-1/sqrt(hidden_size)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class CharLSTM(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int = 8,
+        hidden_size: int = 256,
+        num_layers: int = 2,
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.hidden_size = hidden_size
+        bound = 1.0 / math.sqrt(hidden_size)
+        self.weight_ih = nn.ParameterList()
+        self.weight_hh = nn.ParameterList()
+        self.bias = nn.ParameterList()
+        width = embedding_dim
+        for _ in range(num_layers):
+            self.weight_ih.append(nn.Parameter(torch.empty(4 * hidden_size, width).uniform_(-bound, bound)))
+            self.weight_hh.append(
+                nn.Parameter(torch.empty(4 * hidden_size, hidden_size).uniform_(-bound, bound))
+            )
+            self.bias.append(nn.Parameter(torch.empty(4 * hidden_size).uniform_(-bound, bound)))
+            width = hidden_size
+        self.head = nn.Linear(hidden_size, vocab_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of the character after each sequence; ``x`` is ``[B, L]`` character codes."""
+        sequence = F.embedding(x.long(), self.embedding.weight)
+        last = len(self.weight_ih) - 1
+        for layer, (weight_ih, weight_hh, bias) in enumerate(
+            zip(self.weight_ih, self.weight_hh, self.bias)
+        ):
+            projected = F.linear(sequence, weight_ih, bias)
+            hidden = projected.new_zeros(projected.shape[0], self.hidden_size)
+            cell = hidden
+            outputs = []
+            for step in range(projected.shape[1]):
+                gates = projected[:, step] + F.linear(hidden, weight_hh)
+                in_gate, forget_gate, candidate, out_gate = gates.chunk(4, dim=-1)
+                cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(in_gate) * torch.tanh(candidate)
+                hidden = torch.sigmoid(out_gate) * torch.tanh(cell)
+                if layer != last:
+                    outputs.append(hidden)
+            if layer != last:
+                sequence = torch.stack(outputs, dim=1)
+        return self.head(hidden)

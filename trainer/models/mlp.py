@@ -1,0 +1,27 @@
+"""Multilayer perceptron (``docs/trainer.md``, "Models").
+
+The "2NN" of McMahan et al. (FedAvg): the input flattened, two hidden ReLU layers of 200
+units (configurable), a linear output over the classes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, input_features: int, num_classes: int, hidden: Sequence[int] = (200, 200)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = input_features
+        for units in hidden:
+            layers += [nn.Linear(width, units), nn.ReLU()]
+            width = units
+        layers.append(nn.Linear(width, num_classes))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
