@@ -47,15 +47,18 @@ class ErrorBody(BaseModel):
     field: str | None = None
 
 
-class ServiceError(Exception):
-    """An error raised by the service layer with its HTTP status and stable code."""
+class ServiceError(GdpfedError):
+    """An error raised by the service layer with its HTTP status and stable code.
+
+    A ``GdpfedError``, so the command line (``gdpfed serve --create-key``) reports it as
+    a one-line error too.
+    """
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
-        self.message = message
         self.field = field
         self.headers = headers
 

@@ -2,6 +2,8 @@
 
 Bodies larger than ``max_request_bytes`` are refused with 413 before any parsing, both
 when ``Content-Length`` announces them and when a chunked body grows past the limit.
+The body is read here (at most the limit) and replayed to the app, so the app never
+sees a partial body.
 """
 
 from __future__ import annotations
@@ -9,10 +11,6 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import error_response
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class BodySizeLimitMiddleware:
@@ -33,30 +31,26 @@ class BodySizeLimitMiddleware:
                 if announced > self.max_bytes:
                     await self._refuse(scope, receive, send)
                     return
+        messages: list[Message] = []
         received = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge
-            return message
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # http.disconnect: let the app see it
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def replay() -> Message:
+            if messages:
+                return messages.pop(0)
+            return await receive()
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if started:
-                raise
-            await self._refuse(scope, receive, send)
+        await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(

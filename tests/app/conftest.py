@@ -1,0 +1,97 @@
+"""Fixtures for the service tests: every test gets its own SQLite file and app."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
+
+from app.main import create_app
+from app.settings import Settings
+
+with warnings.catch_warnings():
+    # starlette's TestClient warns that it will move to httpx2; irrelevant to these tests.
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+OPERATOR_TOKEN = "op-test-token-0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'gdpfed.db'}"
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    return Settings(database_url=db_url, initial_api_key=OPERATOR_TOKEN, compute_timeout_seconds=60)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(settings, announce_key=False)
+    with TestClient(app, raise_server_exceptions=False, headers=auth(OPERATOR_TOKEN)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def planner_token(client: TestClient) -> str:
+    response = client.post("/v1/keys", json={"name": "planner-1", "role": "planner"})
+    assert response.status_code == 201, response.text
+    return str(response.json()["token"])
+
+
+SMALL_SCENARIO = {
+    "groups": [
+        {"id": "strict", "epsilon": 1.0, "num_clients": 100},
+        {"id": "medium", "epsilon": 2.0, "num_clients": 100},
+        {"id": "loose", "epsilon": 4.0, "num_clients": 100},
+    ],
+    "delta": 1e-3,
+    "rounds": 50,
+    "clip_norm": 1.0,
+    "model_dim": 10_000,
+    "expected_clients": 30,
+    "min_clients_per_pool": 1,
+}
+
+
+def hand_made_plan(rates: dict[str, float], sigmas: dict[str, float], rounds: int = 100,
+                   start_round: int = 0, delta: float = 1e-5) -> Plan:
+    """A plan built without the planner (one pool per group), for ledger tests."""
+    scenario = Scenario.model_validate({
+        "groups": [{"id": g, "epsilon": 8.0, "num_clients": 1000} for g in rates],
+        "delta": delta, "rounds": start_round + rounds, "model_dim": 10, "expected_clients": 10,
+    })
+    groups = [
+        GroupPlan(id=g, epsilon=8.0, num_clients=1000, pool=f"P{g}", sampling_rate=q, expected_clients=q * 1000,
+                  aggregation_weight=q * 1000 / 10, clip_norm=1.0)
+        for g, q in rates.items()
+    ]
+    pools = [
+        PoolPlan(id=f"P{g}", groups=[g], noise_multiplier=sigmas[g], noise_std=sigmas[g], keep_ratio=1.0,
+                 expected_clients=rates[g] * 1000, secagg_threshold=1, noise_share_std=0.0,
+                 abort_probability=0.0, expected_noise_inflation=1.0)
+        for g in rates
+    ]
+    return Plan(method="gdpfed_plus", accountant="rdp", scenario=scenario, rounds=rounds,
+                start_round=start_round, groups=groups, pools=pools,
+                predicted=Predicted(noise_energy=0.0, sparsification_error=0.0, objective=0.0))
+
+
+def store_plan(client: TestClient, plan: Plan, parent_id: str | None = None) -> str:
+    """Store ``plan`` directly through the service layer; returns its id."""
+    from app.db import write_transaction
+    from app.services.plans import store_plan as store
+
+    state = client.app.state.gdpfed  # type: ignore[attr-defined]
+    with write_transaction(state.sessions) as session:
+        return store(session, plan, created_by="test", parent_id=parent_id).id
