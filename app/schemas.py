@@ -8,6 +8,7 @@ populations, the ledger).
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -22,13 +23,16 @@ from app.security import Role
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
 MetricName = Annotated[str, Field(min_length=1, max_length=64)]
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 # --- keys -------------------------------------------------------------------------------
@@ -107,14 +111,18 @@ class RoundReport(_Input):
         description="GLOBAL round index: plan.start_round <= round_index < plan.start_round + plan.rounds",
     )
     aborted_pools: list[PoolId] = Field(default_factory=list, max_length=10_000)
-    metrics: dict[MetricName, FiniteFloat] = Field(default_factory=dict, max_length=256)
+    metrics: dict[MetricName, Annotated[float | None, AfterValidator(_finite_or_none)]] = Field(
+        default_factory=dict, max_length=256,
+        description="informational numbers (loss, accuracy, ...); NaN and infinities are stored as null "
+        "so that a diverged round is still recorded",
+    )
 
 
 class RoundRecord(BaseModel):
     plan_id: str
     round_index: int
     aborted_pools: list[str]
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]
     reported_at: UtcDatetime
     reported_by: str | None = None
     duplicate: bool = Field(False, description="true when this round was already recorded (nothing changed)")
@@ -132,7 +140,7 @@ class GroupLedger(BaseModel):
 
 class LedgerOut(BaseModel):
     plan_id: str
-    accountant: str
+    accountant: str = Field(description="accountant of epsilon_spent: the plan's, rdp for closed-form plans")
     delta: float
     start_round: int
     rounds: int

@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-import accounting
+from accounting.epsilon import epsilon_of_phases
 from accounting.mechanism import Phase
 from planner.schema import Plan
 
@@ -100,6 +100,15 @@ def histories(session: Session, record: PlanRecord) -> dict[str, list[RawPhase]]
     return result
 
 
+def ledger_accountant(plan_accountant: str) -> str:
+    """The accountant the ledger uses: the plan's, except ``rdp`` for closed-form plans.
+
+    The closed form reproduces the paper and can under-state epsilon outside its lemma's
+    conditions (docs/accounting.md); privacy spent is never reported optimistically.
+    """
+    return "rdp" if plan_accountant == "closed_form" else plan_accountant
+
+
 def spent_epsilon(phases: Sequence[RawPhase], delta: float, accountant: str) -> float | None:
     """epsilon of the composed phases (``accounting.epsilon_of_phases``), 0 with none,
     None when a phase had no noise (an opted-out group has no finite epsilon)."""
@@ -107,8 +116,10 @@ def spent_epsilon(phases: Sequence[RawPhase], delta: float, accountant: str) -> 
         return 0.0
     if any(sigma <= 0 for _, sigma, _ in phases):
         return None
-    report = accounting.epsilon_of_phases(
-        [Phase(sampling_rate=q, noise_multiplier=s, steps=n) for q, s, n in phases], delta, accountant
+    report = epsilon_of_phases(
+        [Phase(sampling_rate=q, noise_multiplier=s, steps=n) for q, s, n in phases],
+        delta,
+        ledger_accountant(accountant),  # type: ignore[arg-type]
     )
     return float(report.epsilon)
 
@@ -212,7 +223,7 @@ def ledger(state: AppState, plan_id: str) -> LedgerOut:
     groups = state.compute.run(_group_ledgers, plan, phases_by_group, delta)
     return LedgerOut(
         plan_id=record.id,
-        accountant=plan.accountant,
+        accountant=ledger_accountant(plan.accountant),
         delta=delta,
         start_round=record.start_round,
         rounds=record.rounds,
