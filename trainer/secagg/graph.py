@@ -1,6 +1,6 @@
 """Who masks with and shares to whom: the complete graph (SecAgg) or a sparse one (SecAgg+).
 
-``docs/secure-aggregation.md``, "SecAgg+". Sparse mode uses a Harary graph H(k, n): the n
+``docs/secure-aggregation.md``, "SecAgg+ (sparse mode)". Sparse mode uses a Harary graph H(k, n): the n
 clients sit on a ring in a seeded random order and each is joined to the k/2 nearest on
 either side (k even), which is k-regular and k-connected. The order comes from public
 session randomness; the graph is public, both the server and every client compute it.

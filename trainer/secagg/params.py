@@ -1,6 +1,6 @@
 """Parameters of one secure-aggregation session and the rule that chooses them.
 
-``docs/secure-aggregation.md``, "Fixed-point encoding", "Overflow bound" and "SecAgg+".
+``docs/secure-aggregation.md``, "Fixed-point encoding", "Overflow bound" and "SecAgg+ (sparse mode)".
 """
 
 from __future__ import annotations
