@@ -132,11 +132,9 @@ def decode_sum(words: np.ndarray, *, scale: float, modulus_bits: int) -> np.ndar
     guarantees. (``docs/secure-aggregation.md``, "Fixed-point encoding".)
     """
     residues = np.asarray(words).astype(np.uint64) & np.uint64(modulus_mask(modulus_bits))
-    if modulus_bits == 64:
-        signed = residues.view(np.int64)
-    else:
-        signed = residues.astype(np.int64)
-        signed = np.where(signed >= (1 << (modulus_bits - 1)), signed - (1 << modulus_bits), signed)
+    # Sign extension: move bit b-1 to bit 63, reinterpret as int64, shift back arithmetically.
+    shift = 64 - modulus_bits
+    signed = (residues << np.uint64(shift)).view(np.int64) >> np.int64(shift)
     return signed.astype(np.float64) / scale
 
 

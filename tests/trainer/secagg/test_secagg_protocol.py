@@ -154,3 +154,21 @@ def test_sparse_mode_aborts_when_the_survivors_are_disconnected() -> None:
         ring.append(next(v for v in graph[ring[-1]] if v not in ring))
     result = secure_sum(vectors, params, seed=3, drop_before_masking=[ring[0], ring[5]])
     assert result.aborted and result.sum is None and "disconnected" in (result.reason or "")
+
+
+@pytest.mark.parametrize("modulus_bits", [20, 31, 32, 33, 63, 64])
+def test_every_word_width_masks_and_unmasks(modulus_bits: int) -> None:
+    from trainer.secagg import SecAggParams
+
+    params = SecAggParams(num_clients=5, threshold=3, value_bound=1.0, scale=2.0**10, modulus_bits=modulus_bits)
+    vectors = _vectors(5, 257, 1.0, seed=modulus_bits)
+    result = secure_sum(vectors, params, seed=1, drop_before_masking=[0], drop_before_unmasking=[7])
+    _check_sum(result, vectors, params, seed=1)
+
+
+def test_the_module_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, trainer.secagg, bench.secagg; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
