@@ -1,0 +1,345 @@
+"""Renyi DP of the Poisson-subsampled Gaussian mechanism, vectorised over orders and terms.
+
+The maths is derived in docs/accounting.md §2 (RDP of the sampled Gaussian: the exact
+binomial sum for integer orders, the two-series expansion for fractional orders and its
+tail bound), §3 (conversion to (epsilon, delta)) and §4 (composition of phases).
+
+Everything here is a pure function of its arguments. Orders are a fixed grid
+(:func:`default_orders`, the grid of Google's dp-accounting); a curve is an array of RDP
+values on that grid. Arrays are float64 throughout; ``inf`` marks an order whose series did
+not converge, which only removes that order from the minimum (conservative).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+from scipy import special
+
+# Fractional-order series (docs/accounting.md §2.2): terms are summed in chunks of
+# _CHUNK for every order still running; an order stops when its remaining terms are
+# bounded analytically, or (like dp-accounting) when both series decrease and the last
+# terms are below exp(-30) of the running total. After _MAX_TERMS terms an order that has
+# done neither is dropped (its value becomes inf), exactly as dp-accounting drops it.
+_CHUNKS = (16, 16, 32, 64, 128, 256, 512)  # first chunks small: most orders finish in one
+_MAX_TERMS = sum(_CHUNKS)
+_NEGLIGIBLE_LOG = 30.0
+# windowed_epsilons evaluates the integer orders >= _LARGE_ORDER_START (128 ... 1024 on the
+# default grid, half of all binomial terms) only for points whose best smaller integer
+# order is >= _LARGE_ORDER_TRIGGER, i.e. near the top of the smaller ones.
+_LARGE_ORDER_START = 64
+_LARGE_ORDER_TRIGGER = 48
+
+
+def default_orders() -> np.ndarray:
+    """1.1, 1.2, ..., 10.9, 11, ..., 63, 128, 256, 512, 1024 (dp-accounting's grid)."""
+    fractional = np.round(1.0 + np.arange(1, 100) / 10.0, 10)
+    return np.concatenate([fractional, np.arange(11, 64), [128, 256, 512, 1024]]).astype(float)
+
+
+class OrderGrid(NamedTuple):
+    """The order grid split the way the evaluators need it (built by :func:`order_grid`)."""
+
+    orders: np.ndarray  # all orders, shape (n,)
+    integer_index: np.ndarray  # positions of integer orders in ``orders``
+    fractional_index: np.ndarray  # positions of non-integer orders
+    # Flattened binomial sums for the integer orders: term t belongs to integer order
+    # ``term_order[t]`` (a position in integer_index) and has summation index ``term_i[t]``.
+    term_order: np.ndarray
+    term_i: np.ndarray
+    term_alpha: np.ndarray
+    term_log_binom: np.ndarray
+    term_quad: np.ndarray  # (i^2 - i) / 2
+    segment_starts: np.ndarray
+
+
+def order_grid(orders: Sequence[float] | np.ndarray | None = None) -> OrderGrid:
+    """Precompute the sigma- and q-independent parts of the integer-order sums."""
+    grid = default_orders() if orders is None else np.asarray(orders, dtype=float)
+    if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 1) or not np.all(np.isfinite(grid)):
+        raise ValueError("orders must be a non-empty list of finite numbers > 1")
+    is_integer = grid == np.round(grid)
+    integer_index = np.flatnonzero(is_integer)
+    fractional_index = np.flatnonzero(~is_integer)
+    alphas = grid[integer_index].astype(np.int64)
+    counts = alphas + 1
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    term_order = np.repeat(np.arange(alphas.size), counts)
+    term_i = (np.arange(int(counts.sum())) - np.repeat(starts, counts)).astype(float)
+    term_alpha = alphas[term_order].astype(float)
+    term_log_binom = (
+        special.gammaln(term_alpha + 1)
+        - special.gammaln(term_i + 1)
+        - special.gammaln(term_alpha - term_i + 1)
+    )
+    return OrderGrid(
+        orders=grid,
+        integer_index=integer_index,
+        fractional_index=fractional_index,
+        term_order=term_order,
+        term_i=term_i,
+        term_alpha=term_alpha,
+        term_log_binom=term_log_binom,
+        term_quad=(term_i * term_i - term_i) / 2.0,
+        segment_starts=starts,
+    )
+
+
+def log_a_integer(
+    grid: OrderGrid,
+    sampling_rates: np.ndarray,
+    noise_multipliers: np.ndarray,
+    orders: slice = slice(None),
+) -> np.ndarray:
+    """log A_alpha for integer orders of ``grid`` and every point (docs §2.1).
+
+    A_alpha = sum_{i=0}^{alpha} C(alpha, i) q^i (1-q)^(alpha-i) exp((i^2 - i) / (2 sigma^2)),
+    summed exactly in log space (one logsumexp per (point, order) segment). Points are the
+    broadcast of ``sampling_rates`` and ``noise_multipliers`` (1-D, q < 1); ``orders`` is a
+    slice of the grid's integer orders (their terms are contiguous). Returns an array of
+    shape (points, orders in the slice).
+    """
+    q = np.atleast_1d(np.asarray(sampling_rates, dtype=float))
+    sigma = np.atleast_1d(np.asarray(noise_multipliers, dtype=float))
+    q, sigma = np.broadcast_arrays(q, sigma)
+    first, stop, _ = orders.indices(grid.segment_starts.size)
+    n_all = grid.term_i.size
+    term_first = int(grid.segment_starts[first]) if first < grid.segment_starts.size else n_all
+    term_stop = int(grid.segment_starts[stop]) if stop < grid.segment_starts.size else n_all
+    terms = slice(term_first, term_stop)
+    term_i = grid.term_i[terms]
+    log_q = np.log(q)[:, None]
+    log_1mq = np.log1p(-q)[:, None]
+    values = (
+        grid.term_log_binom[terms]
+        + term_i * log_q
+        + (grid.term_alpha[terms] - term_i) * log_1mq
+        + grid.term_quad[terms] * (1.0 / (sigma * sigma))[:, None]
+    )
+    starts = grid.segment_starts[first:stop] - term_first
+    return _segment_logsumexp(values, starts)
+
+
+def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """logsumexp over the column segments [starts[k], starts[k+1]) of each row."""
+    points, n_terms = values.shape
+    if starts.size == 0:
+        return np.zeros((points, 0))
+    flat = values.reshape(-1)
+    flat_starts = (starts[None, :] + n_terms * np.arange(points)[:, None]).reshape(-1)
+    peak = np.maximum.reduceat(flat, flat_starts)
+    counts = np.diff(np.append(flat_starts, flat.size))
+    shifted = np.exp(flat - np.repeat(peak, counts))
+    return (peak + np.log(np.add.reduceat(shifted, flat_starts))).reshape(points, starts.size)
+
+
+def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """log A_alpha for non-integer orders, one (q, sigma, alpha) per entry (docs §2.2).
+
+    A_alpha = A0 + A1, the two integrals of (mu1/mu0)^alpha dmu0 split at
+    z0 = sigma^2 log(1/q - 1) + 1/2, each expanded as a binomial series:
+      s0_i = |C(alpha,i)| q^i (1-q)^(alpha-i) e^{(i^2-i)/(2 sigma^2)} Phi((z0 - i)/sigma)
+      s1_i = |C(alpha,i)| q^j (1-q)^i e^{(j^2-j)/(2 sigma^2)} Phi((j - z0)/sigma),  j = alpha - i.
+    Absolute values of the coefficients make the sum an upper bound (as dp-accounting
+    does). Terms are summed in chunks for all unfinished entries at once; an entry stops
+    when the rest of its series is bounded analytically (the tail bound of docs §2.2,
+    added to the sum) or when its terms are negligible (< e^-30 of the total and
+    decreasing). An entry that does neither within ``_MAX_TERMS`` terms returns inf.
+    """
+    q, sigma, alpha = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (sampling_rates, noise_multipliers, alphas))
+    q, sigma, alpha = (np.array(v) for v in np.broadcast_arrays(q, sigma, alpha))
+    result = np.full(q.shape, np.inf)
+    if q.size == 0:
+        return result
+    log_q = np.log(q)
+    log_1mq = np.log1p(-q)
+    z0 = sigma * sigma * (log_1mq - log_q) + 0.5
+    inv_two_var = 0.5 / (sigma * sigma)
+    lgamma_alpha = special.gammaln(alpha + 1)
+    # Tail constant (docs §2.2): every tail term is at most
+    # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
+    log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
+
+    active = np.arange(q.size)
+    acc0 = np.full(q.size, -np.inf)
+    acc1 = np.full(q.size, -np.inf)
+    start = 0
+    for chunk in _CHUNKS:
+        i = np.arange(start, start + chunk, dtype=float)[None, :]
+        start += chunk
+        a = alpha[active, None]
+        s = sigma[active, None]
+        lq = log_q[active, None]
+        l1q = log_1mq[active, None]
+        z = z0[active, None]
+        itv = inv_two_var[active, None]
+        j = a - i
+        log_binom = lgamma_alpha[active, None] - special.gammaln(i + 1) - special.gammaln(j + 1)
+        s0 = log_binom + i * lq + j * l1q + (i * i - i) * itv + special.log_ndtr((z - i) / s)
+        s1 = log_binom + j * lq + i * l1q + (j * j - j) * itv + special.log_ndtr((j - z) / s)
+        acc0[active] = np.logaddexp(acc0[active], _row_logsumexp(s0))
+        acc1[active] = np.logaddexp(acc1[active], _row_logsumexp(s1))
+        total = np.logaddexp(acc0[active], acc1[active])
+
+        n = float(start)  # index of the first term not summed
+        a1 = alpha[active]
+        zz = z0[active]
+        gap0 = n - zz
+        gap1 = n + zz - a1
+        tail_ok = (n > a1 + 1.0) & (gap0 >= 1.0) & (gap1 >= 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            log_b_n = lgamma_alpha[active] - special.gammaln(n + 1) - special.gammaln(a1 - n + 1)
+            log_tail = (
+                log_tail_const[active]
+                + log_b_n
+                + np.log1p((n + 1) / a1)
+                + np.log(1.0 / np.where(tail_ok, gap0, 1.0) + 1.0 / np.where(tail_ok, gap1, 1.0))
+            )
+        negligible = (
+            (s0[:, -1] < s0[:, -2])
+            & (s1[:, -1] < s1[:, -2])
+            & (np.maximum(s0[:, -1], s1[:, -1]) < total - _NEGLIGIBLE_LOG)
+        )
+        done_tail = tail_ok & np.isfinite(total)
+        done_negligible = negligible & ~done_tail & np.isfinite(total)
+        result[active[done_tail]] = np.logaddexp(total[done_tail], log_tail[done_tail])
+        result[active[done_negligible]] = total[done_negligible]
+        active = active[~(done_tail | done_negligible)]
+        if active.size == 0:
+            break
+    return result
+
+
+def _row_logsumexp(values: np.ndarray) -> np.ndarray:
+    """logsumexp along axis 1 (scipy's is an order of magnitude slower on small arrays)."""
+    peak = np.max(values, axis=1)
+    safe = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.sum(np.exp(values - safe[:, None]), axis=1))
+
+
+def rdp_curve(sampling_rate: float, noise_multiplier: float, grid: OrderGrid | None = None) -> np.ndarray:
+    """RDP of ONE step of the sampled Gaussian at every order of the grid (docs §2).
+
+    q = 1 is the plain Gaussian, alpha / (2 sigma^2). Otherwise log A_alpha / (alpha - 1).
+    """
+    grid = order_grid() if grid is None else grid
+    orders = grid.orders
+    if sampling_rate >= 1.0:
+        return orders / (2.0 * noise_multiplier**2)
+    curve = np.empty(orders.size)
+    log_a = log_a_integer(grid, np.array([sampling_rate]), np.array([noise_multiplier]))[0]
+    curve[grid.integer_index] = log_a / (orders[grid.integer_index] - 1.0)
+    frac = orders[grid.fractional_index]
+    if frac.size:
+        curve[grid.fractional_index] = log_a_fractional(sampling_rate, noise_multiplier, frac) / (frac - 1.0)
+    return np.maximum(curve, 0.0)  # RDP is >= 0; rounding near 0 must not lower it
+
+
+def rdp_of_phases(
+    phases: Sequence[tuple[float, float, int]], grid: OrderGrid | None = None
+) -> np.ndarray:
+    """Composition of phases (q, sigma, steps): the sum of steps * curve (docs §4)."""
+    grid = order_grid() if grid is None else grid
+    total = np.zeros(grid.orders.size)
+    for sampling_rate, noise_multiplier, steps in phases:
+        total = total + steps * rdp_curve(sampling_rate, noise_multiplier, grid)
+    return total
+
+
+def conversion_epsilons(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.ndarray:
+    """Per-order epsilon of an RDP curve at ``delta`` (docs §3), broadcast over rows.
+
+    eps(alpha) = R(alpha) + log(1 - 1/alpha) - (log delta + log alpha) / (alpha - 1)
+    (Balle et al. 2020 / Canonne, Kamath, Steinke 2020), or 0 where the KL bound
+    delta >= sqrt(1 - exp(-R)) already holds; inf where R is inf.
+    """
+    orders = np.asarray(orders, dtype=float)
+    rdp = np.asarray(rdp, dtype=float)
+    with np.errstate(invalid="ignore", over="ignore"):
+        eps = rdp + np.log1p(-1.0 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1.0)
+        kl_enough = delta * delta + np.expm1(-rdp) > 0
+    eps = np.where(kl_enough, 0.0, eps)
+    return np.where(np.isnan(eps) | np.isinf(rdp), np.inf, eps)
+
+
+def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> tuple[float, float]:
+    """(epsilon, optimal order): the minimum over orders of :func:`conversion_epsilons`."""
+    eps = conversion_epsilons(orders, rdp, delta)
+    index = int(np.argmin(eps))
+    return max(0.0, float(eps[index])), float(np.asarray(orders)[index])
+
+
+def windowed_epsilons(
+    grid: OrderGrid,
+    sampling_rates: np.ndarray,
+    noise_multipliers: np.ndarray,
+    steps: np.ndarray | float,
+    delta: float,
+    spent_rdp: np.ndarray | None = None,
+) -> np.ndarray:
+    """Fast epsilon of (spent + steps x one step) for many points, on a SUBSET of orders.
+
+    Used inside calibration loops (docs §7.1): the integer orders up to 63; the larger
+    integer orders only where the best of those is at least ``_LARGE_ORDER_TRIGGER``;
+    then only the fractional orders strictly between the integer neighbours of the best
+    integer order. A subset of orders can only raise the minimum, so the result is >=
+    the full-grid epsilon of :func:`epsilon_from_rdp`: a sigma that meets a target here
+    meets it on the full grid too. (The conversion objective is unimodal in the order in
+    practice, so the subset almost always contains the full-grid optimum; the tests
+    compare both.) Shapes: 1-D arrays broadcast together; ``spent_rdp`` is one curve on
+    ``grid`` or one row per point.
+    """
+    q, sigma, t = (
+        np.array(v)
+        for v in np.broadcast_arrays(
+            np.atleast_1d(np.asarray(sampling_rates, dtype=float)),
+            np.atleast_1d(np.asarray(noise_multipliers, dtype=float)),
+            np.atleast_1d(np.asarray(steps, dtype=float)),
+        )
+    )
+    points = q.size
+    orders = grid.orders
+    spent = np.zeros((1, orders.size)) if spent_rdp is None else np.atleast_2d(spent_rdp)
+    per_point_spent = spent.shape[0] > 1
+    full_q = q >= 1.0
+    q_safe = np.where(full_q, 0.5, q)
+
+    int_orders = orders[grid.integer_index]
+    n_small = int(np.searchsorted(int_orders, _LARGE_ORDER_START))
+    int_eps = np.full((points, int_orders.size), np.inf)
+
+    def integer_block(rows: np.ndarray, block: slice) -> None:
+        alpha = int_orders[block]
+        log_a = log_a_integer(grid, q_safe[rows], sigma[rows], block)
+        rdp_values = np.where(full_q[rows, None], alpha / (2.0 * sigma[rows, None] ** 2), log_a / (alpha - 1.0))
+        spent_rows = spent[rows] if per_point_spent else spent
+        total = np.maximum(rdp_values, 0.0) * t[rows, None] + spent_rows[:, grid.integer_index[block]]
+        int_eps[rows, block] = conversion_epsilons(alpha, total, delta)
+
+    everyone = np.arange(points)
+    integer_block(everyone, slice(0, n_small))
+    if n_small < int_orders.size:
+        best_small = int_orders[np.argmin(int_eps[:, :n_small], axis=1)]
+        rows = np.flatnonzero(best_small >= _LARGE_ORDER_TRIGGER)
+        if rows.size:
+            integer_block(rows, slice(n_small, int_orders.size))
+    best_int = np.min(int_eps, axis=1)
+
+    frac_orders = orders[grid.fractional_index]
+    if frac_orders.size == 0:
+        return np.maximum(best_int, 0.0)
+    best_order = int_orders[np.argmin(int_eps, axis=1)]
+    window = (frac_orders[None, :] > best_order[:, None] - 1.0) & (frac_orders[None, :] < best_order[:, None] + 1.0)
+    rows, cols = np.nonzero(window)
+    frac_eps = np.full((points, frac_orders.size), np.inf)
+    if rows.size:
+        alpha = frac_orders[cols]
+        log_a = log_a_fractional(q_safe[rows], sigma[rows], alpha)
+        rdp_values = np.where(full_q[rows], alpha / (2.0 * sigma[rows] ** 2), log_a / (alpha - 1.0))
+        spent_rows = spent[rows if per_point_spent else np.zeros_like(rows), grid.fractional_index[cols]]
+        total = np.maximum(rdp_values, 0.0) * t[rows] + spent_rows
+        frac_eps[rows, cols] = conversion_epsilons(alpha, total, delta)
+    return np.maximum(np.minimum(best_int, np.min(frac_eps, axis=1)), 0.0)

@@ -1,0 +1,59 @@
+"""What the accountants answer: an epsilon report, or a calibration (docs/accounting.md §8).
+
+Both are plain pydantic models so the CLI prints them with ``--json`` and the HTTP
+service returns them as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+Accountant = Literal["rdp", "prv", "closed_form"]
+ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv", "closed_form")
+
+
+class EpsilonReport(pydantic.BaseModel):
+    """The privacy spent by a history of phases at ``delta``.
+
+    ``epsilon`` is the value one may claim: never optimistic. rdp: the RDP bound. prv: the
+    PRV upper bound (``lower``/``estimate``/``upper`` are reported too). closed_form: the
+    rdp value, with the formula's own epsilon in ``estimate`` (docs §6.3). When prv
+    fails, ``fallback`` is true, ``accountant_used`` is "rdp" and ``reason`` says why.
+    """
+
+    epsilon: float
+    delta: float
+    accountant: str
+    accountant_used: str
+    estimate: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    optimal_order: float | None = None
+    fallback: bool = False
+    reason: str | None = None
+
+
+class Calibration(pydantic.BaseModel):
+    """The answer to an inverse question (noise multiplier, sampling rate or rounds).
+
+    ``epsilon`` is the epsilon achieved by (spent phases + the returned phase), checked
+    under ``accountant_used``; it is <= ``target_epsilon`` whenever ``rounds`` > 0, with
+    one documented exception: ``raw`` closed-form answers that rdp rejects (``sound``
+    false; docs §6.2). ``spent_epsilon`` is the epsilon of the spent phases alone.
+    """
+
+    solved_for: Literal["noise_multiplier", "sampling_rate", "rounds"]
+    sampling_rate: float
+    noise_multiplier: float
+    rounds: int
+    delta: float
+    target_epsilon: float
+    epsilon: float
+    accountant: str
+    accountant_used: str
+    sound: bool = True
+    fallback: bool = False
+    reason: str | None = None
+    spent_epsilon: float | None = None
