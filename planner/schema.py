@@ -187,6 +187,23 @@ class GroupPlan(BaseModel):
         default_factory=list,
         description="this group's full privacy history: spent phases of parent plans, then this plan's",
     )
+    spent_phase_count: int = Field(
+        0,
+        ge=0,
+        description="how many leading entries of phases were spent under parent plans "
+        "(the rest is this plan's own phase, if the group is sampled)",
+    )
+    unprotected_rounds: int = Field(
+        0,
+        ge=0,
+        description="rounds of parent plans in which the group was sampled without noise "
+        "(while opted out); a group with any cannot later claim a finite epsilon",
+    )
+    status: Literal["active", "exhausted", "removed"] = Field(
+        "active",
+        description="exhausted: its budget is used up; removed: dropped by a change. "
+        "Both are sampled at rate 0 in this plan",
+    )
 
 
 class PoolPlan(BaseModel):

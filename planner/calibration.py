@@ -1,0 +1,199 @@
+"""The planner's one door to ``accounting``: tables for optimising, exact calibration, verification.
+
+docs/planning.md §4.2 and §8. Tables (sigma on a grid of rates) only guide the optimiser;
+every sigma in a plan comes from :func:`calibrate_groups` (exact, under the plan's
+accountant, with the group's spent phases) and every epsilon from :func:`verify_group`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+import accounting
+from accounting.closed_form import closed_form_sigma
+from accounting.errors import InfeasibleError
+from accounting.mechanism import Phase
+from accounting.calibration import SIGMA_MAX as SIGMA_CAP
+from accounting.results import EpsilonReport
+
+# Above this many distinct budgets, tables are built on a log grid of epsilon.
+EPSILON_GRID_ABOVE = 16
+EPSILON_NODES_PER_OCTAVE = 8
+
+
+@dataclass(frozen=True)
+class GroupCalibration:
+    """The exact sigma one group needs at its rate, and how it was obtained."""
+
+    noise_multiplier: float
+    sound: bool = True  # False: raw closed form that rdp refutes
+    replaced: bool = False  # closed-form sigma replaced by the rdp one (the formula under-noised)
+    fallback: bool = False  # prv failed; the rdp answer was used
+    reason: str | None = None
+
+
+def table_accountant(accountant: str) -> str:
+    """Which accountant tabulates sigma(q) for optimisation (docs/planning.md §4.2).
+
+    prv plans are optimised on rdp tables (prv calls are far too slow to tabulate and the
+    two curves have nearly the same shape) and re-calibrated exactly with prv at the end.
+    """
+    return "closed_form" if accountant == "closed_form" else "rdp"
+
+
+def noise_table(
+    rates: np.ndarray,
+    epsilons: np.ndarray,
+    rounds: int,
+    delta: float,
+    accountant: str,
+    spent: Sequence[Sequence[Phase]] | None = None,
+) -> np.ndarray:
+    """sigma[i, g] needed at ``rates[i]`` by a group with budget ``epsilons[g]``; inf if infeasible.
+
+    closed_form without history: sigma is exactly linear in q, one formula per group.
+    Otherwise: rdp, vectorised (``accounting.noise_multipliers_rdp``) when no group has a
+    history, per point with ``spent=`` when some do.
+    """
+    q = np.asarray(rates, dtype=float)
+    eps = np.asarray(epsilons, dtype=float)
+    has_spent = spent is not None and any(len(p) > 0 for p in spent)
+    kind = table_accountant(accountant)
+    if kind == "closed_form" and not has_spent:
+        slope = np.array([closed_form_sigma(1.0, rounds, float(e), delta) for e in eps])
+        return q[:, None] * slope[None, :]
+    if not has_spent:
+        # Groups that share a budget share a column; many distinct budgets are tabulated on
+        # a log grid of epsilon and interpolated (sigma is smooth in log eps), so the number
+        # of calibrations does not grow with the number of groups.
+        unique, inverse = np.unique(eps, return_inverse=True)
+        if len(unique) > EPSILON_GRID_ABOVE:
+            octaves = np.log2(unique[-1] / unique[0])
+            nodes = np.geomspace(unique[0], unique[-1], max(2, int(np.ceil(octaves * EPSILON_NODES_PER_OCTAVE)) + 1))
+            return _interpolate_in_epsilon(nodes, _rdp_table(q, nodes, rounds, delta), eps)
+        return _rdp_table(q, unique, rounds, delta)[:, inverse]
+    table = np.full((len(q), len(eps)), np.inf)
+    for g, e in enumerate(eps):
+        phases = list(spent[g]) if has_spent and spent is not None else []
+        for i, rate in enumerate(q):
+            try:
+                table[i, g] = accounting.noise_multiplier(
+                    float(rate), rounds, float(e), delta, "rdp", spent=phases
+                ).noise_multiplier
+            except InfeasibleError:
+                break  # sigma grows with q: every larger rate is infeasible too
+    return table
+
+
+def _rdp_table(q: np.ndarray, eps: np.ndarray, rounds: int, delta: float) -> np.ndarray:
+    """sigma[i, j] at (q_i, eps_j) from one vectorised rdp call; inf where infeasible."""
+    qq, ee = np.meshgrid(q, eps, indexing="ij")
+    table = np.asarray(accounting.noise_multipliers_rdp(qq.ravel(), rounds, ee.ravel(), delta), dtype=float)
+    table = table.reshape(qq.shape)
+    return np.where(np.isfinite(table) & (table > 0), table, np.inf)
+
+
+def _interpolate_in_epsilon(nodes: np.ndarray, table: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """Monotone cubic interpolation of log sigma in log eps, per rate; inf next to infeasible nodes."""
+    log_table = np.log(table)
+    infeasible = ~np.isfinite(log_table)
+    ceiling = np.log(SIGMA_CAP) + 1.0
+    spline = PchipInterpolator(np.log(nodes), np.where(infeasible, ceiling, log_table), axis=1)
+    values = np.exp(spline(np.log(eps)))
+    # a group whose bracketing nodes include an infeasible one is infeasible there too
+    right = np.clip(np.searchsorted(nodes, eps, side="left"), 0, len(nodes) - 1)
+    left = np.clip(right - 1, 0, len(nodes) - 1)
+    bad = infeasible[:, left] | infeasible[:, right]
+    return np.where(bad | (values > SIGMA_CAP), np.inf, values)
+
+
+def calibrate_groups(
+    rates: np.ndarray,
+    epsilons: np.ndarray,
+    rounds: int,
+    delta: float,
+    accountant: str,
+    spent: Sequence[Sequence[Phase]],
+    raw_closed_form: bool,
+    labels: Sequence[str],
+) -> list[GroupCalibration]:
+    """Exact sigma for each (rate, epsilon, spent history) under the plan's accountant.
+
+    docs/planning.md §8. rdp without history is one vectorised call (sound under rdp);
+    everything else is ``accounting.noise_multiplier`` per group. An infeasible group raises
+    :class:`InfeasibleError` naming it.
+    """
+    q = np.asarray(rates, dtype=float)
+    eps = np.asarray(epsilons, dtype=float)
+    if len(q) == 0:
+        return []
+    if accountant == "rdp" and not any(len(p) > 0 for p in spent):
+        try:
+            sigmas = np.asarray(accounting.noise_multipliers_rdp(q, rounds, eps, delta), dtype=float)
+        except InfeasibleError:
+            sigmas = None
+        if sigmas is not None and np.all(np.isfinite(sigmas) & (sigmas > 0)):
+            return [GroupCalibration(float(s)) for s in sigmas]
+    results = []
+    for g in range(len(q)):
+        name = accountant
+        note = None
+        if accountant == "closed_form" and spent[g]:
+            # the closed form describes one phase only; a history needs a composing accountant
+            name, note = "rdp", "closed_form cannot compose spent phases; calibrated with rdp"
+        try:
+            cal = accounting.noise_multiplier(
+                float(q[g]), rounds, float(eps[g]), delta, name, spent=list(spent[g]),
+                raw=raw_closed_form and name == "closed_form",
+            )
+        except InfeasibleError as exc:
+            raise InfeasibleError(
+                f"{labels[g]} needs a noise multiplier above the calibration cap at sampling rate "
+                f"{q[g]:.4g} over {rounds} rounds ({exc.message})"
+            ) from None
+        if name == "closed_form" and not raw_closed_form:
+            # accounting replaced a formula sigma that rdp refutes (cal.sound says the formula
+            # failed); the sigma returned is the rdp one, so the group itself is sound.
+            results.append(GroupCalibration(float(cal.noise_multiplier), sound=True, replaced=not cal.sound,
+                                            reason=cal.reason))
+            continue
+        results.append(
+            GroupCalibration(
+                float(cal.noise_multiplier),
+                sound=bool(cal.sound),
+                fallback=bool(cal.fallback),
+                reason=note or cal.reason,
+            )
+        )
+    return results
+
+
+def verify_group(phases: Sequence[Phase], delta: float, accountant: str) -> EpsilonReport:
+    """epsilon of a group's whole history under the plan's accountant (never optimistic).
+
+    closed_form plans are verified with rdp (the value accounting reports for closed_form
+    too, docs/accounting.md §6.3, and the only one that composes a history); prv plans
+    with the PRV upper bound.
+    """
+    name = "rdp" if accountant == "closed_form" else accountant
+    return accounting.epsilon_of_phases(list(phases), delta, name)
+
+
+def prv_upper(phases: Sequence[Phase], delta: float) -> float | None:
+    """The PRV upper bound on epsilon for ``report_prv`` (None when prv fell back to rdp)."""
+    report = accounting.epsilon_of_phases(list(phases), delta, "prv")
+    if report.fallback:
+        return None
+    return float(report.upper if report.upper is not None else report.epsilon)
+
+
+def max_sampling_rate(
+    noise_multiplier: float, rounds: int, epsilon: float, delta: float, accountant: str, spent: Sequence[Phase]
+) -> float:
+    """The largest q meeting epsilon at this sigma (``accounting.sampling_rate``)."""
+    result = accounting.sampling_rate(noise_multiplier, rounds, epsilon, delta, accountant, spent=list(spent))
+    return float(getattr(result, "sampling_rate", result))

@@ -1,0 +1,330 @@
+"""From a design to a plan: exact calibration, verification, secure aggregation, objective.
+
+docs/planning.md §8. Every sigma in the plan is an exact calibration at the chosen rate
+(never an interpolated value); a pool's noise is the maximum its members need; every
+group's epsilon is re-computed over its full phase list and compared with its target. A
+verification above the target is a bug and raises; it is never returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from accounting.mechanism import Phase
+from planner import calibration
+from planner.calibration import GroupCalibration
+from planner.methods import Design
+from planner.objective import objective_terms
+from planner.problem import Problem
+from planner.schema import GroupPlan, Plan, PoolPlan, Predicted
+from planner.secagg import secagg_threshold
+
+# Relative slack for comparing a verified epsilon with its target (float round-off only).
+_VERIFY_SLACK = 1e-9
+
+
+class PlanVerificationError(AssertionError):
+    """A verified epsilon exceeded its target: a bug in calibration or planning, never a user error."""
+
+
+@dataclass(frozen=True)
+class History:
+    """Per-group state carried from parent plans (re-planning; docs/planning.md §9)."""
+
+    statuses: tuple[str, ...]
+    unprotected_rounds: tuple[int, ...]
+    start_round: int = 0
+    parent_plan_id: str | None = None
+
+
+def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:
+    """The plan of ``design``: calibrate, verify, add secure aggregation and J (docs/planning.md §8)."""
+    s = problem.scenario
+    n = problem.n_groups
+    hist = history or History(statuses=tuple("active" for _ in range(n)), unprotected_rounds=tuple(0 for _ in range(n)))
+    rates = np.clip(np.asarray(design.rates, dtype=float), 0.0, 1.0)
+    rates[problem.frozen] = 0.0
+    warnings = list(problem.notes) + list(design.warnings)
+    noisy = problem.active_private & (rates > 0) & (design.noise_rule != "none")
+    idx = np.flatnonzero(noisy)
+    labels = [problem.label(g) for g in range(n)]
+    accountants = {int(g): s.accountant for g in idx}
+    required: dict[int, GroupCalibration] = {}
+
+    for _attempt in range(3):
+        _calibrate(problem, rates, idx, accountants, required, labels)
+        pool_std, clip = _pool_noise(problem, design, rates, required)
+        phases, reports = _verify(problem, design, rates, pool_std, clip, accountants)
+        retry = [g for g, (report, ok) in reports.items() if not ok and report.fallback and accountants[g] == "prv"]
+        if not retry:
+            break
+        for g in retry:  # prv failed while verifying: fall back to rdp for this group (conservative)
+            accountants[g] = "rdp"
+            required.pop(g, None)
+            warnings.append(f"{labels[g]}: prv could not verify its epsilon; calibrated with rdp instead")
+
+    for g in idx:
+        cal = required[int(g)]
+        if cal.replaced:
+            warnings.append(
+                f"{labels[g]}: the closed-form sigma misses its target under rdp at q={rates[g]:.4g}; "
+                "replaced by the rdp sigma (set raw_closed_form to keep the formula)"
+            )
+        if not cal.sound:
+            warnings.append(
+                f"{labels[g]}: raw closed-form sigma does not meet epsilon under rdp; this group is "
+                "marked sound: false"
+            )
+        if cal.fallback:
+            warnings.append(f"{labels[g]}: prv failed ({cal.reason}); its sigma comes from rdp")
+
+    group_plans = _group_plans(problem, design, rates, pool_std, clip, required, phases, reports, hist, warnings)
+    pool_plans, pool_expected = _pool_plans(problem, design, rates, pool_std, warnings)
+    terms = objective_terms(
+        pool_expected,
+        pool_std,
+        np.asarray(design.keep_ratios, dtype=float),
+        expected_clients=problem.expected_clients,
+        model_dim=s.model_dim,
+        update_norm_bound=s.objective_update_norm,
+        sparsity_exponent=s.sparsity_exponent,
+        bias_weight=s.bias_weight,
+    )
+    warnings.extend(_bound_warnings(problem, design, rates))
+    return Plan(
+        method=design.method,  # type: ignore[arg-type]
+        accountant=s.accountant,
+        scenario=s,
+        rounds=problem.rounds,
+        start_round=hist.start_round,
+        parent_plan_id=hist.parent_plan_id,
+        groups=group_plans,
+        pools=pool_plans,
+        predicted=Predicted(
+            noise_energy=terms.noise_energy,
+            sparsification_error=terms.sparsification_error,
+            objective=terms.objective,
+        ),
+        warnings=_unique(warnings),
+    )
+
+
+def _calibrate(
+    problem: Problem,
+    rates: np.ndarray,
+    idx: np.ndarray,
+    accountants: dict[int, str],
+    required: dict[int, GroupCalibration],
+    labels: list[str],
+) -> None:
+    """Exact sigma for every noisy group not yet calibrated, batched per accountant."""
+    s = problem.scenario
+    todo = [int(g) for g in idx if int(g) not in required]
+    for name in sorted({accountants[g] for g in todo}):
+        batch = [g for g in todo if accountants[g] == name]
+        results = calibration.calibrate_groups(
+            rates[batch],
+            problem.epsilons[batch],
+            problem.rounds,
+            s.delta,
+            name,
+            [problem.spent[g] for g in batch],
+            s.raw_closed_form,
+            [labels[g] for g in batch],
+        )
+        required.update(zip(batch, results))
+
+
+def _pool_noise(
+    problem: Problem, design: Design, rates: np.ndarray, required: dict[int, GroupCalibration]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Noise std per pool and clip norm per group (docs/planning.md §2).
+
+    ``max`` rule: s_P = max over sampled private members of C_g sigma_g. ``scale`` rule
+    (idp_scale): one std for the pool and per-group clips C_g = s / sigma_g, with s set so
+    that the members' mean clip (weighted by N_g) equals their mean configured clip.
+    """
+    std = np.zeros(len(design.pools))
+    clip = np.asarray(design.clip_norms, dtype=float).copy()
+    for p, members in enumerate(design.pools):
+        noisy = [g for g in members if g in required]
+        if not noisy:
+            continue
+        sigma = np.array([required[g].noise_multiplier for g in noisy])
+        if design.noise_rule == "scale":
+            n = problem.num_clients[noisy]
+            base = problem.clip_norms[noisy]
+            std[p] = float(np.dot(n, base) / np.dot(n, 1.0 / sigma))
+            clip[noisy] = std[p] / sigma
+        else:
+            std[p] = float(np.max(clip[noisy] * sigma))
+    return std, clip
+
+
+def _verify(
+    problem: Problem,
+    design: Design,
+    rates: np.ndarray,
+    pool_std: np.ndarray,
+    clip: np.ndarray,
+    accountants: dict[int, str],
+) -> tuple[dict[int, list[Phase]], dict[int, tuple[object, bool]]]:
+    """Each private group's full history and its verified epsilon (docs/planning.md §8)."""
+    s = problem.scenario
+    pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
+    phases: dict[int, list[Phase]] = {}
+    reports: dict[int, tuple[object, bool]] = {}
+    for g in range(problem.n_groups):
+        history = list(problem.spent[g])
+        if g in accountants:
+            effective = pool_std[pool_of[g]] / clip[g]
+            history.append(Phase(sampling_rate=float(rates[g]), noise_multiplier=float(effective), steps=problem.rounds))
+        phases[g] = history
+        if not problem.private[g] or not history:
+            continue
+        accountant = accountants.get(g, s.accountant)
+        report = calibration.verify_group(history, s.delta, accountant)
+        ok = report.epsilon <= float(problem.epsilons[g]) * (1 + _VERIFY_SLACK)
+        reports[g] = (report, ok)
+    return phases, reports
+
+
+def _group_plans(
+    problem: Problem,
+    design: Design,
+    rates: np.ndarray,
+    pool_std: np.ndarray,
+    clip: np.ndarray,
+    required: dict[int, GroupCalibration],
+    phases: dict[int, list[Phase]],
+    reports: dict[int, tuple[object, bool]],
+    hist: History,
+    warnings: list[str],
+) -> list[GroupPlan]:
+    s = problem.scenario
+    pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
+    plans = []
+    for g in range(problem.n_groups):
+        p = pool_of[g]
+        cal = required.get(g)
+        sound = cal.sound if cal is not None else True
+        eps_spent = None
+        prv_upper = None
+        if problem.private[g] and g in reports and design.noise_rule != "none":
+            report, ok = reports[g]
+            eps_spent = float(report.epsilon)  # type: ignore[attr-defined]
+            if not ok and g in required and sound:
+                raise PlanVerificationError(
+                    f"{problem.label(g)}: verified epsilon {eps_spent:.6g} exceeds its target "
+                    f"{problem.epsilons[g]:g} at q={rates[g]:.6g}, sigma={pool_std[p] / clip[g]:.6g}"
+                )
+            if not ok and g not in required:
+                warnings.append(
+                    f"{problem.label(g)}: its spent history already gives epsilon {eps_spent:.4g}, above "
+                    "its budget; it is not sampled again"
+                )
+            if s.report_prv and phases[g]:
+                prv_upper = calibration.prv_upper(phases[g], s.delta)
+        plans.append(
+            GroupPlan(
+                id=problem.ids[g],
+                epsilon=None if np.isnan(problem.epsilons[g]) else float(problem.epsilons[g]),
+                num_clients=int(problem.num_clients[g]),
+                pool=f"P{p + 1}",
+                sampling_rate=float(rates[g]),
+                expected_clients=float(rates[g] * problem.num_clients[g]),
+                aggregation_weight=float(rates[g] * problem.num_clients[g] / problem.expected_clients),
+                clip_norm=float(clip[g]),
+                noise_multiplier_required=cal.noise_multiplier if cal is not None else None,
+                effective_noise_multiplier=(
+                    float(pool_std[p] / clip[g]) if cal is not None else (0.0 if rates[g] > 0 else None)
+                ),
+                epsilon_spent=eps_spent,
+                epsilon_spent_prv_upper=prv_upper,
+                sound=sound,
+                phases=phases[g],
+                spent_phase_count=len(problem.spent[g]),
+                unprotected_rounds=hist.unprotected_rounds[g],
+                status=hist.statuses[g],  # type: ignore[arg-type]
+            )
+        )
+    return plans
+
+
+def _pool_plans(
+    problem: Problem, design: Design, rates: np.ndarray, pool_std: np.ndarray, warnings: list[str]
+) -> tuple[list[PoolPlan], np.ndarray]:
+    s = problem.scenario
+    plans = []
+    expected = np.zeros(len(design.pools))
+    for p, members in enumerate(design.pools):
+        n = problem.num_clients[members]
+        q = rates[members]
+        expected[p] = float(np.dot(n, q))
+        private = bool(np.any(problem.private[members])) and design.noise_rule != "none"
+        if expected[p] > 0:
+            threshold = secagg_threshold(n, q, s.dropout_rate, s.abort_probability)
+            m, abort = threshold.threshold, threshold.abort_probability
+            inflation = threshold.expected_survivors / m
+            if not threshold.meets_target:
+                warnings.append(
+                    f"pool P{p + 1}: even a threshold of 1 aborts with probability {abort:.3g} per round, "
+                    f"above abort_probability={s.abort_probability:g}"
+                )
+        else:
+            m, abort, inflation = 1, 1.0, 0.0
+        if private and 0 < expected[p] < s.min_clients_per_pool:
+            warnings.append(
+                f"pool P{p + 1} ({', '.join(problem.ids[g] for g in members)}) expects "
+                f"{expected[p]:.3g} clients a round, below min_clients_per_pool={s.min_clients_per_pool}"
+            )
+        plans.append(
+            PoolPlan(
+                id=f"P{p + 1}",
+                groups=[problem.ids[g] for g in members],
+                noise_multiplier=float(pool_std[p] / s.clip_norm),
+                noise_std=float(pool_std[p]),
+                keep_ratio=float(design.keep_ratios[p]),
+                expected_clients=expected[p],
+                secagg_threshold=int(m),
+                noise_share_std=float(pool_std[p] / np.sqrt(m)),
+                abort_probability=float(abort),
+                expected_noise_inflation=float(inflation),
+            )
+        )
+    return plans, expected
+
+
+def _bound_warnings(problem: Problem, design: Design, rates: np.ndarray) -> list[str]:
+    """Rates pinned at a bound of an optimised method (the optimum may want to go further)."""
+    if design.method not in ("gdpfed_minus", "gdpfed_plus", "pooled_plus", "idp_sample"):
+        return []
+    out = []
+    m = problem.scenario.min_clients_per_pool
+    for g in np.flatnonzero(problem.active):
+        q = rates[g]
+        floor = problem.min_rates[g]
+        if design.method != "idp_sample" and problem.private[g] and [g] in design.pools:
+            floor = max(floor, m / problem.num_clients[g])
+        if floor > 0 and q <= floor * (1 + 1e-9):
+            out.append(f"{problem.label(g)}: sampling rate at its lower bound {floor:.4g}")
+        elif q >= 1.0 - 1e-12:
+            out.append(f"{problem.label(g)}: sampling rate at its upper bound 1")
+    if design.method in ("gdpfed_minus", "gdpfed_plus", "pooled_plus"):
+        opted = np.flatnonzero(problem.active & ~problem.private & (rates > 0))
+        if opted.size and np.any(problem.active_private):
+            out.append(
+                "opted-out groups carry no noise, so the objective prefers sampling them; set "
+                "min_sampling_rate on private groups to keep them represented"
+            )
+    return out
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)

@@ -1,0 +1,400 @@
+"""Every method as a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
+
+A method returns a :class:`Design`: which groups share a pool, each group's rate, each
+pool's keep ratio, each group's clip norm and how the pool's noise is set. The design is
+turned into a plan (exact calibration, verification, secure aggregation) by
+:mod:`planner.finalize`; nothing here is a privacy claim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from accounting.errors import InfeasibleError
+from planner import calibration
+from planner.curves import NoiseCurves, build_curves, rate_grid
+from planner.partition import candidate_partitions
+from planner.pools import build_pool_set
+from planner.problem import AUTO, Problem
+from planner.solve import ObjectiveConstants, PoolSolution, solve_pools
+
+NoiseRule = Literal["max", "scale", "none"]
+# idp_sample's exact 1-D search calls accounting.sampling_rate per group and step; above
+# this many private groups the tabulated curves choose the rates (then exact calibration).
+EXACT_SEARCH_LIMIT = 64
+
+
+@dataclass
+class Design:
+    """Pools, rates, keep ratios and clip norms chosen by a method (not yet calibrated)."""
+
+    method: str
+    pools: list[list[int]]
+    rates: np.ndarray
+    keep_ratios: list[float]
+    clip_norms: np.ndarray
+    noise_rule: NoiseRule = "max"
+    history: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def design(problem: Problem, method: str) -> Design:
+    """The design of ``method`` for ``problem`` (docs/planning.md §2)."""
+    builders = {
+        "nonprivate": _nonprivate,
+        "dp_fedavg": _dp_fedavg,
+        "gdpfed": _gdpfed,
+        "gdpfed_minus": lambda p: _optimised_separate(p, "gdpfed_minus", keep_one=True),
+        "gdpfed_plus": lambda p: _optimised_separate(p, "gdpfed_plus", keep_one=False),
+        "idp_sample": _idp_sample,
+        "idp_scale": _idp_scale,
+        "pooled_plus": _pooled_plus,
+    }
+    if method not in builders:
+        raise ValueError(f"unknown method {method!r}")
+    return builders[method](problem)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def uniform_rate(problem: Problem) -> float:
+    """q = K / sum of active N_g (docs/planning.md §2: the uniform-rate methods)."""
+    return problem.expected_clients / float(problem.num_clients[problem.active].sum())
+
+
+def objective_constants(problem: Problem) -> ObjectiveConstants:
+    s = problem.scenario
+    return ObjectiveConstants(
+        expected_clients=problem.expected_clients,
+        model_dim=float(s.model_dim),
+        update_norm_bound=s.objective_update_norm,
+        sparsity_exponent=float(s.sparsity_exponent),
+        bias_weight=float(s.bias_weight),
+        min_keep_ratio=float(s.min_keep_ratio),
+    )
+
+
+def _frozen_pools(problem: Problem) -> list[list[int]]:
+    return [[g] for g in np.flatnonzero(problem.frozen)]
+
+
+def _uniform_rates(problem: Problem) -> np.ndarray:
+    return np.where(problem.active, uniform_rate(problem), 0.0)
+
+
+def pool_keep_setting(problem: Problem, members: list[int]) -> tuple[float, str | None]:
+    """A pool's keep ratio from its members' settings: auto if all are auto, else the
+    smallest fixed one (more sparsification never adds noise), with a note if they differ."""
+    settings = problem.keep_settings[members]
+    fixed = settings[settings != AUTO]
+    if fixed.size == 0:
+        return AUTO, None
+    value = float(fixed.min())
+    note = None
+    if len(set(settings.tolist())) > 1:
+        names = ", ".join(problem.ids[g] for g in members)
+        note = f"pool of {names}: members asked for different keep ratios; using {value:g}"
+    return value, note
+
+
+def private_rate_bounds(problem: Problem, curves: NoiseCurves | None, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group rate bounds [min_sampling_rate, min(1, calibration cap)], all groups."""
+    lo = problem.min_rates.copy()
+    hi = np.ones(problem.n_groups)
+    if curves is not None:
+        hi[indices] = np.minimum(1.0, curves.rate_cap)
+        for row, g in enumerate(indices):
+            if hi[g] < lo[g]:
+                raise InfeasibleError(
+                    f"{problem.label(g)} needs a noise multiplier above the calibration cap even at "
+                    f"its min_sampling_rate {lo[g]:g}"
+                )
+    return lo, hi
+
+
+def noise_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
+    """Tabulated s_g(q) for the groups at ``indices`` (docs/planning.md §4.2).
+
+    The grid runs from half the smallest per-group pool floor (or a tenth of the uniform
+    rate, if lower) up to 1, 5 points per decade (3 with spent histories, which are
+    calibrated point by point): the rdp curve itself has kinks of ~0.5% where the optimal
+    order switches, so denser grids do not help; below the grid the curves continue in
+    log-log.
+    """
+    grid = rate_grid(_grid_floor(problem, indices), points_per_decade=3 if problem.has_spent else 5)
+    s = problem.scenario
+    table = calibration.noise_table(
+        grid,
+        problem.epsilons[indices],
+        problem.rounds,
+        s.delta,
+        s.accountant,
+        [problem.spent[g] for g in indices] if problem.has_spent else None,
+    )
+    feasible = np.isfinite(table).sum(axis=0)
+    for row, g in enumerate(indices):
+        if feasible[row] < 2:
+            raise InfeasibleError(
+                f"{problem.label(g)} needs a noise multiplier above the calibration cap at every "
+                f"sampling rate from {grid[1]:.3g} up over {problem.rounds} rounds"
+            )
+    return build_curves(grid, table, problem.clip_norms[indices])
+
+
+def _grid_floor(problem: Problem, indices: np.ndarray) -> float:
+    m = problem.scenario.min_clients_per_pool
+    floors = np.maximum(problem.min_rates[indices], m / problem.num_clients[indices])
+    return float(max(1e-7, min(0.5 * floors.min(), 0.1 * uniform_rate(problem))))
+
+
+def closed_form_slopes(problem: Problem) -> np.ndarray | None:
+    """s_g(q) / q for every group under the closed form (None for other accountants or history)."""
+    s = problem.scenario
+    if s.accountant != "closed_form" or problem.has_spent:
+        return None
+    slopes = np.zeros(problem.n_groups)
+    private = np.flatnonzero(problem.active_private)
+    table = calibration.noise_table(np.array([1.0]), problem.epsilons[private], problem.rounds, s.delta, "closed_form")
+    slopes[private] = table[0] * problem.clip_norms[private]
+    return slopes
+
+
+def _full_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
+    """Curves indexed by group over all groups (rows of non-listed groups are placeholders)."""
+    sub = noise_curves(problem, indices)
+    n = problem.n_groups
+    coefficients = np.zeros((4, sub.coefficients.shape[1], n))
+    coefficients[:, :, indices] = sub.coefficients
+    left = np.zeros(n)
+    right = np.ones(n)
+    cap = np.ones(n)
+    left[indices], right[indices], cap[indices] = sub.left_slope, sub.right_slope, sub.rate_cap
+    return NoiseCurves(log_q=sub.log_q, coefficients=coefficients, left_slope=left, right_slope=right, rate_cap=cap)
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+def _nonprivate(problem: Problem) -> Design:
+    active = [int(g) for g in np.flatnonzero(problem.active)]
+    pools = [active] + _frozen_pools(problem)
+    return Design(
+        method="nonprivate",
+        pools=pools,
+        rates=_uniform_rates(problem),
+        keep_ratios=[1.0] * len(pools),
+        clip_norms=problem.clip_norms.copy(),
+        noise_rule="none",
+        warnings=["nonprivate: no differential privacy is given to any group (sigma = 0); "
+                  "for non-private baselines only"],
+    )
+
+
+def _split_private(problem: Problem) -> tuple[list[int], list[list[int]]]:
+    private = [int(g) for g in np.flatnonzero(problem.active_private)]
+    opted_out = [[int(g)] for g in np.flatnonzero(problem.active & ~problem.private)]
+    return private, opted_out
+
+
+def _dp_fedavg(problem: Problem) -> Design:
+    private, opted_out = _split_private(problem)
+    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
+    return Design("dp_fedavg", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy())
+
+
+def _gdpfed(problem: Problem) -> Design:
+    pools = [[g] for g in range(problem.n_groups)]
+    return Design("gdpfed", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy())
+
+
+def _idp_scale(problem: Problem) -> Design:
+    private, opted_out = _split_private(problem)
+    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
+    return Design(
+        "idp_scale", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy(), noise_rule="scale"
+    )
+
+
+def _optimised_separate(problem: Problem, method: str, keep_one: bool) -> Design:
+    """gdpfed_minus / gdpfed_plus: one pool per group, optimised rates (docs/planning.md §4)."""
+    active = np.flatnonzero(problem.active)
+    return _optimise_partition_search(problem, method, [[[int(g)] for g in active]], keep_one)
+
+
+def _pooled_plus(problem: Problem) -> Design:
+    """Contiguous partition of private groups in epsilon order, chosen by J (docs/planning.md §4.4)."""
+    private, _ = _split_private(problem)
+    order = sorted(private, key=lambda g: (problem.epsilons[g], g))
+    opted_out = [[int(g)] for g in np.flatnonzero(problem.active & ~problem.private)]
+    candidates = [partition + opted_out for partition in candidate_partitions(order)] if order else [opted_out]
+    return _optimise_partition_search(problem, "pooled_plus", candidates, keep_one=False)
+
+
+def _optimise_partition_search(
+    problem: Problem, method: str, candidates: list[list[list[int]]], keep_one: bool
+) -> Design:
+    """Solve every candidate partition; keep the one with the smallest J."""
+    private = np.flatnonzero(problem.active_private)
+    m = problem.scenario.min_clients_per_pool
+    curves = _full_curves(problem, private) if private.size else None
+    lo, hi = private_rate_bounds(problem, _sub(curves, private), private)
+    _check_minimum_total(problem, candidates, lo)
+    slopes = closed_form_slopes(problem)
+    constants = objective_constants(problem)
+    labels = [problem.label(g) for g in range(problem.n_groups)]
+    best: tuple[float, list[list[int]], PoolSolution, object] | None = None
+    errors: list[str] = []
+    for partition in candidates:
+        try:
+            pools = build_pool_set(partition, problem.private, problem.num_clients, lo, hi, curves, m, labels)
+        except InfeasibleError as exc:
+            errors.append(exc.message)
+            continue
+        if pools.lower.sum() > problem.expected_clients * (1 + 1e-12):
+            errors.append(
+                f"expected_clients K={problem.expected_clients:g} is too small: the pools need at least "
+                f"{pools.lower.sum():.6g} (min_clients_per_pool={m} in every private pool and the "
+                "groups' min_sampling_rate)"
+            )
+            continue
+        keep_settings = np.array(
+            [1.0 if keep_one else pool_keep_setting(problem, p)[0] for p in partition]
+        )
+        solution = solve_pools(pools, keep_settings, constants, problem.expected_clients, slopes)
+        if best is None or solution.objective < best[0]:
+            best = (solution.objective, partition, solution, pools)
+    if best is None:
+        raise InfeasibleError(errors[0] if len(set(errors)) == 1 or len(candidates) == 1 else
+                              "no pooling of the groups is feasible: " + "; ".join(sorted(set(errors))[:3]))
+    _, partition, solution, pools = best
+    rates = np.zeros(problem.n_groups)
+    rates_active = pools.member_rates(solution.expected)  # type: ignore[attr-defined]
+    rates[problem.active] = rates_active[problem.active]
+    if curves is not None:
+        for p, members in enumerate(partition):
+            if len(members) > 1:
+                rates[members] = equalise_exact(problem, members, float(solution.expected[p]), rates[members], lo, hi)
+    pools_all = [list(p) for p in partition] + _frozen_pools(problem)
+    keep = list(solution.keep_ratios) + [1.0] * (len(pools_all) - len(partition))
+    warnings = []
+    if not keep_one:
+        for p in partition:
+            note = pool_keep_setting(problem, p)[1]
+            if note:
+                warnings.append(note)
+    return Design(method, pools_all, rates, keep, problem.clip_norms.copy(), history=solution.history, warnings=warnings)
+
+
+def _sub(curves: NoiseCurves | None, indices: np.ndarray) -> NoiseCurves | None:
+    if curves is None:
+        return None
+    from planner.curves import subset_curves
+
+    return subset_curves(curves, indices)
+
+
+def _check_minimum_total(problem: Problem, candidates: list[list[list[int]]], lo: np.ndarray) -> None:
+    """K must cover every group's min_sampling_rate; name the cause when it does not."""
+    need = float(np.dot(problem.num_clients[problem.active], lo[problem.active]))
+    if need > problem.expected_clients * (1 + 1e-12):
+        raise InfeasibleError(
+            f"expected_clients K={problem.expected_clients:g} is below the {need:.6g} clients that the "
+            "groups' min_sampling_rate values already require"
+        )
+
+
+def _idp_sample(problem: Problem) -> Design:
+    """One pool; per-group rates so one shared sigma meets every budget; minimise sigma.
+
+    docs/planning.md §4.3. Opted-out groups run at the uniform rate in pools of their own;
+    the private pool delivers the rest of K. Rates come from an exact 1-D search on the
+    shared noise std with ``accounting.sampling_rate`` per group.
+    """
+    private, opted_out = _split_private(problem)
+    rates = _uniform_rates(problem)
+    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
+    if private:
+        idx = np.array(private)
+        total = float(np.dot(problem.num_clients[idx], rates[idx]))
+        curves = _full_curves(problem, idx)
+        lo, hi = private_rate_bounds(problem, _sub(curves, idx), idx)
+        labels = [problem.label(g) for g in range(problem.n_groups)]
+        pool_set = build_pool_set([private], problem.private, problem.num_clients, lo, hi, curves, 1, labels)
+        if total < pool_set.lower[0] - 1e-9 * total:
+            raise InfeasibleError(
+                f"idp_sample: the private pool's share of K ({total:.6g}) is below what the groups' "
+                f"min_sampling_rate values require ({pool_set.lower[0]:.6g})"
+            )
+        approx = pool_set.member_rates(np.array([total]))
+        rates[idx] = equalise_exact(problem, private, total, approx[idx], lo, hi)
+    return Design("idp_sample", pools, rates, [1.0] * len(pools), problem.clip_norms.copy())
+
+
+def equalise_exact(
+    problem: Problem, members: list[int], total: float, guess: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Rates of a shared pool from an exact 1-D search on its noise std (docs/planning.md §4.3).
+
+    Finds the smallest std s with ``sum N_g clip(q_g(s/C_g), lo, hi) >= total`` where
+    ``q_g(sigma) = accounting.sampling_rate(sigma, ...)``, then scales the rates down to meet
+    the total exactly (lower rates never need more noise). Above EXACT_SEARCH_LIMIT members
+    the tabulated guess is returned unchanged.
+    """
+    idx = np.asarray(members, dtype=int)
+    if len(idx) > EXACT_SEARCH_LIMIT:
+        return guess
+    s = problem.scenario
+    accountant = calibration.table_accountant(s.accountant)
+    n = problem.num_clients[idx]
+    clip = problem.clip_norms[idx]
+    lo_m, hi_m = lo[idx], hi[idx]
+
+    def rates_at(std: float) -> np.ndarray:
+        out = np.empty(len(idx))
+        for i, g in enumerate(idx):
+            try:
+                q = calibration.max_sampling_rate(
+                    std / clip[i], problem.rounds, float(problem.epsilons[g]), s.delta, accountant, problem.spent[g]
+                )
+            except InfeasibleError:
+                q = 0.0
+            out[i] = q
+        return np.clip(out, lo_m, hi_m)
+
+    try:
+        cal = calibration.calibrate_groups(
+            guess, problem.epsilons[idx], problem.rounds, s.delta, "rdp" if accountant == "rdp" else accountant,
+            [problem.spent[g] for g in idx], False, [problem.label(g) for g in idx],
+        )
+    except InfeasibleError:
+        return guess
+    centre = max(c.noise_multiplier * clip[i] for i, c in enumerate(cal))
+    low, high = centre / 1.02, centre
+    if float(n @ rates_at(high)) < total:
+        return guess
+    for _ in range(8):
+        if float(n @ rates_at(low)) < total:
+            break
+        high, low = low, low / 1.1
+    else:
+        return guess
+    a, b = math.log(low), math.log(high)
+    for _ in range(18):  # 0.02 / 2^18: the shared std to ~1e-7 relative
+        mid = 0.5 * (a + b)
+        if float(n @ rates_at(math.exp(mid))) >= total:
+            b = mid
+        else:
+            a = mid
+    rates = rates_at(math.exp(b))
+    supply = float(n @ rates)
+    # scale down the members above their lower bound so the pool delivers exactly `total`
+    room = rates - lo_m
+    excess = supply - total
+    if excess > 0 and float(n @ room) > 0:
+        rates = rates - room * min(1.0, excess / float(n @ room))
+    return rates
