@@ -10,10 +10,10 @@ refuses a plan whose shares would release less than the pool's ``noise_std``.
 Encoding: a client's clipped update and its noise share are each rounded to the grid
 ``Z / scale`` (``scale`` a power of two) before masking, so the vector handed to secure
 aggregation is exactly representable and the protocol's own encoding is lossless.
-The clipped update is rounded with *conditional* randomised rounding (re-drawn until the
-rounded vector's norm is still at most the clip norm, then truncation toward zero,
-which never increases a coordinate's magnitude): the sensitivity of the pool sum stays
-``C`` after encoding. The noise share is rounded independently of the data.
+The update is clipped to ``C - sqrt(d)/scale`` and then rounded with unbiased randomised
+rounding, whose error has norm below ``sqrt(d)/scale``: the encoded update's norm is at
+most ``C`` with certainty, so the sensitivity of the pool sum stays ``C`` after encoding.
+The noise share is rounded independently of the data.
 """
 
 from __future__ import annotations
@@ -35,9 +35,6 @@ BOUND_FAILURE_PROBABILITY = 1e-9
 # std, and the typical coordinate of a clipped update ``C / sqrt(d)``. 2^-12 keeps the
 # rounding error four orders of magnitude below both.
 GRID_BITS_BELOW_SIGNAL = 12
-
-# Conditional randomised rounding: redraws before falling back to truncation.
-ROUNDING_RETRIES = 16
 
 
 def noise_share_std(noise_multiplier: float, clip_norm: float, secagg_threshold: int) -> float:
@@ -110,31 +107,28 @@ def value_bound(clip_norm: float, share_std: float, scale: float, tail_multiplie
     return clip_norm + tail_multiplier * share_std + 2.0 / scale
 
 
-def clip_rows(updates: np.ndarray, clip_norms: np.ndarray) -> np.ndarray:
-    """Row ``i`` scaled by ``min(1, C_i / ||u_i||_2)`` (float64)."""
-    rows = np.asarray(updates, dtype=np.float64)
-    norms = np.linalg.norm(rows, axis=1)
-    factors = np.minimum(1.0, clip_norms / np.maximum(norms, 1e-300))
-    return rows * factors[:, None]
+def rounding_margin(dim: int, scale: float) -> float:
+    """``sqrt(d) / scale``: the largest L2 norm randomised rounding can add to a ``d``-vector."""
+    return math.sqrt(dim) / scale
 
 
 def encode_clipped(row: np.ndarray, clip_norm: float, scale: float, rng: np.random.Generator) -> np.ndarray:
-    """Conditional randomised rounding of a clipped row to ``Z / scale`` with norm <= ``clip_norm``.
+    """Clip ``row`` to ``C - sqrt(d)/scale``, then randomised rounding to ``Z / scale``.
 
-    Each coordinate rounds up with probability equal to its fractional part (unbiased).
-    A draw whose norm exceeds ``clip_norm`` is redrawn (``ROUNDING_RETRIES`` times), then
-    the row is truncated toward zero, which cannot increase any coordinate's magnitude.
+    Each coordinate rounds up with probability equal to its fractional part (unbiased) and
+    moves by less than ``1/scale``, so the rounding error has norm below ``sqrt(d)/scale``
+    and the encoded vector's norm stays at most ``C``: the pool sum's sensitivity is ``C``
+    after encoding, with certainty. ``grid_scale`` makes the margin at most ``C / 2^12``.
     Returns the grid integers as float64 (exact: well below 2^53).
     """
-    scaled = row * scale
+    margin = rounding_margin(row.shape[0], scale)
+    if margin >= clip_norm:
+        raise InvalidInputError("scale", f"grid step too coarse for clip norm {clip_norm} in {row.shape[0]} dimensions")
+    norm = float(np.linalg.norm(row))
+    inner = clip_norm - margin
+    scaled = row * (scale * min(1.0, inner / norm) if norm > 0 else scale)
     floor = np.floor(scaled)
-    frac = scaled - floor
-    limit = (clip_norm * scale) ** 2
-    for _ in range(ROUNDING_RETRIES):
-        ints = floor + (rng.random(row.shape[0]) < frac)
-        if float(np.dot(ints, ints)) <= limit:
-            return ints
-    return np.trunc(scaled)
+    return floor + (rng.random(row.shape[0]) < (scaled - floor))
 
 
 def draw_noise_share(dim: int, share_std: float, scale: float, rng: np.random.Generator) -> np.ndarray:

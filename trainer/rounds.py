@@ -5,8 +5,9 @@
    drop after sending their masked input (secure aggregation recovers their masks and
    their input *is* in the sum), the rest before masking (their input is not).
 2. Every client that reaches the masking step trains locally (``strategy.client_update``),
-   and the engine then clips its update to its group's ``clip_norm``, rounds it to the
-   pool's fixed-point grid (conditional randomised rounding, norm still <= clip norm),
+   and the engine then clips its update to its group's ``clip_norm`` (less the rounding
+   margin ``sqrt(d)/scale``), rounds it to the pool's fixed-point grid (randomised
+   rounding: the encoded norm is still at most the clip norm),
    adds its noise share ``N(0, s_P^2)``, ``s_P = sigma_P C / sqrt(m_P)``
    (``PoolPlan.noise_share_std``), and hands the vector to the pool's secure-aggregation
    session (``trainer.secagg.secure_sum``, threshold ``m_P``).
@@ -134,8 +135,7 @@ def privatize(
     ``x = enc(clip(Delta, C_g)) / scale + round(N(0, s_P^2) scale) / scale``: every value
     is a multiple of ``1/scale`` (a power of two), so secure aggregation encodes it exactly.
     """
-    clipped = noise.clip_rows(update[None, :], np.array([clip_norm]))[0]
-    pre_noise = noise.encode_clipped(clipped, clip_norm, mechanism.scale, rng)
+    pre_noise = noise.encode_clipped(update, clip_norm, mechanism.scale, rng)
     total = pre_noise + noise.draw_noise_share(update.shape[0], mechanism.share_std, mechanism.scale, rng)
     vector = total / mechanism.scale
     largest = float(np.max(np.abs(vector)))

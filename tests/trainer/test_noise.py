@@ -33,18 +33,21 @@ def test_tail_multiplier_meets_union_bound():
     assert 9 < noise.noise_tail_multiplier(1e10) < 10
 
 
-def test_conditional_rounding_is_unbiased_and_never_exceeds_clip():
+def test_encoding_clips_with_rounding_margin_is_unbiased_and_never_exceeds_clip():
     rng = np.random.default_rng(0)
     dim, clip = 200, 1.0
-    row = rng.standard_normal(dim)
-    row *= clip / np.linalg.norm(row)  # exactly on the sphere: rounding up would overflow often
+    row = rng.standard_normal(dim) * 5
     scale = noise.grid_scale(clip, 0.0, dim) / 256  # a coarse grid makes the test meaningful
+    margin = noise.rounding_margin(dim, scale)
+    assert 0 < margin < clip
     draws = np.array([noise.encode_clipped(row, clip, scale, rng) for _ in range(400)])
-    norms = np.linalg.norm(draws, axis=1) / scale
-    assert norms.max() <= clip
     assert np.all(draws == np.round(draws))
-    # Unbiased up to the (rare) redraw/truncation: the mean is within a fraction of a step.
-    assert np.abs(draws.mean(axis=0) / scale - row).max() < 0.5 / scale
+    assert (np.linalg.norm(draws, axis=1) / scale).max() <= clip
+    clipped = row * (clip - margin) / np.linalg.norm(row)
+    # Unbiased: the mean of the draws is the clipped row (up to sampling error).
+    assert np.abs(draws.mean(axis=0) / scale - clipped).max() < 0.2 / scale
+    short = row / np.linalg.norm(row) * 0.5
+    assert np.abs(noise.encode_clipped(short, clip, scale, rng) / scale - short).max() < 1 / scale
 
 
 def test_grid_values_are_exact_and_bound_covers_clip_plus_noise():

@@ -11,12 +11,16 @@ the plan's parents (``GroupPlan.phases`` up to ``start_round``) followed by
 ``Phase(q_g, sigma_g, rounds run so far)``; epsilon comes from
 ``accounting.epsilon_of_phases`` under the plan's accountant and delta.
 
+The ledger's phases are merged like the plan's: the parents' last phase and this plan's
+are one phase when their (q, sigma) agree.
+
 A group that is opted out (``epsilon: null``) or whose pool has no noise has no finite
 epsilon: the ledger says ``None``. A group with ``sampling_rate`` 0 spends nothing more.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 from accounting.errors import InvalidInputError
@@ -33,25 +37,33 @@ def default_epsilon_fn(phases: Sequence[Phase], delta: float, accountant: str) -
     return float(epsilon_of_phases(list(phases), delta, accountant).epsilon)
 
 
-def spent_history(group: GroupPlan, start_round: int) -> list[Phase]:
-    """The phases of ``group`` that were spent before this plan: the prefix of
-    ``group.phases`` whose steps add up to ``start_round``.
+def spent_history(plan: Plan, group: GroupPlan) -> list[Phase]:
+    """The phases of ``group`` spent before this plan started.
 
-    The plan's own phase (if the planner listed it) follows that prefix and is dropped:
-    the ledger adds this plan's rounds as they run.
+    ``GroupPlan.phases`` is the full history: parents' phases, then this plan's own
+    ``Phase(q_g, sigma_g, plan.rounds)``, possibly merged with an identical parent phase
+    before it. This plan's rounds are removed from the end (the ledger adds them back as
+    they run); a group this plan gives no phase (opted out, ``q_g = 0``) keeps them all.
     """
-    history: list[Phase] = []
-    steps = 0
-    for phase in group.phases:
-        if steps == start_round:
-            break
-        history.append(phase)
-        steps += phase.steps
-    if steps != start_round:
+    phases = list(group.phases)
+    sigma = group_noise_multiplier(plan, group)
+    if not phases or group.sampling_rate <= 0 or sigma <= 0 or plan.rounds == 0:
+        return phases
+    last = phases[-1]
+    if not (
+        math.isclose(last.sampling_rate, group.sampling_rate, rel_tol=1e-9)
+        and math.isclose(last.noise_multiplier, sigma, rel_tol=1e-9)
+        and last.steps >= plan.rounds
+    ):
         raise InvalidInputError(
             f"groups.{group.id}.phases",
-            f"the spent phases cover {steps} rounds but the plan starts at round {start_round}",
+            f"the last phase {last} is not this plan's (sampling_rate {group.sampling_rate}, "
+            f"noise_multiplier {sigma}, {plan.rounds} rounds)",
         )
+    earlier = last.steps - plan.rounds
+    history = phases[:-1]
+    if earlier > 0:
+        history.append(last.model_copy(update={"steps": earlier}))
     return history
 
 
@@ -71,7 +83,7 @@ class PrivacyLedger:
         self.accountant = plan.accountant
         self.epsilon_fn = epsilon_fn or default_epsilon_fn
         self.rounds_run = 0
-        self._history = {g.id: spent_history(g, plan.start_round) for g in plan.groups}
+        self._history = {g.id: spent_history(plan, g) for g in plan.groups}
         self._multiplier = {g.id: group_noise_multiplier(plan, g) for g in plan.groups}
         self._cache: dict[tuple[str, int], float | None] = {}
 
@@ -82,14 +94,14 @@ class PrivacyLedger:
         """The group's full history after the rounds run so far."""
         group = self.plan.group(group_id)
         phases = list(self._history[group_id])
-        if self.rounds_run > 0 and group.sampling_rate > 0:
-            phases.append(
-                Phase(
-                    sampling_rate=group.sampling_rate,
-                    noise_multiplier=self._multiplier[group_id],
-                    steps=self.rounds_run,
-                )
-            )
+        sigma = self._multiplier[group_id]
+        if self.rounds_run == 0 or group.sampling_rate <= 0 or sigma <= 0:
+            return phases
+        current = Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=self.rounds_run)
+        if phases and (phases[-1].sampling_rate, phases[-1].noise_multiplier) == (group.sampling_rate, sigma):
+            current = current.model_copy(update={"steps": phases[-1].steps + self.rounds_run})
+            phases.pop()
+        phases.append(current)
         return phases
 
     def record_round(self) -> None:

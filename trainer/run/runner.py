@@ -18,6 +18,7 @@ the same log (up to wall-clock times) as an uninterrupted one.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,16 +323,26 @@ def execute_run(
     return summary
 
 
-def report_metrics(record: RoundRecord) -> dict[str, Any]:
-    """The ``metrics`` object posted to the service for a round."""
-    return {
-        "loss": record.loss,
-        "accuracy": record.accuracy,
-        "epsilon_spent": record.epsilon_spent,
-        "sampled": record.sampled,
-        "survived": record.survived,
-        "seconds": record.seconds,
+def report_metrics(record: RoundRecord) -> dict[str, float]:
+    """The ``metrics`` posted to the service for a round: a flat name -> finite number map.
+
+    ``loss``/``accuracy`` on evaluated rounds, ``epsilon.<group>`` for private groups
+    (names longer than the service's 64 characters are left out), client counts, seconds.
+    """
+    metrics: dict[str, float] = {
+        "sampled": float(sum(record.sampled.values())),
+        "survived": float(sum(record.survived.values())),
+        "seconds": float(record.seconds),
     }
+    if record.loss is not None and math.isfinite(record.loss):
+        metrics["loss"] = float(record.loss)
+    if record.accuracy is not None:
+        metrics["accuracy"] = float(record.accuracy)
+    for group, spent in record.epsilon_spent.items():
+        name = f"epsilon.{group}"
+        if spent is not None and math.isfinite(spent) and len(name) <= 64 and len(metrics) < 256:
+            metrics[name] = float(spent)
+    return metrics
 
 
 def summarize(

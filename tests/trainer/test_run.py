@@ -1,0 +1,208 @@
+"""Runs: reproducible from the seed, resume == uninterrupted (model, strategy state, ledger, log)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from accounting.errors import InvalidInputError
+from accounting.mechanism import Phase
+from trainer.data import load_dataset
+from trainer.run import checkpoint as checkpoint_module
+from trainer.run import runner as runner_module
+from trainer.run.checkpoint import load_checkpoint
+from trainer.run.ledger import PrivacyLedger
+from trainer.run.metrics import read_rounds
+from trainer.run.progress import Progress
+from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer_plans import hand_plan
+
+ROUNDS = 4
+
+
+def phase_count_epsilon(phases, delta, accountant):
+    """A stand-in accountant that exposes the exact phase list (q, sigma, steps) it saw."""
+    return float(sum(p.steps * (1 + p.sampling_rate) * (1 + p.noise_multiplier) for p in phases))
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return hand_plan(
+        [("strict", 1.0, 20, 0.5), ("loose", 4.0, 20, 0.6)],
+        [("p_strict", ["strict"], 1.2, 4, 0.3), ("p_loose", ["loose"], 0.4, 4, 1.0)],
+        rounds=ROUNDS,
+        model_dim=2000,
+        dropout_rate=0.1,
+    )
+
+
+@pytest.fixture(scope="module")
+def digits(plan):
+    return load_dataset("digits", num_clients=plan.scenario.total_clients, seed=0)
+
+
+def config(**overrides):
+    base = dict(
+        dataset="digits", model="mlp", rounds=ROUNDS, local_steps=3, lr=0.1, batch_size=16,
+        server_momentum=0.5, late_dropout_fraction=0.5, eval_every=2,
+    )
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def run(plan, digits, out, *, resume=False, progress=None, cfg=None):
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg or config(), out, resume=resume, dataset=digits)
+    display = progress or Progress(plan.rounds, 0, use_bar=False, stream=_Sink())
+    return execute_run(prepared, progress=display, epsilon_fn=phase_count_epsilon)
+
+
+class _Sink:
+    def write(self, text):
+        pass
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+class InterruptAfter(Progress):
+    def __init__(self, rounds_done: int) -> None:
+        super().__init__(ROUNDS, 0, stream=_Sink(), use_bar=False)
+        self.remaining = rounds_done
+
+    def round_done(self, record):
+        super().round_done(record)
+        self.remaining -= 1
+        if self.remaining == 0:
+            raise KeyboardInterrupt
+
+
+def comparable(records):
+    return [r.model_dump(exclude={"seconds", "timing"}) for r in records]
+
+
+def final_state(out):
+    return load_checkpoint(out / "checkpoint.pt")
+
+
+def test_same_seed_same_run_and_other_seed_differs(plan, digits, tmp_path):
+    run(plan, digits, tmp_path / "a")
+    run(plan, digits, tmp_path / "b")
+    run(plan, digits, tmp_path / "c", cfg=config(seed=1))
+    a, b, c = (final_state(tmp_path / name) for name in "abc")
+    assert torch.equal(a["global_params"], b["global_params"])
+    assert comparable(read_rounds(tmp_path / "a" / "rounds.jsonl")) == comparable(read_rounds(tmp_path / "b" / "rounds.jsonl"))
+    assert not torch.equal(a["global_params"], c["global_params"])
+
+
+def test_resume_after_interrupt_equals_uninterrupted(plan, digits, tmp_path):
+    whole = run(plan, digits, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(plan, digits, tmp_path / "split", progress=InterruptAfter(2))
+    partial = final_state(tmp_path / "split")
+    assert partial["next_round"] == 2
+    assert len(read_rounds(tmp_path / "split" / "rounds.jsonl")) == 2
+    resumed = run(plan, digits, tmp_path / "split", resume=True)
+
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "split")
+    assert torch.equal(a["global_params"], b["global_params"])
+    assert torch.equal(a["strategy"]["momentum"], b["strategy"]["momentum"])
+    assert a["ledger"] == b["ledger"]
+    assert a["ledger"]["rounds_run"] == ROUNDS
+    assert comparable(read_rounds(tmp_path / "whole" / "rounds.jsonl")) == comparable(
+        read_rounds(tmp_path / "split" / "rounds.jsonl")
+    )
+    assert resumed.epsilon_spent == whole.epsilon_spent
+    assert resumed.final_accuracy == whole.final_accuracy
+
+
+def test_crash_between_log_line_and_checkpoint_is_not_double_counted(plan, digits, tmp_path, monkeypatch):
+    run(plan, digits, tmp_path / "whole")
+    calls = {"n": 0}
+    real_save = checkpoint_module.save_checkpoint
+
+    def crashing_save(path, state):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk vanished")
+        real_save(path, state)
+
+    monkeypatch.setattr(runner_module, "save_checkpoint", crashing_save)
+    with pytest.raises(OSError):
+        run(plan, digits, tmp_path / "split")
+    # Round 3 was logged but its checkpoint never landed.
+    assert len(read_rounds(tmp_path / "split" / "rounds.jsonl")) == 3
+    assert final_state(tmp_path / "split")["next_round"] == 2
+    monkeypatch.setattr(runner_module, "save_checkpoint", real_save)
+    run(plan, digits, tmp_path / "split", resume=True)
+    logged = read_rounds(tmp_path / "split" / "rounds.jsonl")
+    assert [r.round for r in logged] == list(range(ROUNDS))
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "split")
+    assert torch.equal(a["global_params"], b["global_params"])
+    assert a["ledger"] == b["ledger"]
+
+
+def test_resume_of_finished_run_changes_nothing(plan, digits, tmp_path):
+    run(plan, digits, tmp_path / "r")
+    before = final_state(tmp_path / "r")
+    summary = run(plan, digits, tmp_path / "r", resume=True)
+    after = final_state(tmp_path / "r")
+    assert torch.equal(before["global_params"], after["global_params"])
+    assert summary.complete and summary.rounds_run == ROUNDS
+    assert len(read_rounds(tmp_path / "r" / "rounds.jsonl")) == ROUNDS
+
+
+def test_ledger_counts_every_round_for_every_group_with_parent_history():
+    history = Phase(sampling_rate=0.2, noise_multiplier=2.0, steps=5)
+    current = Phase(sampling_rate=0.5, noise_multiplier=1.0, steps=3)
+    plan = hand_plan(
+        [("a", 1.0, 10, 0.5), ("same", 1.0, 10, 0.2), ("out", None, 10, 0.5), ("idle", 2.0, 10, 0.0)],
+        [
+            ("pa", ["a"], 1.0, 1, 1.0),
+            ("psame", ["same"], 2.0, 1, 1.0),
+            ("pout", ["out"], 0.0, 1, 1.0),
+            ("pidle", ["idle"], 1.0, 1, 1.0),
+        ],
+        start_round=5,
+        rounds=3,
+    )
+    plan.group("a").phases = [history, current]
+    # The parent's phase and this plan's agree: the planner lists them merged.
+    plan.group("same").phases = [history.model_copy(update={"steps": 8})]
+    plan.group("idle").phases = [history]
+    ledger = PrivacyLedger(plan, phase_count_epsilon)
+    before = phase_count_epsilon([history], 0, "")
+    assert ledger.spent() == {"a": before, "same": before, "out": None, "idle": before}
+    for _ in range(3):
+        ledger.record_round()
+    assert ledger.phases("a") == [history, current]
+    assert ledger.phases("same") == plan.group("same").phases
+    assert ledger.phases("idle") == [history]
+    assert ledger.spent()["out"] is None
+    assert ledger.spent()["a"] == phase_count_epsilon([history, current], 0, "")
+    restored = PrivacyLedger(plan, phase_count_epsilon)
+    restored.load_state_dict(json.loads(json.dumps(ledger.state_dict())))
+    assert restored.spent() == ledger.spent()
+    # A plan whose last phase is not its own is refused, never guessed.
+    plan.group("a").phases = [history]
+    with pytest.raises(InvalidInputError, match="not this plan's"):
+        PrivacyLedger(plan, phase_count_epsilon)
+
+
+def test_run_directory_files(plan, digits, tmp_path):
+    summary = run(plan, digits, tmp_path / "r")
+    out = tmp_path / "r"
+    for name in ("plan.json", "config.json", "rounds.jsonl", "summary.json", "checkpoint.pt", "accuracy.png", "loss.png"):
+        assert (out / name).is_file(), name
+    for name in ("accuracy.png", "loss.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "summary.json").read_text())["rounds_run"] == ROUNDS
+    records = read_rounds(out / "rounds.jsonl")
+    assert [r.accuracy is not None for r in records] == [False, True, False, True]
+    assert all(set(r.epsilon_spent) == {"strict", "loose"} for r in records)
+    assert all(r.sampled["strict"] >= 0 and set(r.survived) == {"p_strict", "p_loose"} for r in records)
+    assert summary.model_dim > 0 and not list(out.glob(".*.tmp"))

@@ -1,0 +1,212 @@
+"""``gdpfed train``: execute a plan (or plan a scenario, then execute it).
+
+(docs/trainer.md §CLI.) Everything is validated before the run directory is created:
+an unreadable plan, a plan of another schema version, unknown data, a model that does
+not fit the data, ``--rounds`` beyond the plan's rounds (that would overspend) all exit
+with code 2, one line on stderr and nothing written. torch is imported only inside the
+handler so that ``gdpfed account`` and ``gdpfed plan`` work without the trainer extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import InvalidInputError
+
+# Run options (TrainConfig fields) that the command line can set; on --resume any that is
+# given must equal the stored value.
+CONFIG_OPTIONS = (
+    "dataset",
+    "model",
+    "rounds",
+    "partition",
+    "alpha",
+    "local_steps",
+    "lr",
+    "momentum",
+    "batch_size",
+    "engine",
+    "seed",
+    "eval_every",
+    "server_lr",
+    "server_momentum",
+    "late_dropout_fraction",
+    "secagg_mode",
+    "checkpoint_every",
+)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model with a plan's privacy mechanism (PyTorch simulation)",
+        description="Execute a plan round by round: Poisson sampling per group, clipping, noise "
+        "shares, secure aggregation per pool, top-k, fixed-denominator averaging, privacy ledger.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--plan", type=Path, help="plan document (JSON) to execute")
+    source.add_argument("--scenario", type=Path, help="scenario (JSON) to plan first with --method")
+    parser.add_argument("--method", help="planning method for --scenario (e.g. gdpfed_plus)")
+    parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
+    parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
+    parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
+    parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")
+    parser.add_argument("--lr", type=float, help="client learning rate (default 0.05)")
+    parser.add_argument("--momentum", type=float, help="client SGD momentum (default 0)")
+    parser.add_argument("--batch-size", type=int, help="client minibatch size (default 32)")
+    parser.add_argument("--engine", choices=["batched", "loop"], help="local training engine (default batched)")
+    parser.add_argument("--partition", choices=["iid", "dirichlet", "natural"], help="how data is split into clients (default iid)")
+    parser.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet (default 0.5)")
+    parser.add_argument("--seed", type=int, help="seed of every random draw (default 0)")
+    parser.add_argument("--server-lr", type=float, help="server step size (default 1.0)")
+    parser.add_argument("--server-momentum", type=float, help="server momentum (default 0)")
+    parser.add_argument(
+        "--late-dropout-fraction", type=float,
+        help="share of dropouts that happen after masking (recovered by secure aggregation; default 0)",
+    )
+    parser.add_argument("--secagg", dest="secagg_mode", choices=["full", "sparse"], help="secure aggregation graph (default full; sparse = SecAgg+)")
+    parser.add_argument("--eval-every", type=int, help="evaluate every N rounds (and at the last; default 1)")
+    parser.add_argument("--checkpoint-every", type=int, help="checkpoint every N rounds (and at the last; default 1)")
+    parser.add_argument("--out", type=Path, help="run directory (default runs/<method>-<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
+    parser.add_argument("--report-to", help="gdpfed service URL: post every completed round to its ledger")
+    parser.add_argument("--api-key", help="API key for --report-to (default: $GDPFED_API_KEY)")
+    parser.add_argument("--plan-id", help="the service's plan id (default: the plan file's 'id')")
+    parser.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    parser.set_defaults(handler=handle_train)
+
+
+def read_json_file(path: Path, field: str) -> Any:
+    """Parse a JSON file; a file that is not JSON is an ``InvalidInputError`` naming ``field``."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | None:
+    """(Plan, plan document) from --plan or --scenario/--method; None when neither is given."""
+    from planner.schema import load_plan
+
+    if args.plan is not None:
+        if args.method is not None:
+            raise InvalidInputError("method", "--method goes with --scenario, not --plan")
+        document = read_json_file(args.plan, "plan")
+        return load_plan(document), document
+    if args.scenario is not None:
+        if not args.method:
+            raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
+        if args.method == "compare":
+            raise InvalidInputError("method", "compare plans every method side by side; train one method")
+        from planner import load_scenario, make_plan
+
+        plan = make_plan(load_scenario(args.scenario), args.method)
+        return plan, plan.model_dump(mode="json")
+    return None
+
+
+def _config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
+    from trainer.run.runner import TrainConfig
+
+    given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
+    if stored is None:
+        for name in ("dataset", "model"):
+            if name not in given:
+                raise InvalidInputError(name, f"--{name} is required")
+        given.setdefault("rounds", plan_rounds)
+        return TrainConfig(**given)
+    config = TrainConfig.model_validate(stored)
+    for name, value in given.items():
+        if getattr(config, name) != value:
+            raise InvalidInputError(
+                name.replace("_", "-"),
+                f"{value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
+            )
+    return config
+
+
+def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Path]:
+    """The plan, its document, the run configuration and the run directory, all validated."""
+    from planner.schema import load_plan
+    from trainer.run.checkpoint import fingerprint
+    from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
+
+    given = _plan_from_args(args)
+    if args.resume:
+        if args.out is None:
+            raise InvalidInputError("resume", "--resume needs --out, the run directory to continue")
+        run_dir = check_resumable_run_directory(args.out)
+        stored_document = read_json_file(run_dir.plan, "plan")
+        stored_plan = load_plan(stored_document)
+        if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(
+            stored_plan.model_dump(mode="json")
+        ):
+            raise InvalidInputError("plan", f"differs from the plan of the run in {args.out}")
+        config = _config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
+        return stored_plan, stored_document, config, args.out
+    if given is None:
+        raise InvalidInputError("plan", "give --plan PLAN.json, or --scenario SCENARIO.json --method METHOD")
+    plan, document = given
+    config = _config_from_args(args, None, plan.rounds)
+    out = args.out or Path("runs") / f"{plan.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_new_run_directory(out)
+    return plan, document, config, out
+
+
+def handle_train(args: argparse.Namespace) -> tuple[Any, str]:
+    from trainer.run.reporting import RoundReporter
+    from trainer.run.runner import execute_run, prepare_run
+
+    plan, document, config, out = _resolve(args)
+    plan_id = args.plan_id or (document.get("id") if isinstance(document.get("id"), str) else None)
+    api_key = args.api_key or os.environ.get("GDPFED_API_KEY")
+    if args.report_to:
+        if not api_key:
+            raise InvalidInputError("api-key", "--report-to needs --api-key (or $GDPFED_API_KEY)")
+        if not plan_id:
+            raise InvalidInputError("plan-id", "--report-to needs --plan-id (the plan file has no 'id')")
+    elif args.api_key:
+        raise InvalidInputError("api-key", "--api-key goes with --report-to")
+    prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device)
+
+    reporter = None
+    if args.report_to:
+        reporter = RoundReporter(
+            args.report_to, api_key or "", plan_id or "", log=lambda text: sys.stderr.write(f"warning: {text}\n")
+        )
+    try:
+        summary = execute_run(prepared, reporter=reporter, plan_id=plan_id)
+    finally:
+        if reporter is not None:
+            reporter.close()
+    return summary, format_summary(summary)
+
+
+def format_summary(summary: Any) -> str:
+    lines = [
+        f"run: {summary.run_dir} ({summary.method}, {summary.rounds_run}/{summary.rounds} rounds"
+        f"{'' if summary.complete else ', incomplete'})",
+    ]
+    if summary.final_accuracy is not None:
+        lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
+    for group, spent in summary.epsilon_spent.items():
+        target = summary.epsilon_target.get(group)
+        if spent is None:
+            lines.append(f"group {group}: no DP (opted out or no noise)")
+        else:
+            lines.append(f"group {group}: epsilon spent {spent:.4g} of {target:.4g}")
+    aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
+    if aborted:
+        lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))
+    if summary.reports_pending:
+        lines.append(f"{summary.reports_pending} round report(s) could not be delivered (kept in the checkpoint)")
+    lines.extend(f"warning: {w}" for w in summary.warnings)
+    return "\n".join(lines)
