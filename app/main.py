@@ -22,7 +22,7 @@ from app.errors import ErrorBody, install_error_handlers
 from app.limits import BodySizeLimitMiddleware
 from app.metrics import MetricsMiddleware, make_metrics
 from app.migrate import upgrade_head
-from app.routes import health, keys, ledger, plans, populations
+from app.routes import accounting, health, keys, ledger, plans, populations
 from app.services.keys import INITIAL_KEY_NAME, ensure_initial_key
 from app.settings import Settings
 
@@ -96,6 +96,6 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
-    for module in (health, plans, ledger, populations, keys):
+    for module in (health, accounting, plans, ledger, populations, keys):
         app.include_router(module.router)
     return app

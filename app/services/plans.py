@@ -15,8 +15,8 @@ import uuid
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-import planner
 from accounting.errors import InvalidInputError
+from planner.plan import make_plan
 from planner.schema import Changes, Plan, RequestedMethod, Scenario
 
 from app.db import with_busy_retry, write_transaction
@@ -44,14 +44,14 @@ def check_size(state: AppState, scenario: Scenario, field: str = "scenario.group
 
 def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -> Plan:
     check_size(state, scenario)
-    return state.compute.run(planner.make_plan, scenario, method)
+    return state.compute.run(make_plan, scenario, method)
 
 
 def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,
                    parent_plan_id: str) -> Plan:
-    return state.compute.run(
-        planner.replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id
-    )
+    from planner import replan  # type: ignore[attr-defined]
+
+    return state.compute.run(replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id)
 
 
 def to_stored(record: PlanRecord) -> StoredPlan:
