@@ -24,6 +24,20 @@ def reject_bool(value: Any) -> Any:
     return value
 
 
+def finite_number(value: Any) -> Any:
+    """Before pydantic's range checks: no booleans, and NaN/inf named as such (otherwise
+    ``nan`` would be reported as 'not greater than 0')."""
+    value = reject_bool(value)
+    if isinstance(value, (str, int, float)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return value  # pydantic reports it as not a number
+        if not math.isfinite(number):
+            raise ValueError("must be a finite number")
+    return value
+
+
 def validate_real(field: str, value: Any) -> float:
     """A finite real number (int, float or numpy scalar; not bool, not NaN or inf)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -73,15 +87,15 @@ def validate_accountant(value: Any, allowed: tuple[str, ...], field: str = "acco
 
 # pydantic field types for external input (CLI, HTTP): same domains as the functions above.
 SamplingRate = Annotated[
-    float, pydantic.BeforeValidator(reject_bool), pydantic.Field(gt=0, le=1, allow_inf_nan=False)
+    float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, le=1, allow_inf_nan=False)
 ]
 NoiseMultiplier = Annotated[
-    float, pydantic.BeforeValidator(reject_bool), pydantic.Field(gt=0, allow_inf_nan=False)
+    float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, allow_inf_nan=False)
 ]
 Epsilon = Annotated[
-    float, pydantic.BeforeValidator(reject_bool), pydantic.Field(gt=0, allow_inf_nan=False)
+    float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, allow_inf_nan=False)
 ]
 Delta = Annotated[
-    float, pydantic.BeforeValidator(reject_bool), pydantic.Field(gt=0, lt=1, allow_inf_nan=False)
+    float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, lt=1, allow_inf_nan=False)
 ]
 Steps = Annotated[int, pydantic.BeforeValidator(reject_bool), pydantic.Field(ge=1)]
