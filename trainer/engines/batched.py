@@ -3,18 +3,28 @@
 The clients' parameters are one matrix ``W`` of shape ``[n, d]`` (row ``i`` is client
 ``i``'s flat parameters, all starting at ``w_global``). One local step for all clients is
 
-    G = vmap(grad(loss))(unflatten(W), X_s, Y_s)            # per-client gradients [n, d]
+    G = per-client gradients of the mean minibatch loss           # [n, d]
     G = G + weight_decay * W;  B = momentum * B + G;  W = W - lr * B
 
-which is exactly ``torch.optim.SGD`` applied to every row separately. ``vmap`` turns the
-per-client forward and backward passes into batched kernels (grouped convolutions,
-batched matrix products), so the Python cost of a step is paid once for all clients.
+which is exactly ``torch.optim.SGD`` applied to every row separately. The forward pass
+is ``vmap(functional_call)`` over the clients, so each layer runs as one batched kernel
+(grouped convolutions, batched matrix products) and the Python cost of a step is paid
+once for all clients. The gradients come one of two equal ways:
+
+* ``vmap(grad(loss))`` (default): per-client gradients as ``torch.func`` composes them;
+* ``grad`` of ``sum_i L_i(W_i)`` with respect to ``W``: since client ``i``'s loss depends
+  only on row ``i``, row ``i`` of this gradient is ``grad L_i(W_i)``. One backward pass
+  through the batched graph; chosen by models whose weights are reused many times per
+  sample (the LSTM's recurrent matrix, 80 times per sequence), where ``vmap(grad)``
+  accumulates every reuse's weight gradient out of place and runs about twice as slowly.
+  A model opts in with the class attribute ``batched_gradients = "summed"``.
+
 Clients are processed in chunks of ``max_batch_clients`` to bound memory.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -26,14 +36,35 @@ from trainer.engines.batches import gather_batches
 from trainer.engines.config import LocalTrainingConfig
 from trainer.engines.params import flatten_params, param_shapes, unflatten_params
 
+Gradients = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-def per_client_gradients(model: nn.Module) -> Callable[..., dict[str, torch.Tensor]]:
-    """``(params [n, ...], x [n, B, ...], y [n, B]) -> grads [n, ...]`` of the mean loss."""
+
+def vmap_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Gradients:
+    """``(W [n, d], x [n, B, ...], y [n, B]) -> [n, d]`` by ``vmap(grad(mean loss))``."""
 
     def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(functional_call(model, params, (x,)), y)
 
-    return vmap(grad(loss))
+    per_client = vmap(grad(loss))
+
+    def gradients(weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return flatten_params(per_client(unflatten_params(weights, shapes), x, y), batch_dims=1)
+
+    return gradients
+
+
+def summed_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Gradients:
+    """The same as ``vmap_gradients``, as the gradient of ``sum_i L_i(W_i)`` w.r.t. ``W``."""
+    forward = vmap(lambda params, x: functional_call(model, params, (x,)))
+
+    def gradients(weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        leaf = weights.detach().requires_grad_()
+        logits = forward(unflatten_params(leaf, shapes), x)
+        # Mean over each client's batch, summed over clients.
+        total = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+        return torch.autograd.grad(total, leaf)[0]
+
+    return gradients
 
 
 def train_batched(
@@ -50,10 +81,13 @@ def train_batched(
     """Updates ``[n, d]`` (``w_i - w_global``), ``max_batch_clients`` clients per vmap."""
     device, dtype = global_flat.device, global_flat.dtype
     shapes = param_shapes(model)
-    gradients = per_client_gradients(model)
+    if getattr(model, "batched_gradients", "vmap") == "summed":
+        gradients = summed_gradients(model, shapes)
+    else:
+        gradients = vmap_gradients(model, shapes)
     chunk = len(clients) if max_batch_clients is None else max_batch_clients
     updates = torch.empty(len(clients), global_flat.numel(), device=device, dtype=dtype)
-    for start in range(0, len(clients), max(chunk, 1)):
+    for start in range(0, len(clients), chunk):
         members = list(clients[start : start + chunk])
         x, y = gather_batches(
             dataset, members, config, seed=seed, round_index=round_index, device=device, dtype=dtype
@@ -61,8 +95,7 @@ def train_batched(
         weights = global_flat.expand(len(members), -1).clone()
         velocity = torch.zeros_like(weights) if config.momentum else None
         for step in range(config.local_steps):
-            grads = gradients(unflatten_params(weights, shapes), x[:, step], y[:, step])
-            direction = flatten_params(grads, batch_dims=1)
+            direction = gradients(weights, x[:, step], y[:, step])
             if config.weight_decay:
                 direction = direction.add(weights, alpha=config.weight_decay)
             if velocity is not None:

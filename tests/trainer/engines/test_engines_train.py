@@ -203,3 +203,21 @@ def test_config_validation(kwargs, field) -> None:
     with pytest.raises(InvalidInputError) as info:
         LocalTrainingConfig(**arguments)
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_both_gradient_paths_of_the_batched_engine_agree(digits, name) -> None:
+    from trainer.engines.batched import summed_gradients, vmap_gradients
+    from trainer.engines.batches import gather_batches
+    from trainer.engines.params import param_shapes
+
+    model = build_model(name, digits, seed=0).double()
+    shapes = param_shapes(model)
+    x, y = gather_batches(digits, [0, 1, 2], CONFIG, seed=0, round_index=0,
+                          device=torch.device("cpu"), dtype=torch.float64)
+    weights = flatten_params(model).expand(3, -1).clone()
+    weights[1] += 0.01  # clients at different points
+    via_vmap = vmap_gradients(model, shapes)(weights, x[:, 0], y[:, 0])
+    via_sum = summed_gradients(model, shapes)(weights, x[:, 0], y[:, 0])
+    assert via_vmap.abs().max() > 1e-3
+    assert (via_vmap - via_sum).abs().max() < 1e-12
