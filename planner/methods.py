@@ -373,24 +373,29 @@ def equalise_exact(
         )
     except InfeasibleError:
         return guess
-    centre = max(c.noise_multiplier * clip[i] for i, c in enumerate(cal))
-    low, high = centre / 1.02, centre
-    if float(n @ rates_at(high)) < total:
+    # F(s) = sum N clip(q_g(s)) is non-decreasing in the shared std s. At the largest std the
+    # guessed rates need, F >= total; a secant in log s then finds the smallest feasible s
+    # to the calibration tolerance in a few steps (each step: one sampling_rate per group).
+    high = max(c.noise_multiplier * clip[i] for i, c in enumerate(cal))
+    rates_high = rates_at(high)
+    f_high = float(n @ rates_high) - total
+    if f_high < 0:
         return guess
-    for _ in range(8):
-        if float(n @ rates_at(low)) < total:
+    best, best_rates = high, rates_high
+    x0, f0 = math.log(high), f_high
+    x1 = x0 - 0.01
+    for _ in range(10):
+        rates1 = rates_at(math.exp(x1))
+        f1 = float(n @ rates1) - total
+        if f1 >= 0 and math.exp(x1) < best:
+            best, best_rates = math.exp(x1), rates1
+        if abs(f1) <= 2e-4 * total or f1 == f0:
+            if f1 < 0:  # step just above the root so the answer is feasible
+                x1 += 2 * math.log1p(1e-4)
+                continue
             break
-        high, low = low, low / 1.1
-    else:
-        return guess
-    a, b = math.log(low), math.log(high)
-    for _ in range(18):  # 0.02 / 2^18: the shared std to ~1e-7 relative
-        mid = 0.5 * (a + b)
-        if float(n @ rates_at(math.exp(mid))) >= total:
-            b = mid
-        else:
-            a = mid
-    rates = rates_at(math.exp(b))
+        x0, f0, x1 = x1, f1, x1 - f1 * (x1 - x0) / (f1 - f0)
+    rates = best_rates
     supply = float(n @ rates)
     # scale down the members above their lower bound so the pool delivers exactly `total`
     room = rates - lo_m

@@ -1,0 +1,150 @@
+"""``gdpfed plan``: plan a scenario, re-plan a running plan, or sweep one group's budget.
+
+::
+
+    gdpfed plan SCENARIO.json [--method M|compare] [--accountant A] [--json] [--out PLAN.json]
+    gdpfed plan replan PLAN.json --rounds-done N --changes CHANGES.json [--json] [--out NEW.json]
+    gdpfed plan sweep SCENARIO.json --group ID --epsilons 0.5,1,2,4,8 [--plot out.png] [--json]
+
+The first positional is either a scenario file or the word ``replan`` / ``sweep`` followed
+by a file. The handler raises the project's errors; app/cli.py prints them as one line and
+exits 2. The planner itself is imported inside the handler (scipy is heavy).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import InvalidInputError
+
+METHODS = (
+    "gdpfed_plus",
+    "gdpfed_minus",
+    "gdpfed",
+    "dp_fedavg",
+    "idp_sample",
+    "idp_scale",
+    "pooled_plus",
+    "nonprivate",
+    "compare",
+)
+ACCOUNTANTS = ("rdp", "prv", "closed_form")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="plan per-group sampling rates, noise and sparsity (GDPFed+ and the methods around it)",
+        description="Plan a scenario (JSON or YAML), re-plan a running plan ('replan PLAN.json'), "
+        "or sweep one group's epsilon ('sweep SCENARIO.json').",
+    )
+    parser.add_argument(
+        "target",
+        nargs="+",
+        metavar="SCENARIO | replan PLAN | sweep SCENARIO",
+        help="a scenario file, or 'replan PLAN.json', or 'sweep SCENARIO.json'",
+    )
+    parser.add_argument("--method", choices=METHODS, default=None, help="planning method (default gdpfed_plus)")
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default=None, help="override the scenario's accountant")
+    parser.add_argument("--out", default=None, help="also write the plan document (JSON) to this file")
+    parser.add_argument("--rounds-done", type=int, default=None, help="replan: rounds of the plan already run")
+    parser.add_argument("--changes", default=None, help="replan: budget/membership changes (JSON or YAML)")
+    parser.add_argument("--parent-plan-id", default=None, help="replan: id of the parent plan to record")
+    parser.add_argument("--group", default=None, help="sweep: the group whose epsilon is swept")
+    parser.add_argument("--epsilons", default=None, help="sweep: comma-separated epsilons, e.g. 0.5,1,2,4,8")
+    parser.add_argument("--plot", default=None, help="sweep: write a PNG of the rates to this file")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> tuple[Any, str]:
+    """Dispatch on the first positional: a scenario path, 'replan' or 'sweep'."""
+    target = list(args.target)
+    if target[0] in ("replan", "sweep") and len(target) == 2:
+        return _replan(args, target[1]) if target[0] == "replan" else _sweep(args, target[1])
+    if target[0] in ("replan", "sweep"):
+        raise InvalidInputError(target[0], f"usage: gdpfed plan {target[0]} FILE (exactly one file)")
+    if len(target) != 1:
+        raise InvalidInputError("scenario", "give one scenario file (or 'replan PLAN' / 'sweep SCENARIO')")
+    _reject(args, ("rounds_done", "changes", "parent_plan_id", "group", "epsilons", "plot"), "plan")
+    return _plan(args, target[0])
+
+
+def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    from planner.loading import load_scenario
+    from planner.plan import make_plan
+    from planner.report import plan_text
+
+    scenario = _with_accountant(load_scenario(path), args.accountant)
+    plan = make_plan(scenario, args.method or "gdpfed_plus")
+    _write(plan, args.out)
+    return plan, plan_text(plan)
+
+
+def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    from planner.loading import load_changes, load_plan_file
+    from planner.replan import replan
+    from planner.report import plan_text
+
+    _reject(args, ("method", "accountant", "group", "epsilons", "plot"), "plan replan")
+    if args.rounds_done is None:
+        raise InvalidInputError("--rounds-done", "replan needs --rounds-done N")
+    if args.changes is None:
+        raise InvalidInputError("--changes", "replan needs --changes CHANGES.json (use {} for none)")
+    plan = load_plan_file(path)
+    changes = load_changes(args.changes)
+    new = replan(plan, args.rounds_done, changes, parent_plan_id=args.parent_plan_id)
+    _write(new, args.out)
+    return new, plan_text(new)
+
+
+def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    from planner.loading import load_scenario
+    from planner.report import sweep_text
+    from planner.sweep import plot_sweep, sweep
+
+    _reject(args, ("rounds_done", "changes", "parent_plan_id", "out"), "plan sweep")
+    if args.group is None:
+        raise InvalidInputError("--group", "sweep needs --group ID")
+    if args.epsilons is None:
+        raise InvalidInputError("--epsilons", "sweep needs --epsilons, e.g. 0.5,1,2,4,8")
+    if args.method == "compare":
+        raise InvalidInputError("--method", "sweep takes one method, not compare")
+    epsilons = []
+    for part in args.epsilons.split(","):
+        try:
+            epsilons.append(float(part))
+        except ValueError:
+            raise InvalidInputError("--epsilons", f"not a number: {part.strip()!r}") from None
+    scenario = _with_accountant(load_scenario(path), args.accountant)
+    result = sweep(scenario, args.group, epsilons, args.method or "gdpfed_plus")
+    text = sweep_text(result)
+    if args.plot:
+        text += f"\nplot written to {plot_sweep(result, args.plot)}"
+    return result, text
+
+
+def _with_accountant(scenario: Any, accountant: str | None) -> Any:
+    if accountant is None:
+        return scenario
+    from planner.schema import Scenario
+
+    return Scenario.model_validate({**scenario.model_dump(), "accountant": accountant})
+
+
+def _write(plan: Any, out: str | None) -> None:
+    if out is None:
+        return
+    try:
+        Path(out).write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError("--out", f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _reject(args: argparse.Namespace, names: tuple[str, ...], command: str) -> None:
+    """Options that belong to another form of the command are an error, not silently ignored."""
+    for name in names:
+        if getattr(args, name) is not None:
+            raise InvalidInputError(f"--{name.replace('_', '-')}", f"does not apply to 'gdpfed {command}'")

@@ -1,0 +1,182 @@
+"""Re-planning while training runs (docs/planning.md §9).
+
+Each group's history is its parent plan's spent phases plus the part of the parent's own
+phase that actually ran (``rounds_done`` rounds). The new plan covers the remaining rounds
+and is calibrated with ``spent=`` so that history + new phase <= each group's (new) epsilon.
+A group whose budget is used up is sampled at rate 0 with a warning, never given a negative
+remainder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from accounting import noise_multiplier
+from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.mechanism import Phase
+from planner.calibration import verify_group
+from planner.finalize import History
+from planner.plan import compare_problem, plan_problem
+from planner.problem import Problem, build_problem
+from planner.schema import Changes, GroupSpec, Plan, Scenario
+
+# A budget within this relative margin of what is spent counts as used up.
+_EXHAUSTED_MARGIN = 1e-6
+
+
+def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: str | None = None) -> Plan:
+    """A new plan for the rounds after ``rounds_done`` rounds of ``plan`` (docs/planning.md §9).
+
+    The result records ``parent_plan_id`` and ``start_round = plan.start_round + rounds_done``;
+    its ``rounds`` are the remaining ones (``changes.rounds`` may set a new total).
+    """
+    if not isinstance(changes, Changes):
+        changes = Changes.model_validate(changes)
+    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
+        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
+    start = plan.start_round + rounds_done
+    total_rounds = changes.rounds if changes.rounds is not None else plan.scenario.rounds
+    remaining = total_rounds - start
+    if remaining < 1:
+        raise InvalidInputError(
+            "rounds", f"no rounds remain: {start} of {total_rounds} have run (raise rounds to continue)"
+        )
+
+    history, unprotected, statuses = _histories(plan, rounds_done)
+    specs, statuses, notes = _apply_changes(plan, changes, statuses)
+    for spec in specs:
+        history.setdefault(spec.id, [])
+        unprotected.setdefault(spec.id, 0)
+    scenario_data = plan.scenario.model_dump()
+    scenario_data.update(
+        groups=[spec.model_dump() for spec in specs],
+        rounds=total_rounds,
+        expected_clients=changes.expected_clients
+        if changes.expected_clients is not None
+        else plan.scenario.participation,
+        sampling_rate=None,
+    )
+    scenario = Scenario.model_validate(scenario_data)
+
+    frozen = []
+    for spec in specs:
+        status = statuses[spec.id]
+        if status == "active" and spec.epsilon is not None:
+            status, note = _budget_status(spec, history[spec.id], unprotected[spec.id], remaining, scenario)
+            if note:
+                notes.append(note)
+        statuses[spec.id] = status
+        frozen.append(status != "active")
+    problem = build_problem(
+        scenario,
+        rounds=remaining,
+        spent=[history[spec.id] for spec in specs],
+        frozen=frozen,
+    )
+    problem = _with_notes(problem, notes)
+    hist = History(
+        statuses=tuple(statuses[spec.id] for spec in specs),
+        unprotected_rounds=tuple(unprotected[spec.id] for spec in specs),
+        start_round=start,
+        parent_plan_id=parent_plan_id,
+    )
+    if plan.comparison is not None:
+        return compare_problem(problem, hist)
+    return plan_problem(problem, plan.method, hist)
+
+
+def _histories(plan: Plan, rounds_done: int) -> tuple[dict[str, list[Phase]], dict[str, int], dict[str, str]]:
+    """Spent phases (parent history + the rounds of the parent's own phase that ran)."""
+    history: dict[str, list[Phase]] = {}
+    unprotected: dict[str, int] = {}
+    statuses: dict[str, str] = {}
+    for group in plan.groups:
+        spent = list(group.phases[: group.spent_phase_count])
+        own = group.phases[group.spent_phase_count :]
+        if own and rounds_done > 0:
+            phase = own[0]
+            spent.append(Phase(sampling_rate=phase.sampling_rate, noise_multiplier=phase.noise_multiplier, steps=rounds_done))
+        history[group.id] = spent
+        ran_without_noise = group.epsilon is None or plan.method == "nonprivate"
+        extra = rounds_done if ran_without_noise and group.sampling_rate > 0 else 0
+        unprotected[group.id] = group.unprotected_rounds + extra
+        statuses[group.id] = "removed" if group.status == "removed" else "active"
+    return history, unprotected, statuses
+
+
+def _apply_changes(
+    plan: Plan, changes: Changes, statuses: dict[str, str]
+) -> tuple[list[GroupSpec], dict[str, str], list[str]]:
+    """The new group specs: edits to existing groups, new groups appended (docs §9)."""
+    specs = {spec.id: spec.model_dump() for spec in plan.scenario.groups}
+    order = [spec.id for spec in plan.scenario.groups]
+    notes: list[str] = []
+    for index, change in enumerate(changes.groups):
+        field = f"changes.groups[{index}]"
+        if change.opt_out and change.epsilon is not None:
+            raise InvalidInputError(field, "give either epsilon or opt_out, not both")
+        if change.id not in specs:
+            if change.remove:
+                raise InvalidInputError(f"{field}.id", f"no group {change.id!r} to remove")
+            if change.num_clients is None or (change.epsilon is None and not change.opt_out):
+                raise InvalidInputError(
+                    field, f"new group {change.id!r} needs num_clients and epsilon (or opt_out: true)"
+                )
+            specs[change.id] = {
+                "id": change.id,
+                "epsilon": None if change.opt_out else change.epsilon,
+                "num_clients": change.num_clients,
+                "keep_ratio": change.keep_ratio,
+            }
+            order.append(change.id)
+            statuses[change.id] = "active"
+            notes.append(f"group {change.id!r} joins at this round with fresh clients and no history")
+            continue
+        spec = specs[change.id]
+        if change.remove:
+            statuses[change.id] = "removed"
+            notes.append(f"group {change.id!r} is removed from the remaining rounds; its history is kept")
+            continue
+        if change.epsilon is not None:
+            spec["epsilon"] = change.epsilon
+        if change.opt_out:
+            spec["epsilon"] = None
+        if change.num_clients is not None:
+            spec["num_clients"] = change.num_clients
+        if change.keep_ratio is not None:
+            spec["keep_ratio"] = change.keep_ratio
+    return [GroupSpec.model_validate(specs[i]) for i in order], statuses, notes
+
+
+def _budget_status(
+    spec: GroupSpec, spent: list[Phase], unprotected: int, remaining: int, scenario: Scenario
+) -> tuple[str, str | None]:
+    """active, or exhausted with the reason (used up, sampled without noise, or no room left)."""
+    assert spec.epsilon is not None
+    if unprotected > 0:
+        return "exhausted", (
+            f"group {spec.id!r} was sampled without noise in {unprotected} rounds while opted out; no finite "
+            "epsilon can be claimed for it, so it is not sampled again"
+        )
+    if not spent:
+        return "active", None
+    accountant = "rdp" if scenario.accountant == "closed_form" else scenario.accountant
+    used = float(verify_group(spent, scenario.delta, accountant).epsilon)
+    if used >= spec.epsilon * (1 - _EXHAUSTED_MARGIN):
+        return "exhausted", (
+            f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
+            "sampled at rate 0 from now on"
+        )
+    probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
+    try:
+        noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, "rdp", spent=spent)
+    except InfeasibleError:
+        return "exhausted", (
+            f"group {spec.id!r} has spent epsilon {used:.4g} of {spec.epsilon:g}; what is left is too little "
+            f"for {remaining} more rounds even at one expected client a round, so it is sampled at rate 0"
+        )
+    return "active", None
+
+
+def _with_notes(problem: Problem, notes: list[str]) -> Problem:
+    return replace(problem, notes=tuple(problem.notes) + tuple(notes))

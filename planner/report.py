@@ -1,0 +1,128 @@
+"""Human-readable text for plans, comparisons and sweeps (what ``gdpfed plan`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from planner.schema import Plan
+
+
+def plan_text(plan: Plan) -> str:
+    """Groups, pools, predicted terms, warnings and (for compare) the comparison table."""
+    lines = [
+        f"plan: method={plan.method} accountant={plan.accountant} rounds={plan.rounds} "
+        f"(start round {plan.start_round}) K={plan.scenario.participation:g} delta={plan.scenario.delta:g}",
+    ]
+    if plan.parent_plan_id:
+        lines.append(f"parent plan: {plan.parent_plan_id}")
+    lines.append("")
+    lines.append(
+        table(
+            ["group", "epsilon", "N", "q", "exp. clients", "pool", "sigma eff", "eps spent", "status"],
+            [
+                [
+                    g.id,
+                    "opted out" if g.epsilon is None else _num(g.epsilon),
+                    str(g.num_clients),
+                    _num(g.sampling_rate),
+                    _num(g.expected_clients),
+                    g.pool,
+                    _num(g.effective_noise_multiplier),
+                    _num(g.epsilon_spent) + ("" if g.sound else " (unsound)"),
+                    g.status,
+                ]
+                for g in plan.groups
+            ],
+        )
+    )
+    lines.append("")
+    lines.append(
+        table(
+            ["pool", "groups", "sigma", "noise std", "keep", "exp. clients", "m_P", "share std", "abort p"],
+            [
+                [
+                    p.id,
+                    ",".join(p.groups) if len(p.groups) <= 4 else f"{len(p.groups)} groups",
+                    _num(p.noise_multiplier),
+                    _num(p.noise_std),
+                    _num(p.keep_ratio),
+                    _num(p.expected_clients),
+                    str(p.secagg_threshold),
+                    _num(p.noise_share_std),
+                    _num(p.abort_probability),
+                ]
+                for p in plan.pools
+            ],
+        )
+    )
+    predicted = plan.predicted
+    lines.append("")
+    lines.append(
+        f"predicted: noise energy {_num(predicted.noise_energy)}, sparsification error "
+        f"{_num(predicted.sparsification_error)}, objective J {_num(predicted.objective)}"
+    )
+    if plan.comparison is not None:
+        lines.append("")
+        lines.append("comparison (one row per method):")
+        lines.append(comparison_text(plan))
+    if plan.warnings:
+        lines.append("")
+        lines.append("warnings:")
+        lines.extend(f"  - {w}" for w in plan.warnings)
+    return "\n".join(lines)
+
+
+def comparison_text(plan: Plan) -> str:
+    rows = []
+    for row in plan.comparison or []:
+        if not row.feasible:
+            rows.append([row.method, "infeasible", "", "", "", row.error or ""])
+            continue
+        sigmas = " ".join(f"{k}={_num(v)}" for k, v in row.noise_multipliers.items())
+        rates = " ".join(f"{k}={_num(v)}" for k, v in row.sampling_rates.items())
+        if len(row.noise_multipliers) > 4:
+            sigmas = f"{len(row.noise_multipliers)} pools, max {_num(max(row.noise_multipliers.values()))}"
+        if len(row.sampling_rates) > 4:
+            rates = f"{len(row.sampling_rates)} groups"
+        rows.append(
+            [row.method, _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective), sigmas, rates]
+        )
+    return table(["method", "noise energy", "sparsif. error", "J", "sigma per pool", "q per group"], rows)
+
+
+def sweep_text(result: Any) -> str:
+    ids = list(result.sampling_rates)
+    header = [f"eps({result.group_id})", *[f"q[{i}]" for i in ids], "noise energy", "J"]
+    rows = []
+    for k, eps in enumerate(result.epsilons):
+        if result.errors[k]:
+            rows.append([_num(eps), *["-" for _ in ids], "-", f"infeasible: {result.errors[k]}"])
+            continue
+        rows.append(
+            [
+                _num(eps),
+                *[_num(result.sampling_rates[i][k]) for i in ids],
+                _num(result.noise_energy[k]),
+                _num(result.objective[k]),
+            ]
+        )
+    return f"sweep of group {result.group_id}'s epsilon ({result.method}):\n" + table(header, rows)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(out)
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e5 or magnitude < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4g}"
