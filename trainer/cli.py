@@ -55,6 +55,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--method", help="planning method for --scenario (e.g. gdpfed_plus)")
     parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
     parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
+    parser.add_argument(
+        "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
+        help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
+    )
     parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
     parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")
     parser.add_argument("--lr", type=float, help="client learning rate (default 0.05)")
@@ -92,6 +96,20 @@ def read_json_file(path: Path, field: str) -> Any:
         raise InvalidInputError(field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+def parse_model_options(items: list[str]) -> dict[str, Any]:
+    """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInputError("model-option", f"expected KEY=VALUE, got {item!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            raise InvalidInputError("model-option", f"{key.strip()}: {value!r} is not a JSON value") from None
+    return options
+
+
 def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | None:
     """(Plan, plan document) from --plan or --scenario/--method; None when neither is given."""
     from planner.schema import load_plan
@@ -106,7 +124,8 @@ def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | No
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
         if args.method == "compare":
             raise InvalidInputError("method", "compare plans every method side by side; train one method")
-        from planner import load_scenario, make_plan
+        from planner.loading import load_scenario
+        from planner.plan import make_plan
 
         plan = make_plan(load_scenario(args.scenario), args.method)
         return plan, plan.model_dump(mode="json")
@@ -117,6 +136,8 @@ def _config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, p
     from trainer.run.runner import TrainConfig
 
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
+    if args.model_option:
+        given["model_options"] = parse_model_options(args.model_option)
     if stored is None:
         for name in ("dataset", "model"):
             if name not in given:

@@ -85,7 +85,7 @@ class PrivacyLedger:
         self.rounds_run = 0
         self._history = {g.id: spent_history(plan, g) for g in plan.groups}
         self._multiplier = {g.id: group_noise_multiplier(plan, g) for g in plan.groups}
-        self._cache: dict[tuple[str, int], float | None] = {}
+        self._cache: dict[tuple[str, int, bool], float | None] = {}
 
     def is_private(self, group: GroupPlan) -> bool:
         return group.epsilon is not None and self._multiplier[group.id] > 0
@@ -107,19 +107,39 @@ class PrivacyLedger:
     def record_round(self) -> None:
         self.rounds_run += 1
 
-    def epsilon_spent(self, group_id: str) -> float | None:
-        key = (group_id, self.rounds_run)
+    def round_accountant(self, phases: Sequence[Phase]) -> str:
+        """The accountant of the per-round log: the plan's, except ``prv`` (about half a
+        second per call, in a child process) and a multi-phase ``closed_form`` history
+        (which that formula cannot describe) use ``rdp``. Every one of them is an upper
+        bound on the true epsilon, so none is optimistic; ``final_spent`` uses the plan's."""
+        if self.accountant == "prv" or (self.accountant == "closed_form" and len(phases) > 1):
+            return "rdp"
+        return self.accountant
+
+    def epsilon_spent(self, group_id: str, *, final: bool = False) -> float | None:
+        """Epsilon of the group's history so far (``None``: no DP for this group)."""
+        key = (group_id, self.rounds_run, final)
         if key not in self._cache:
             group = self.plan.group(group_id)
-            if not self.is_private(group):
+            phases = self.phases(group_id)
+            if not self.is_private(group) or any(p.noise_multiplier <= 0 for p in phases):
                 self._cache[key] = None
+            elif not phases:
+                self._cache[key] = 0.0
             else:
-                phases = self.phases(group_id)
-                self._cache[key] = self.epsilon_fn(phases, self.delta, self.accountant) if phases else 0.0
+                accountant = self.round_accountant(phases)
+                if final and not (self.accountant == "closed_form" and len(phases) > 1):
+                    accountant = self.accountant
+                self._cache[key] = self.epsilon_fn(phases, self.delta, accountant)
         return self._cache[key]
 
     def spent(self) -> dict[str, float | None]:
+        """Per-round values (see ``round_accountant``)."""
         return {g.id: self.epsilon_spent(g.id) for g in self.plan.groups}
+
+    def final_spent(self) -> dict[str, float | None]:
+        """Values under the plan's own accountant (for the run summary)."""
+        return {g.id: self.epsilon_spent(g.id, final=True) for g in self.plan.groups}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -49,6 +49,9 @@ class TrainConfig(BaseModel):
 
     dataset: str
     model: str
+    model_options: dict[str, Any] = Field(
+        default_factory=dict, description="model constructor options, e.g. {\"hidden\": [64]} (see trainer.models)"
+    )
     rounds: int = Field(ge=1, description="rounds of the plan to run (<= plan.rounds)")
     partition: Literal["iid", "dirichlet", "natural"] = "iid"
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
@@ -79,7 +82,9 @@ class RunSummary(BaseModel):
     final_accuracy: float | None
     final_loss: float | None
     best_accuracy: float | None
-    epsilon_spent: dict[str, float | None]
+    epsilon_spent: dict[str, float | None] = Field(
+        description="group id -> epsilon spent over all phases, under the plan's accountant"
+    )
     epsilon_target: dict[str, float | None]
     aborted_rounds: dict[str, int] = Field(description="pool id -> rounds it released nothing")
     model_dim: int
@@ -163,7 +168,13 @@ def prepare_run(
             alpha=config.alpha,
             seed=config.seed,
         )
-    model = build_model(config.model, dataset, seed=config.seed).to(chosen_device)
+    try:
+        model = build_model(config.model, dataset, seed=config.seed, **config.model_options)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise InvalidInputError("model-option", f"{config.model} cannot be built with {config.model_options}: {exc}") from None
+    model = model.to(chosen_device)
     population = build_population(plan, dataset, config.seed)
     dim = num_params(model)
     warnings = []
@@ -367,7 +378,7 @@ def summarize(
         final_accuracy=evaluated[-1].accuracy if evaluated else None,
         final_loss=evaluated[-1].loss if evaluated else None,
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
-        epsilon_spent=ledger.spent(),
+        epsilon_spent=ledger.final_spent(),
         epsilon_target={g.id: g.epsilon for g in plan.groups},
         aborted_rounds=aborted,
         model_dim=prepared.engine.dim,

@@ -1,0 +1,143 @@
+"""``gdpfed train``: bad input exits 2 with one line and writes nothing; a tiny run writes everything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app import cli as app_cli
+from trainer_plans import hand_plan
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def only_train(monkeypatch):
+    # The dispatcher imports every package's CLI; these tests need only the trainer's.
+    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    plan = hand_plan(
+        [("a", 2.0, 12, 0.5), ("b", None, 12, 0.5)],
+        [("pa", ["a"], 0.8, 2, 0.5), ("pb", ["b"], 0.0, 2, 1.0)],
+        rounds=3,
+        model_dim=500,
+    )
+    path = tmp_path / "plan.json"
+    document = plan.model_dump(mode="json")
+    document["id"] = "plan123"
+    path.write_text(json.dumps(document))
+    return path
+
+
+TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[16]", "--local-steps", "2", "--batch-size", "8"]
+
+
+def gdpfed(capsys, *argv):
+    code = app_cli.run([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file):
+    out = tmp_path / "run"
+    code, stdout, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", out, "--json")
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["rounds_run"] == 3 and summary["complete"]
+    assert summary["plan_id"] == "plan123"
+    assert summary["epsilon_spent"]["b"] is None and summary["epsilon_spent"]["a"] > 0
+    for name in ("plan.json", "config.json", "rounds.jsonl", "summary.json", "checkpoint.pt"):
+        assert (out / name).is_file()
+    for name in ("accuracy.png", "loss.png"):
+        assert (out / name).read_bytes().startswith(PNG)
+    assert json.loads((out / "plan.json").read_text())["id"] == "plan123"
+    assert "api" not in (out / "config.json").read_text().lower()
+    # Plain log lines on a non-terminal stderr: one per round.
+    assert sum(line.startswith("round ") for line in err.splitlines()) == 3
+
+    # Human output, and a resume of the finished run changes nothing and agrees.
+    code, stdout, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert code == 0, err
+    assert "3/3 rounds" in stdout and "epsilon spent" in stdout
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume", "--lr", "0.5")
+    assert_one_line_error(code, err, "lr", "differs")
+
+
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("missing_plan", ["No such file"]),
+        ("not_json", ["plan", "not valid JSON"]),
+        ("other_version", ["schema_version", "99"]),
+        ("unknown_dataset", ["dataset", "nope"]),
+        ("model_misfit", ["model", "lstm"]),
+        ("too_many_rounds", ["rounds", "exceeds the plan's 3"]),
+        ("bad_model_option", ["model-option"]),
+        ("resume_nothing", ["resume"]),
+        ("report_without_key", ["api-key"]),
+        ("no_plan", ["plan"]),
+    ],
+)
+def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file, case, needles, monkeypatch):
+    monkeypatch.delenv("GDPFED_API_KEY", raising=False)
+    out = tmp_path / "never"
+    plan_args = ["--plan", plan_file]
+    extra = list(TINY)
+    if case == "missing_plan":
+        plan_args = ["--plan", tmp_path / "absent.json"]
+    elif case == "not_json":
+        bad = tmp_path / "bad.json"
+        bad.write_text("{not json")
+        plan_args = ["--plan", bad]
+    elif case == "other_version":
+        document = json.loads(plan_file.read_text())
+        document["schema_version"] = 99
+        other = tmp_path / "v99.json"
+        other.write_text(json.dumps(document))
+        plan_args = ["--plan", other]
+    elif case == "unknown_dataset":
+        extra[1] = "nope"
+    elif case == "model_misfit":
+        extra = ["--dataset", "digits", "--model", "lstm"]
+    elif case == "too_many_rounds":
+        extra += ["--rounds", "4"]
+    elif case == "bad_model_option":
+        extra = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=banana"]
+    elif case == "resume_nothing":
+        extra += ["--resume"]
+    elif case == "report_without_key":
+        extra += ["--report-to", "http://127.0.0.1:9"]
+    elif case == "no_plan":
+        plan_args = []
+    code, _, err = gdpfed(capsys, "train", *plan_args, *extra, "--out", out)
+    assert_one_line_error(code, err, *needles)
+    assert not out.exists()
+
+
+def test_refuses_a_non_empty_out_directory(capsys, tmp_path, plan_file):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", out)
+    assert_one_line_error(code, err, "out", "not empty")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_importing_the_train_cli_does_not_import_torch():
+    code = "import sys, trainer.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
