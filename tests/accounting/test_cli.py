@@ -1,0 +1,110 @@
+"""``gdpfed account``: answers, JSON, and one-line errors with exit code 2 (docs §10)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, answer
+from app.cli import run
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = run(["account", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_epsilon_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "epsilon", "--sampling-rate", "0.05", "--noise-multiplier", "1.5", "--rounds", "500", "--delta", "1e-4")
+    assert code == 0 and "epsilon = 3.60" in out
+    code, out, _ = _run(
+        capsys, "--json", "epsilon", "--sampling-rate", "0.05", "--noise-multiplier", "1.5", "--rounds", "500", "--delta", "1e-4"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["epsilon"] == pytest.approx(3.608, abs=1e-3) and data["accountant"] == "rdp"
+
+
+def test_json_flag_after_the_question(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "rounds", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--epsilon", "2", "--delta", "1e-5", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["rounds"] == 881 and data["sound"] is True and data["fallback"] is False
+
+
+def test_noise_multiplier_closed_form_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--json", "noise-multiplier", "--sampling-rate", "0.1", "--rounds", "1", "--epsilon", "2", "--delta", "1e-3", "--accountant", "closed_form"]
+    code, out, _ = _run(capsys, *argv)
+    data = json.loads(out)
+    assert code == 0 and data["sound"] is False and data["epsilon"] <= 2.0 and data["accountant_used"] == "rdp"
+    code, out, _ = _run(capsys, *argv, "--raw")
+    data = json.loads(out)
+    assert data["noise_multiplier"] == pytest.approx(0.526, abs=1e-3) and data["sound"] is False
+
+
+def test_sampling_rate_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "sampling-rate", "--noise-multiplier", "1", "--rounds", "1000", "--epsilon", "2", "--delta", "1e-5")
+    assert code == 0 and out.startswith("sampling_rate = 0.0094")
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["noise-multiplier", "--sampling-rate", "0.1", "--rounds", "10", "--epsilon", "nan", "--delta", "1e-5"], "epsilon"),
+        (["noise-multiplier", "--sampling-rate", "0.1", "--rounds", "10", "--epsilon", "abc", "--delta", "1e-5"], "epsilon"),
+        (["noise-multiplier", "--sampling-rate", "1.5", "--rounds", "10", "--epsilon", "1", "--delta", "1e-5"], "sampling_rate"),
+        (["epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "inf", "--rounds", "10", "--delta", "1e-5"], "noise_multiplier"),
+        (["epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--rounds", "0", "--delta", "1e-5"], "rounds"),
+        (["rounds", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--epsilon", "1", "--delta", "1"], "delta"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_field(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and f"{field}:" in err and "Traceback" not in err
+
+
+def test_infeasible_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "noise-multiplier", "--sampling-rate", "1", "--rounds", "1000000", "--epsilon", "0.0001", "--delta", "1e-5")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "noise_multiplier" in err
+
+
+def test_subprocess_gdpfed_bad_epsilon() -> None:
+    for value in ("nan", "abc"):
+        completed = subprocess.run(
+            [sys.executable, "-m", "app.cli", "account", "noise-multiplier", "--sampling-rate", "0.1", "--rounds", "10",
+             "--epsilon", value, "--delta", "1e-5"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert completed.returncode == 2
+        lines = completed.stderr.strip().splitlines()
+        assert len(lines) == 1 and "epsilon" in lines[0] and "Traceback" not in completed.stderr
+
+
+def test_subprocess_gdpfed_entry_point() -> None:
+    completed = subprocess.run(
+        ["gdpfed", "account", "--json", "epsilon", "--sampling-rate", "0.03", "--noise-multiplier", "4", "--rounds", "500", "--delta", "1e-4"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["epsilon"] == pytest.approx(0.576, abs=1e-3)
+
+
+def test_request_models_for_the_service() -> None:
+    report = answer(EpsilonRequest(sampling_rate=0.05, noise_multiplier=1.5, rounds=500, delta=1e-4))
+    assert report.epsilon == pytest.approx(3.608, abs=1e-3)
+    request = NoiseMultiplierRequest.model_validate(
+        {"sampling_rate": 0.02, "rounds": 100, "epsilon": 3.0, "delta": 1e-5,
+         "spent": [{"sampling_rate": 0.02, "noise_multiplier": 1.0, "steps": 200}]}
+    )
+    result = answer(request)
+    assert result.spent_epsilon is not None and result.epsilon <= 3.0
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError) as error:
+        NoiseMultiplierRequest.model_validate({"sampling_rate": 0.02, "rounds": 100, "epsilon": 3.0, "delta": 1e-5, "raw": 1})
+    assert error.value.errors()[0]["loc"] == ("raw",)
+    with pytest.raises(pydantic.ValidationError):
+        EpsilonRequest.model_validate({"sampling_rate": 0.05, "noise_multiplier": 1.5, "rounds": 500, "delta": 1e-4, "oops": 1})
