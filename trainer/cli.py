@@ -124,8 +124,7 @@ def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | No
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
         if args.method == "compare":
             raise InvalidInputError("method", "compare plans every method side by side; train one method")
-        from planner.loading import load_scenario
-        from planner.plan import make_plan
+        from planner import load_scenario, make_plan
 
         plan = make_plan(load_scenario(args.scenario), args.method)
         return plan, plan.model_dump(mode="json")

@@ -63,7 +63,6 @@ def test_cli_reports_each_round_and_retries_a_failed_one(service, tmp_path, caps
     handler, url = service
     monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
     plan = hand_plan([("a", 2.0, 12, 0.5)], [("pa", ["a"], 0.8, 2, 1.0)], rounds=3, start_round=7, model_dim=500)
-    plan.group("a").phases = []
     document = plan.model_dump(mode="json")
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(document))

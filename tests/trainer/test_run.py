@@ -171,26 +171,36 @@ def test_ledger_counts_every_round_for_every_group_with_parent_history():
         rounds=3,
     )
     plan.group("a").phases = [history, current]
-    # The parent's phase and this plan's agree: the planner lists them merged.
-    plan.group("same").phases = [history.model_copy(update={"steps": 8})]
+    plan.group("a").spent_phase_count = 1
+    same_current = Phase(sampling_rate=0.2, noise_multiplier=2.0, steps=3)
+    plan.group("same").phases = [history, same_current]
+    plan.group("same").spent_phase_count = 1
     plan.group("idle").phases = [history]
+    plan.group("idle").spent_phase_count = 1
     ledger = PrivacyLedger(plan, phase_count_epsilon)
     before = phase_count_epsilon([history], 0, "")
     assert ledger.spent() == {"a": before, "same": before, "out": None, "idle": before}
     for _ in range(3):
         ledger.record_round()
     assert ledger.phases("a") == [history, current]
-    assert ledger.phases("same") == plan.group("same").phases
+    assert ledger.phases("same") == [history, same_current]
     assert ledger.phases("idle") == [history]
     assert ledger.spent()["out"] is None
     assert ledger.spent()["a"] == phase_count_epsilon([history, current], 0, "")
     restored = PrivacyLedger(plan, phase_count_epsilon)
     restored.load_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert restored.spent() == ledger.spent()
-    # A plan whose last phase is not its own is refused, never guessed.
-    plan.group("a").phases = [history]
-    with pytest.raises(InvalidInputError, match="not this plan's"):
+    # A plan whose own phase is not what it runs is refused, never guessed.
+    plan.group("a").phases = [history, current.model_copy(update={"steps": 4})]
+    with pytest.raises(InvalidInputError, match="not the one it runs"):
         PrivacyLedger(plan, phase_count_epsilon)
+    plan.group("a").phases = [history]
+    with pytest.raises(InvalidInputError, match="lists no phase"):
+        PrivacyLedger(plan, phase_count_epsilon)
+    # A group once sampled without noise never claims a finite epsilon again.
+    plan.group("a").phases = [history, current]
+    plan.group("a").unprotected_rounds = 2
+    assert PrivacyLedger(plan, phase_count_epsilon).spent()["a"] is None
 
 
 def test_run_directory_files(plan, digits, tmp_path):

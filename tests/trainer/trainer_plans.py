@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from accounting.mechanism import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
 
 
@@ -52,7 +53,11 @@ def hand_plan(
             clip_norm=clip_norms.get(gid, clip_norm),
             noise_multiplier_required=sigma_of[pool_of[gid]] if eps is not None else None,
             epsilon_spent=eps,
-            phases=[],
+            phases=(
+                [Phase(sampling_rate=q, noise_multiplier=sigma_of[pool_of[gid]], steps=rounds)]
+                if eps is not None and q > 0 and sigma_of[pool_of[gid]] > 0 and rounds > 0
+                else []
+            ),
         )
         for gid, eps, n, q in groups
     ]

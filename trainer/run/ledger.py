@@ -7,15 +7,14 @@ round, subject to one step of the Poisson(q_g)-subsampled Gaussian with multipli
 step for every group, whether or not the group's pool aborted and whether or not the
 client was sampled or dropped out: an abort releases nothing, so counting it can only
 overstate the loss, never understate it. A group's full history is the spent phases of
-the plan's parents (``GroupPlan.phases`` up to ``start_round``) followed by
+the plan's parents (``GroupPlan.phases[:spent_phase_count]``) followed by
 ``Phase(q_g, sigma_g, rounds run so far)``; epsilon comes from
-``accounting.epsilon_of_phases`` under the plan's accountant and delta.
+``accounting.epsilon_of_phases`` (see ``PrivacyLedger.round_accountant`` for which
+accountant) at the plan's delta.
 
-The ledger's phases are merged like the plan's: the parents' last phase and this plan's
-are one phase when their (q, sigma) agree.
-
-A group that is opted out (``epsilon: null``) or whose pool has no noise has no finite
-epsilon: the ledger says ``None``. A group with ``sampling_rate`` 0 spends nothing more.
+A group that is opted out (``epsilon: null``), whose pool has no noise, or that was ever
+sampled without noise (``unprotected_rounds``) has no finite epsilon: the ledger says
+``None``. A group with ``sampling_rate`` 0 spends nothing more.
 """
 
 from __future__ import annotations
@@ -38,32 +37,34 @@ def default_epsilon_fn(phases: Sequence[Phase], delta: float, accountant: str) -
 
 
 def spent_history(plan: Plan, group: GroupPlan) -> list[Phase]:
-    """The phases of ``group`` spent before this plan started.
+    """The phases of ``group`` spent under parent plans: ``phases[:spent_phase_count]``.
 
-    ``GroupPlan.phases`` is the full history: parents' phases, then this plan's own
-    ``Phase(q_g, sigma_g, plan.rounds)``, possibly merged with an identical parent phase
-    before it. This plan's rounds are removed from the end (the ledger adds them back as
-    they run); a group this plan gives no phase (opted out, ``q_g = 0``) keeps them all.
+    What follows them is this plan's own phase ``Phase(q_g, sigma_g, plan.rounds)`` (if the
+    group is sampled); the ledger adds this plan's rounds as they run, so it checks that
+    the plan's own phase is what it will execute and refuses a plan where it is not.
     """
-    phases = list(group.phases)
+    history = list(group.phases[: group.spent_phase_count])
+    own = group.phases[group.spent_phase_count :]
     sigma = group_noise_multiplier(plan, group)
-    if not phases or group.sampling_rate <= 0 or sigma <= 0 or plan.rounds == 0:
-        return phases
-    last = phases[-1]
-    if not (
-        math.isclose(last.sampling_rate, group.sampling_rate, rel_tol=1e-9)
-        and math.isclose(last.noise_multiplier, sigma, rel_tol=1e-9)
-        and last.steps >= plan.rounds
-    ):
-        raise InvalidInputError(
-            f"groups.{group.id}.phases",
-            f"the last phase {last} is not this plan's (sampling_rate {group.sampling_rate}, "
-            f"noise_multiplier {sigma}, {plan.rounds} rounds)",
+    runs = group.sampling_rate > 0 and sigma > 0 and plan.rounds > 0
+    if own:
+        matches = (
+            runs
+            and len(own) == 1
+            and math.isclose(own[0].sampling_rate, group.sampling_rate, rel_tol=1e-9)
+            and math.isclose(own[0].noise_multiplier, sigma, rel_tol=1e-9)
+            and own[0].steps == plan.rounds
         )
-    earlier = last.steps - plan.rounds
-    history = phases[:-1]
-    if earlier > 0:
-        history.append(last.model_copy(update={"steps": earlier}))
+        if not matches:
+            raise InvalidInputError(
+                f"groups.{group.id}.phases",
+                f"this plan's own phase {own} is not the one it runs (sampling_rate "
+                f"{group.sampling_rate}, noise_multiplier {sigma}, {plan.rounds} rounds)",
+            )
+    elif runs and group.epsilon is not None:
+        raise InvalidInputError(
+            f"groups.{group.id}.phases", "lists no phase for this plan although the group is sampled with noise"
+        )
     return history
 
 
@@ -97,11 +98,7 @@ class PrivacyLedger:
         sigma = self._multiplier[group_id]
         if self.rounds_run == 0 or group.sampling_rate <= 0 or sigma <= 0:
             return phases
-        current = Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=self.rounds_run)
-        if phases and (phases[-1].sampling_rate, phases[-1].noise_multiplier) == (group.sampling_rate, sigma):
-            current = current.model_copy(update={"steps": phases[-1].steps + self.rounds_run})
-            phases.pop()
-        phases.append(current)
+        phases.append(Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=self.rounds_run))
         return phases
 
     def record_round(self) -> None:
@@ -122,7 +119,8 @@ class PrivacyLedger:
         if key not in self._cache:
             group = self.plan.group(group_id)
             phases = self.phases(group_id)
-            if not self.is_private(group) or any(p.noise_multiplier <= 0 for p in phases):
+            unprotected = group.unprotected_rounds > 0 or any(p.noise_multiplier <= 0 for p in phases)
+            if not self.is_private(group) or unprotected:
                 self._cache[key] = None
             elif not phases:
                 self._cache[key] = 0.0
