@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from app import cli as app_cli
-from trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

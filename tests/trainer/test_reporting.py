@@ -16,7 +16,7 @@ from trainer.data import load_dataset
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan
 
 TOKEN = "op-test-token-0123456789abcdefghijklmnopqrstuvwxyz"
 

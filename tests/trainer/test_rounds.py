@@ -12,7 +12,7 @@ from scipy import stats
 from accounting.errors import InvalidInputError
 from trainer.rounds import RoundEngine, pool_mechanisms
 from trainer.strategies import PlanStrategy, Population, RoundContext
-from trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan
 
 
 class FixedUpdates(PlanStrategy):

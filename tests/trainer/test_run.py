@@ -17,7 +17,7 @@ from trainer.run.ledger import PrivacyLedger
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan
 
 ROUNDS = 4
 

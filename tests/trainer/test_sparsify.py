@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from trainer.sparsify import keep_count, top_k
 from trainer.strategies import PlanStrategy, RoundContext
-from trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan
 
 
 @settings(max_examples=60, deadline=None)
