@@ -285,7 +285,7 @@ def windowed_epsilons(
     Used inside calibration loops (docs §7.1): the integer orders up to 63; the larger
     integer orders only where the best of those is at least ``_LARGE_ORDER_TRIGGER``;
     then only the fractional orders strictly between the integer neighbours of the best
-    integer order. A subset of orders can only raise the minimum, so the result is >=
+    integer order, plus the smallest order (which decides the KL shortcut). A subset of orders can only raise the minimum, so the result is >=
     the full-grid epsilon of :func:`epsilon_from_rdp`: a sigma that meets a target here
     meets it on the full grid too. (The conversion objective is unimodal in the order in
     practice, so the subset almost always contains the full-grid optimum; the tests
@@ -333,6 +333,9 @@ def windowed_epsilons(
         return np.maximum(best_int, 0.0)
     best_order = int_orders[np.argmin(int_eps, axis=1)]
     window = (frac_orders[None, :] > best_order[:, None] - 1.0) & (frac_orders[None, :] < best_order[:, None] + 1.0)
+    # The smallest order has the smallest RDP value, so it alone decides the KL shortcut
+    # (epsilon = 0 when delta^2 >= 1 - exp(-R)); always include it.
+    window |= frac_orders[None, :] == frac_orders.min()
     rows, cols = np.nonzero(window)
     frac_eps = np.full((points, frac_orders.size), np.inf)
     if rows.size:

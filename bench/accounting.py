@@ -1,0 +1,163 @@
+"""``gdpfed bench accounting``: calibration speed and agreement, gdpfed vs its peers.
+
+Same inputs, one process, side by side:
+- gdpfed ``noise_multiplier(accountant="rdp")`` vs Opacus ``get_noise_multiplier(accountant="rdp")``
+  (Opacus at its default epsilon_tolerance=0.01 for the timing; the sigma difference is
+  also given against Opacus run to a tight tolerance, 1e-4 x target, untimed);
+- gdpfed ``noise_multiplier(accountant="prv")`` vs Opacus ``get_noise_multiplier(accountant="prv")``
+  and ``prv_accountant.dpsgd.find_noise_multiplier``;
+- the cost of the child-process fence around PRV, and the vectorised batch calibration.
+docs/benchmarks.md "## Accounting" holds a full run.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from bench.report import median, time_calls
+
+CASES: list[tuple[float, int, float, float]] = [  # (sampling_rate, rounds, epsilon, delta)
+    (0.01, 1000, 1.0, 1e-5),
+    (0.1, 100, 1.0, 1e-3),
+    (0.05, 500, 3.61, 1e-4),
+    (0.001, 2000, 0.5, 1e-6),
+    (0.02, 300, 8.0, 1e-5),
+    (1.0, 10, 4.0, 1e-5),
+    (0.004, 5000, 2.0, 1e-5),
+    (0.1, 1000, 10.0, 1e-5),
+    (0.3, 50, 6.0, 1e-6),
+    (0.005, 800, 0.8, 1e-5),
+]
+
+
+def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+    warnings.filterwarnings("ignore")
+    cases = CASES[:2] if quick else CASES
+    repeats = 1 if quick else 15
+    opacus_repeats = 1 if quick else 3
+
+    rdp_rows = rdp_table(cases, repeats, opacus_repeats)
+
+    prv_rows = []
+    for q, t, eps, delta in cases:
+        prv_rows.append(_prv_row(q, t, eps, delta, quick))
+
+    rdp_median_ms = median([r["gdpfed_ms"] for r in rdp_rows])
+    summary = [
+        {"metric": "gdpfed rdp calibration, median ms", "value": rdp_median_ms, "target": "< 5"},
+        {"metric": "Opacus rdp calibration, median ms", "value": median([r["opacus_ms"] for r in rdp_rows]), "target": "-"},
+        {"metric": "rdp speedup vs Opacus, median x", "value": median([r["speedup"] for r in rdp_rows]), "target": ">= 50"},
+        {"metric": "rdp |sigma diff| vs Opacus (default tol), max %",
+         "value": max(abs(r["diff_vs_opacus_%"]) for r in rdp_rows), "target": "-"},
+        {"metric": "rdp |sigma diff| vs Opacus (tight tol), max %",
+         "value": max(abs(r["diff_vs_opacus_tight_%"]) for r in rdp_rows), "target": "< 0.5"},
+        {"metric": "gdpfed prv calibration, median s", "value": median([r["gdpfed_s"] for r in prv_rows]), "target": "< 2"},
+        {"metric": "Opacus prv calibration, median s", "value": median([r["opacus_s"] for r in prv_rows]), "target": "-"},
+        {"metric": "prv_accountant find_noise_multiplier, median s",
+         "value": median([r["find_nm_s"] for r in prv_rows]), "target": "-"},
+        {"metric": "PRV child-process fence overhead, median ms", "value": _fence_overhead_ms(quick), "target": "-"},
+        {"metric": "batch rdp calibration, 1000 (q, eps) points, s", "value": _batch_seconds(quick), "target": "< 1"},
+    ]
+    return [
+        ("RDP calibration: gdpfed vs Opacus get_noise_multiplier(accountant='rdp')", rdp_rows),
+        ("PRV calibration: gdpfed vs Opacus (prv) vs prv_accountant.dpsgd.find_noise_multiplier", prv_rows),
+        ("Accounting summary", summary),
+    ]
+
+
+def rdp_table(
+    cases: list[tuple[float, int, float, float]], repeats: int, opacus_repeats: int
+) -> list[dict[str, Any]]:
+    """gdpfed rdp calibration vs Opacus' on the same inputs: times, sigmas, differences."""
+    import accounting
+    from opacus.accountants.utils import get_noise_multiplier
+
+    rdp_rows = []
+    for q, t, eps, delta in cases:
+        ours = accounting.noise_multiplier(q, t, eps, delta).noise_multiplier
+        our_s = time_calls(lambda: accounting.noise_multiplier(q, t, eps, delta), repeats)
+        theirs = get_noise_multiplier(target_epsilon=eps, target_delta=delta, sample_rate=q, steps=t, accountant="rdp")
+        their_s = time_calls(
+            lambda: get_noise_multiplier(target_epsilon=eps, target_delta=delta, sample_rate=q, steps=t, accountant="rdp"),
+            opacus_repeats,
+            warmup=0,
+        )
+        tight = get_noise_multiplier(
+            target_epsilon=eps, target_delta=delta, sample_rate=q, steps=t, accountant="rdp",
+            epsilon_tolerance=1e-4 * eps,
+        )
+        rdp_rows.append(
+            {
+                "q": q, "T": t, "eps": eps, "delta": delta,
+                "gdpfed_ms": 1e3 * median(our_s),
+                "opacus_ms": 1e3 * median(their_s),
+                "speedup": median(their_s) / median(our_s),
+                "sigma_gdpfed": ours,
+                "sigma_opacus": theirs,
+                "diff_vs_opacus_%": 100 * (ours - theirs) / theirs,
+                "diff_vs_opacus_tight_%": 100 * (ours - tight) / tight,
+            }
+        )
+    return rdp_rows
+
+
+def _prv_row(q: float, t: int, eps: float, delta: float, quick: bool) -> dict[str, Any]:
+    import accounting
+    from opacus.accountants.utils import get_noise_multiplier
+    from prv_accountant.dpsgd import find_noise_multiplier
+
+    result: dict[str, Any] = {}
+    ours = time_calls(lambda: result.setdefault("ours", accounting.noise_multiplier(q, t, eps, delta, accountant="prv")), 1, warmup=0)
+    calibration = result["ours"]
+    opacus_sigma, opacus_s = _timed(
+        lambda: get_noise_multiplier(target_epsilon=eps, target_delta=delta, sample_rate=q, steps=t, accountant="prv")
+    )
+    find_sigma, find_s = _timed(lambda: find_noise_multiplier(q, t, eps, delta))
+    return {
+        "q": q, "T": t, "eps": eps, "delta": delta,
+        "gdpfed_s": ours[0],
+        "opacus_s": opacus_s,
+        "find_nm_s": find_s,
+        "sigma_gdpfed": calibration.noise_multiplier,
+        "sigma_opacus": opacus_sigma,
+        "sigma_find_nm": find_sigma,
+        "diff_vs_opacus_%": _diff(calibration.noise_multiplier, opacus_sigma),
+        "fallback": calibration.fallback,
+    }
+
+
+def _timed(fn: Any) -> tuple[float | None, float]:
+    import time
+
+    start = time.perf_counter()
+    try:
+        value = float(fn())
+    except Exception:  # noqa: BLE001 - a peer failing is a result, shown as '-'
+        value = None
+    return value, time.perf_counter() - start
+
+
+def _diff(ours: float, theirs: float | None) -> float | None:
+    if theirs is None or not math.isfinite(theirs):
+        return None
+    return 100 * (ours - theirs) / theirs
+
+
+def _fence_overhead_ms(quick: bool) -> float:
+    from accounting import prv
+
+    seconds = time_calls(lambda: prv.run_isolated(abs, (-1,), 10.0), 3 if quick else 20)
+    return 1e3 * median(seconds)
+
+
+def _batch_seconds(quick: bool) -> float:
+    import accounting
+
+    rates = np.logspace(-3, 0, 10 if quick else 50)[:, None]
+    targets = np.logspace(-1, math.log10(16), 20)[None, :]
+    seconds = time_calls(lambda: accounting.noise_multipliers_rdp(rates, 500, targets, 1e-5), 1 if quick else 3)
+    return median(seconds)
