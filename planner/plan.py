@@ -27,11 +27,16 @@ COMPARE_ORDER: tuple[str, ...] = (
 )
 
 
+# compare's main plan when gdpfed_plus itself is infeasible (private methods only).
+FALLBACK_ORDER: tuple[str, ...] = ("pooled_plus", "idp_sample", "gdpfed", "dp_fedavg", "idp_scale")
+
+
 def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus") -> Plan:
     """Plan ``scenario`` with ``method`` (docs/planning.md §2, §8).
 
     ``compare`` returns the gdpfed_plus plan with ``comparison`` filled: one row per
-    method, infeasible methods as rows with ``feasible: false`` and the error.
+    method, infeasible methods as rows with ``feasible: false`` and the error (if
+    gdpfed_plus itself is infeasible, the first feasible fallback, with a warning).
     Raises InvalidInputError for an unknown method and InfeasibleError (naming the cause
     and the group) when the scenario cannot be planned.
     """
@@ -57,24 +62,32 @@ def compare(scenario: Scenario) -> Plan:
 
 
 def compare_problem(problem: Problem, history: History | None = None) -> Plan:
+    """Every method on one problem; the main plan is gdpfed_plus, or, if it is infeasible,
+    the first feasible of pooled_plus, idp_sample, gdpfed, dp_fedavg, idp_scale (with a warning)."""
     rows: list[ComparisonRow] = []
-    main: Plan | None = None
-    main_error: GdpfedError | None = None
+    plans: dict[str, Plan] = {}
+    errors: dict[str, GdpfedError] = {}
     for method in COMPARE_ORDER:
         try:
-            plan = plan_problem(problem, method, history)
+            plans[method] = plan_problem(problem, method, history)
         except GdpfedError as exc:
+            errors[method] = exc
             rows.append(ComparisonRow(method=method, feasible=False, error=exc.message))  # type: ignore[arg-type]
-            if method == "gdpfed_plus":
-                main_error = exc
             continue
-        if method == "gdpfed_plus":
-            main = plan
-        rows.append(comparison_row(plan))
-    if main is None:
-        assert main_error is not None
-        raise main_error
-    return main.model_copy(update={"comparison": rows})
+        rows.append(comparison_row(plans[method]))
+    for method in ("gdpfed_plus", *FALLBACK_ORDER):
+        if method in plans:
+            main = plans[method]
+            break
+    else:
+        raise errors["gdpfed_plus"]
+    warnings = list(main.warnings)
+    if main.method != "gdpfed_plus":
+        warnings.insert(
+            0,
+            f"gdpfed_plus is infeasible ({errors['gdpfed_plus'].message}); the plan shown is {main.method}",
+        )
+    return main.model_copy(update={"comparison": rows, "warnings": warnings})
 
 
 def comparison_row(plan: Plan) -> ComparisonRow:

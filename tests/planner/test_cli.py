@@ -1,0 +1,109 @@
+"""``gdpfed plan``: text, --json, --out, replan, sweep with a PNG, one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import run
+from planner import load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "scenario.json"
+
+
+def test_plan_text_lists_groups_pools_and_terms(capsys):
+    assert run(["plan", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "strict" in out and "P1" in out and "noise energy" in out and "m_P" in out
+
+
+def test_plan_json_has_schema_version_and_round_trips(capsys, tmp_path):
+    out_file = tmp_path / "plan.json"
+    assert run(["plan", str(EXAMPLE), "--json", "--out", str(out_file), "--method", "dp_fedavg"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema_version"] == 1 and data["method"] == "dp_fedavg"
+    plan = load_plan(data)
+    assert load_plan(plan.model_dump(mode="json")) == plan
+    assert load_plan(json.loads(out_file.read_text())) == plan
+
+
+def test_compare_prints_the_comparison_table(capsys):
+    assert run(["plan", str(EXAMPLE), "--method", "compare"]) == 0
+    out = capsys.readouterr().out
+    for method in ("dp_fedavg", "gdpfed_minus", "idp_sample", "pooled_plus"):
+        assert method in out
+
+
+def test_accountant_override(capsys):
+    assert run(["plan", str(EXAMPLE), "--accountant", "closed_form", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accountant"] == "closed_form"
+
+
+def test_yaml_scenario(capsys):
+    assert run(["plan", str(ROOT / "examples" / "scenario.yaml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["delta"] == 1e-5
+
+
+def test_replan_through_the_cli(capsys, tmp_path):
+    parent = tmp_path / "parent.json"
+    assert run(["plan", str(EXAMPLE), "--out", str(parent)]) == 0
+    capsys.readouterr()
+    assert run(
+        ["plan", "replan", str(parent), "--rounds-done", "40", "--changes", str(ROOT / "examples" / "changes.json"),
+         "--parent-plan-id", "p1", "--json"]
+    ) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["start_round"] == 40 and data["parent_plan_id"] == "p1"
+    assert [g["id"] for g in data["groups"]][-1] == "late"
+
+
+def test_sweep_writes_a_png(capsys, tmp_path):
+    png = tmp_path / "rates.png"
+    assert run(["plan", "sweep", str(EXAMPLE), "--group", "strict", "--epsilons", "0.5,1,4", "--plot", str(png)]) == 0
+    assert "q[strict]" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run(["plan", "sweep", str(EXAMPLE), "--group", "strict", "--epsilons", "1,2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["epsilons"] == [1.0, 2.0] and set(data["sampling_rates"]) == {"strict", "medium", "relaxed"}
+
+
+def one_line_error(capsys, argv) -> str:
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_bad_inputs_exit_two_with_one_line(capsys, tmp_path):
+    assert "scenario" in one_line_error(capsys, ["plan", str(tmp_path / "missing.json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"groups": [{"id": "a", "epsilon": -1, "num_clients": 3}], "delta": 0.001, "rounds": 5, '
+                   '"model_dim": 10, "expected_clients": 1}')
+    assert "groups.0.epsilon" in one_line_error(capsys, ["plan", str(bad)])
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "epsilom": 1}))
+    assert "epsilom" in one_line_error(capsys, ["plan", str(typo)])
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert "not valid JSON" in one_line_error(capsys, ["plan", str(broken)])
+    assert "--rounds-done" in one_line_error(capsys, ["plan", "replan", str(EXAMPLE), "--changes", "x.json"])
+    assert "--epsilons" in one_line_error(
+        capsys, ["plan", "sweep", str(EXAMPLE), "--group", "strict", "--epsilons", "1,x"]
+    )
+    assert "group" in one_line_error(capsys, ["plan", "sweep", str(EXAMPLE), "--group", "nope", "--epsilons", "1"])
+    assert "--group" in one_line_error(capsys, ["plan", str(EXAMPLE), "--group", "strict"])
+    infeasible = tmp_path / "inf.json"
+    infeasible.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "expected_clients": 1000}))
+    assert "exceeds" in one_line_error(capsys, ["plan", str(infeasible)])
+    assert "schema_version" in one_line_error(
+        capsys, ["plan", "replan", str(EXAMPLE), "--rounds-done", "1", "--changes", str(EXAMPLE)]
+    )
+
+
+def test_unknown_method_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(["plan", str(EXAMPLE), "--method", "magic"])
+    assert exc.value.code == 2

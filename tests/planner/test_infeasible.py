@@ -1,0 +1,68 @@
+"""Infeasible scenarios name the cause and the group (docs/planning.md §7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from accounting.errors import InfeasibleError
+from planner import make_plan
+from tests.planner.conftest import worked_scenario
+
+
+def test_more_expected_clients_than_clients():
+    with pytest.raises(InfeasibleError, match="K=400 exceeds the 300 clients"):
+        make_plan(worked_scenario(1, expected_clients=400))
+
+
+def test_expected_clients_too_small_for_the_pool_minimum():
+    with pytest.raises(InfeasibleError, match="min_clients_per_pool=20"):
+        make_plan(worked_scenario(20), "gdpfed_plus")
+
+
+def test_group_smaller_than_the_pool_minimum_is_named():
+    scenario = worked_scenario(
+        10, groups=[{"id": "tiny", "epsilon": 1.0, "num_clients": 5}, {"id": "big", "epsilon": 2.0, "num_clients": 500}]
+    )
+    with pytest.raises(InfeasibleError, match="group 'tiny'.*fewer than min_clients_per_pool=10"):
+        make_plan(scenario, "gdpfed_minus")
+
+
+@pytest.mark.parametrize("method", ["gdpfed", "dp_fedavg", "idp_scale"])
+def test_budget_needing_sigma_above_the_cap_names_the_group(method):
+    scenario = worked_scenario(
+        1,
+        groups=[{"id": "paranoid", "epsilon": 0.001, "num_clients": 100}, {"id": "ok", "epsilon": 2.0, "num_clients": 100}],
+        rounds=100_000,
+    )
+    with pytest.raises(InfeasibleError, match="'paranoid'.*cap"):
+        make_plan(scenario, method)
+
+
+@pytest.mark.parametrize("method", ["gdpfed_plus", "pooled_plus", "idp_sample"])
+def test_optimised_methods_name_a_group_infeasible_even_at_its_lowest_rate(method):
+    scenario = worked_scenario(
+        1,
+        groups=[
+            {"id": "paranoid", "epsilon": 0.001, "num_clients": 100, "min_sampling_rate": 0.15},
+            {"id": "ok", "epsilon": 2.0, "num_clients": 100},
+        ],
+        rounds=100_000,
+    )
+    with pytest.raises(InfeasibleError, match="'paranoid'.*cap"):
+        make_plan(scenario, method)
+    # without the floor the optimiser lowers its rate until it is feasible
+    relaxed = scenario.model_copy(update={"groups": [scenario.groups[0].model_copy(update={"min_sampling_rate": 0.0}),
+                                                     scenario.groups[1]]})
+    assert make_plan(relaxed, "gdpfed_plus").group("paranoid").sampling_rate < 0.15
+
+
+def test_min_sampling_rates_above_k():
+    scenario = worked_scenario(
+        1,
+        groups=[
+            {"id": "a", "epsilon": 1.0, "num_clients": 100, "min_sampling_rate": 0.2},
+            {"id": "b", "epsilon": 2.0, "num_clients": 100, "min_sampling_rate": 0.2},
+        ],
+    )
+    with pytest.raises(InfeasibleError, match="min_sampling_rate"):
+        make_plan(scenario, "gdpfed_plus")

@@ -1,0 +1,83 @@
+"""Re-planning (docs/planning.md §9): history composes, budgets hold, exhausted groups stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from accounting.errors import InvalidInputError
+from planner import Changes, make_plan, replan
+from tests.planner.conftest import independent_epsilon, worked_scenario
+
+
+def assert_budgets(plan):
+    for g in plan.groups:
+        if g.epsilon is None or not g.phases or g.status != "active":
+            continue
+        assert sum(p.steps for p in g.phases) <= plan.scenario.rounds
+        independent = independent_epsilon(g.phases, plan.scenario.delta)
+        assert independent <= g.epsilon * (1 + 2e-3), (g.id, independent)
+        assert g.epsilon_spent <= g.epsilon * (1 + 1e-9)
+
+
+def test_replan_composes_history_and_records_parent():
+    parent = make_plan(worked_scenario(1))
+    changes = Changes.model_validate(
+        {"groups": [{"id": "g2", "epsilon": 3.0}, {"id": "new", "epsilon": 2.0, "num_clients": 60}]}
+    )
+    child = replan(parent, 40, changes, parent_plan_id="plan-1")
+    assert child.parent_plan_id == "plan-1"
+    assert child.start_round == 40 and child.rounds == 60
+    g2 = child.group("g2")
+    assert g2.spent_phase_count == 1 and g2.phases[0].steps == 40
+    assert g2.phases[0].sampling_rate == parent.group("g2").sampling_rate
+    assert g2.phases[1].steps == 60
+    assert child.group("new").spent_phase_count == 0
+    assert_budgets(child)
+    grandchild = replan(child, 30, Changes(), parent_plan_id="plan-2")
+    assert grandchild.start_round == 70 and grandchild.rounds == 30
+    assert [p.steps for p in grandchild.group("g2").phases] == [40, 30, 30]
+    assert_budgets(grandchild)
+
+
+def test_exhausted_group_gets_rate_zero_and_a_warning():
+    parent = make_plan(worked_scenario(1))
+    child = replan(parent, 80, Changes.model_validate({"groups": [{"id": "g1", "epsilon": 0.5}]}))
+    g1 = child.group("g1")
+    assert g1.status == "exhausted" and g1.sampling_rate == 0
+    assert len(g1.phases) == 1  # history kept, nothing new
+    assert any("'g1'" in w and "spent" in w for w in child.warnings)
+    total = sum(g.sampling_rate * g.num_clients for g in child.groups)
+    assert total == pytest.approx(30, rel=1e-9)  # the others take over K
+    assert_budgets(child)
+
+
+def test_removed_group_and_rounds_change():
+    parent = make_plan(worked_scenario(1))
+    child = replan(parent, 50, Changes.model_validate({"groups": [{"id": "g4", "remove": True}], "rounds": 150}))
+    assert child.group("g4").status == "removed" and child.group("g4").sampling_rate == 0
+    assert child.rounds == 100 and child.scenario.rounds == 150
+    assert_budgets(child)
+
+
+def test_opted_out_group_cannot_opt_back_in_after_participating():
+    scenario = worked_scenario(
+        1,
+        groups=[
+            {"id": "a", "epsilon": 1.0, "num_clients": 100},
+            {"id": "free", "epsilon": None, "num_clients": 100},
+        ],
+    )
+    parent = make_plan(scenario, "gdpfed")
+    child = replan(parent, 10, Changes.model_validate({"groups": [{"id": "free", "epsilon": 8.0}]}))
+    assert child.group("free").status == "exhausted"
+    assert child.group("free").unprotected_rounds == 10
+
+
+def test_bad_rounds_done_and_changes_name_the_field():
+    parent = make_plan(worked_scenario(1))
+    with pytest.raises(InvalidInputError, match="rounds_done"):
+        replan(parent, 101, Changes())
+    with pytest.raises(InvalidInputError, match="rounds"):
+        replan(parent, 100, Changes())
+    with pytest.raises(InvalidInputError, match=r"changes.groups\[0\]"):
+        replan(parent, 10, Changes.model_validate({"groups": [{"id": "x", "epsilon": 1.0}]}))
