@@ -4,7 +4,7 @@ docs/accounting.md §7. Every answer comes from a proven bracket (:mod:`accounti
 and is the evaluated, feasible end of it, then re-checked on the full order grid, so the
 returned value never exceeds the target under the accountant that produced it. With
 ``spent`` phases the question is about the remaining budget: the new phase is composed
-after them (docs §7.5).
+after them (docs/accounting.md §7.5).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from accounting.validation import (
     validate_sampling_rate,
 )
 
-# Search limits (docs §7.1): answers outside them are reported, never clamped silently.
+# Search limits (docs/accounting.md §7.1): answers outside them are reported, never clamped silently.
 SIGMA_MIN = 1e-3
 SIGMA_MAX = 1e4
 RATE_MIN = 1e-12
@@ -40,7 +40,7 @@ _XTOL = math.log1p(REL_TOL)
 
 
 def closed_form_noise_multiplier(sampling_rate: float, rounds: int, epsilon: float, delta: float) -> float:
-    """The GDPFed paper's raw bound sqrt(7 q^2 T (eps + 2 ln(1/delta))) / eps (docs §6).
+    """The GDPFed paper's raw bound sqrt(7 q^2 T (eps + 2 ln(1/delta))) / eps (docs/accounting.md §6).
 
     Unchecked: it under-noises outside its lemma's conditions. Use
     ``noise_multiplier(..., accountant="closed_form")`` for the checked answer.
@@ -62,7 +62,7 @@ def noise_multiplier(
 ) -> Calibration:
     """Smallest sigma (relative tolerance 1e-4) with eps(spent + (q, sigma, T)) <= epsilon.
 
-    docs §7.1 (rdp), §7.2 (prv, calibrated on the PRV upper bound), §6.2 (closed_form:
+    docs/accounting.md §7.1 (rdp), §7.2 (prv, calibrated on the PRV upper bound), §6.2 (closed_form:
     the formula, checked by rdp and replaced by the rdp sigma when it misses the target,
     unless ``raw``). Raises InfeasibleError when the spent phases alone exceed the target
     or when sigma would exceed ``SIGMA_MAX``.
@@ -92,7 +92,7 @@ def sampling_rate(
     spent: Sequence[Phase] = (),
     time_limit_s: float | None = None,
 ) -> Calibration:
-    """Largest q in (0, 1] (relative tolerance 1e-4) meeting the target (docs §7.3).
+    """Largest q in (0, 1] (relative tolerance 1e-4) meeting the target (docs/accounting.md §7.3).
 
     Raises InfeasibleError if even q = ``RATE_MIN`` exceeds it.
     """
@@ -119,7 +119,7 @@ def rounds(
     spent: Sequence[Phase] = (),
     time_limit_s: float | None = None,
 ) -> Calibration:
-    """Most rounds T (0 allowed) with eps(spent + (q, sigma, T)) <= epsilon (docs §7.4).
+    """Most rounds T (0 allowed) with eps(spent + (q, sigma, T)) <= epsilon (docs/accounting.md §7.4).
 
     With T = 0 the achieved epsilon is that of the spent phases (0 without any) and
     ``reason`` says that not even one round fits. Raises InfeasibleError if the spent
@@ -143,7 +143,7 @@ def noise_multipliers_rdp(
 ) -> np.ndarray:
     """Vectorised rdp calibration: sigma for every (q, eps) of the broadcast arrays.
 
-    The same search as :func:`noise_multiplier` with ``accountant="rdp"`` (docs §7.1,
+    The same search as :func:`noise_multiplier` with ``accountant="rdp"`` (docs/accounting.md §7.1,
     §7.6), run for all points at once: every finite returned sigma meets its target under
     rdp (it is the evaluated feasible end of its own bracket). A point that no sigma up
     to ``SIGMA_MAX`` satisfies gets ``inf``; a point met already at ``SIGMA_MIN`` gets
@@ -379,7 +379,7 @@ def _prv_noise(
 def _prv_noise_job(
     q: float, t: int, target: float, delta: float, spent: list[tuple[float, float, int]], start: float
 ) -> tuple[float, tuple[float, float, float], float | None, bool]:
-    """Runs in the PRV child: spent check, then the sigma search (docs §7.2)."""
+    """Runs in the PRV child: spent check, then the sigma search (docs/accounting.md §7.2)."""
     spent_upper = _prv_spent_upper(spent, delta, target)
     sigma, bounds, at_floor = prv.calibrate_sigma_in_process(
         q, t, target, delta, spent, start, SIGMA_MIN, SIGMA_MAX, _XTOL
@@ -627,7 +627,7 @@ def _rounds_result(
 
 
 def _gaussian_rate(t: float, eps: np.ndarray, delta: float) -> np.ndarray:
-    """rho with eps ~= min_a [T a rho + (ln(1/delta) - ln a)/(a - 1) - 1/a] (docs §7.1).
+    """rho with eps ~= min_a [T a rho + (ln(1/delta) - ln a)/(a - 1) - 1/a] (docs/accounting.md §7.1).
 
     The per-step RDP slope rho of a mechanism whose curve is linear in the order (the
     Gaussian's is a / (2 sigma^2)); two fixed-point passes for the order's terms.

@@ -3,7 +3,7 @@
 sigma^2 >= 7 q^2 T (epsilon + 2 ln(1/delta)) / epsilon^2  (the paper's Theorem 1, from the
 Fed-SMP analysis). It only holds under its lemma's conditions and under-noises outside
 them, so callers never use these numbers unchecked: :mod:`accounting.calibration` checks
-every closed-form sigma with ``rdp`` (docs §6.2). This module is just the formula.
+every closed-form sigma with ``rdp`` (docs/accounting.md §6.2). This module is just the formula.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def epsilon(
     *,
     time_limit_s: float | None = None,
 ) -> EpsilonReport:
-    """Epsilon at ``delta`` of ``rounds`` rounds of the sampled Gaussian (docs §1-§6).
+    """Epsilon at ``delta`` of ``rounds`` rounds of the sampled Gaussian (docs/accounting.md §1-§6).
 
     ``time_limit_s`` bounds a prv computation (default ``prv.EPSILON_TIME_LIMIT_S``).
     """
@@ -45,8 +45,8 @@ def epsilon_of_phases(
     *,
     time_limit_s: float | None = None,
 ) -> EpsilonReport:
-    """Epsilon of phases composed in order: RDP curves add (docs §4); PRV composes them
-    heterogeneously (docs §5). closed_form only describes a single phase (docs §6)."""
+    """Epsilon of phases composed in order: RDP curves add (docs/accounting.md §4); PRV composes them
+    heterogeneously (docs/accounting.md §5). closed_form only describes a single phase (docs/accounting.md §6)."""
     checked = validate_phases(phases, "phases")
     if not checked:
         raise InvalidInputError("phases", "must contain at least one phase")
@@ -57,7 +57,7 @@ def epsilon_of_phases(
 
 
 def rdp_report(phases: Sequence[Phase], delta: float, accountant: str = "rdp") -> EpsilonReport:
-    """The rdp answer for validated phases (full order grid, docs §3)."""
+    """The rdp answer for validated phases (full order grid, docs/accounting.md §3)."""
     grid = rdp.order_grid()
     curve = rdp.rdp_of_phases([_as_tuple(p) for p in phases], grid)
     value, order = rdp.epsilon_from_rdp(grid.orders, curve, delta)
@@ -94,7 +94,7 @@ def _report(phases: list[Phase], delta: float, accountant: str, time_limit_s: fl
 def _closed_form_report(phase: Phase, base: EpsilonReport) -> EpsilonReport:
     formula = closed_form.closed_form_epsilon(phase.sampling_rate, phase.noise_multiplier, phase.steps, base.delta)
     verdict = (
-        "below the rdp bound, so not claimable here (docs §6.2)"
+        "below the rdp bound, so not claimable here (docs/accounting.md §6.2)"
         if formula < base.epsilon
         else "above the rdp bound (the formula over-noises here)"
     )

@@ -5,7 +5,7 @@ fragile: it raises ("Discrete mean differs from continuous mean significantly"),
 out of memory, or takes minutes at large epsilon / small sigma. So every PRV computation
 runs in a child process with a hard deadline and an address-space limit
 (:func:`run_isolated`); the caller gets either a checked result or a :class:`PrvFailure`
-with the reason, and falls back to ``rdp`` (docs §5.3). Nothing here can hang or crash
+with the reason, and falls back to ``rdp`` (docs/accounting.md §5.3). Nothing here can hang or crash
 its caller.
 
 The functions named ``*_in_process`` are what the child runs; they are pure and are
@@ -25,7 +25,7 @@ import numpy as np
 
 from accounting import rdp, search
 
-# Default wall-clock limits for one isolated PRV job (docs §5.3).
+# Default wall-clock limits for one isolated PRV job (docs/accounting.md §5.3).
 EPSILON_TIME_LIMIT_S = 10.0
 CALIBRATION_TIME_LIMIT_S = 20.0
 # Extra address space the child may allocate beyond what it inherited; prv_accountant
@@ -133,7 +133,7 @@ def calibrate_sigma_in_process(
     sigma_max: float,
     xtol: float,
 ) -> tuple[float, tuple[float, float, float], bool]:
-    """Smallest sigma whose PRV upper bound meets ``target`` (docs §7.2).
+    """Smallest sigma whose PRV upper bound meets ``target`` (docs/accounting.md §7.2).
 
     Bracketed from ``start_sigma`` (the rdp answer, usually feasible under PRV already,
     so the bracket is found going down) and refined on log sigma. Returns
@@ -166,7 +166,7 @@ def sampling_rate_in_process(
     rate_min: float,
     xtol: float,
 ) -> tuple[float, tuple[float, float, float]]:
-    """Largest q in (0, 1] whose PRV upper bound meets ``target``; x = -log q (docs §7.3)."""
+    """Largest q in (0, 1] whose PRV upper bound meets ``target``; x = -log q (docs/accounting.md §7.3)."""
     eps_error = eps_error_for(target)
     cache: dict[float, tuple[float, float, float]] = {}
 
@@ -195,7 +195,7 @@ def rounds_in_process(
     start_rounds: int,
     rounds_max: int,
 ) -> tuple[int, tuple[float, float, float] | None]:
-    """Most rounds T whose PRV upper bound meets ``target``; integer search (docs §7.4).
+    """Most rounds T whose PRV upper bound meets ``target``; integer search (docs/accounting.md §7.4).
 
     One accountant discretised for ``max_self_compositions = limit`` serves every T up to
     the limit (only the FFT composition is recomputed), and the limit grows x2 while T =

@@ -93,7 +93,7 @@ def log_a_integer(
     noise_multipliers: np.ndarray,
     orders: slice = slice(None),
 ) -> np.ndarray:
-    """log A_alpha for integer orders of ``grid`` and every point (docs §2.1).
+    """log A_alpha for integer orders of ``grid`` and every point (docs/accounting.md §2.1).
 
     A_alpha = sum_{i=0}^{alpha} C(alpha, i) q^i (1-q)^(alpha-i) exp((i^2 - i) / (2 sigma^2)),
     summed exactly in log space (one logsumexp per (point, order) segment). Points are the
@@ -136,7 +136,7 @@ def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    """log A_alpha for non-integer orders, one (q, sigma, alpha) per entry (docs §2.2).
+    """log A_alpha for non-integer orders, one (q, sigma, alpha) per entry (docs/accounting.md §2.2).
 
     A_alpha = A0 + A1, the two integrals of (mu1/mu0)^alpha dmu0 split at
     z0 = sigma^2 log(1/q - 1) + 1/2, each expanded as a binomial series:
@@ -144,7 +144,7 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
       s1_i = |C(alpha,i)| q^j (1-q)^i e^{(j^2-j)/(2 sigma^2)} Phi((j - z0)/sigma),  j = alpha - i.
     Absolute values of the coefficients make the sum an upper bound (as dp-accounting
     does). Terms are summed in chunks for all unfinished entries at once; an entry stops
-    when the rest of its series is bounded analytically (the tail bound of docs §2.2,
+    when the rest of its series is bounded analytically (the tail bound of docs/accounting.md §2.2,
     added to the sum) or when its terms are negligible (< e^-30 of the total and
     decreasing). An entry that does neither within ``_MAX_TERMS`` terms returns inf.
     """
@@ -158,7 +158,7 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
     z0 = sigma * sigma * (log_1mq - log_q) + 0.5
     inv_two_var = 0.5 / (sigma * sigma)
     lgamma_alpha = special.gammaln(alpha + 1)
-    # Tail constant (docs §2.2): every tail term is at most
+    # Tail constant (docs/accounting.md §2.2): every tail term is at most
     # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
     log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
 
@@ -221,7 +221,7 @@ def _row_logsumexp(values: np.ndarray) -> np.ndarray:
 
 
 def rdp_curve(sampling_rate: float, noise_multiplier: float, grid: OrderGrid | None = None) -> np.ndarray:
-    """RDP of ONE step of the sampled Gaussian at every order of the grid (docs §2).
+    """RDP of ONE step of the sampled Gaussian at every order of the grid (docs/accounting.md §2).
 
     q = 1 is the plain Gaussian, alpha / (2 sigma^2). Otherwise log A_alpha / (alpha - 1).
     """
@@ -241,7 +241,7 @@ def rdp_curve(sampling_rate: float, noise_multiplier: float, grid: OrderGrid | N
 def rdp_of_phases(
     phases: Sequence[tuple[float, float, int]], grid: OrderGrid | None = None
 ) -> np.ndarray:
-    """Composition of phases (q, sigma, steps): the sum of steps * curve (docs §4)."""
+    """Composition of phases (q, sigma, steps): the sum of steps * curve (docs/accounting.md §4)."""
     grid = order_grid() if grid is None else grid
     total = np.zeros(grid.orders.size)
     for sampling_rate, noise_multiplier, steps in phases:
@@ -250,7 +250,7 @@ def rdp_of_phases(
 
 
 def conversion_epsilons(orders: np.ndarray, rdp: np.ndarray, delta: float) -> np.ndarray:
-    """Per-order epsilon of an RDP curve at ``delta`` (docs §3), broadcast over rows.
+    """Per-order epsilon of an RDP curve at ``delta`` (docs/accounting.md §3), broadcast over rows.
 
     eps(alpha) = R(alpha) + log(1 - 1/alpha) - (log delta + log alpha) / (alpha - 1)
     (Balle et al. 2020 / Canonne, Kamath, Steinke 2020), or 0 where the KL bound
@@ -282,7 +282,7 @@ def windowed_epsilons(
 ) -> np.ndarray:
     """Fast epsilon of (spent + steps x one step) for many points, on a SUBSET of orders.
 
-    Used inside calibration loops (docs §7.1): the integer orders up to 63; the larger
+    Used inside calibration loops (docs/accounting.md §7.1): the integer orders up to 63; the larger
     integer orders only where the best of those is at least ``_LARGE_ORDER_TRIGGER``;
     then only the fractional orders strictly between the integer neighbours of the best
     integer order, plus the smallest order (which decides the KL shortcut). A subset of orders can only raise the minimum, so the result is >=

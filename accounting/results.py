@@ -19,7 +19,7 @@ class EpsilonReport(pydantic.BaseModel):
 
     ``epsilon`` is the value one may claim: never optimistic. rdp: the RDP bound. prv: the
     PRV upper bound (``lower``/``estimate``/``upper`` are reported too). closed_form: the
-    rdp value, with the formula's own epsilon in ``estimate`` (docs §6.3). When prv
+    rdp value, with the formula's own epsilon in ``estimate`` (docs/accounting.md §6.3). When prv
     fails, ``fallback`` is true, ``accountant_used`` is "rdp" and ``reason`` says why.
     """
 
@@ -41,7 +41,7 @@ class Calibration(pydantic.BaseModel):
     ``epsilon`` is the epsilon achieved by (spent phases + the returned phase), checked
     under ``accountant_used``; it is <= ``target_epsilon`` whenever ``rounds`` > 0, with
     one documented exception: ``raw`` closed-form answers that rdp rejects (``sound``
-    false; docs §6.2). ``spent_epsilon`` is the epsilon of the spent phases alone.
+    false; docs/accounting.md §6.2). ``spent_epsilon`` is the epsilon of the spent phases alone.
     """
 
     solved_for: Literal["noise_multiplier", "sampling_rate", "rounds"]
