@@ -94,6 +94,31 @@ def secagg_threshold(
     return _normal_threshold(mean, variance, abort_probability)
 
 
+def single_group_thresholds(
+    num_clients: np.ndarray, sampling_rates: np.ndarray, dropout_rate: float, abort_probability: float
+) -> list[SecaggThreshold]:
+    """Exact thresholds for many one-group pools at once (S ~ Binomial(N, q (1 - dropout))).
+
+    Same definition as :func:`secagg_threshold`: m = 1 + the largest k with
+    P(S <= k) <= abort_probability (m = 1, ``meets_target`` False, if P(S = 0) is already
+    larger). Vectorised with the binomial quantile function; docs/planning.md §6.
+    """
+    n = np.asarray(num_clients, dtype=float)
+    r = np.asarray(sampling_rates, dtype=float) * (1.0 - float(dropout_rate))
+    alpha = float(abort_probability)
+    k = stats.binom.ppf(alpha, n, r)  # smallest k with P(S <= k) >= alpha
+    k = np.where(stats.binom.cdf(k, n, r) <= alpha, k, k - 1)  # largest k with P(S <= k) <= alpha
+    below = np.where(k >= 0, stats.binom.cdf(k, n, r), 0.0)
+    p_zero = stats.binom.pmf(0, n, r)
+    out = []
+    for i in range(len(n)):
+        if k[i] < 0:
+            out.append(SecaggThreshold(1, float(p_zero[i]), float(n[i] * r[i]), True, bool(p_zero[i] <= alpha)))
+        else:
+            out.append(SecaggThreshold(int(k[i]) + 1, float(below[i]), float(n[i] * r[i]), True, True))
+    return out
+
+
 def _exact_threshold(counts: list[int], rates: list[float], alpha: float, mean: float) -> SecaggThreshold:
     offset, pmf, left_out = survivor_distribution(counts, rates, tail_mass=alpha * _TAIL_FRACTION)
     # cdf_below[i] = P(S < offset + i) (upper bound: the neglected lower tails are added).

@@ -73,3 +73,16 @@ def test_windowed_distribution_matches_full_pmf():
     np.testing.assert_allclose(pmf, full[offset : offset + len(pmf)], rtol=1e-9, atol=1e-16)
     # left_out bounds the mass below the window (each member's lower tail, summed)
     assert full[:offset].sum() <= left_out <= 1e-18
+
+
+def test_batched_single_group_thresholds_equal_the_general_ones():
+    from planner.secagg import single_group_thresholds
+
+    counts = np.array([5, 100, 1000, 37, 20000])
+    rates = np.array([0.1, 0.02, 0.3, 0.9, 0.001])
+    batch = single_group_thresholds(counts, rates, 0.1, 0.01)
+    for n, q, result in zip(counts, rates, batch):
+        general = secagg_threshold([n], [q], 0.1, 0.01, method="exact")
+        assert result.threshold == general.threshold
+        assert result.meets_target == general.meets_target
+        assert result.abort_probability == pytest.approx(general.abort_probability, rel=1e-6, abs=1e-8)

@@ -1,0 +1,132 @@
+"""``gdpfed bench planner``: the KKT water-filling against cvxpy, and full plan times.
+
+Table 1 solves the same separable QP (docs/planning.md §4.1) with the exact KKT
+water-filling and with cvxpy (CLARABEL) at 3, 100, 10,000 and 100,000 groups, and prints
+both times, the speed-up and the objective gap. cvxpy at 100,000 groups is skipped (with
+its estimate) when the 10,000-group time extrapolates past ``CVXPY_CAP_S``.
+Table 2 times complete ``gdpfed_plus`` plans with rdp (tables, optimisation, exact
+re-calibration, verification of every group, secure-aggregation thresholds) at 3, 100 and
+1,000 groups, with the uniform-rate ``gdpfed`` plan on the same scenario for the ratio of J.
+``quick`` runs 3 and 100 groups only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.report import median, time_calls
+
+CVXPY_CAP_S = 120.0
+
+
+def random_qp(n: int, seed: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0, 5, n)
+    b = rng.uniform(0.1, 50, n)
+    w = rng.integers(1, 1000, n).astype(float)
+    lo = rng.uniform(0, 0.05, n)
+    hi = np.minimum(1.0, lo + rng.uniform(0.05, 1.0, n))
+    total = float(w @ lo + 0.4 * (w @ (hi - lo)))
+    return a, b, w, np.array(total), lo, hi
+
+
+def _cvxpy_solve(a, b, w, total, lo, hi):  # type: ignore[no-untyped-def]
+    import cvxpy as cp
+
+    x = cp.Variable(len(a))
+    problem = cp.Problem(
+        cp.Minimize(a @ x + cp.sum(cp.multiply(b, cp.square(x)))), [w @ x == float(total), x >= lo, x <= hi]
+    )
+    problem.solve(solver=cp.CLARABEL)
+    return np.asarray(x.value)
+
+
+def kkt_vs_cvxpy(sizes: list[int]) -> list[dict[str, Any]]:
+    from planner.waterfill import qp_objective, waterfill_qp
+
+    rows = []
+    previous: tuple[int, float] | None = None
+    for n in sizes:
+        a, b, w, total, lo, hi = random_qp(n, seed=n)
+        repeats = 20 if n <= 10_000 else 5
+        kkt_s = median(time_calls(lambda: waterfill_qp(a, b, w, float(total), lo, hi), repeats))
+        x_kkt = waterfill_qp(a, b, w, float(total), lo, hi).x
+        estimate = previous[1] * n / previous[0] * 1.5 if previous else 0.0
+        if estimate > CVXPY_CAP_S:
+            rows.append(
+                {"groups": n, "kkt_ms": kkt_s * 1e3, "cvxpy_ms": f"skipped (est. {estimate:.0f} s)",
+                 "speedup": "-", "objective_gap": "-"}
+            )
+            continue
+        start = time.perf_counter()
+        x_cvx = _cvxpy_solve(a, b, w, total, lo, hi)
+        cvx_s = time.perf_counter() - start
+        if n <= 100:
+            cvx_s = median(time_calls(lambda: _cvxpy_solve(a, b, w, total, lo, hi), 5))
+        previous = (n, cvx_s)
+        ours, theirs = qp_objective(a, b, x_kkt), qp_objective(a, b, x_cvx)
+        rows.append(
+            {
+                "groups": n,
+                "kkt_ms": kkt_s * 1e3,
+                "cvxpy_ms": cvx_s * 1e3,
+                "speedup": f"{cvx_s / kkt_s:.0f}x",
+                "objective_gap": (theirs - ours) / abs(ours),
+            }
+        )
+    return rows
+
+
+def big_scenario(n: int, seed: int = 0) -> Any:
+    """n groups, log-uniform eps in [0.5, 8], 100-2000 clients, K = 5% of all clients."""
+    from planner.schema import Scenario
+
+    rng = np.random.default_rng(seed)
+    groups = [
+        {"id": f"g{i}", "epsilon": float(np.exp(rng.uniform(np.log(0.5), np.log(8.0)))),
+         "num_clients": int(rng.integers(100, 2000))}
+        for i in range(n)
+    ]
+    total = sum(g["num_clients"] for g in groups)
+    return Scenario.model_validate(
+        dict(groups=groups, delta=1e-5, rounds=100, model_dim=100_000, expected_clients=0.05 * total,
+             min_clients_per_pool=5)
+    )
+
+
+def plan_times(sizes: list[int]) -> list[dict[str, Any]]:
+    from planner.plan import make_plan
+
+    targets = {3: 0.1, 100: None, 1000: 5.0}
+    rows = []
+    for n in sizes:
+        scenario = big_scenario(n) if n > 3 else big_scenario(3, seed=3)
+        repeats = 5 if n <= 3 else (3 if n <= 100 else 1)
+        seconds = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus"), repeats, warmup=1 if n <= 100 else 0))
+        plus = make_plan(scenario, "gdpfed_plus")
+        uniform = make_plan(scenario, "gdpfed")
+        target = targets.get(n)
+        rows.append(
+            {
+                "groups": n,
+                "plan_s": seconds,
+                "target_s": target if target is not None else "-",
+                "meets": ("yes" if seconds < target else "no") if target is not None else "-",
+                "J_gdpfed_plus": plus.predicted.objective,
+                "J_gdpfed_uniform": uniform.predicted.objective,
+                "J_ratio": uniform.predicted.objective / plus.predicted.objective,
+            }
+        )
+    return rows
+
+
+def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+    qp_sizes = [3, 100] if quick else [3, 100, 10_000, 100_000]
+    plan_sizes = [3, 100] if quick else [3, 100, 1000]
+    return [
+        ("KKT water-filling vs cvxpy (CLARABEL), same QP", kkt_vs_cvxpy(qp_sizes)),
+        ("gdpfed_plus plans with rdp (J ratio: uniform-rate gdpfed / gdpfed_plus)", plan_times(plan_sizes)),
+    ]

@@ -1,0 +1,19 @@
+"""The planner benchmark suite runs (quick mode); its numbers live in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cvxpy")
+
+
+def test_planner_bench_quick_runs():
+    from bench.planner import run
+
+    tables = run(quick=True)
+    assert [title for title, _ in tables][0].startswith("KKT")
+    qp_rows, plan_rows = tables[0][1], tables[1][1]
+    assert [r["groups"] for r in qp_rows] == [3, 100]
+    assert all(abs(r["objective_gap"]) < 1e-4 for r in qp_rows)
+    assert [r["groups"] for r in plan_rows] == [3, 100]
+    assert all(r["J_ratio"] >= 1 - 1e-6 for r in plan_rows)
