@@ -141,3 +141,25 @@ def test_refuses_a_non_empty_out_directory(capsys, tmp_path, plan_file):
 def test_importing_the_train_cli_does_not_import_torch():
     code = "import sys, trainer.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_scenario_is_planned_then_trained(capsys, tmp_path):
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({
+        "groups": [{"id": "s", "epsilon": 2.0, "num_clients": 20}, {"id": "r", "epsilon": 8.0, "num_clients": 20}],
+        "delta": 1e-5, "rounds": 50, "model_dim": 600, "expected_clients": 16, "min_clients_per_pool": 2,
+    }))
+    out = tmp_path / "run"
+    code, stdout, err = gdpfed(
+        capsys, "train", "--scenario", scenario, "--method", "gdpfed_plus", *TINY, "--rounds", "2", "--out", out, "--json"
+    )
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["method"] == "gdpfed_plus" and summary["rounds_run"] == 2 and summary["complete"]
+    stored = json.loads((out / "plan.json").read_text())
+    assert stored["schema_version"] == 1 and stored["rounds"] == 50
+    # Two of fifty rounds spend less than the whole budget.
+    assert 0 < summary["epsilon_spent"]["s"] < 2.0
+    code, _, err = gdpfed(capsys, "train", "--scenario", scenario, "--method", "compare", *TINY, "--out", tmp_path / "x")
+    assert_one_line_error(code, err, "method")
+    assert not (tmp_path / "x").exists()

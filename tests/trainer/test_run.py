@@ -45,7 +45,7 @@ def digits(plan):
 
 def config(**overrides):
     base = dict(
-        dataset="digits", model="mlp", rounds=ROUNDS, local_steps=3, lr=0.1, batch_size=16,
+        dataset="digits", model="mlp", model_options={"hidden": [16]}, rounds=ROUNDS, local_steps=2, lr=0.1, batch_size=16,
         server_momentum=0.5, late_dropout_fraction=0.5, eval_every=2,
     )
     base.update(overrides)
