@@ -47,15 +47,16 @@ class PrvFailure(Exception):
 
 
 def eps_error_for(reference_epsilon: float) -> float:
-    """PRV's epsilon discretisation error: 1% of the reference, within [0.005, 0.05].
+    """PRV's epsilon discretisation error: 1% of the reference, within [0.01, 0.05].
 
     The upper bound is estimate + eps_error, so a relative error keeps the bound
-    about 1% loose at any scale; the floor keeps the grid (and the time) bounded when
-    epsilon is tiny, the cap keeps the grid coarse where epsilon is huge.
+    about 1% loose at ordinary scales; the floor (Opacus' fixed choice) keeps the grid,
+    and the time, bounded when epsilon is small; the cap keeps it coarse where epsilon
+    is huge.
     """
     if not math.isfinite(reference_epsilon):
         return 0.05
-    return min(0.05, max(0.005, 0.01 * reference_epsilon))
+    return min(0.05, max(0.01, 0.01 * reference_epsilon))
 
 
 def bounds_in_process(phases: Phases, delta: float, eps_error: float) -> tuple[float, float, float]:
