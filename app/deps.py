@@ -43,7 +43,8 @@ class Principal:
     role: str
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    # async: trivial dependencies would otherwise each cost a thread-pool hop.
     state: AppState = request.app.state.gdpfed
     return state
 
@@ -86,7 +87,7 @@ def authenticate(
 def require(role: Role) -> Callable[..., Principal]:
     """A dependency that admits keys whose role includes ``role``."""
 
-    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
         if not role_allows(principal.role, role):
             raise ServiceError(
                 403, "forbidden", f"this endpoint needs the {role!r} role; key "

@@ -134,12 +134,11 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 def _direct_seconds(operation: str, repeats: int) -> float:
     if operation == "plan":
-        from planner import make_plan
-        from planner.schema import Scenario
+        from planner import Scenario, make_plan
 
         scenario = Scenario.model_validate(PLAN_BODY["scenario"])
         return median(time_calls(lambda: make_plan(scenario, PLAN_BODY["method"]), repeats))
-    from accounting.calibration import noise_multiplier
+    from accounting import noise_multiplier
 
     body = NOISE_BODY
     return median(time_calls(

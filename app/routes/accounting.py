@@ -20,20 +20,20 @@ router = APIRouter(prefix="/v1/accounting", tags=["accounting"])
 
 
 @router.post("/epsilon", response_model=EpsilonReport, summary="epsilon spent (after optional spent phases)")
-def epsilon(body: EpsilonRequest, state: State, _caller: PlannerKey) -> EpsilonReport:
-    return run_request(state, body)  # type: ignore[return-value]
+async def epsilon(body: EpsilonRequest, state: State, _caller: PlannerKey) -> EpsilonReport:
+    return await run_request(state, body)  # type: ignore[return-value]
 
 
 @router.post("/noise-multiplier", response_model=Calibration, summary="smallest noise multiplier meeting epsilon")
-def noise_multiplier(body: NoiseMultiplierRequest, state: State, _caller: PlannerKey) -> Calibration:
-    return run_request(state, body)  # type: ignore[return-value]
+async def noise_multiplier(body: NoiseMultiplierRequest, state: State, _caller: PlannerKey) -> Calibration:
+    return await run_request(state, body)  # type: ignore[return-value]
 
 
 @router.post("/sampling-rate", response_model=Calibration, summary="largest sampling rate meeting epsilon")
-def sampling_rate(body: SamplingRateRequest, state: State, _caller: PlannerKey) -> Calibration:
-    return run_request(state, body)  # type: ignore[return-value]
+async def sampling_rate(body: SamplingRateRequest, state: State, _caller: PlannerKey) -> Calibration:
+    return await run_request(state, body)  # type: ignore[return-value]
 
 
 @router.post("/rounds", response_model=Calibration, summary="most rounds meeting epsilon")
-def rounds(body: RoundsRequest, state: State, _caller: PlannerKey) -> Calibration:
-    return run_request(state, body)  # type: ignore[return-value]
+async def rounds(body: RoundsRequest, state: State, _caller: PlannerKey) -> Calibration:
+    return await run_request(state, body)  # type: ignore[return-value]

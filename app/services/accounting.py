@@ -9,5 +9,5 @@ from accounting.results import Calibration, EpsilonReport
 from app.deps import AppState
 
 
-def run_request(state: AppState, request: AccountingRequest) -> EpsilonReport | Calibration:
-    return state.compute.run(answer, request)
+async def run_request(state: AppState, request: AccountingRequest) -> EpsilonReport | Calibration:
+    return await state.compute.run_async(answer, request)

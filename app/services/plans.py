@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from accounting.errors import InvalidInputError
-from planner.plan import make_plan
+from planner import make_plan, replan
 from planner.schema import Changes, Plan, RequestedMethod, Scenario
 
 from app.db import with_busy_retry, write_transaction
@@ -49,8 +49,6 @@ def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -
 
 def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,
                    parent_plan_id: str) -> Plan:
-    from planner import replan  # type: ignore[attr-defined]
-
     return state.compute.run(replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id)
 
 

@@ -218,8 +218,8 @@ def test_compute_pool_time_limit() -> None:
             pool.run(time.sleep, 0.5)
         assert caught.value.status == 503 and caught.value.code == "timeout"
         assert timeouts == [1]
-        with pytest.raises(ZeroDivisionError):  # the function's own errors pass through
-            pool.run(lambda: 1 / 0)
+        with pytest.raises(IndexError):  # the function's own errors pass through
+            pool.run(lambda: [][1])
     finally:
         pool.shutdown()
 
@@ -244,3 +244,37 @@ def test_default_database_is_a_file_in_the_working_directory(monkeypatch: pytest
 
 def test_healthz(client: TestClient) -> None:
     assert client.get("/healthz", headers={"Authorization": ""}).json() == {"status": "ok", "database": "sqlite"}
+
+
+def test_compute_pool_survives_a_restarted_lifespan() -> None:
+    pool = ComputePool(workers=1, timeout_seconds=5)
+    assert pool.run(sum, [1, 2]) == 3
+    pool.shutdown()
+    assert pool.run(sum, [3, 4]) == 7
+    pool.shutdown()
+
+
+def test_compute_pool_async_time_limit() -> None:
+    import asyncio
+
+    pool = ComputePool(workers=2, timeout_seconds=0.05)
+    try:
+        assert asyncio.run(pool.run_async(sum, [1, 2])) == 3
+        with pytest.raises(ServiceError) as caught:
+            asyncio.run(pool.run_async(time.sleep, 0.5))
+        assert caught.value.code == "timeout"
+    finally:
+        pool.shutdown()
+
+
+def test_numeric_range_errors_are_infeasible_not_500() -> None:
+    from accounting.errors import InfeasibleError
+
+    pool = ComputePool(workers=1, timeout_seconds=5)
+    try:
+        with pytest.raises(InfeasibleError, match="ZeroDivisionError"):
+            pool.run(lambda: 1.0 / 0.0)
+        with pytest.raises(InfeasibleError, match="OverflowError"):
+            pool.run(lambda: 10.0 ** 400)
+    finally:
+        pool.shutdown()

@@ -1,0 +1,116 @@
+"""Plans over HTTP with the real planner: create, read, list/page, re-plan, errors."""
+
+from __future__ import annotations
+
+import copy
+
+from planner.schema import load_plan
+
+from tests.app.conftest import SMALL_SCENARIO, TestClient, auth
+
+
+def _create(client: TestClient, **overrides: object) -> dict:
+    body = {"scenario": copy.deepcopy(SMALL_SCENARIO), **overrides}
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_create_read_and_the_document_is_a_plan(client: TestClient, planner_token: str) -> None:
+    created = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO}, headers=auth(planner_token))
+    assert created.status_code == 201, created.text
+    plan = created.json()
+    assert plan["method"] == "gdpfed_plus" and plan["created_by"] == "planner-1"
+    assert plan["created_at"].endswith("Z") or "+00:00" in plan["created_at"]
+    fetched = client.get(f"/v1/plans/{plan['id']}", headers=auth(planner_token)).json()
+    assert fetched == plan
+    document = load_plan(fetched)  # the trainer can run the response as is
+    assert [g.id for g in document.groups] == ["strict", "medium", "loose"]
+    assert all(g.epsilon_spent is not None and g.epsilon_spent <= g.epsilon * (1 + 1e-9) for g in document.groups)
+
+
+def test_compare_method(client: TestClient) -> None:
+    plan = _create(client, method="compare")
+    assert plan["comparison"] and {row["method"] for row in plan["comparison"]} >= {"dp_fedavg", "gdpfed_plus"}
+
+
+def test_paging_by_cursor_and_offset(client: TestClient) -> None:
+    ids = [_create(client)["id"] for _ in range(5)]
+    first = client.get("/v1/plans?limit=2").json()
+    assert first["total"] == 5 and [p["id"] for p in first["items"]] == ids[::-1][:2]
+    second = client.get(f"/v1/plans?limit=2&cursor={first['next_cursor']}").json()
+    third = client.get(f"/v1/plans?limit=2&cursor={second['next_cursor']}").json()
+    assert [p["id"] for p in second["items"] + third["items"]] == ids[::-1][2:]
+    assert third["next_cursor"] is None
+    by_offset = client.get("/v1/plans?limit=2&offset=2").json()
+    assert [p["id"] for p in by_offset["items"]] == ids[::-1][2:4]
+    bad = client.get("/v1/plans?cursor=garbage")
+    assert bad.status_code == 422 and bad.json()["field"] == "cursor"
+    assert client.get("/v1/plans?limit=0").json()["field"] == "limit"
+
+
+def test_invalid_and_infeasible_scenarios(client: TestClient) -> None:
+    scenario = copy.deepcopy(SMALL_SCENARIO)
+    scenario["groups"][1]["epsilon"] = -1
+    invalid = client.post("/v1/plans", json={"scenario": scenario})
+    assert invalid.status_code == 422
+    assert invalid.json() | {"message": ""} == {"code": "invalid_input", "field": "scenario.groups.1.epsilon", "message": ""}
+    too_many = copy.deepcopy(SMALL_SCENARIO)
+    too_many["expected_clients"] = 1000  # more than the 300 clients there are
+    infeasible = client.post("/v1/plans", json={"scenario": too_many})
+    assert infeasible.status_code == 422 and infeasible.json()["code"] in ("infeasible", "invalid_input")
+    assert client.post("/v1/plans", json={"scenario": SMALL_SCENARIO, "method": "magic"}).json()["field"] == "method"
+    assert client.get("/v1/plans/unknown").json()["code"] == "not_found"
+
+
+def test_replan_defaults_to_ledger_and_links_parent(client: TestClient) -> None:
+    plan = _create(client)
+    for index in range(6):
+        client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": index})
+    lowered = client.post(f"/v1/plans/{plan['id']}/replan", json={"rounds_done": 3})
+    assert lowered.status_code == 409 and lowered.json()["field"] == "rounds_done"
+    changes = {"groups": [{"id": "strict", "epsilon": 2.0}]}
+    child = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": changes})
+    assert child.status_code == 201, child.text
+    child = child.json()
+    assert child["parent_plan_id"] == plan["id"] and child["start_round"] == 6
+    assert child["rounds"] == SMALL_SCENARIO["rounds"] - 6
+    strict = next(g for g in child["groups"] if g["id"] == "strict")
+    assert strict["epsilon"] == 2.0
+    again = client.post(f"/v1/plans/{plan['id']}/replan", json={})
+    assert again.status_code == 409 and child["id"] in again.json()["message"]
+    listed = client.get(f"/v1/plans?limit=5").json()["items"]
+    assert listed[0]["parent_plan_id"] == plan["id"]
+    # The child's ledger starts with the parent's six rounds.
+    ledger = client.get(f"/v1/plans/{child['id']}/ledger").json()
+    assert {g["id"]: g["steps"] for g in ledger["groups"]}["medium"] == 6
+
+
+def test_planner_key_cannot_replan(client: TestClient, planner_token: str) -> None:
+    plan = _create(client)
+    assert client.post(f"/v1/plans/{plan['id']}/replan", json={}, headers=auth(planner_token)).status_code == 403
+
+
+def test_compute_timeout_is_503(db_url: str) -> None:
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.app.conftest import OPERATOR_TOKEN
+
+    settings = Settings(database_url=db_url, initial_api_key=OPERATOR_TOKEN, compute_timeout_seconds=0.001)
+    with TestClient(create_app(settings, announce_key=False), headers=auth(OPERATOR_TOKEN)) as client:
+        scenario = copy.deepcopy(SMALL_SCENARIO)
+        scenario["groups"] = [{"id": f"g{i}", "epsilon": 1 + i / 10, "num_clients": 50} for i in range(40)]
+        response = client.post("/v1/plans", json={"scenario": scenario, "method": "compare"})
+        assert response.status_code == 503 and response.json()["code"] == "timeout"
+        assert "gdpfed_compute_timeouts_total 1.0" in client.get("/metrics").text
+
+
+def test_max_groups_setting(db_url: str) -> None:
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.app.conftest import OPERATOR_TOKEN
+
+    settings = Settings(database_url=db_url, initial_api_key=OPERATOR_TOKEN, max_groups=2)
+    with TestClient(create_app(settings, announce_key=False), headers=auth(OPERATOR_TOKEN)) as client:
+        response = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO})
+        assert response.status_code == 422 and response.json()["field"] == "scenario.groups"
