@@ -1,7 +1,7 @@
 """The plan schema: scenario in, plan out (schema_version 1).
 
 This module is the contract between the planner, the HTTP service and the trainer
-(docs/planning.md §"The plan document"). Everything a user hands in is validated here
+(docs/planning.md §8). Everything a user hands in is validated here
 with field-level messages; everything the planner hands out is a ``Plan``.
 
 Versioning: a plan carries ``schema_version``. ``load_plan`` reads every version this
@@ -28,7 +28,7 @@ SCHEMA_VERSION = 1
 
 AccountantName = Literal["rdp", "prv", "closed_form"]
 
-# A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §Pools).
+# A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
 PlanMethod = Literal[
     "nonprivate",
     "dp_fedavg",
@@ -161,7 +161,7 @@ class Scenario(_Strict):
 
 
 class GroupPlan(BaseModel):
-    """The plan for one group (docs/planning.md §The plan document)."""
+    """The plan for one group (docs/planning.md §8)."""
 
     id: str
     epsilon: float | None = Field(description="target epsilon; null = opted out")
@@ -222,7 +222,7 @@ class PoolPlan(BaseModel):
 
 
 class Predicted(BaseModel):
-    """The objective's terms at the plan (docs/planning.md §Objective)."""
+    """The objective's terms at the plan (docs/planning.md §3)."""
 
     noise_energy: float = Field(description="(d C^2 / K^2) * sum_P kappa_P sigma_P^2")
     sparsification_error: float = Field(description="bias_weight U^2 sum_g p_g (1 - kappa_P(g))^beta")
@@ -290,7 +290,7 @@ class GroupChange(_Strict):
 
 
 class Changes(_Strict):
-    """Budget and membership changes for re-planning (docs/planning.md §Re-planning)."""
+    """Budget and membership changes for re-planning (docs/planning.md §9)."""
 
     groups: list[GroupChange] = Field(default_factory=list)
     expected_clients: PositiveFinite | None = None

@@ -10,8 +10,9 @@ with b_g >= 0 and w_g > 0. The Lagrangian is stationary at
 b_g = 0 is linear and sits at lo_g below its threshold a_g / w_g and at hi_g above it.
 ``S(lambda) = sum_g w_g x_g(lambda)`` is non-decreasing and piecewise linear between the
 breakpoints (where a group reaches a bound) with jumps at linear groups' thresholds, so the
-multiplier is found exactly: a binary search over the sorted breakpoints finds the piece
-that contains ``total``, and on that piece S is linear. The problem is convex, so the KKT
+multiplier is found exactly: one sort of the breakpoints and cumulative sums of the pieces'
+slopes and intercepts give S at every breakpoint, a search finds the piece that contains
+``total``, and on that piece S is linear. The problem is convex, so the KKT
 point is the global optimum.
 """
 
@@ -69,51 +70,53 @@ def waterfill_qp(
     strict = b > 0
     linear_only = ~strict
     b_safe = np.where(strict, b, 1.0)
-    # Breakpoints: a strict group leaves lo at (a + 2 b lo) / w and reaches hi at
-    # (a + 2 b hi) / w; a linear group jumps from lo to hi at a / w.
-    enter = np.where(strict, (a + 2.0 * b * lo) / w, a / w)
-    leave = np.where(strict, (a + 2.0 * b * hi) / w, a / w)
-    points = np.unique(np.concatenate([enter, leave]))
-
-    def supply(lam: float, linear_at_tie_high: bool) -> float:
-        x = _stationary(a, b_safe, w, lo, hi, strict, lam)
-        threshold = a / w
-        if linear_at_tie_high:
-            x = np.where(linear_only & (threshold <= lam), hi, x)
-        return float(np.dot(w, x))
-
-    # Smallest breakpoint whose right limit S(lambda+) reaches total.
-    left, right = 0, len(points) - 1
-    while left < right:
-        mid = (left + right) // 2
-        if supply(points[mid], True) >= total:
-            right = mid
-        else:
-            left = mid + 1
-    j = left
+    threshold = a / w
+    # S(lambda) = sum_g w_g x_g(lambda) is affine between events: a strict group adds slope
+    # w^2/(2b) and intercept -a w/(2b) - w lo when it leaves lo (at (a + 2 b lo)/w) and trades
+    # them for w hi when it reaches hi (at (a + 2 b hi)/w); a linear group jumps by
+    # w (hi - lo) at a / w. One sort and two cumulative sums give S at every event.
+    slope_g = np.where(strict, w * w / (2.0 * b_safe), 0.0)
+    affine_g = np.where(strict, -a * w / (2.0 * b_safe), 0.0)
+    enter = np.where(strict, (a + 2.0 * b * lo) / w, threshold)
+    leave = (a + 2.0 * b * hi) / w
+    s_idx = np.flatnonzero(strict)
+    l_idx = np.flatnonzero(linear_only)
+    at = np.concatenate([enter[s_idx], leave[s_idx], threshold[l_idx]])
+    d_slope = np.concatenate([slope_g[s_idx], -slope_g[s_idx], np.zeros(len(l_idx))])
+    d_icpt = np.concatenate(
+        [affine_g[s_idx] - (w * lo)[s_idx], -affine_g[s_idx] + (w * hi)[s_idx], (w * (hi - lo))[l_idx]]
+    )
+    order = np.argsort(at)  # ties: any order, only the state after the whole run is used
+    at, d_slope, d_icpt = at[order], d_slope[order], d_icpt[order]
+    slope = np.cumsum(d_slope)
+    icpt = floor + np.cumsum(d_icpt)
+    # keep the last entry of each run of equal event points: the state right after them
+    last = np.r_[at[1:] != at[:-1], True]
+    points, slope, icpt = at[last], slope[last], icpt[last]
+    right = icpt + slope * points  # S(lambda+) at each event point
+    j = int(np.searchsorted(right, total, side="left"))
+    j = min(j, len(points) - 1)
     lam_j = float(points[j])
-    s_minus = supply(lam_j, False)
-    if s_minus <= total:
-        # total lies within the jump at lambda_j (or exactly at it): strict groups stay at
-        # their stationary points, linear groups tied at the threshold share the rest in
+    prev_slope = slope[j - 1] if j > 0 else 0.0
+    prev_icpt = icpt[j - 1] if j > 0 else floor
+    left_limit = prev_icpt + prev_slope * lam_j  # S(lambda_j-)
+    if left_limit < total or prev_slope <= 0:
+        # total lies within the jump at lambda_j (or exactly at it): strict groups at their
+        # stationary points, linear groups tied at the threshold share the rest in
         # proportion to their room, so equal groups get equal rates.
-        x = _stationary(a, b_safe, w, lo, hi, strict, lam_j)
-        tied = linear_only & np.isclose(a / w, lam_j, rtol=1e-12, atol=0.0)
-        room = w * (hi - lo) * tied
-        need = total - s_minus
-        if room.sum() > 0 and need > 0:
-            share = min(1.0, need / room.sum())
-            x = np.where(tied, lo + share * (hi - lo), x)
-    else:
-        # total lies strictly inside (points[j-1], points[j]): S is linear there.
-        lam_prev = float(points[j - 1])
-        s_prev = supply(lam_prev, True)
-        lam = lam_prev + (total - s_prev) / (s_minus - s_prev) * (lam_j - lam_prev)
-        lam_j = lam
+        lam = lam_j
         x = _stationary(a, b_safe, w, lo, hi, strict, lam)
-        x = np.where(linear_only & (a / w < lam), hi, x)
+        tied = linear_only & (threshold == lam)
+        need = total - float(np.dot(w, x))
+        room = w * (hi - lo) * tied
+        if room.sum() > 0 and need > 0:
+            x = np.where(tied, lo + min(1.0, need / room.sum()) * (hi - lo), x)
+    else:
+        # total lies strictly inside (points[j-1], points[j]): S is affine there.
+        lam = (total - prev_icpt) / prev_slope
+        x = _stationary(a, b_safe, w, lo, hi, strict, lam)
     x = _repair_total(x, w, lo, hi, total)
-    return WaterfillResult(x, lam_j)
+    return WaterfillResult(x, float(lam))
 
 
 def _stationary(
