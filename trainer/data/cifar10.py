@@ -31,13 +31,6 @@ _ALLOWED = {
 }
 
 
-class _ArraysOnly(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(images [N, 3, 32, 32] uint8, labels [N] int64)`` of one batch file."""
     try:
@@ -104,3 +97,10 @@ def load_cifar10(
         seed=seed,
         max_test_samples=max_test_samples,
     )
+
+
+class _ArraysOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
