@@ -23,6 +23,7 @@ from accounting.results import EpsilonReport
 # Above this many distinct budgets, tables are built on a log grid of epsilon.
 EPSILON_GRID_ABOVE = 16
 EPSILON_NODES_PER_OCTAVE = 8
+CLOSED_FORM_HISTORY_NOTE = "closed_form cannot compose a spent history; calibrated with rdp"
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def calibrate_groups(
         note = None
         if accountant == "closed_form" and spent[g]:
             # the closed form describes one phase only; a history needs a composing accountant
-            name, note = "rdp", "closed_form cannot compose spent phases; calibrated with rdp"
+            name, note = "rdp", CLOSED_FORM_HISTORY_NOTE
         try:
             cal = accounting.noise_multiplier(
                 float(q[g]), rounds, float(eps[g]), delta, name, spent=list(spent[g]),

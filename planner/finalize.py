@@ -97,6 +97,8 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             )
         if cal.fallback:
             warnings.append(f"{labels[g]}: prv failed ({cal.reason}); its sigma comes from rdp")
+        if cal.reason == calibration.CLOSED_FORM_HISTORY_NOTE:
+            warnings.append(f"{labels[g]}: {cal.reason}")
 
     group_plans = _group_plans(problem, design, rates, pool_std, clip, required, phases, reports, hist, warnings)
     pool_plans, pool_expected = _pool_plans(problem, design, rates, pool_std, warnings)
