@@ -216,3 +216,30 @@ def test_run_directory_files(plan, digits, tmp_path):
     assert all(set(r.epsilon_spent) == {"strict", "loose"} for r in records)
     assert all(r.sampled["strict"] >= 0 and set(r.survived) == {"p_strict", "p_loose"} for r in records)
     assert summary.model_dim > 0 and not list(out.glob(".*.tmp"))
+
+
+def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
+    import io
+
+    from trainer.run.metrics import RoundRecord
+
+    record = RoundRecord(
+        round=0, loss=0.5, accuracy=0.9, epsilon_spent={"a": 1.0, "b": None}, aborted_pools=["pb"],
+        sampled={"a": 3}, survived={"pa": 3}, dropped_before_masking=0, dropped_after_masking=0, seconds=0.1,
+    )
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    lines = io.StringIO()
+    plain = Progress(2, 0, stream=lines)
+    plain.round_done(record)
+    plain.close()
+    assert lines.getvalue() == "round 1/2  loss 0.5000  acc 0.9000  eps a=1  clients 3/3  ABORTED pb  0.10s\n"
+    screen = Terminal()
+    bar = Progress(2, 0, stream=screen)
+    assert bar.use_bar
+    bar.round_done(record)
+    bar.close()
+    assert "1/2" in screen.getvalue() and "round 1/2" not in screen.getvalue()
