@@ -147,3 +147,42 @@ def test_gdpfed_plus_on_digits_learns_longer(tmp_path):
     assert summary.final_accuracy > 0.75
     for group in plan.groups:
         assert summary.epsilon_spent[group.id] <= group.epsilon * (1 + 1e-6)
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["nonprivate", "dp_fedavg", "gdpfed", "gdpfed_minus", "gdpfed_plus", "idp_sample", "idp_scale", "pooled_plus"],
+)
+def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_digits):
+    from accounting import Phase, epsilon_of_phases
+
+    scenario = Scenario(
+        groups=[
+            {"id": "s", "epsilon": 2.0, "num_clients": 20},
+            {"id": "m", "epsilon": 4.0, "num_clients": 20},
+            {"id": "out", "epsilon": None, "num_clients": 20},
+        ],
+        delta=1e-5, rounds=20, model_dim=600, expected_clients=24, min_clients_per_pool=2,
+    )
+    plan = make_plan(scenario, method)
+    config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=2, local_steps=1)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=small_digits)
+    # The engine clips each group to the plan's (possibly per-group) clip norm.
+    for mechanism in prepared.engine.mechanisms:
+        for group_id, clip in mechanism.clip_norms.items():
+            assert clip == plan.group(group_id).clip_norm
+    summary = execute_run(prepared, progress=Progress(2, 0, stream=_Null(), use_bar=False))
+    assert summary.complete
+    for group in plan.groups:
+        sigma = group.effective_noise_multiplier
+        if method == "nonprivate" or group.epsilon is None:
+            assert summary.epsilon_spent[group.id] is None
+            continue
+        expected = epsilon_of_phases([Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=2)], 1e-5, "rdp")
+        assert summary.epsilon_spent[group.id] == pytest.approx(expected.epsilon, rel=1e-9)
+        assert summary.epsilon_spent[group.id] < group.epsilon
+
+
+@pytest.fixture(scope="module")
+def small_digits():
+    return load_dataset("digits", num_clients=60, seed=0)
