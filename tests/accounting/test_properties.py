@@ -45,9 +45,14 @@ def test_noise_multiplier_round_trip(q: float, t: int, target: float, delta: flo
 def test_sampling_rate_is_the_feasible_side(sigma: float, t: int, target: float, delta: float) -> None:
     result = accounting.sampling_rate(sigma, t, target, delta)
     q = result.sampling_rate
-    assert accounting.epsilon(q, sigma, t, delta).epsilon <= target
+    achieved = accounting.epsilon(q, sigma, t, delta).epsilon
+    assert achieved <= target
     if q < 1.0:
-        assert accounting.epsilon(min(1.0, q * (1 + 2e-4)), sigma, t, delta).epsilon > target
+        # At the KL shortcut (docs/accounting.md §3) epsilon jumps from 0 to above the
+        # target, and which side a q within 1e-4 lands on is decided by rounding in R
+        # (~1e-16 against delta^2): there, check one percent further instead.
+        step = 1e-2 if achieved == 0.0 else 2e-4
+        assert accounting.epsilon(min(1.0, q * (1 + step)), sigma, t, delta).epsilon > target
 
 
 @FAST
