@@ -79,13 +79,18 @@ def waterfill_qp(
     affine_g = np.where(strict, -a * w / (2.0 * b_safe), 0.0)
     enter = np.where(strict, (a + 2.0 * b * lo) / w, threshold)
     leave = (a + 2.0 * b * hi) / w
-    s_idx = np.flatnonzero(strict)
-    l_idx = np.flatnonzero(linear_only)
-    at = np.concatenate([enter[s_idx], leave[s_idx], threshold[l_idx]])
-    d_slope = np.concatenate([slope_g[s_idx], -slope_g[s_idx], np.zeros(len(l_idx))])
-    d_icpt = np.concatenate(
-        [affine_g[s_idx] - (w * lo)[s_idx], -affine_g[s_idx] + (w * hi)[s_idx], (w * (hi - lo))[l_idx]]
-    )
+    if linear_only.any():
+        s_idx = np.flatnonzero(strict)
+        l_idx = np.flatnonzero(linear_only)
+        at = np.concatenate([enter[s_idx], leave[s_idx], threshold[l_idx]])
+        d_slope = np.concatenate([slope_g[s_idx], -slope_g[s_idx], np.zeros(len(l_idx))])
+        d_icpt = np.concatenate(
+            [affine_g[s_idx] - (w * lo)[s_idx], -affine_g[s_idx] + (w * hi)[s_idx], (w * (hi - lo))[l_idx]]
+        )
+    else:  # the usual case: every group strictly convex, no index gathering needed
+        at = np.concatenate([enter, leave])
+        d_slope = np.concatenate([slope_g, -slope_g])
+        d_icpt = np.concatenate([affine_g - w * lo, w * hi - affine_g])
     order = np.argsort(at)  # ties: any order, only the state after the whole run is used
     at, d_slope, d_icpt = at[order], d_slope[order], d_icpt[order]
     slope = np.cumsum(d_slope)
