@@ -53,7 +53,7 @@ def test_encoding_clips_with_rounding_margin_is_unbiased_and_never_exceeds_clip(
 def test_grid_values_are_exact_and_bound_covers_clip_plus_noise():
     scale = noise.grid_scale(1.0, 0.01, 10_000)
     assert math.log2(scale).is_integer()
-    assert 1 / scale <= 0.01 / 4096
+    assert scale >= 4096 / 0.01
     bound = noise.value_bound(1.0, 0.01, scale, 9.0)
     assert bound == pytest.approx(1.0 + 0.09 + 2 / scale)
     share = noise.draw_noise_share(1000, 0.01, scale, np.random.default_rng(1))

@@ -12,11 +12,9 @@ import pytest
 
 from app import cli as app_cli
 from planner.schema import load_plan
-from trainer.data import load_dataset
-from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from tests.trainer.trainer_plans import hand_plan
+from tests.trainer.trainer_plans import hand_plan, quiet_progress
 
 TOKEN = "op-test-token-0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -94,7 +92,7 @@ def test_unreachable_service_never_stops_training(tmp_path):
     reporter = RoundReporter("http://127.0.0.1:9", "k", "p", attempts=1, timeout_s=0.5, log=logged.append)
     config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=2, local_steps=1)
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run")
-    summary = execute_run(prepared, reporter=reporter, progress=Progress(2, 0, use_bar=False, stream=_Null()))
+    summary = execute_run(prepared, reporter=reporter, progress=quiet_progress(2))
     assert summary.complete and summary.reports_pending == 2
     assert logged
     # The queue is in the checkpoint, so a resumed run would deliver it.
@@ -103,16 +101,6 @@ def test_unreachable_service_never_stops_training(tmp_path):
     pending = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"]
     assert [item["round_index"] for item in pending] == [0, 1]
 
-
-class _Null:
-    def write(self, text):
-        pass
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
 
 
 def test_real_service_ledger_matches_the_trainers_and_repeats_are_no_ops(tmp_path):
@@ -147,7 +135,7 @@ def test_real_service_ledger_matches_the_trainers_and_repeats_are_no_ops(tmp_pat
         config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=3, local_steps=1)
         prepared = prepare_run(plan, document, config, tmp_path / "run")
         summary = execute_run(
-            prepared, reporter=reporter, plan_id=document["id"], progress=Progress(3, 0, use_bar=False, stream=_Null())
+            prepared, reporter=reporter, plan_id=document["id"], progress=quiet_progress(3)
         )
         assert reporter.delivered == 3 and not reporter.pending
         ledger = client.get(f"/v1/plans/{document['id']}/ledger").json()

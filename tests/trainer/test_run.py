@@ -17,7 +17,7 @@ from trainer.run.ledger import PrivacyLedger
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from tests.trainer.trainer_plans import hand_plan
+from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 
 ROUNDS = 4
 
@@ -54,24 +54,14 @@ def config(**overrides):
 
 def run(plan, digits, out, *, resume=False, progress=None, cfg=None):
     prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg or config(), out, resume=resume, dataset=digits)
-    display = progress or Progress(plan.rounds, 0, use_bar=False, stream=_Sink())
+    display = progress or quiet_progress(plan.rounds)
     return execute_run(prepared, progress=display, epsilon_fn=phase_count_epsilon)
 
-
-class _Sink:
-    def write(self, text):
-        pass
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
 
 
 class InterruptAfter(Progress):
     def __init__(self, rounds_done: int) -> None:
-        super().__init__(ROUNDS, 0, stream=_Sink(), use_bar=False)
+        super().__init__(ROUNDS, 0, stream=NullStream(), use_bar=False)
         self.remaining = rounds_done
 
     def round_done(self, record):

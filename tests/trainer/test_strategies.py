@@ -17,18 +17,8 @@ from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import PlanStrategy
-from tests.trainer.trainer_plans import hand_plan
+from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 
-
-class _Null:
-    def write(self, text):
-        pass
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
 
 
 class PersonalMix(PlanStrategy):
@@ -69,7 +59,7 @@ class PersonalMix(PlanStrategy):
 
 class Interrupt(Progress):
     def __init__(self, after: int) -> None:
-        super().__init__(4, 0, stream=_Null(), use_bar=False)
+        super().__init__(4, 0, stream=NullStream(), use_bar=False)
         self.after = after
 
     def round_done(self, record):
@@ -88,14 +78,14 @@ def test_strategy_with_per_client_state_survives_checkpoint_and_resume(tmp_path)
                            strategy_factory=PersonalMix)
 
     whole = start(tmp_path / "whole")
-    execute_run(whole, progress=Progress(4, 0, stream=_Null(), use_bar=False))
+    execute_run(whole, progress=quiet_progress(4))
     assert len(whole.strategy.personal) > 8
     assert max(whole.strategy.visits.values()) >= 2  # state carried across rounds
 
     with pytest.raises(KeyboardInterrupt):
         execute_run(start(tmp_path / "split"), progress=Interrupt(2))
     resumed = start(tmp_path / "split", resume=True)
-    execute_run(resumed, progress=Progress(4, 0, stream=_Null(), use_bar=False))
+    execute_run(resumed, progress=quiet_progress(4))
     assert resumed.strategy.visits == whole.strategy.visits
     assert all(torch.equal(resumed.strategy.personal[c], whole.strategy.personal[c]) for c in whole.strategy.personal)
     a = load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
@@ -125,7 +115,7 @@ def learning_run(tmp_path, rounds: int, clients_per_group: int, hidden: int, loc
         local_steps=local_steps, lr=0.1, batch_size=16, eval_every=rounds,
     )
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run")
-    summary = execute_run(prepared, progress=Progress(rounds, 0, stream=_Null(), use_bar=False))
+    summary = execute_run(prepared, progress=quiet_progress(rounds))
     return plan, summary
 
 
@@ -171,7 +161,7 @@ def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_dig
     for mechanism in prepared.engine.mechanisms:
         for group_id, clip in mechanism.clip_norms.items():
             assert clip == plan.group(group_id).clip_norm
-    summary = execute_run(prepared, progress=Progress(2, 0, stream=_Null(), use_bar=False))
+    summary = execute_run(prepared, progress=quiet_progress(2))
     assert summary.complete
     for group in plan.groups:
         sigma = group.effective_noise_multiplier

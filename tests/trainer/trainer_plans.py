@@ -4,7 +4,7 @@ exercise the trainer without depending on the planner's optimiser)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 from accounting.mechanism import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
@@ -86,3 +86,22 @@ def hand_plan(
         pools=pool_plans,
         predicted=Predicted(noise_energy=0.0, sparsification_error=0.0, objective=0.0),
     )
+
+
+class NullStream:
+    """A non-terminal stream that discards what it is given (quiet progress output)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def quiet_progress(total_rounds: int) -> Any:
+    from trainer.run.progress import Progress
+
+    return Progress(total_rounds, 0, stream=NullStream(), use_bar=False)

@@ -15,6 +15,7 @@ def plot_metric(records: Sequence[RoundRecord], metric: str, path: Path, title: 
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     points = [(r.round, getattr(r, metric)) for r in records if getattr(r, metric) is not None]
     figure = Figure(figsize=(6, 4), dpi=100)
@@ -25,7 +26,8 @@ def plot_metric(records: Sequence[RoundRecord], metric: str, path: Path, title: 
         axes.plot(xs, ys, marker="o" if len(points) < 30 else None)
     else:
         axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
-    axes.set_xlabel("round")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("round (global index)")
     axes.set_ylabel(metric)
     axes.set_title(title)
     axes.grid(True, alpha=0.3)

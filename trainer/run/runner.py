@@ -145,9 +145,6 @@ def prepare_run(
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
     from trainer.models import build_model
 
-    if plan.method not in {"nonprivate", "dp_fedavg", "gdpfed", "gdpfed_minus", "gdpfed_plus",
-                           "idp_sample", "idp_scale", "pooled_plus"}:
-        raise InvalidInputError("plan", f"method {plan.method!r} cannot be trained")
     if plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
     if config.rounds > plan.rounds:
