@@ -91,6 +91,7 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
         ("resume_nothing", ["resume"]),
         ("report_without_key", ["api-key"]),
         ("no_plan", ["plan"]),
+        ("bad_device", ["device"]),
     ],
 )
 def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file, case, needles, monkeypatch):
@@ -124,6 +125,8 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         extra += ["--report-to", "http://127.0.0.1:9"]
     elif case == "no_plan":
         plan_args = []
+    elif case == "bad_device":
+        extra += ["--device", "tpu"]
     code, _, err = gdpfed(capsys, "train", *plan_args, *extra, "--out", out)
     assert_one_line_error(code, err, *needles)
     assert not out.exists()
