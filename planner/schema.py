@@ -52,11 +52,16 @@ RequestedMethod = Literal[
     "compare",
 ]
 
-PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-UnitInterval = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
-Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+# Domains of the scenario's numbers. The bounds are far outside any real deployment but
+# keep the arithmetic of the objective (d C^2 / K^2, U^2 p (1 - kappa)^beta) finite: a
+# subnormal clip norm or K would otherwise overflow or divide by zero deep in a solver.
+Epsilon = Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)]
+Norm = Annotated[float, Field(ge=1e-6, le=1e6, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=1e-6, le=1, allow_inf_nan=False)]
+UnitInterval = Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False)]
+ClientCount = Annotated[float, Field(ge=1e-3, le=1e12, allow_inf_nan=False)]
 GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
-KeepRatio = UnitInterval | Literal["auto"]
+KeepRatio = Fraction | Literal["auto"]
 
 
 class _Strict(BaseModel):
@@ -73,7 +78,7 @@ class GroupSpec(_Strict):
     """
 
     id: GroupId
-    epsilon: PositiveFinite | None = Field(
+    epsilon: Epsilon | None = Field(
         ..., description="client-level epsilon of this group; null = opted out of DP"
     )
     num_clients: int = Field(..., ge=1, le=10**9)
@@ -81,7 +86,7 @@ class GroupSpec(_Strict):
         None, description="top-k keep ratio k/d for this group's pool; null = scenario default"
     )
     min_sampling_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
-    clip_norm: PositiveFinite | None = Field(
+    clip_norm: Norm | None = Field(
         None, description="per-group L2 clip norm; null = scenario clip_norm"
     )
 
@@ -92,9 +97,9 @@ class Scenario(_Strict):
     groups: list[GroupSpec] = Field(..., min_length=1, max_length=200_000)
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
     rounds: int = Field(..., ge=1, le=10**7)
-    clip_norm: PositiveFinite = 1.0
+    clip_norm: Norm = 1.0
     model_dim: int = Field(..., ge=1, le=10**12)
-    expected_clients: PositiveFinite | None = Field(
+    expected_clients: ClientCount | None = Field(
         None, description="K: expected number of sampled clients per round (sum of q_g N_g)"
     )
     sampling_rate: UnitInterval | None = Field(
@@ -102,15 +107,15 @@ class Scenario(_Strict):
     )
     accountant: AccountantName = "rdp"
     keep_ratio: KeepRatio = 1.0
-    min_keep_ratio: UnitInterval = 0.01
+    min_keep_ratio: Fraction = 0.01
     min_clients_per_pool: int = Field(10, ge=1)
     dropout_rate: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
     abort_probability: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.01
-    update_norm_bound: PositiveFinite | None = Field(
+    update_norm_bound: Norm | None = Field(
         None, description="U in the objective; null = clip_norm"
     )
-    sparsity_exponent: PositiveFinite = Field(2.0, description="beta in (1 - kappa)^beta")
-    bias_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    sparsity_exponent: Annotated[float, Field(ge=0.1, le=10, allow_inf_nan=False)] = Field(2.0, description="beta in (1 - kappa)^beta")
+    bias_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
     raw_closed_form: bool = Field(
         False,
         description="closed_form only: keep the paper's formula even where RDP shows it "
@@ -282,7 +287,7 @@ class GroupChange(_Strict):
     """
 
     id: GroupId
-    epsilon: PositiveFinite | None = None
+    epsilon: Epsilon | None = None
     opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
     num_clients: int | None = Field(None, ge=1, le=10**9)
     keep_ratio: KeepRatio | None = None
@@ -293,7 +298,7 @@ class Changes(_Strict):
     """Budget and membership changes for re-planning (docs/planning.md §9)."""
 
     groups: list[GroupChange] = Field(default_factory=list)
-    expected_clients: PositiveFinite | None = None
+    expected_clients: ClientCount | None = None
     rounds: int | None = Field(
         None, ge=1, description="new total round count (default: unchanged)"
     )

@@ -66,3 +66,28 @@ def test_min_sampling_rates_above_k():
     )
     with pytest.raises(InfeasibleError, match="min_sampling_rate"):
         make_plan(scenario, "gdpfed_plus")
+
+
+def test_subnormal_and_absurd_numbers_are_refused_by_the_schema_with_field_names():
+    """Found by schemathesis: a subnormal K or clip norm used to divide by zero in a solver."""
+    import pydantic
+
+    from planner import Scenario
+
+    bad = {
+        "groups": [{"id": "0", "epsilon": None, "num_clients": 1, "keep_ratio": 5e-324, "clip_norm": 5e-324}],
+        "delta": 0.697,
+        "rounds": 1,
+        "model_dim": 1,
+        "accountant": "prv",
+        "expected_clients": 5e-324,
+        "keep_ratio": 5e-324,
+        "sparsity_exponent": 5e-324,
+        "update_norm_bound": 5e-324,
+        "min_clients_per_pool": 1,
+    }
+    with pytest.raises(pydantic.ValidationError) as info:
+        Scenario.model_validate(bad)
+    fields = {".".join(str(p) for p in e["loc"]) for e in info.value.errors()}
+    assert {"expected_clients", "sparsity_exponent", "update_norm_bound"} <= fields
+    assert any(f.startswith("groups.0.clip_norm") for f in fields)
