@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from accounting.mechanism import Phase
-from planner.schema import Changes, GroupSpec, Plan, PlanMethod, PositiveFinite, RequestedMethod, Scenario
+from planner.schema import Changes, Epsilon, GroupSpec, Plan, PlanMethod, RequestedMethod, Scenario
 
 from app.models import as_utc
 from app.security import Role
@@ -185,7 +185,7 @@ class PopulationPage(BaseModel):
 class GroupPatch(_Input):
     """Change one group's budget or size. Unset fields keep their value."""
 
-    epsilon: PositiveFinite | None = None
+    epsilon: Epsilon | None = None
     num_clients: int | None = Field(None, ge=1, le=10**9)
     opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
 
