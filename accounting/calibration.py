@@ -181,8 +181,7 @@ def noise_multipliers_rdp(
 def _rdp_noise(q: float, t: int, target: float, delta: float, phases: list[Phase]) -> Calibration:
     grid = rdp.order_grid()
     spent_curve, spent_eps = _spent_rdp(phases, delta, target, grid)
-    sigma, at_floor = _rdp_sigma_search(grid, q, t, target, delta, spent_curve, spent_eps)
-    achieved = _full_epsilon(grid, spent_curve, q, sigma, t, delta)
+    sigma, at_floor, achieved = _rdp_sigma_search(grid, q, t, target, delta, spent_curve, spent_eps)
     reason = None
     if at_floor:
         reason = f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}"
@@ -209,8 +208,8 @@ def _rdp_sigma_search(
     delta: float,
     spent_curve: np.ndarray | None,
     spent_eps: float,
-) -> tuple[float, bool]:
-    """(sigma, at_floor) under rdp; the full-grid epsilon of sigma is <= target."""
+) -> tuple[float, bool, float]:
+    """(sigma, at_floor, achieved) under rdp: ``achieved``, the full-grid epsilon of sigma, is <= target."""
     qa = np.array([q])
 
     def g(x: float) -> float:
@@ -219,22 +218,28 @@ def _rdp_sigma_search(
 
     remaining = max(target - spent_eps, 0.05 * target)
     guess = float(_sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
+    model = rdp.integer_order_epsilon(grid, q, t, delta, spent_curve)
+
+    def g_model(x: float) -> float:
+        return search.log_ratio(model(math.exp(x)), target)
+
     try:
-        found = search.bracket(g, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX))
+        found = search.guided(g, g_model, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), _XTOL)
     except search.NoFeasiblePoint:
         raise InfeasibleError(
             f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
             f"rounds={t}, delta={delta:g}"
         ) from None
-    found = search.refine(g, found, _XTOL)
     sigma = math.exp(found.hi)
     # Windowed orders are a subset of the grid, so this holds by construction; the loop
     # guards against rounding at the last digit.
+    achieved = _full_epsilon(grid, spent_curve, q, sigma, t, delta)
     for _ in range(50):
-        if _full_epsilon(grid, spent_curve, q, sigma, t, delta) <= target:
+        if achieved <= target:
             break
         sigma *= 1.0 + REL_TOL
-    return sigma, found.at_floor
+        achieved = _full_epsilon(grid, spent_curve, q, sigma, t, delta)
+    return sigma, found.at_floor, achieved
 
 
 def _rdp_rate(sigma: float, t: int, target: float, delta: float, phases: list[Phase]) -> Calibration:

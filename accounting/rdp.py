@@ -13,7 +13,7 @@ not converge, which only removes that order from the minimum (conservative).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 from scipy import special
@@ -270,6 +270,67 @@ def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> tuple
     eps = conversion_epsilons(orders, rdp, delta)
     index = int(np.argmin(eps))
     return max(0.0, float(eps[index])), float(np.asarray(orders)[index])
+
+
+def integer_order_epsilon(
+    grid: OrderGrid,
+    sampling_rate: float,
+    steps: float,
+    delta: float,
+    spent_rdp: np.ndarray | None = None,
+) -> Callable[[float], float]:
+    """sigma -> epsilon of (spent + steps x one step) on the integer orders below 64 only.
+
+    A cheap model of :func:`windowed_epsilons` for one (q, T) (docs/accounting.md §7.1):
+    the q-dependent parts of the binomial terms of §2.1 are computed once here, so each
+    call is one segmented logsumexp and the conversion of §3. It is itself an upper bound
+    on the full-grid epsilon (a subset of orders), but calibration uses it only to place
+    evaluations of the real objective, never as a proof.
+    """
+    int_orders = grid.orders[grid.integer_index]
+    n_small = int(np.searchsorted(int_orders, _LARGE_ORDER_START))
+    alpha = int_orders[:n_small]
+    if spent_rdp is None:
+        spent = np.zeros(n_small)
+    else:
+        spent = np.asarray(spent_rdp, dtype=float).reshape(-1)[grid.integer_index[:n_small]]
+    with np.errstate(divide="ignore"):
+        conversion = np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
+    delta_sq = delta * delta
+    if n_small == 0:
+        return lambda sigma: math.inf
+    if sampling_rate >= 1.0:
+        half_alpha = 0.5 * alpha
+
+        def gaussian(sigma: float) -> float:
+            return _min_conversion(steps * half_alpha / (sigma * sigma) + spent, conversion, delta_sq)
+
+        return gaussian
+    stop = int(grid.segment_starts[n_small]) if n_small < grid.segment_starts.size else grid.term_i.size
+    term_i = grid.term_i[:stop]
+    base = (
+        grid.term_log_binom[:stop]
+        + term_i * math.log(sampling_rate)
+        + (grid.term_alpha[:stop] - term_i) * math.log1p(-sampling_rate)
+    )
+    quad = grid.term_quad[:stop]
+    starts = grid.segment_starts[:n_small]
+    counts = np.diff(np.append(starts, stop))
+    inv_order = 1.0 / (alpha - 1.0)
+
+    def subsampled(sigma: float) -> float:
+        values = base + quad * (1.0 / (sigma * sigma))
+        peak = np.maximum.reduceat(values, starts)
+        log_a = peak + np.log(np.add.reduceat(np.exp(values - np.repeat(peak, counts)), starts))
+        return _min_conversion(steps * np.maximum(log_a * inv_order, 0.0) + spent, conversion, delta_sq)
+
+    return subsampled
+
+
+def _min_conversion(total: np.ndarray, conversion: np.ndarray, delta_sq: float) -> float:
+    """min over orders of the §3 conversion of the composed curve ``total`` (0 by the KL bound)."""
+    eps = np.where(delta_sq + np.expm1(-total) > 0, 0.0, total + conversion)
+    return max(0.0, float(np.min(eps)))
 
 
 def windowed_epsilons(

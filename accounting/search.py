@@ -151,6 +151,143 @@ def _estimate(
     return quadratic if lo < quadratic < hi and math.isfinite(quadratic) else secant
 
 
+def guided(
+    g: Callable[[float], float],
+    model: Callable[[float], float],
+    x0: float,
+    x_min: float,
+    x_max: float,
+    xtol: float,
+    max_evaluations: int = 6,
+) -> Bracket:
+    """:func:`bracket` + :func:`refine` with the evaluations of g placed by a cheap model.
+
+    ``model`` approximates g (same sign convention) and is trusted for nothing: it only
+    says where to evaluate g. The estimate is the root of model(x) + d(x), where d is
+    the model's error g - model at the evaluated points: constant after one evaluation,
+    the line through the last two after that. g is evaluated at estimate + xtol/2, or,
+    when the estimate lies within xtol of a known end, just inside the other side of it
+    (hi - xtol or lo + xtol), which closes the bracket if the estimate was right: with
+    a good model, two or three evaluations of g. Every evaluation of g updates the
+    proven bracket; if it is not closed after ``max_evaluations`` (or the model has no
+    root in [x_min, x_max]), :func:`bracket` and :func:`refine` finish from what is
+    known. So the result has exactly the guarantees of those two: ``hi`` is evaluated
+    and feasible, ``lo`` evaluated and infeasible, hi - lo <= xtol, or
+    ``at_floor``/:class:`NoFeasiblePoint` as there.
+    """
+    lo, hi = -math.inf, math.inf
+    g_lo, g_hi = math.nan, math.nan
+    evaluations = 0
+    errors: list[tuple[float, float]] = []  # (x, g(x) - model(x)) at evaluated points
+    start = min(max(x0, x_min), x_max)
+    while evaluations < max_evaluations and hi - lo > xtol:
+        estimate = _model_root(model, errors[-2:], start, x_min, x_max, 0.02 * xtol)
+        if estimate is None:
+            break
+        if hi - xtol < estimate <= hi:
+            x = hi - 0.999 * xtol  # expected infeasible: closes the bracket
+        elif lo <= estimate < lo + xtol:
+            x = lo + 0.999 * xtol  # expected feasible: closes the bracket
+        else:
+            x = estimate + 0.5 * xtol
+        x = min(max(x, x_min), x_max)
+        if not lo < x < hi:
+            break
+        gx = g(x)
+        evaluations += 1
+        if gx > 0:
+            lo, g_lo = x, gx
+        else:
+            hi, g_hi = x, gx
+        error = gx - model(x)
+        if not math.isfinite(error):
+            break
+        errors.append((x, error))
+        start = x
+    if hi - lo <= xtol:
+        return Bracket(lo, hi, g_lo, g_hi, evaluations, False)
+    if math.isfinite(lo) and math.isfinite(hi):
+        return refine(g, Bracket(lo, hi, g_lo, g_hi, evaluations, False), xtol)
+    # One end is missing: the plain search from the best point known (it evaluates it again).
+    restart = hi if math.isfinite(hi) else (lo if math.isfinite(lo) else start)
+    found = bracket(g, restart, x_min, x_max)
+    found = found._replace(evaluations=found.evaluations + evaluations)
+    return found if found.at_floor else refine(g, found, xtol)
+
+
+def _model_root(
+    model: Callable[[float], float],
+    errors: list[tuple[float, float]],
+    x0: float,
+    x_min: float,
+    x_max: float,
+    xtol: float,
+) -> float | None:
+    """A root of model(x) + d(x) in [x_min, x_max] to within about xtol, d the constant or
+    line through ``errors``; None if there is none. Secant steps from x0 (the model is
+    smooth, so a few), else Illinois regula falsi on a bracket from :func:`bracket`."""
+    if not errors:
+        def shifted(x: float) -> float:
+            return model(x)
+    elif len(errors) == 1 or errors[0][0] == errors[1][0]:
+        offset = errors[-1][1]
+
+        def shifted(x: float) -> float:
+            return model(x) + offset
+    else:
+        (xa, da), (xb, db) = errors
+        slope = (db - da) / (xb - xa)
+
+        def shifted(x: float) -> float:
+            return model(x) + db + slope * (x - xb)
+
+    x_a, f_a = x0, shifted(x0)
+    x_b = min(max(x0 + (0.01 if f_a > 0 else -0.01), x_min), x_max)
+    f_b = shifted(x_b)
+    for _ in range(12):
+        if not (math.isfinite(f_a) and math.isfinite(f_b)) or f_a == f_b:
+            break
+        x_c = x_b - f_b * (x_b - x_a) / (f_b - f_a)
+        if not x_min <= x_c <= x_max:
+            break
+        if abs(x_c - x_b) <= xtol:
+            return x_c
+        x_a, f_a, x_b, f_b = x_b, f_b, x_c, shifted(x_c)
+    return _illinois(shifted, x0, x_min, x_max, xtol)
+
+
+def _illinois(f: Callable[[float], float], x0: float, x_min: float, x_max: float, xtol: float) -> float | None:
+    """Root of a non-increasing f in [x_min, x_max] by Illinois regula falsi; None if none."""
+    try:
+        found = bracket(f, x0, x_min, x_max)
+    except NoFeasiblePoint:
+        return None
+    if found.at_floor:
+        return None
+    a, b, fa, fb = found.lo, found.hi, found.g_lo, found.g_hi
+    side = 0
+    for _ in range(100):
+        if b - a <= xtol:
+            break
+        x = 0.5 * (a + b)
+        if math.isfinite(fa) and math.isfinite(fb) and fa != fb:
+            secant = (a * fb - b * fa) / (fb - fa)
+            if a < secant < b:
+                x = secant
+        fx = f(x)
+        if fx > 0:
+            a, fa = x, fx
+            if side == 1:
+                fb *= 0.5  # Illinois: halve the stale end so both ends move
+            side = 1
+        else:
+            b, fb = x, fx
+            if side == -1:
+                fa *= 0.5
+            side = -1
+    return 0.5 * (a + b)
+
+
 def log_ratio(value: float, target: float) -> float:
     """log(value / target) with 0 -> -inf and inf/NaN -> +inf (NaN counts as infeasible)."""
     if value != value or value == math.inf:
