@@ -14,17 +14,8 @@ from planner.problem import Problem, build_problem
 from planner.schema import ComparisonRow, Plan, PlanMethod, RequestedMethod, Scenario
 
 PLAN_METHODS: tuple[str, ...] = get_args(PlanMethod)
-# The order of the comparison table: baselines first, then ours.
-COMPARE_ORDER: tuple[str, ...] = (
-    "nonprivate",
-    "dp_fedavg",
-    "gdpfed",
-    "gdpfed_minus",
-    "gdpfed_plus",
-    "idp_sample",
-    "idp_scale",
-    "pooled_plus",
-)
+# The order of the comparison table: baselines first, then ours (the schema's order).
+COMPARE_ORDER: tuple[str, ...] = PLAN_METHODS
 
 
 # compare's main plan when gdpfed_plus itself is infeasible (private methods only).

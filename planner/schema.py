@@ -40,17 +40,7 @@ PlanMethod = Literal[
     "pooled_plus",
 ]
 # What a caller may ask for: a single method, or every method side by side.
-RequestedMethod = Literal[
-    "nonprivate",
-    "dp_fedavg",
-    "gdpfed",
-    "gdpfed_minus",
-    "gdpfed_plus",
-    "idp_sample",
-    "idp_scale",
-    "pooled_plus",
-    "compare",
-]
+RequestedMethod = Literal[PlanMethod, "compare"]
 
 # Domains of the scenario's numbers. The bounds are far outside any real deployment but
 # keep the arithmetic of the objective (d C^2 / K^2, U^2 p (1 - kappa)^beta) finite: a
