@@ -67,13 +67,13 @@ def order_grid(orders: Sequence[float] | np.ndarray | None = None) -> OrderGrid:
     counts = alphas + 1
     starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
     term_order = np.repeat(np.arange(alphas.size), counts)
-    term_i = (np.arange(int(counts.sum())) - np.repeat(starts, counts)).astype(float)
-    term_alpha = alphas[term_order].astype(float)
-    term_log_binom = (
-        special.gammaln(term_alpha + 1)
-        - special.gammaln(term_i + 1)
-        - special.gammaln(term_alpha - term_i + 1)
-    )
+    index = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    term_alpha_int = alphas[term_order]
+    term_i = index.astype(float)
+    term_alpha = term_alpha_int.astype(float)
+    # log C(alpha, i) from one table of log k! (one gammaln per distinct k, not per term)
+    log_factorial = special.gammaln(np.arange(int(alphas.max(initial=0)) + 1) + 1.0)
+    term_log_binom = log_factorial[term_alpha_int] - log_factorial[index] - log_factorial[term_alpha_int - index]
     return OrderGrid(
         orders=grid,
         integer_index=integer_index,
@@ -150,7 +150,7 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
     """
     q, sigma, alpha = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (sampling_rates, noise_multipliers, alphas))
     q, sigma, alpha = (np.array(v) for v in np.broadcast_arrays(q, sigma, alpha))
-    result = np.full(q.shape, np.inf)
+    result = np.full(q.size, np.inf)
     if q.size == 0:
         return result
     log_q = np.log(q)
@@ -161,54 +161,60 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
     # Tail constant (docs/accounting.md §2.2): every tail term is at most
     # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
     log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
+    # Per-entry columns, gathered for the entries still running at each chunk.
+    columns = np.stack([alpha, sigma, log_q, log_1mq, z0, inv_two_var, lgamma_alpha, log_tail_const])
 
     active = np.arange(q.size)
-    acc0 = np.full(q.size, -np.inf)
-    acc1 = np.full(q.size, -np.inf)
+    acc = np.full(q.size, -np.inf)
     start = 0
-    for chunk in _CHUNKS:
-        i = np.arange(start, start + chunk, dtype=float)[None, :]
-        start += chunk
-        a = alpha[active, None]
-        s = sigma[active, None]
-        lq = log_q[active, None]
-        l1q = log_1mq[active, None]
-        z = z0[active, None]
-        itv = inv_two_var[active, None]
-        j = a - i
-        log_binom = lgamma_alpha[active, None] - special.gammaln(i + 1) - special.gammaln(j + 1)
-        s0 = log_binom + i * lq + j * l1q + (i * i - i) * itv + special.log_ndtr((z - i) / s)
-        s1 = log_binom + j * lq + i * l1q + (j * j - j) * itv + special.log_ndtr((j - z) / s)
-        acc0[active] = np.logaddexp(acc0[active], _row_logsumexp(s0))
-        acc1[active] = np.logaddexp(acc1[active], _row_logsumexp(s1))
-        total = np.logaddexp(acc0[active], acc1[active])
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for chunk in _CHUNKS:
+            i = np.arange(start, start + chunk, dtype=float)
+            start += chunk
+            cols = columns if active.size == q.size else columns[:, active]
+            a, s, lq, l1q, z, itv, lga, ltc = cols[:, :, None]
+            # Both series side by side: s0 in the first ``chunk`` columns (power i of q,
+            # j = alpha - i of 1 - q), s1 in the last (the powers swapped).
+            j = a - i
+            log_binom = lga - special.gammaln(i + 1) - special.gammaln(j + 1)
+            p_q = np.concatenate([np.broadcast_to(i, j.shape), j], axis=1)
+            p_1mq = np.concatenate([j, np.broadcast_to(i, j.shape)], axis=1)
+            side = np.concatenate([np.ones(chunk), -np.ones(chunk)])
+            terms = (
+                np.concatenate([log_binom, log_binom], axis=1)
+                + p_q * lq
+                + p_1mq * l1q
+                + (p_q * p_q - p_q) * itv
+                + special.log_ndtr(side * (z - p_q) / s)
+            )
+            acc_active = np.logaddexp(acc[active], _row_logsumexp(terms))
+            acc[active] = acc_active
 
-        n = float(start)  # index of the first term not summed
-        a1 = alpha[active]
-        zz = z0[active]
-        gap0 = n - zz
-        gap1 = n + zz - a1
-        tail_ok = (n > a1 + 1.0) & (gap0 >= 1.0) & (gap1 >= 1.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            log_b_n = lgamma_alpha[active] - special.gammaln(n + 1) - special.gammaln(a1 - n + 1)
+            n = float(start)  # index of the first term not summed
+            a1, zz = a[:, 0], z[:, 0]
+            gap0 = n - zz
+            gap1 = n + zz - a1
+            tail_ok = (n > a1 + 1.0) & (gap0 >= 1.0) & (gap1 >= 1.0)
+            log_b_n = lga[:, 0] - math.lgamma(n + 1) - special.gammaln(a1 - n + 1)
             log_tail = (
-                log_tail_const[active]
+                ltc[:, 0]
                 + log_b_n
                 + np.log1p((n + 1) / a1)
                 + np.log(1.0 / np.where(tail_ok, gap0, 1.0) + 1.0 / np.where(tail_ok, gap1, 1.0))
             )
-        negligible = (
-            (s0[:, -1] < s0[:, -2])
-            & (s1[:, -1] < s1[:, -2])
-            & (np.maximum(s0[:, -1], s1[:, -1]) < total - _NEGLIGIBLE_LOG)
-        )
-        done_tail = tail_ok & np.isfinite(total)
-        done_negligible = negligible & ~done_tail & np.isfinite(total)
-        result[active[done_tail]] = np.logaddexp(total[done_tail], log_tail[done_tail])
-        result[active[done_negligible]] = total[done_negligible]
-        active = active[~(done_tail | done_negligible)]
-        if active.size == 0:
-            break
+            last0, before0 = terms[:, chunk - 1], terms[:, chunk - 2]
+            last1, before1 = terms[:, -1], terms[:, -2]
+            negligible = (
+                (last0 < before0) & (last1 < before1) & (np.maximum(last0, last1) < acc_active - _NEGLIGIBLE_LOG)
+            )
+            finite = np.isfinite(acc_active)
+            done_tail = tail_ok & finite
+            done_negligible = negligible & ~done_tail & finite
+            result[active[done_tail]] = np.logaddexp(acc_active[done_tail], log_tail[done_tail])
+            result[active[done_negligible]] = acc_active[done_negligible]
+            active = active[~(done_tail | done_negligible)]
+            if active.size == 0:
+                break
     return result
 
 
