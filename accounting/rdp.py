@@ -177,13 +177,14 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
             # j = alpha - i of 1 - q), s1 in the last (the powers swapped).
             j = a - i
             log_binom = lga - special.gammaln(i + 1) - special.gammaln(j + 1)
-            p_q = np.concatenate([np.broadcast_to(i, j.shape), j], axis=1)
-            p_1mq = np.concatenate([j, np.broadcast_to(i, j.shape)], axis=1)
-            side = np.concatenate([np.ones(chunk), -np.ones(chunk)])
+            p_q = np.empty((j.shape[0], 2 * chunk))
+            p_q[:, :chunk] = i
+            p_q[:, chunk:] = j
+            side = np.repeat((1.0, -1.0), chunk)
             terms = (
-                np.concatenate([log_binom, log_binom], axis=1)
+                np.tile(log_binom, 2)
                 + p_q * lq
-                + p_1mq * l1q
+                + (a - p_q) * l1q  # the power of 1 - q: alpha - (the power of q)
                 + (p_q * p_q - p_q) * itv
                 + special.log_ndtr(side * (z - p_q) / s)
             )

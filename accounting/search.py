@@ -180,8 +180,16 @@ def guided(
     evaluations = 0
     errors: list[tuple[float, float]] = []  # (x, g(x) - model(x)) at evaluated points
     start = min(max(x0, x_min), x_max)
+    previous = start + 0.01
+    known: dict[float, float] = {}  # model values by x: each root search starts from two known ones
+
+    def model_at(x: float) -> float:
+        if x not in known:
+            known[x] = model(x)
+        return known[x]
+
     while evaluations < max_evaluations and hi - lo > xtol:
-        estimate = _model_root(model, errors[-2:], start, x_min, x_max, 0.02 * xtol)
+        estimate = _model_root(model_at, errors[-2:], start, previous, x_min, x_max, 0.02 * xtol)
         if estimate is None:
             break
         if hi - xtol < estimate <= hi:
@@ -199,11 +207,11 @@ def guided(
             lo, g_lo = x, gx
         else:
             hi, g_hi = x, gx
-        error = gx - model(x)
+        error = gx - model_at(x)
         if not math.isfinite(error):
             break
         errors.append((x, error))
-        start = x
+        start, previous = x, estimate
     if hi - lo <= xtol:
         return Bracket(lo, hi, g_lo, g_hi, evaluations, False)
     if math.isfinite(lo) and math.isfinite(hi):
@@ -219,13 +227,14 @@ def _model_root(
     model: Callable[[float], float],
     errors: list[tuple[float, float]],
     x0: float,
+    x1: float,
     x_min: float,
     x_max: float,
     xtol: float,
 ) -> float | None:
     """A root of model(x) + d(x) in [x_min, x_max] to within about xtol, d the constant or
-    line through ``errors``; None if there is none. Secant steps from x0 (the model is
-    smooth, so a few), else Illinois regula falsi on a bracket from :func:`bracket`."""
+    line through ``errors``; None if there is none. Secant steps from x0 and x1 (the model
+    is smooth, so a few), else Illinois regula falsi on a bracket from :func:`bracket`."""
     if not errors:
         def shifted(x: float) -> float:
             return model(x)
@@ -242,8 +251,9 @@ def _model_root(
             return model(x) + db + slope * (x - xb)
 
     x_a, f_a = x0, shifted(x0)
-    x_b = min(max(x0 + (0.01 if f_a > 0 else -0.01), x_min), x_max)
-    f_b = shifted(x_b)
+    if abs(x1 - x0) <= xtol or not x_min <= x1 <= x_max:
+        x1 = min(max(x0 + (0.01 if f_a > 0 else -0.01), x_min), x_max)
+    x_b, f_b = x1, shifted(x1)
     for _ in range(12):
         if not (math.isfinite(f_a) and math.isfinite(f_b)) or f_a == f_b:
             break
