@@ -210,15 +210,13 @@ def _rdp_sigma_search(
     spent_eps: float,
 ) -> tuple[float, bool, float]:
     """(sigma, at_floor, achieved) under rdp: ``achieved``, the full-grid epsilon of sigma, is <= target."""
-    qa = np.array([q])
+    windowed, model = rdp.single_point_epsilons(grid, q, t, delta, spent_curve)
 
     def g(x: float) -> float:
-        value = rdp.windowed_epsilons(grid, qa, np.array([math.exp(x)]), t, delta, spent_curve)[0]
-        return search.log_ratio(float(value), target)
+        return search.log_ratio(windowed(math.exp(x)), target)
 
     remaining = max(target - spent_eps, 0.05 * target)
     guess = float(_sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
-    model = rdp.integer_order_epsilon(grid, q, t, delta, spent_curve)
 
     def g_model(x: float) -> float:
         return search.log_ratio(model(math.exp(x)), target)

@@ -279,65 +279,108 @@ def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> tuple
     return max(0.0, float(eps[index])), float(np.asarray(orders)[index])
 
 
-def integer_order_epsilon(
+def single_point_epsilons(
     grid: OrderGrid,
     sampling_rate: float,
     steps: float,
     delta: float,
     spent_rdp: np.ndarray | None = None,
-) -> Callable[[float], float]:
-    """sigma -> epsilon of (spent + steps x one step) on the integer orders below 64 only.
+) -> tuple[Callable[[float], float], Callable[[float], float]]:
+    """(windowed, model): two functions of sigma for ONE (q, T), with the per-call
+    constants (the q-dependent parts of the binomial terms of §2.1, the conversion
+    constants of §3, the spent curve) computed once here (docs/accounting.md §7.1).
 
-    A cheap model of :func:`windowed_epsilons` for one (q, T) (docs/accounting.md §7.1):
-    the q-dependent parts of the binomial terms of §2.1 are computed once here, so each
-    call is one segmented logsumexp and the conversion of §3. It is itself an upper bound
-    on the full-grid epsilon (a subset of orders), but calibration uses it only to place
-    evaluations of the real objective, never as a proof.
+    ``windowed(sigma)`` is ``windowed_epsilons(grid, [q], [sigma], steps, delta,
+    spent_rdp)[0]``: the same orders, the same floating-point operations in the same
+    order, hence the same value, without the per-call array set-up. ``model(sigma)`` is
+    the epsilon on the integer orders below 64 only: one segmented logsumexp. It is an
+    upper bound too (a subset of orders) but calibration uses it only to place
+    evaluations of ``windowed``, never as a proof.
     """
-    int_orders = grid.orders[grid.integer_index]
+    orders = grid.orders
+    int_orders = orders[grid.integer_index]
+    frac_orders = orders[grid.fractional_index]
     n_small = int(np.searchsorted(int_orders, _LARGE_ORDER_START))
-    alpha = int_orders[:n_small]
-    if spent_rdp is None:
-        spent = np.zeros(n_small)
-    else:
-        spent = np.asarray(spent_rdp, dtype=float).reshape(-1)[grid.integer_index[:n_small]]
+    spent = np.zeros(orders.size) if spent_rdp is None else np.asarray(spent_rdp, dtype=float).reshape(-1)
+    spent_int, spent_frac = spent[grid.integer_index], spent[grid.fractional_index]
     with np.errstate(divide="ignore"):
-        conversion = np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
+        # conversion_epsilons computes rdp + log1p(-1/alpha) - (log delta + log alpha)/(alpha - 1)
+        shift = np.log1p(-1.0 / orders)
+        penalty = (math.log(delta) + np.log(orders)) / (orders - 1.0)
+    shift_int, penalty_int = shift[grid.integer_index], penalty[grid.integer_index]
+    shift_frac, penalty_frac = shift[grid.fractional_index], penalty[grid.fractional_index]
     delta_sq = delta * delta
-    if n_small == 0:
-        return lambda sigma: math.inf
-    if sampling_rate >= 1.0:
-        half_alpha = 0.5 * alpha
+    full_q = sampling_rate >= 1.0
+    frac_min = frac_orders.min() if frac_orders.size else math.inf
 
-        def gaussian(sigma: float) -> float:
-            return _min_conversion(steps * half_alpha / (sigma * sigma) + spent, conversion, delta_sq)
+    def convert(total: np.ndarray, shift_part: np.ndarray, penalty_part: np.ndarray) -> np.ndarray:
+        # conversion_epsilons, operation for operation
+        with np.errstate(invalid="ignore", over="ignore"):
+            eps = total + shift_part - penalty_part
+            kl_enough = delta_sq + np.expm1(-total) > 0
+        eps = np.where(kl_enough, 0.0, eps)
+        return np.where(np.isnan(eps) | np.isinf(total), np.inf, eps)
 
-        return gaussian
     stop = int(grid.segment_starts[n_small]) if n_small < grid.segment_starts.size else grid.term_i.size
-    term_i = grid.term_i[:stop]
-    base = (
-        grid.term_log_binom[:stop]
-        + term_i * math.log(sampling_rate)
-        + (grid.term_alpha[:stop] - term_i) * math.log1p(-sampling_rate)
-    )
-    quad = grid.term_quad[:stop]
     starts = grid.segment_starts[:n_small]
     counts = np.diff(np.append(starts, stop))
-    inv_order = 1.0 / (alpha - 1.0)
+    quad = grid.term_quad[:stop]
+    alpha_small = int_orders[:n_small]
+    if not full_q:
+        # log_a_integer's sum (lb + i log q) + (alpha - i) log(1-q), then + quad / sigma^2
+        term_i = grid.term_i[:stop]
+        base = (
+            grid.term_log_binom[:stop]
+            + term_i * np.log(np.array([sampling_rate]))
+            + (grid.term_alpha[:stop] - term_i) * np.log1p(-np.array([sampling_rate]))
+        )
 
-    def subsampled(sigma: float) -> float:
+    def small_integer_rdp(sigma: float) -> np.ndarray:
+        if full_q:
+            return alpha_small / (2.0 * sigma**2)
         values = base + quad * (1.0 / (sigma * sigma))
+        if n_small == 0:
+            return np.zeros(0)
         peak = np.maximum.reduceat(values, starts)
-        log_a = peak + np.log(np.add.reduceat(np.exp(values - np.repeat(peak, counts)), starts))
-        return _min_conversion(steps * np.maximum(log_a * inv_order, 0.0) + spent, conversion, delta_sq)
+        shifted = np.exp(values - np.repeat(peak, counts))
+        return (peak + np.log(np.add.reduceat(shifted, starts))) / (alpha_small - 1.0)
 
-    return subsampled
+    def small_integer_eps(sigma: float) -> np.ndarray:
+        total = np.maximum(small_integer_rdp(sigma), 0.0) * steps + spent_int[:n_small]
+        return convert(total, shift_int[:n_small], penalty_int[:n_small])
 
+    def model(sigma: float) -> float:
+        eps = small_integer_eps(sigma)
+        return max(0.0, float(np.min(eps))) if eps.size else math.inf
 
-def _min_conversion(total: np.ndarray, conversion: np.ndarray, delta_sq: float) -> float:
-    """min over orders of the §3 conversion of the composed curve ``total`` (0 by the KL bound)."""
-    eps = np.where(delta_sq + np.expm1(-total) > 0, 0.0, total + conversion)
-    return max(0.0, float(np.min(eps)))
+    def windowed(sigma: float) -> float:
+        int_eps = small_integer_eps(sigma)
+        if n_small < int_orders.size and int_eps.size and int_orders[np.argmin(int_eps)] >= _LARGE_ORDER_TRIGGER:
+            block = slice(n_small, int_orders.size)
+            alpha = int_orders[block]
+            if full_q:
+                rdp_values = alpha / (2.0 * sigma**2)
+            else:
+                log_a = log_a_integer(grid, np.array([sampling_rate]), np.array([sigma]), block)[0]
+                rdp_values = log_a / (alpha - 1.0)
+            total = np.maximum(rdp_values, 0.0) * steps + spent_int[block]
+            int_eps = np.concatenate([int_eps, convert(total, shift_int[block], penalty_int[block])])
+        best_int = float(np.min(int_eps)) if int_eps.size else math.inf
+        if frac_orders.size == 0:
+            return max(best_int, 0.0)
+        best_order = int_orders[np.argmin(int_eps)] if int_eps.size else int_orders[0]
+        window = ((frac_orders > best_order - 1.0) & (frac_orders < best_order + 1.0)) | (frac_orders == frac_min)
+        alpha = frac_orders[window]
+        if full_q:
+            rdp_values = alpha / (2.0 * sigma**2)
+        else:
+            log_a = log_a_fractional(np.full(alpha.size, sampling_rate), np.full(alpha.size, sigma), alpha)
+            rdp_values = log_a / (alpha - 1.0)
+        total = np.maximum(rdp_values, 0.0) * steps + spent_frac[window]
+        frac_eps = convert(total, shift_frac[window], penalty_frac[window])
+        return max(min(best_int, float(np.min(frac_eps))), 0.0)
+
+    return windowed, model
 
 
 def windowed_epsilons(
