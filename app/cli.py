@@ -38,6 +38,7 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "serve": "app.serve_cli",
     "train": "trainer.cli",
     "bench": "bench.cli",
+    "experiment": "trainer.experiments.cli",
 }
 
 

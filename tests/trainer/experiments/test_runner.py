@@ -1,0 +1,145 @@
+"""The experiment runner: configs parse and expand, smoke runs write well-formed outputs,
+a cell's recorded command reproduces its number, and an interrupted experiment resumes."""
+
+from __future__ import annotations
+
+import csv
+import shlex
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from app.cli import run as gdpfed
+from trainer.experiments.config import TrainExperiment, expand_cells, load_experiment
+from trainer.experiments.report import CSV_COLUMNS
+from trainer.experiments.runner import load_results, run_experiment
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
+# Cell counts stated in each config's header comment.
+EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24}
+
+TINY = """
+name: tiny
+scenario:
+  groups:
+    - {id: strict, epsilon: 1.0, num_clients: 8}
+    - {id: medium, epsilon: 2.0, num_clients: 8}
+    - {id: loose, epsilon: 4.0, num_clients: 8}
+  delta: 0.001
+  rounds: 2
+  expected_clients: 12
+  min_clients_per_pool: 1
+train: {local_steps: 1, batch_size: 8, lr: 0.1}
+methods: [gdpfed_plus, pfa]
+datasets:
+  - {name: digits, spec: digits, model: mlp, model_options: {hidden: [8]}, options: {max_test_samples: 100}}
+seeds: [0, 1]
+"""
+
+
+def quiet(_: str) -> None:
+    return None
+
+
+def test_every_config_is_listed_and_expands():
+    names = {load_experiment(p).name for p in CONFIGS}
+    assert names == set(EXPECTED_CELLS) | {"sweep"}
+    for path in CONFIGS:
+        experiment = load_experiment(path)
+        if isinstance(experiment, TrainExperiment):
+            full = expand_cells(experiment, path)
+            smoke = expand_cells(experiment, path, smoke=True)
+            assert len(full) == len(smoke) == EXPECTED_CELLS[experiment.name]
+            assert len({c.cell_id for c in full}) == len(full)
+            assert all(c.scenario["rounds"] <= 2 for c in smoke)
+
+
+def check_outputs(out: Path, cells: int) -> None:
+    with (out / "results.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    assert reader.fieldnames == CSV_COLUMNS
+    assert len(rows) == cells
+    assert all(row["status"] == "ok" and 0 <= float(row["final_accuracy"]) <= 1 for row in rows)
+    assert all(row["command"].startswith("gdpfed experiment ") for row in rows)
+    markdown = (out / "results.md").read_text()
+    assert "| method |" in markdown and "## Noise" in markdown and "±" in markdown
+    png = out / "accuracy.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(png).ndim == 3
+
+
+@pytest.mark.parametrize("name", ["noise", "keep_ratio"])
+def test_smoke_run_of_a_config(name, tmp_path):
+    out = tmp_path / name
+    summary = run_experiment(REPO / "experiments" / f"{name}.yaml", out, smoke=True, log=quiet)
+    assert len(summary.ran) == EXPECTED_CELLS[name]
+    check_outputs(out, EXPECTED_CELLS[name])
+
+
+def test_smoke_run_of_the_sweep(tmp_path):
+    summary = run_experiment(REPO / "experiments" / "sweep.yaml", tmp_path, smoke=True, log=quiet)
+    assert sorted(Path(f).name for f in summary.files) == ["sweep.csv", "sweep.md", "sweep.png"]
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert [float(r["epsilon"]) for r in rows] == [0.5, 2.0]
+    assert all(0 < float(r["q_strict"]) <= 1 for r in rows)
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_recorded_command_reproduces_the_cell_exactly(tmp_path, monkeypatch):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    first = tmp_path / "first"
+    run_experiment(config, first, jobs=2, log=quiet)  # the original ran in worker processes
+    recorded = {r.cell_id: r for r in load_results(first)}
+    cell = recorded["default__digits__pfa__s1"]
+    argv = shlex.split(cell.command)
+    assert argv[:2] == ["gdpfed", "experiment"] and "--only" in argv
+    argv[argv.index("--out") + 1] = str(tmp_path / "again")
+    monkeypatch.chdir(tmp_path)
+    assert gdpfed(argv[1:]) == 0
+    again = {r.cell_id: r for r in load_results(tmp_path / "again")}
+    assert list(again) == [cell.cell_id]
+    assert again[cell.cell_id].final_accuracy == cell.final_accuracy
+    assert again[cell.cell_id].final_loss == cell.final_loss
+    assert again[cell.cell_id].noise_multipliers == cell.noise_multipliers
+
+
+def test_interrupted_experiment_resumes_without_rerunning_done_cells(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    out = tmp_path / "out"
+    cells = [c.cell_id for c in expand_cells(load_experiment(config), config)]  # type: ignore[arg-type]
+    done = cells[:2]
+    run_experiment(config, out, only=done, log=quiet)  # "interrupted" after two cells
+    stamps = {c: (out / "cells" / f"{c}.json").stat().st_mtime_ns for c in done}
+    # a half-written cell (no result file) and a stale one (other spec) are re-run
+    (out / "runs" / "partial").mkdir(parents=True)
+    summary = run_experiment(config, out, log=quiet)
+    assert summary.skipped == done
+    assert sorted(summary.ran) == sorted(cells[2:])
+    assert {c: (out / "cells" / f"{c}.json").stat().st_mtime_ns for c in done} == stamps
+    check_outputs(out, len(cells))
+    again = run_experiment(config, out, log=quiet)
+    assert again.ran == [] and sorted(again.skipped) == sorted(cells)
+
+
+def test_changed_cell_specification_is_rerun(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    out = tmp_path / "out"
+    only = ["default__digits__gdpfed_plus__s0"]
+    run_experiment(config, out, only=only, log=quiet)
+    config.write_text(TINY.replace("lr: 0.1", "lr: 0.2"))
+    assert run_experiment(config, out, only=only, log=quiet).ran == only
+
+
+def test_unknown_cell_and_bad_method_are_user_errors(tmp_path, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    assert gdpfed(["experiment", str(config), "--only", "nope", "--out", str(tmp_path / "o")]) == 2
+    config.write_text(TINY.replace("[gdpfed_plus, pfa]", "[gdpfed_plus, fedsgd]"))
+    assert gdpfed(["experiment", str(config), "--out", str(tmp_path / "o")]) == 2
+    assert "fedsgd" in capsys.readouterr().err

@@ -1,0 +1,171 @@
+"""One cell of an experiment: plan the scenario for the model's size, train, record.
+
+(docs/results.md §Runner.) The scenario's ``model_dim`` is set to the model's parameter
+count before planning, so the plan's noise energy and ``keep_ratio: auto`` are for the
+model actually trained. Torch runs single-threaded inside a cell: results then do not
+depend on ``--jobs`` (float sums in multi-threaded kernels may be ordered differently),
+which is what makes a cell's recorded command reproduce its number exactly.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from accounting.errors import GdpfedError
+from trainer.experiments.config import CellSpec
+
+
+class CellResult(BaseModel):
+    """``cells/<cell_id>.json``: what one cell measured (a complete cell is never re-run)."""
+
+    cell_id: str
+    fingerprint: str
+    complete: bool
+    status: str = Field(description="ok, or infeasible (the planner refused the scenario for this method)")
+    error: str | None = None
+    experiment: str
+    method: str
+    plan_method: str
+    dataset: str
+    setting: str
+    seed: int
+    smoke: bool
+    command: str = Field(description="the command that re-runs this cell alone")
+    wall_seconds: float
+    rounds: int
+    model_dim: int | None = None
+    final_accuracy: float | None = None
+    best_accuracy: float | None = None
+    final_loss: float | None = None
+    noise_multipliers: dict[str, float] = Field(default_factory=dict, description="pool id -> sigma_P")
+    noise_energy: float | None = Field(None, description="plan's (d C^2 / K^2) sum_P kappa_P sigma_P^2")
+    sampling_rates: dict[str, float] = Field(default_factory=dict)
+    expected_clients: dict[str, float] = Field(default_factory=dict)
+    keep_ratios: dict[str, float] = Field(default_factory=dict, description="pool id -> kappa_P")
+    epsilon_spent: dict[str, float | None] = Field(default_factory=dict)
+    epsilon_target: dict[str, float | None] = Field(default_factory=dict)
+    aborted_pool_rounds: int = 0
+
+
+def rerun_command(spec: CellSpec, out: Path) -> str:
+    """``gdpfed experiment CONFIG --only CELL --force --out OUT [--smoke]``."""
+    parts = ["gdpfed", "experiment", spec.config_path, "--only", spec.cell_id, "--force", "--out", str(out)]
+    if spec.smoke:
+        parts.append("--smoke")
+    return shlex.join(parts)
+
+
+def run_cell(spec: CellSpec, out: Path) -> CellResult:
+    """Plan and train one cell; its run directory is ``out/runs/<cell_id>`` (replaced)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run_cell(spec, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_cell(spec: CellSpec, out: Path) -> CellResult:
+    from planner import Scenario, make_plan
+    from trainer.data import load_dataset
+    from trainer.engines import num_params
+    from trainer.models import build_model
+    from trainer.run.progress import Progress
+    from trainer.run.runner import TrainConfig, execute_run, prepare_run
+    from trainer.strategies.pfa import PFAStrategy
+
+    started = time.perf_counter()
+    scenario_data = dict(spec.scenario)
+    rounds = int(scenario_data["rounds"])
+    base = dict(
+        cell_id=spec.cell_id,
+        fingerprint=spec.fingerprint(),
+        experiment=spec.experiment,
+        method=spec.method,
+        plan_method=spec.plan_method,
+        dataset=spec.dataset.name,
+        setting=spec.setting,
+        seed=spec.seed,
+        smoke=spec.smoke,
+        command=rerun_command(spec, out),
+        rounds=rounds,
+    )
+    train = {"eval_every": rounds, **spec.train}
+    config = TrainConfig(
+        dataset=spec.dataset.resolved_spec(),
+        model=spec.dataset.model,
+        model_options=spec.dataset.model_options,
+        rounds=rounds,
+        seed=spec.seed,
+        checkpoint_every=rounds,
+        **train,
+    )
+    total_clients = sum(int(g["num_clients"]) for g in scenario_data["groups"])
+    dataset = load_dataset(
+        config.dataset,
+        num_clients=total_clients,
+        partition=config.partition,
+        alpha=config.alpha,
+        seed=config.seed,
+        **spec.dataset.options,
+    )
+    model = build_model(config.model, dataset, seed=config.seed, **config.model_options)
+    dim = num_params(model)
+    scenario = Scenario.model_validate({**scenario_data, "model_dim": dim})
+    try:
+        plan = make_plan(scenario, spec.plan_method)  # type: ignore[arg-type]
+    except GdpfedError as exc:
+        return CellResult(
+            **base, complete=True, status="infeasible", error=exc.message, model_dim=dim,
+            wall_seconds=time.perf_counter() - started,
+        )
+    factory = None
+    if spec.method == "pfa":
+        factory = partial(PFAStrategy, rank=spec.pfa.rank, history=spec.pfa.history)
+    run_dir = out / "runs" / spec.cell_id
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an interrupted earlier attempt: the cell restarts
+    prepared = prepare_run(
+        plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", strategy_factory=factory, dataset=dataset
+    )
+    summary = execute_run(prepared, progress=Progress(rounds, 0, stream=_Discard(), use_bar=False))
+    return CellResult(
+        **base,
+        complete=summary.complete,
+        status="ok",
+        model_dim=dim,
+        wall_seconds=time.perf_counter() - started,
+        final_accuracy=summary.final_accuracy,
+        best_accuracy=summary.best_accuracy,
+        final_loss=summary.final_loss,
+        noise_multipliers={p.id: p.noise_multiplier for p in plan.pools},
+        noise_energy=plan.predicted.noise_energy,
+        sampling_rates={g.id: g.sampling_rate for g in plan.groups},
+        expected_clients={g.id: g.expected_clients for g in plan.groups},
+        keep_ratios={p.id: p.keep_ratio for p in plan.pools},
+        epsilon_spent=summary.epsilon_spent,
+        epsilon_target=summary.epsilon_target,
+        aborted_pool_rounds=sum(summary.aborted_rounds.values()),
+    )
+
+
+class _Discard:
+    """A non-terminal stream that drops the per-round lines (the runner reports per cell)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False

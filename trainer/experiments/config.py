@@ -1,0 +1,270 @@
+"""Experiment configurations: the YAML schema and its expansion into cells.
+
+(docs/results.md §Runner.) A training experiment is ``methods x datasets x settings x
+seeds``; every combination is a *cell*, one training run. A setting is a named variation
+of the base scenario or training options (a keep ratio, a Dirichlet alpha, a budget
+scale, a distribution of clients over the groups, a clip-norm scale). A sweep experiment
+is the planner's sampling-rate sweep (no training).
+
+``--smoke`` shrinks every cell (rounds, clients, local steps, test set) so that a whole
+configuration runs in seconds; the shape of its outputs is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from accounting.errors import InvalidInputError
+from planner.schema import Scenario
+
+TRAIN_METHODS = (
+    "nonprivate",
+    "dp_fedavg",
+    "gdpfed",
+    "gdpfed_minus",
+    "gdpfed_plus",
+    "idp_sample",
+    "idp_scale",
+    "pooled_plus",
+    "pfa",
+)
+# The planner method whose plan a runner method executes (PFA runs on gdpfed's pools).
+PLAN_METHOD = {m: m for m in TRAIN_METHODS} | {"pfa": "gdpfed"}
+
+SMOKE_ROUNDS = 2
+SMOKE_CLIENTS_PER_GROUP = 8
+SMOKE_TEST_SAMPLES = 200
+SMOKE_SEQUENCE_LENGTH = 12
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetEntry(_Strict):
+    """One dataset of the grid, with the model that fits it and any training overrides."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    spec: str = Field(description="trainer dataset spec: digits, synthetic:1,1, shakespeare:PATH, ...")
+    path_env: str | None = Field(
+        None, description="environment variable that, when set, replaces the path after ':' in spec"
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="loader options (sequence_length, ...)")
+    model: str
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides for this dataset")
+
+    def resolved_spec(self) -> str:
+        """``spec`` with the path taken from ``path_env`` when that variable is set."""
+        if self.path_env and os.environ.get(self.path_env):
+            kind, _, _ = self.spec.partition(":")
+            return f"{kind}:{os.environ[self.path_env]}"
+        return self.spec
+
+
+class Setting(_Strict):
+    """A named variation applied on top of the base scenario and training options."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=+\-]+$")]
+    scenario: dict[str, Any] = Field(default_factory=dict, description="scenario fields replaced as given")
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields replaced as given")
+    epsilon_scale: float | None = Field(None, gt=0, description="multiply every group's epsilon")
+    group_shares: list[float] | None = Field(
+        None, description="fraction of all clients in each group (group order); the total stays the same"
+    )
+    clip_scale: float | None = Field(None, gt=0, description="multiply the clip norm")
+    keep_ratios: list[float] | Literal["auto"] | None = Field(
+        None, description="per-group keep ratio (group order), or auto"
+    )
+
+
+class PFAOptions(_Strict):
+    rank: int = Field(4, ge=1)
+    history: int = Field(8, ge=1)
+
+
+class TrainExperiment(_Strict):
+    """``kind: train``: methods x datasets x settings x seeds, one training run each."""
+
+    kind: Literal["train"] = "train"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: str = ""
+    scenario: dict[str, Any] = Field(description="the base scenario (model_dim is set from the model)")
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields shared by every cell")
+    methods: list[str] = Field(min_length=1)
+    datasets: list[DatasetEntry] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    settings: list[Setting] = Field(default_factory=lambda: [Setting(name="default")])
+    pfa: PFAOptions = Field(default_factory=PFAOptions)
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, methods: list[str]) -> list[str]:
+        for method in methods:
+            if method not in TRAIN_METHODS:
+                raise ValueError(f"unknown method {method!r}; known: {', '.join(TRAIN_METHODS)}")
+        if len(set(methods)) != len(methods):
+            raise ValueError("a method is listed twice")
+        return methods
+
+
+class SweepExperiment(_Strict):
+    """``kind: sweep``: the planner's sampling-rate sweep (``planner.sweep``)."""
+
+    kind: Literal["sweep"]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: str = ""
+    scenario: dict[str, Any]
+    group: str = Field(description="the group whose epsilon is swept")
+    epsilons: list[float] = Field(min_length=1)
+    smoke_epsilons: list[float] | None = Field(None, description="the points used with --smoke (default: the first two)")
+    method: str = "gdpfed_plus"
+
+
+Experiment = TrainExperiment | SweepExperiment
+
+
+class CellSpec(_Strict):
+    """Everything one cell needs, JSON-able (it crosses process boundaries)."""
+
+    cell_id: str
+    experiment: str
+    config_path: str
+    method: str
+    plan_method: str
+    dataset: DatasetEntry
+    setting: str
+    seed: int
+    scenario: dict[str, Any]
+    train: dict[str, Any]
+    pfa: PFAOptions
+    smoke: bool
+
+    def fingerprint(self) -> str:
+        """A hash of what determines the cell's result (not where its files go)."""
+        data = self.model_dump(mode="json", exclude={"config_path"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate a YAML configuration."""
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InvalidInputError("config", f"{file} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError("config", f"{file} must hold a mapping")
+    if data.get("kind", "train") == "sweep":
+        return SweepExperiment.model_validate(data)
+    return TrainExperiment.model_validate(data)
+
+
+def cell_id(setting: str, dataset: str, method: str, seed: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+\-]", "_", f"{setting}__{dataset}__{method}__s{seed}")
+
+
+def apply_setting(scenario: dict[str, Any], setting: Setting) -> dict[str, Any]:
+    """The base scenario with ``setting``'s changes (pure; returns a new dict)."""
+    out = json.loads(json.dumps(scenario))
+    out.update(json.loads(json.dumps(setting.scenario)))
+    groups = out.get("groups", [])
+    if setting.epsilon_scale is not None:
+        for group in groups:
+            if group.get("epsilon") is not None:
+                group["epsilon"] = group["epsilon"] * setting.epsilon_scale
+    if setting.group_shares is not None:
+        if len(setting.group_shares) != len(groups):
+            raise InvalidInputError(f"settings.{setting.name}.group_shares", f"needs {len(groups)} entries, one per group")
+        total = sum(int(g["num_clients"]) for g in groups)
+        share_sum = sum(setting.group_shares)
+        counts = [max(1, round(total * s / share_sum)) for s in setting.group_shares]
+        counts[-1] = max(1, total - sum(counts[:-1]))
+        for group, count in zip(groups, counts):
+            group["num_clients"] = count
+    if setting.clip_scale is not None:
+        out["clip_norm"] = out.get("clip_norm", 1.0) * setting.clip_scale
+    if setting.keep_ratios is not None:
+        if setting.keep_ratios == "auto":
+            out["keep_ratio"] = "auto"
+            for group in groups:
+                group.pop("keep_ratio", None)
+        else:
+            if len(setting.keep_ratios) != len(groups):
+                raise InvalidInputError(f"settings.{setting.name}.keep_ratios", f"needs {len(groups)} entries, one per group")
+            for group, ratio in zip(groups, setting.keep_ratios):
+                group["keep_ratio"] = ratio
+    return out
+
+
+def shrink_for_smoke(scenario: dict[str, Any], train: dict[str, Any], dataset: DatasetEntry) -> tuple[dict[str, Any], dict[str, Any], DatasetEntry]:
+    """Smoke size: ``SMOKE_ROUNDS`` rounds, at most ``SMOKE_CLIENTS_PER_GROUP`` clients per
+    group, half of them expected per round, one local step, a small test set."""
+    scenario = json.loads(json.dumps(scenario))
+    train = dict(train)
+    scenario["rounds"] = min(int(scenario["rounds"]), SMOKE_ROUNDS)
+    for group in scenario["groups"]:
+        group["num_clients"] = min(int(group["num_clients"]), SMOKE_CLIENTS_PER_GROUP)
+    total = sum(g["num_clients"] for g in scenario["groups"])
+    scenario.pop("sampling_rate", None)
+    scenario["expected_clients"] = total / 2
+    scenario["min_clients_per_pool"] = 1
+    train["local_steps"] = 1
+    train["eval_every"] = 1
+    options = dict(dataset.options)
+    options["max_test_samples"] = min(int(options.get("max_test_samples", SMOKE_TEST_SAMPLES)), SMOKE_TEST_SAMPLES)
+    if "sequence_length" in options:
+        options["sequence_length"] = min(int(options["sequence_length"]), SMOKE_SEQUENCE_LENGTH)
+    return scenario, train, dataset.model_copy(update={"options": options})
+
+
+def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke: bool = False) -> list[CellSpec]:
+    """Every cell of the grid, in a stable order (setting, dataset, method, seed).
+
+    Each cell's scenario is validated here (with a placeholder ``model_dim``; the real
+    one comes from the model when the cell runs), so a bad configuration fails before
+    any training.
+    """
+    cells = []
+    for setting in experiment.settings:
+        base_scenario = apply_setting(experiment.scenario, setting)
+        for dataset in experiment.datasets:
+            train = {**experiment.train, **dataset.train, **setting.train}
+            scenario, cell_train, cell_dataset = base_scenario, train, dataset
+            if smoke:
+                scenario, cell_train, cell_dataset = shrink_for_smoke(base_scenario, train, dataset)
+            check = {**scenario, "model_dim": scenario.get("model_dim", 1)}
+            try:
+                Scenario.model_validate(check)
+            except Exception as exc:
+                raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc).splitlines()[0] + ": " + str(exc)) from None
+            for method in experiment.methods:
+                for seed in experiment.seeds:
+                    cells.append(
+                        CellSpec(
+                            cell_id=cell_id(setting.name, dataset.name, method, seed),
+                            experiment=experiment.name,
+                            config_path=str(config_path),
+                            method=method,
+                            plan_method=PLAN_METHOD[method],
+                            dataset=cell_dataset,
+                            setting=setting.name,
+                            seed=seed,
+                            scenario=scenario,
+                            train=cell_train,
+                            pfa=experiment.pfa,
+                            smoke=smoke,
+                        )
+                    )
+    ids = [c.cell_id for c in cells]
+    if len(set(ids)) != len(ids):
+        raise InvalidInputError("config", "two cells have the same id (repeated setting or dataset name)")
+    return cells

@@ -1,0 +1,267 @@
+"""An experiment's reports: ``results.csv``, ``results.md`` and ``accuracy.png``.
+
+(docs/results.md §Runner.) ``results.csv`` has one row per finished cell.
+``results.md`` has, per setting, the final test accuracy as mean ± sample standard
+deviation over seeds (methods x datasets), and a noise table: per dataset and method the
+plan's noise multipliers, sampling rates, keep ratios and noise energy
+``(d C^2 / K^2) sum_P kappa_P sigma_P^2`` next to the accuracy reached. Plans do not
+depend on the seed, so the noise columns come from the first seed's cell.
+``accuracy.png`` draws the same means with standard-deviation bars, one panel per dataset.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from trainer.experiments.cell import CellResult
+from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment
+
+CSV_COLUMNS = [
+    "cell_id",
+    "setting",
+    "dataset",
+    "method",
+    "plan_method",
+    "seed",
+    "status",
+    "final_accuracy",
+    "best_accuracy",
+    "final_loss",
+    "noise_energy",
+    "noise_multipliers",
+    "sampling_rates",
+    "expected_clients",
+    "keep_ratios",
+    "epsilon_spent",
+    "aborted_pool_rounds",
+    "rounds",
+    "model_dim",
+    "wall_seconds",
+    "smoke",
+    "command",
+]
+
+
+def format_map(values: dict[str, float | None], digits: int = 4) -> str:
+    """``{"P1": 1.23456}`` -> ``"P1=1.235"`` (entries joined by ``; ``)."""
+    return "; ".join(f"{k}={'null' if v is None else format(v, f'.{digits}g')}" for k, v in values.items())
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def write_csv(results: Sequence[CellResult], path: Path) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for r in results:
+            writer.writerow(
+                {
+                    "cell_id": r.cell_id,
+                    "setting": r.setting,
+                    "dataset": r.dataset,
+                    "method": r.method,
+                    "plan_method": r.plan_method,
+                    "seed": r.seed,
+                    "status": r.status,
+                    "final_accuracy": _number(r.final_accuracy),
+                    "best_accuracy": _number(r.best_accuracy),
+                    "final_loss": _number(r.final_loss),
+                    "noise_energy": _number(r.noise_energy),
+                    "noise_multipliers": format_map(r.noise_multipliers, 6),
+                    "sampling_rates": format_map(r.sampling_rates, 6),
+                    "expected_clients": format_map(r.expected_clients, 6),
+                    "keep_ratios": format_map(r.keep_ratios, 6),
+                    "epsilon_spent": format_map(r.epsilon_spent, 6),
+                    "aborted_pool_rounds": r.aborted_pool_rounds,
+                    "rounds": r.rounds,
+                    "model_dim": "" if r.model_dim is None else r.model_dim,
+                    "wall_seconds": f"{r.wall_seconds:.3f}",
+                    "smoke": r.smoke,
+                    "command": r.command,
+                }
+            )
+    return path
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def _cell_text(results: list[CellResult]) -> str:
+    if not results:
+        return "—"
+    if any(r.status != "ok" for r in results):
+        return "infeasible"
+    values = [r.final_accuracy for r in results if r.final_accuracy is not None]
+    if not values:
+        return "—"
+    mean, std = mean_std(values)
+    return f"{mean:.4f} ± {std:.4f} (n={len(values)})"
+
+
+def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) -> str:
+    """The accuracy table of every setting and the noise table (see the module docstring)."""
+    by_key: dict[tuple[str, str, str], list[CellResult]] = {}
+    for r in results:
+        by_key.setdefault((r.setting, r.dataset, r.method), []).append(r)
+    datasets = [d.name for d in experiment.datasets]
+    lines = [f"# {experiment.name}", ""]
+    if experiment.description:
+        lines += [experiment.description.strip(), ""]
+    seeds = ", ".join(str(s) for s in experiment.seeds)
+    smoke = any(r.smoke for r in results)
+    lines += [
+        f"Final test accuracy, mean ± std over seeds ({seeds}){' — SMOKE SIZE, not a result' if smoke else ''}.",
+        "",
+    ]
+    for setting in experiment.settings:
+        lines += [f"## Accuracy: {setting.name}", ""]
+        lines.append("| method | " + " | ".join(datasets) + " |")
+        lines.append("|---|" + "---|" * len(datasets))
+        for method in experiment.methods:
+            cells = [_cell_text(by_key.get((setting.name, d, method), [])) for d in datasets]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Noise (from the plans) and accuracy", ""]
+    lines.append(
+        "| setting | dataset | method | noise multipliers (pool=sigma) | sampling rates | keep ratios | noise energy | accuracy |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for setting in experiment.settings:
+        for d in datasets:
+            for method in experiment.methods:
+                cells = sorted(by_key.get((setting.name, d, method), []), key=lambda r: r.seed)
+                if not cells:
+                    continue
+                first = cells[0]
+                if first.status != "ok":
+                    lines.append(f"| {setting.name} | {d} | {method} | infeasible: {first.error} | | | | |")
+                    continue
+                energy = "" if first.noise_energy is None else f"{first.noise_energy:.4g}"
+                lines.append(
+                    f"| {setting.name} | {d} | {method} | {format_map(first.noise_multipliers)} | "
+                    f"{format_map(first.sampling_rates)} | {format_map(first.keep_ratios)} | {energy} | "
+                    f"{_cell_text(cells)} |"
+                )
+    lines.append("")
+    total = sum(r.wall_seconds for r in results)
+    lines.append(f"{len(results)} cells, {total:.1f} s of cell wall time in total.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_accuracy(experiment: TrainExperiment, results: Sequence[CellResult], path: Path) -> Path:
+    """Grouped bars: x = settings, one bar per method, mean ± std; one panel per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = [d.name for d in experiment.datasets]
+    settings = [s.name for s in experiment.settings]
+    methods = experiment.methods
+    figure, axes = plt.subplots(1, len(datasets), figsize=(max(5.0, 1.2 * len(settings) * len(methods) ** 0.5 + 3) * len(datasets) ** 0.8, 4), squeeze=False)
+    width = 0.8 / len(methods)
+    try:
+        for panel, dataset in zip(axes[0], datasets):
+            for m_index, method in enumerate(methods):
+                xs, means, stds = [], [], []
+                for s_index, setting in enumerate(settings):
+                    values = [
+                        r.final_accuracy
+                        for r in results
+                        if r.setting == setting and r.dataset == dataset and r.method == method
+                        and r.status == "ok" and r.final_accuracy is not None
+                    ]
+                    if values:
+                        mean, std = mean_std(values)
+                        xs.append(s_index - 0.4 + width * (m_index + 0.5))
+                        means.append(mean)
+                        stds.append(std)
+                if xs:
+                    panel.bar(xs, means, width=width, yerr=stds, capsize=2, label=method)
+            panel.set_xticks(range(len(settings)))
+            panel.set_xticklabels(settings, rotation=30, ha="right", fontsize=8)
+            panel.set_ylim(0, 1)
+            panel.set_title(dataset)
+            panel.set_ylabel("final test accuracy")
+            panel.grid(True, axis="y", alpha=0.3)
+        if axes[0][-1].get_legend_handles_labels()[0]:
+            axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        figure.suptitle(experiment.name)
+        figure.tight_layout()
+        figure.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def write_reports(
+    experiment: TrainExperiment, cells: Sequence[CellSpec], results: Sequence[CellResult], out: Path
+) -> list[Path]:
+    """``results.csv``, ``results.md``, ``accuracy.png`` from the finished cells, in grid order."""
+    order = {c.cell_id: i for i, c in enumerate(cells)}
+    ordered = sorted(results, key=lambda r: order.get(r.cell_id, math.inf))
+    files = [write_csv(ordered, out / "results.csv")]
+    markdown = out / "results.md"
+    markdown.write_text(markdown_tables(experiment, ordered), encoding="utf-8")
+    files.append(markdown)
+    files.append(plot_accuracy(experiment, ordered, out / "accuracy.png"))
+    return files
+
+
+def write_sweep(experiment: SweepExperiment, out: Path, *, smoke: bool = False) -> list[Path]:
+    """The planner's sampling-rate sweep: ``sweep.csv``, ``sweep.md``, ``sweep.png``."""
+    from planner import Scenario, sweep
+    from planner.sweep import plot_sweep
+
+    epsilons = experiment.epsilons
+    if smoke:
+        epsilons = experiment.smoke_epsilons or epsilons[:2]
+    scenario = Scenario.model_validate(experiment.scenario)
+    result = sweep(scenario, experiment.group, epsilons, experiment.method)  # type: ignore[arg-type]
+    groups = list(result.sampling_rates)
+    csv_path = out / "sweep.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["epsilon"] + [f"q_{g}" for g in groups] + [f"expected_clients_{g}" for g in groups]
+            + ["noise_energy", "objective", "error"]
+        )
+        for i, eps in enumerate(result.epsilons):
+            writer.writerow(
+                [repr(eps)]
+                + [_number(result.sampling_rates[g][i]) for g in groups]
+                + [_number(result.expected_clients[g][i]) for g in groups]
+                + [_number(result.noise_energy[i]), _number(result.objective[i]), result.errors[i] or ""]
+            )
+    lines = [f"# {experiment.name}", ""]
+    if experiment.description:
+        lines += [experiment.description.strip(), ""]
+    lines += [
+        f"{result.method}: optimal sampling rate q_g of every group as group {result.group_id}'s epsilon varies.",
+        "",
+        "| epsilon | " + " | ".join(f"q {g} (E clients)" for g in groups) + " | noise energy | objective |",
+        "|---|" + "---|" * (len(groups) + 2),
+    ]
+    for i, eps in enumerate(result.epsilons):
+        if result.errors[i]:
+            lines.append(f"| {eps:g} | infeasible: {result.errors[i]} |" + " |" * (len(groups) + 1))
+            continue
+        rates = [
+            f"{result.sampling_rates[g][i]:.4f} ({result.expected_clients[g][i]:.2f})" for g in groups  # type: ignore[str-format]
+        ]
+        lines.append(
+            f"| {eps:g} | " + " | ".join(rates) + f" | {result.noise_energy[i]:.4g} | {result.objective[i]:.4g} |"
+        )
+    md_path = out / "sweep.md"
+    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    png_path = plot_sweep(result, out / "sweep.png")
+    return [csv_path, md_path, png_path]
