@@ -149,7 +149,8 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
     decreasing). An entry that does neither within ``_MAX_TERMS`` terms returns inf.
     """
     q, sigma, alpha = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (sampling_rates, noise_multipliers, alphas))
-    q, sigma, alpha = (np.array(v) for v in np.broadcast_arrays(q, sigma, alpha))
+    zero = np.zeros(np.broadcast(q, sigma, alpha).shape)
+    q, sigma, alpha = q + zero, sigma + zero, alpha + zero  # broadcast copies
     result = np.full(q.size, np.inf)
     if q.size == 0:
         return result
@@ -162,7 +163,7 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
     # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
     log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
     # Per-entry columns, gathered for the entries still running at each chunk.
-    columns = np.stack([alpha, sigma, log_q, log_1mq, z0, inv_two_var, lgamma_alpha, log_tail_const])
+    columns = np.array([alpha, sigma, log_q, log_1mq, z0, inv_two_var, lgamma_alpha, log_tail_const])
 
     active = np.arange(q.size)
     acc = np.full(q.size, -np.inf)
@@ -180,13 +181,14 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
             p_q = np.empty((j.shape[0], 2 * chunk))
             p_q[:, :chunk] = i
             p_q[:, chunk:] = j
-            side = np.repeat((1.0, -1.0), chunk)
+            normal_arg = (z - p_q) / s
+            normal_arg[:, chunk:] *= -1.0  # s1's argument is (j - z0) / sigma
             terms = (
-                np.tile(log_binom, 2)
+                np.concatenate([log_binom, log_binom], axis=1)
                 + p_q * lq
                 + (a - p_q) * l1q  # the power of 1 - q: alpha - (the power of q)
                 + (p_q * p_q - p_q) * itv
-                + special.log_ndtr(side * (z - p_q) / s)
+                + special.log_ndtr(normal_arg)
             )
             acc_active = np.logaddexp(acc[active], _row_logsumexp(terms))
             acc[active] = acc_active
@@ -220,11 +222,11 @@ def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, 
 
 
 def _row_logsumexp(values: np.ndarray) -> np.ndarray:
-    """logsumexp along axis 1 (scipy's is an order of magnitude slower on small arrays)."""
+    """logsumexp along axis 1 (scipy's is an order of magnitude slower on small arrays).
+    The caller ignores divide-by-zero (log 0 = -inf for an all -inf row)."""
     peak = np.max(values, axis=1)
     safe = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore"):
-        return safe + np.log(np.sum(np.exp(values - safe[:, None]), axis=1))
+    return safe + np.log(np.sum(np.exp(values - safe[:, None]), axis=1))
 
 
 def rdp_curve(sampling_rate: float, noise_multiplier: float, grid: OrderGrid | None = None) -> np.ndarray:

@@ -180,7 +180,7 @@ def guided(
     evaluations = 0
     errors: list[tuple[float, float]] = []  # (x, g(x) - model(x)) at evaluated points
     start = min(max(x0, x_min), x_max)
-    previous = start + 0.01
+    previous = start  # no second point yet: _model_root takes a Newton-like step
     known: dict[float, float] = {}  # model values by x: each root search starts from two known ones
 
     def model_at(x: float) -> float:
@@ -252,7 +252,9 @@ def _model_root(
 
     x_a, f_a = x0, shifted(x0)
     if abs(x1 - x0) <= xtol or not x_min <= x1 <= x_max:
-        x1 = min(max(x0 + (0.01 if f_a > 0 else -0.01), x_min), x_max)
+        # a Newton step with a typical slope dg/dx = -1.5 (epsilon ~ sigma^-1.5)
+        step = min(max(abs(f_a) / 1.5, 1e-3), 1.0) if math.isfinite(f_a) else 0.01
+        x1 = min(max(x0 + (step if f_a > 0 else -step), x_min), x_max)
     x_b, f_b = x1, shifted(x1)
     for _ in range(12):
         if not (math.isfinite(f_a) and math.isfinite(f_b)) or f_a == f_b:
