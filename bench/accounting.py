@@ -50,7 +50,10 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     summary = [
         {"metric": "gdpfed rdp calibration, median ms", "value": rdp_median_ms, "target": "< 5"},
         {"metric": "Opacus rdp calibration, median ms", "value": median([r["opacus_ms"] for r in rdp_rows]), "target": "-"},
-        {"metric": "rdp speedup vs Opacus, median x", "value": median([r["speedup"] for r in rdp_rows]), "target": ">= 50"},
+        {"metric": "rdp speedup vs Opacus, ratio of medians x",
+         "value": median([r["opacus_ms"] for r in rdp_rows]) / rdp_median_ms, "target": ">= 50"},
+        {"metric": "rdp speedup vs Opacus, median of per-case ratios x",
+         "value": median([r["speedup"] for r in rdp_rows]), "target": ">= 50"},
         {"metric": "rdp |sigma diff| vs Opacus (default tol), max %",
          "value": max(abs(r["diff_vs_opacus_%"]) for r in rdp_rows), "target": "-"},
         {"metric": "rdp |sigma diff| vs Opacus (tight tol), max %",
