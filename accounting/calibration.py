@@ -167,7 +167,7 @@ def noise_multipliers_rdp(
 
     def g(points: np.ndarray, x: np.ndarray) -> np.ndarray:
         values = rdp.windowed_epsilons(grid, q[points], np.exp(x), t, delta)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = np.log(values / eps[points])
         return np.where(np.isnan(out), np.inf, out)
 
@@ -637,12 +637,15 @@ def _gaussian_rate(t: float, eps: np.ndarray, delta: float) -> np.ndarray:
     """
     log_inv_delta = math.log(1.0 / delta)
     eff_log, eff_eps = np.full_like(eps, log_inv_delta), eps
-    for _ in range(2):
-        total = (np.sqrt(eff_log + eff_eps) - np.sqrt(eff_log)) ** 2
-        alpha = 1.0 + np.sqrt(eff_log / np.maximum(total, 1e-300))
-        eff_log = np.maximum(log_inv_delta - np.log(alpha), 0.1 * log_inv_delta)
-        eff_eps = eps + 1.0 / alpha
-    return (np.sqrt(eff_log + eff_eps) - np.sqrt(eff_log)) ** 2 / t
+    # Extreme inputs may give inf/nan here; this only seeds the search, which checks
+    # every point it uses, so the floating-point warnings are noise.
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for _ in range(2):
+            total = (np.sqrt(eff_log + eff_eps) - np.sqrt(eff_log)) ** 2
+            alpha = 1.0 + np.sqrt(eff_log / np.maximum(total, 1e-300))
+            eff_log = np.maximum(log_inv_delta - np.log(alpha), 0.1 * log_inv_delta)
+            eff_eps = eps + 1.0 / alpha
+        return (np.sqrt(eff_log + eff_eps) - np.sqrt(eff_log)) ** 2 / t
 
 
 def _sigma_guess(q: np.ndarray, t: int, eps: np.ndarray, delta: float) -> np.ndarray:
