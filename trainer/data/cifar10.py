@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.data.federate import federate, split_test, standardize_images
+from trainer.data.federate import federate_images
 
 _ALLOWED = {
     ("numpy", "ndarray"),
@@ -76,26 +75,11 @@ def load_cifar10(
     train_images = np.concatenate([images for images, _ in parts])
     train_labels = np.concatenate([labels for _, labels in parts])
     test_file = directory / "test_batch"
-    if test_file.is_file():
-        test_images, test_labels = read_batch(test_file)
-    else:
-        train_rows, test_rows = split_test(train_labels.size, test_fraction, seed)
-        test_images, test_labels = train_images[test_rows], train_labels[test_rows]
-        train_images, train_labels = train_images[train_rows], train_labels[train_rows]
-    train_x, test_x = standardize_images(train_images, test_images)
-    return federate(
-        name="cifar10",
-        task="classification",
-        train_x=train_x,
-        train_y=torch.from_numpy(train_labels),
-        test_x=test_x,
-        test_y=torch.from_numpy(test_labels),
-        num_classes=10,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
-        max_test_samples=max_test_samples,
+    test = read_batch(test_file) if test_file.is_file() else None
+    return federate_images(
+        "cifar10", (train_images, train_labels), test, num_classes=10,
+        num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
+        test_fraction=test_fraction, max_test_samples=max_test_samples,
     )
 
 

@@ -9,10 +9,9 @@ set's mean and std and shaped ``[1, 8, 8]``.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from trainer.data.dataset import FederatedDataset
-from trainer.data.federate import federate, split_test, standardize_images
+from trainer.data.federate import federate_images
 
 
 def load_digits_dataset(
@@ -30,19 +29,8 @@ def load_digits_dataset(
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)[:, None, :, :]
     labels = np.asarray(bunch.target, dtype=np.int64)
-    train_rows, test_rows = split_test(labels.size, test_fraction, seed)
-    train_x, test_x = standardize_images(images[train_rows], images[test_rows])
-    return federate(
-        name="digits",
-        task="classification",
-        train_x=train_x,
-        train_y=torch.from_numpy(labels[train_rows]),
-        test_x=test_x,
-        test_y=torch.from_numpy(labels[test_rows]),
-        num_classes=10,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
-        max_test_samples=max_test_samples,
+    return federate_images(
+        "digits", (images, labels), None, num_classes=10,
+        num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
+        test_fraction=test_fraction, max_test_samples=max_test_samples,
     )

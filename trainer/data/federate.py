@@ -99,6 +99,52 @@ def federate(
     )
 
 
+def federate_images(
+    name: str,
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray] | None,
+    *,
+    num_classes: int | None,
+    num_clients: int,
+    partition: str,
+    alpha: float,
+    seed: int,
+    test_fraction: float,
+    max_test_samples: int | None,
+) -> FederatedDataset:
+    """NCHW ``(images, labels)`` arrays -> a classification ``FederatedDataset``.
+
+    The image loaders share this tail: without a ``test`` pair a seeded ``test_fraction``
+    of ``train`` is held out (``split_test``), pixels are standardised by the training
+    part (``standardize_images``) and the rows are partitioned (``federate``).
+    ``num_classes=None`` means one more than the largest label in train or test.
+    """
+    train_images, train_labels = train
+    if test is None:
+        train_rows, test_rows = split_test(train_labels.size, test_fraction, seed)
+        test_images, test_labels = train_images[test_rows], train_labels[test_rows]
+        train_images, train_labels = train_images[train_rows], train_labels[train_rows]
+    else:
+        test_images, test_labels = test
+    if num_classes is None:
+        num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+    train_x, test_x = standardize_images(train_images, test_images)
+    return federate(
+        name=name,
+        task="classification",
+        train_x=train_x,
+        train_y=torch.from_numpy(train_labels),
+        test_x=test_x,
+        test_y=torch.from_numpy(test_labels),
+        num_classes=num_classes,
+        partition=partition,
+        num_clients=num_clients,
+        alpha=alpha,
+        seed=seed,
+        max_test_samples=max_test_samples,
+    )
+
+
 def split_test(num_samples: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded ``(train_rows, test_rows)`` for data that comes without a test part."""
     if not 0 < test_fraction < 1:

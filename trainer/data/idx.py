@@ -16,11 +16,10 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.data.federate import federate, split_test, standardize_images
+from trainer.data.federate import federate_images
 
 IMAGES_MAGIC = 0x00000803
 LABELS_MAGIC = 0x00000801
@@ -97,25 +96,10 @@ def load_idx(
             )
         return images[:, None, :, :], labels
 
-    train_images, train_labels = pair("train")
-    if ("t10k", "images") in files and ("t10k", "labels") in files:
-        test_images, test_labels = pair("t10k")
-    else:
-        train_rows, test_rows = split_test(train_labels.size, test_fraction, seed)
-        test_images, test_labels = train_images[test_rows], train_labels[test_rows]
-        train_images, train_labels = train_images[train_rows], train_labels[train_rows]
-    train_x, test_x = standardize_images(train_images, test_images)
-    return federate(
-        name=f"idx:{directory.name}",
-        task="classification",
-        train_x=train_x,
-        train_y=torch.from_numpy(train_labels),
-        test_x=test_x,
-        test_y=torch.from_numpy(test_labels),
-        num_classes=int(max(train_labels.max(), test_labels.max())) + 1,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
-        max_test_samples=max_test_samples,
+    has_test = ("t10k", "images") in files and ("t10k", "labels") in files
+    return federate_images(
+        f"idx:{directory.name}", pair("train"), pair("t10k") if has_test else None,
+        num_classes=None,  # IDX files do not say how many classes; the labels do
+        num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
+        test_fraction=test_fraction, max_test_samples=max_test_samples,
     )

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.data.federate import federate, split_test, standardize_images
+from trainer.data.federate import federate_images
 
 
 def read_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -59,24 +58,9 @@ def load_svhn(
         raise InvalidInputError("dataset", f"{str(path)!r} has no train_32x32.mat")
     train_images, train_labels = read_mat(train_file)
     test_file = path / "test_32x32.mat" if path.is_dir() else None
-    if test_file is not None and test_file.is_file():
-        test_images, test_labels = read_mat(test_file)
-    else:
-        train_rows, test_rows = split_test(train_labels.size, test_fraction, seed)
-        test_images, test_labels = train_images[test_rows], train_labels[test_rows]
-        train_images, train_labels = train_images[train_rows], train_labels[train_rows]
-    train_x, test_x = standardize_images(train_images, test_images)
-    return federate(
-        name="svhn",
-        task="classification",
-        train_x=train_x,
-        train_y=torch.from_numpy(train_labels),
-        test_x=test_x,
-        test_y=torch.from_numpy(test_labels),
-        num_classes=10,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
-        max_test_samples=max_test_samples,
+    test = read_mat(test_file) if test_file is not None and test_file.is_file() else None
+    return federate_images(
+        "svhn", (train_images, train_labels), test, num_classes=10,
+        num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
+        test_fraction=test_fraction, max_test_samples=max_test_samples,
     )

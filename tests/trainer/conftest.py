@@ -1,8 +1,10 @@
+"""Fixtures shared by the trainer's data and engine tests: the plays file and a tiny play."""
+
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
