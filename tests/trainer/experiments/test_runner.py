@@ -71,7 +71,7 @@ def check_outputs(out: Path, cells: int) -> None:
     assert matplotlib.image.imread(png).ndim == 3
 
 
-@pytest.mark.parametrize("name", ["noise", "keep_ratio"])
+@pytest.mark.parametrize("name", ["main", "noise", "keep_ratio", "noniid", "preferences", "clip"])
 def test_smoke_run_of_a_config(name, tmp_path):
     out = tmp_path / name
     summary = run_experiment(REPO / "experiments" / f"{name}.yaml", out, smoke=True, log=quiet)
