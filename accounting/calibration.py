@@ -10,7 +10,7 @@ after them (docs/accounting.md §7.5).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -353,17 +353,12 @@ def _prv_noise(
         fallback, rdp_error = None, exc
         start = float(_sigma_guess(np.array([q]), t, np.array([target]), delta)[0])
     spent = [_as_tuple(p) for p in phases]
-    limit = prv.CALIBRATION_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    try:
-        sigma, bounds, spent_upper, at_floor = prv.run_isolated(
-            _prv_noise_job, (q, t, target, delta, spent, start), limit
-        )
-    except prv.PrvFailure as failure:
-        if fallback is None:
-            raise InfeasibleError(f"{rdp_error.message if rdp_error else ''} (prv: {failure.reason})") from None
-        return fallback.model_copy(
-            update={"accountant": "prv", "fallback": True, "reason": f"{failure.reason}; fell back to rdp"}
-        )
+    outcome = _fenced_or_fallback(
+        _prv_noise_job, (q, t, target, delta, spent, start), time_limit_s, fallback, rdp_error
+    )
+    if isinstance(outcome, Calibration):
+        return outcome
+    sigma, bounds, spent_upper, at_floor = outcome
     return Calibration(
         solved_for="noise_multiplier",
         sampling_rate=q,
@@ -377,6 +372,30 @@ def _prv_noise(
         reason=f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if at_floor else None,
         spent_epsilon=spent_upper,
     )
+
+
+def _fenced_or_fallback(
+    job: Any,
+    args: tuple[Any, ...],
+    time_limit_s: float | None,
+    fallback: Calibration | None,
+    rdp_error: InfeasibleError | None,
+) -> Any:
+    """Run a PRV calibration job in its fenced child process (docs/accounting.md §5.3).
+
+    Returns the job's result, or, when PRV fails, times out or returns bad numbers, rdp's
+    answer for the same question marked ``fallback`` with the reason. With no rdp answer
+    either, the question is infeasible under both accountants.
+    """
+    limit = prv.CALIBRATION_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    try:
+        return prv.run_isolated(job, args, limit)
+    except prv.PrvFailure as failure:
+        if fallback is None:
+            raise InfeasibleError(f"{rdp_error.message if rdp_error else ''} (prv: {failure.reason})") from None
+        return fallback.model_copy(
+            update={"accountant": "prv", "fallback": True, "reason": f"{failure.reason}; fell back to rdp"}
+        )
 
 
 def _prv_noise_job(
@@ -414,15 +433,12 @@ def _prv_rate(
     except InfeasibleError as exc:
         fallback, rdp_error, start = None, exc, RATE_MIN
     spent = [_as_tuple(p) for p in phases]
-    limit = prv.CALIBRATION_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    try:
-        rate, bounds, spent_upper = prv.run_isolated(_prv_rate_job, (sigma, t, target, delta, spent, start), limit)
-    except prv.PrvFailure as failure:
-        if fallback is None:
-            raise InfeasibleError(f"{rdp_error.message if rdp_error else ''} (prv: {failure.reason})") from None
-        return fallback.model_copy(
-            update={"accountant": "prv", "fallback": True, "reason": f"{failure.reason}; fell back to rdp"}
-        )
+    outcome = _fenced_or_fallback(
+        _prv_rate_job, (sigma, t, target, delta, spent, start), time_limit_s, fallback, rdp_error
+    )
+    if isinstance(outcome, Calibration):
+        return outcome
+    rate, bounds, spent_upper = outcome
     return Calibration(
         solved_for="sampling_rate",
         sampling_rate=rate,
@@ -456,17 +472,12 @@ def _prv_rounds(
     except InfeasibleError as exc:
         fallback, rdp_error, start = None, exc, 1
     spent = [_as_tuple(p) for p in phases]
-    limit = prv.CALIBRATION_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    try:
-        count, bounds, spent_upper = prv.run_isolated(
-            _prv_rounds_job, (q, sigma, target, delta, spent, start), limit
-        )
-    except prv.PrvFailure as failure:
-        if fallback is None:
-            raise InfeasibleError(f"{rdp_error.message if rdp_error else ''} (prv: {failure.reason})") from None
-        return fallback.model_copy(
-            update={"accountant": "prv", "fallback": True, "reason": f"{failure.reason}; fell back to rdp"}
-        )
+    outcome = _fenced_or_fallback(
+        _prv_rounds_job, (q, sigma, target, delta, spent, start), time_limit_s, fallback, rdp_error
+    )
+    if isinstance(outcome, Calibration):
+        return outcome
+    count, bounds, spent_upper = outcome
     achieved = bounds[2] if bounds is not None else (spent_upper if spent_upper is not None else 0.0)
     return _rounds_result(count, q, sigma, delta, target, achieved, "prv", "prv", spent_upper)
 
