@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from accounting.errors import InfeasibleError
+from planner.waterfill import repair_total
 
 Cost = Callable[[np.ndarray], np.ndarray]  # x: (n_items, k) -> f_j(x[j, :]) with the same shape
 
@@ -201,20 +202,6 @@ def _polish(cost: Cost, w: np.ndarray, total: float, lo: np.ndarray, hi: np.ndar
     if abs(float(w @ candidate) - total) <= 1e-12 * scale and objective(candidate) < objective(start):
         return candidate
     return start
-
-
-def repair_total(x: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
-    """Spread the floating-point residual of ``sum w x = total`` over items with room."""
-    for _ in range(4):
-        residual = total - float(np.dot(w, x))
-        if residual == 0.0:
-            break
-        room = (hi - x) if residual > 0 else (x - lo)
-        capacity = float(np.dot(w, room))
-        if capacity <= 0:
-            break
-        x = np.clip(x + np.sign(residual) * room * min(1.0, abs(residual) / capacity), lo, hi)
-    return x
 
 
 def _golden_minimise(fn: Cost, left: np.ndarray, right: np.ndarray, iterations: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from accounting.errors import InfeasibleError
-from planner.allocate import repair_total
+from planner.waterfill import repair_total
 from planner.curves import NoiseCurves, subset_curves
 
 NO_NOISE, SINGLE, SHARED = 0, 1, 2

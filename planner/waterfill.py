@@ -74,7 +74,7 @@ def waterfill_qp(
         lam = _newton_multiplier(a, b, w, lo, hi, total, floor, ceiling)
         if lam is not None:
             x = np.clip((lam * w - a) / (2.0 * b), lo, hi)
-            return WaterfillResult(_repair_total(x, w, lo, hi, total), lam)
+            return WaterfillResult(repair_total(x, w, lo, hi, total), lam)
     linear_only = ~strict
     b_safe = np.where(strict, b, 1.0)
     threshold = a / w
@@ -127,7 +127,7 @@ def waterfill_qp(
         # total lies strictly inside (points[j-1], points[j]): S is affine there.
         lam = (total - prev_icpt) / prev_slope
         x = _stationary(a, b_safe, w, lo, hi, strict, lam)
-    x = _repair_total(x, w, lo, hi, total)
+    x = repair_total(x, w, lo, hi, total)
     return WaterfillResult(x, float(lam))
 
 
@@ -193,13 +193,13 @@ def _stationary(
     return np.where(strict, interior, linear_x)
 
 
-def _repair_total(x: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
+def repair_total(x: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
     """Remove the last floating-point residual of ``sum w x = total``.
 
-    The residual (a few ulps) is spread over groups with room on the needed side, in
+    The residual (a few ulps) is spread over items with room on the needed side, in
     proportion to that room, so bounds stay satisfied and the equality holds to ~1e-15.
     """
-    for _ in range(3):
+    for _ in range(4):
         residual = total - float(np.dot(w, x))
         if residual == 0.0:
             break
@@ -207,8 +207,7 @@ def _repair_total(x: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
         capacity = float(np.dot(w, room))
         if capacity <= 0:
             break
-        x = x + np.sign(residual) * room * min(1.0, abs(residual) / capacity)
-        x = np.clip(x, lo, hi)
+        x = np.clip(x + np.sign(residual) * room * min(1.0, abs(residual) / capacity), lo, hi)
     return x
 
 
