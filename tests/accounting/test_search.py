@@ -9,6 +9,7 @@ import pytest
 
 import accounting
 from accounting import rdp, search
+from bench.accounting import CASES as BENCH_CASES
 from tests.accounting.conftest import random_cases
 
 XTOL = math.log1p(1e-4)
@@ -98,18 +99,7 @@ def test_noise_multiplier_uses_few_objective_evaluations(monkeypatch: pytest.Mon
         return found
 
     monkeypatch.setattr(search, "guided", counting)
-    cases = [
-        (0.01, 1000, 1.0, 1e-5),
-        (0.1, 100, 1.0, 1e-3),
-        (0.05, 500, 3.61, 1e-4),
-        (0.001, 2000, 0.5, 1e-6),
-        (0.02, 300, 8.0, 1e-5),
-        (1.0, 10, 4.0, 1e-5),
-        (0.004, 5000, 2.0, 1e-5),
-        (0.1, 1000, 10.0, 1e-5),
-        (0.3, 50, 6.0, 1e-6),
-        (0.005, 800, 0.8, 1e-5),
-    ]
+    cases = BENCH_CASES  # the same ten inputs as `gdpfed bench accounting`
     for q, t, eps, delta in cases:
         result = accounting.noise_multiplier(q, t, eps, delta)
         assert result.epsilon <= eps
