@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from app.errors import not_found
 
 T = TypeVar("T")
 
@@ -111,3 +113,17 @@ def with_busy_retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 
             spread = 0.5 + (threading.get_ident() % 97) / 97
             time.sleep(base_delay * (2**attempt) * spread)
     raise AssertionError("unreachable")
+
+
+Row = TypeVar("Row")
+
+
+def get_or_404(session: Session, model: type[Row], key: str, what: str, *, lock: bool = False) -> Row:
+    """The row of ``model`` with primary key ``key`` (``FOR UPDATE`` when ``lock``), or 404."""
+    query = select(model).where(model.id == key)  # type: ignore[attr-defined]
+    if lock:
+        query = query.with_for_update()
+    row = session.scalar(query)
+    if row is None:
+        raise not_found(what, key)
+    return row

@@ -19,9 +19,9 @@ from accounting.errors import InvalidInputError
 from planner import make_plan, replan
 from planner.schema import Changes, Plan, RequestedMethod, Scenario
 
-from app.db import with_busy_retry, write_transaction
+from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
-from app.errors import conflict, not_found
+from app.errors import conflict
 from app.models import PlanRecord
 from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan
 from app.services import ledger as ledger_service
@@ -91,13 +91,7 @@ def store_plan(session: Session, plan: Plan, *, created_by: str | None,
 
 
 def load_record(session: Session, plan_id: str, *, lock: bool = False) -> PlanRecord:
-    query = select(PlanRecord).where(PlanRecord.id == plan_id)
-    if lock:
-        query = query.with_for_update()
-    record = session.scalar(query)
-    if record is None:
-        raise not_found("plan", plan_id)
-    return record
+    return get_or_404(session, PlanRecord, plan_id, "plan", lock=lock)
 
 
 def child_of(session: Session, plan_id: str) -> PlanRecord | None:

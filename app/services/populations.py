@@ -28,7 +28,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from accounting.errors import GdpfedError, InvalidInputError
 from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario
 
-from app.db import with_busy_retry, write_transaction
+from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import conflict, not_found
 from app.models import PlanRecord, Population, PopulationChange, PopulationGroup, utc_now
@@ -90,13 +90,7 @@ def _group_row(population_pk: int, position: int, spec: GroupSpec) -> Population
 
 
 def _load(session: Session, population_id: str, *, lock: bool = False) -> Population:
-    query = select(Population).where(Population.id == population_id)
-    if lock:
-        query = query.with_for_update()
-    population = session.scalar(query)
-    if population is None:
-        raise not_found("population", population_id)
-    return population
+    return get_or_404(session, Population, population_id, "population", lock=lock)
 
 
 def _groups(session: Session, population: Population) -> list[PopulationGroup]:
