@@ -1,0 +1,180 @@
+"""The privacy ledger: what a plan's rounds spend, for every package that reports it.
+
+This is the one place that turns "n rounds of plan P have run" into each group's history
+of phases and the epsilon it adds up to (docs/ledger.md §1-§3). The trainer's run ledger
+(``trainer.run.ledger``) and the service's ledger (``app.services.ledger``) are thin
+wrappers around it: they only decide *how many* rounds count, never *what* a round costs.
+Two copies of this knowledge once drifted into a privacy bug (the service composed each
+group with its pool's multiplier instead of the group's effective one).
+
+The mechanism of one round for a client of group g in pool P is one step of the
+Poisson(q_g)-subsampled Gaussian with multiplier ``sigma_g = noise_std_P / C_g``, the
+group's *effective* noise multiplier (``sigma_P`` when every clip norm in the pool is the
+scenario's; docs/ledger.md §1). A group's history after ``n`` rounds of a plan is the
+phases its parents spent (``phases[:spent_phase_count]``) followed by
+``Phase(q_g, sigma_g, n)``. Every round counts for every group, sampled or not, aborted or
+not: counting can only overstate the loss, never understate it (docs/ledger.md §2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from accounting.errors import InvalidInputError
+from accounting.mechanism import Phase
+from planner.schema import GroupPlan, Plan
+
+EpsilonFn = Callable[[Sequence[Phase], float, str], float]
+
+
+def default_epsilon_fn(phases: Sequence[Phase], delta: float, accountant: str) -> float:
+    """``accounting.epsilon_of_phases(phases, delta, accountant).epsilon``."""
+    from accounting import epsilon_of_phases
+
+    return float(epsilon_of_phases(list(phases), delta, accountant).epsilon)  # type: ignore[arg-type]
+
+
+def effective_noise_multiplier(plan: Plan, group: GroupPlan) -> float:
+    """sigma_g = noise_std_P / C_g: the multiplier one client of ``group`` is protected by.
+
+    Per-group clip norms (``idp_scale``) give each group of a pool its own multiplier;
+    the pool's ``noise_multiplier`` is only right when the group's clip norm is the
+    scenario's (docs/ledger.md §1).
+    """
+    if group.effective_noise_multiplier is not None:
+        return float(group.effective_noise_multiplier)
+    pool = plan.pool(group.pool)
+    if pool.noise_std > 0 and group.clip_norm > 0:
+        return float(pool.noise_std / group.clip_norm)
+    return float(pool.noise_multiplier)
+
+
+def spent_history(plan: Plan, group: GroupPlan) -> list[Phase]:
+    """The phases ``group`` spent under ``plan``'s parents: ``phases[:spent_phase_count]``.
+
+    What follows them in the document must be the plan's own phase,
+    ``Phase(q_g, sigma_g, plan.rounds)``, exactly as the plan will run it; a document whose
+    own phase is anything else (hand-edited, or inconsistent with its pools) is refused,
+    because a ledger that counted a phase other than the one run would be wrong.
+    """
+    history = list(group.phases[: group.spent_phase_count])
+    own = group.phases[group.spent_phase_count :]
+    sigma = effective_noise_multiplier(plan, group)
+    runs = group.sampling_rate > 0 and sigma > 0 and plan.rounds > 0
+    if own:
+        matches = (
+            runs
+            and len(own) == 1
+            and math.isclose(own[0].sampling_rate, group.sampling_rate, rel_tol=1e-9)
+            and math.isclose(own[0].noise_multiplier, sigma, rel_tol=1e-9)
+            and own[0].steps == plan.rounds
+        )
+        if not matches:
+            raise InvalidInputError(
+                f"groups.{group.id}.phases",
+                f"this plan's own phase {own} is not the one it runs (sampling_rate "
+                f"{group.sampling_rate}, noise_multiplier {sigma}, {plan.rounds} rounds)",
+            )
+    elif runs and group.epsilon is not None:
+        raise InvalidInputError(
+            f"groups.{group.id}.phases", "lists no phase for this plan although the group is sampled with noise"
+        )
+    return history
+
+
+def merge_phases(phases: Sequence[Phase]) -> list[Phase]:
+    """Consecutive phases with the same (sampling_rate, noise_multiplier) as one phase.
+
+    Composition is additive in steps for identical mechanisms, so merging changes no
+    epsilon; it only makes histories of different lengths comparable.
+    """
+    merged: list[Phase] = []
+    for phase in phases:
+        if phase.steps <= 0:
+            continue
+        last = merged[-1] if merged else None
+        if last is not None and (last.sampling_rate, last.noise_multiplier) == (
+            phase.sampling_rate,
+            phase.noise_multiplier,
+        ):
+            merged[-1] = Phase(
+                sampling_rate=last.sampling_rate, noise_multiplier=last.noise_multiplier, steps=last.steps + phase.steps
+            )
+        else:
+            merged.append(phase)
+    return merged
+
+
+def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[Phase]:
+    """The group's full history after ``rounds_run`` rounds of ``plan`` (docs/ledger.md §2).
+
+    Spent phases of the parents, then ``Phase(q_g, sigma_g, rounds_run)`` if the group is
+    sampled with noise in this plan. Phases without noise (an opted-out group sampled
+    while it had no DP) are kept out of the list; ``is_unprotected`` reports them.
+    """
+    if not 0 <= rounds_run <= plan.rounds:
+        raise InvalidInputError("rounds_run", f"must be from 0 to the plan's {plan.rounds} rounds, got {rounds_run}")
+    phases = [p for p in spent_history(plan, group) if p.noise_multiplier > 0]
+    sigma = effective_noise_multiplier(plan, group)
+    if rounds_run > 0 and group.sampling_rate > 0 and sigma > 0:
+        phases.append(Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=rounds_run))
+    return phases
+
+
+def is_unprotected(plan: Plan, group: GroupPlan, rounds_run: int) -> bool:
+    """True when the group has no finite epsilon: it opted out, its pool has no noise, or
+    it was ever sampled without noise (``unprotected_rounds``, or a noiseless spent phase)."""
+    if group.epsilon is None or group.unprotected_rounds > 0:
+        return True
+    if any(p.noise_multiplier <= 0 for p in group.phases[: group.spent_phase_count]):
+        return True
+    sampled_now = rounds_run > 0 and group.sampling_rate > 0
+    return sampled_now and effective_noise_multiplier(plan, group) <= 0
+
+
+def ledger_accountant(plan_accountant: str, *, per_round: bool = False) -> str:
+    """The accountant a ledger uses for a plan of accountant ``plan_accountant``.
+
+    ``closed_form`` -> ``rdp``: the paper's formula describes one phase and can under-state
+    epsilon outside its lemma's conditions (docs/accounting.md §6), so a ledger never uses
+    it. ``per_round`` (progress logs, one value per round) also maps ``prv`` to ``rdp``: a
+    PRV call takes about half a second; rdp is an upper bound too, so neither is
+    optimistic. The figure of record (run summary, service ledger) uses ``per_round=False``.
+    """
+    if plan_accountant == "closed_form":
+        return "rdp"
+    if per_round and plan_accountant == "prv":
+        return "rdp"
+    return plan_accountant
+
+
+def epsilon_spent(
+    plan: Plan,
+    group: GroupPlan,
+    rounds_run: int,
+    *,
+    per_round: bool = False,
+    epsilon_fn: EpsilonFn | None = None,
+) -> float | None:
+    """Epsilon of the group's history after ``rounds_run`` rounds (``None``: no DP).
+
+    0 when nothing was spent yet; otherwise ``epsilon_of_phases`` of ``group_history``
+    at the plan's delta under ``ledger_accountant`` (docs/ledger.md §3).
+    """
+    if is_unprotected(plan, group, rounds_run):
+        return None
+    phases = group_history(plan, group, rounds_run)
+    if not phases:
+        return 0.0
+    compute = epsilon_fn or default_epsilon_fn
+    return float(compute(phases, plan.scenario.delta, ledger_accountant(plan.accountant, per_round=per_round)))
+
+
+def spent_by_group(
+    plan: Plan, rounds_run: int, *, per_round: bool = False, epsilon_fn: EpsilonFn | None = None
+) -> dict[str, float | None]:
+    """``epsilon_spent`` of every group of the plan, in the plan's order."""
+    return {
+        g.id: epsilon_spent(plan, g, rounds_run, per_round=per_round, epsilon_fn=epsilon_fn) for g in plan.groups
+    }
