@@ -45,3 +45,13 @@ class InfeasibleError(GdpfedError):
     """
 
     code = "infeasible"
+
+
+class BudgetConflictError(InvalidInputError):
+    """A new budget below what a group has already spent (docs/planning.md §9).
+
+    Privacy already spent cannot be taken back, so such a change is refused everywhere
+    with this one rule: HTTP 409 (re-plan and population changes alike), CLI exit 2.
+    """
+
+    code = "budget_conflict"

@@ -16,10 +16,10 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
+from accounting.errors import BudgetConflictError, GdpfedError, InfeasibleError, InvalidInputError
 
 logger = logging.getLogger("gdpfed.app")
 
@@ -45,6 +45,10 @@ class ErrorBody(BaseModel):
     code: str
     message: str
     field: str | None = None
+    superseded_by: str | None = Field(
+        None, description="code superseded: the plan that covers this round (its re-plan)"
+    )
+    start_round: int | None = Field(None, description="code superseded: the round the re-plan starts at")
 
 
 class ServiceError(GdpfedError):
@@ -55,12 +59,13 @@ class ServiceError(GdpfedError):
     """
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.field = field
         self.headers = headers
+        self.extra = dict(extra or {})
 
 
 def not_found(what: str, identifier: str) -> ServiceError:
@@ -78,9 +83,20 @@ def compute_timeout(seconds: float) -> ServiceError:
     )
 
 
+def superseded(plan_id: str, round_index: int, child_id: str, child_start: int) -> ServiceError:
+    """409 for a round that belongs to the plan's re-plan (docs/ledger.md §4)."""
+    return ServiceError(
+        409, "superseded",
+        f"round {round_index} belongs to the re-plan {child_id!r} of plan {plan_id!r} (which starts at "
+        f"round {child_start}); fetch that plan and report the round there",
+        field="round_index",
+        extra={"superseded_by": child_id, "start_round": child_start},
+    )
+
+
 def error_response(status: int, code: str, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(code=code, message=message, field=field)
+                   headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
+    body = ErrorBody(code=code, message=message, field=field, **(extra or {}))
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
@@ -106,7 +122,11 @@ def validation_response(errors: list[Any]) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers, exc.extra)
+
+    @app.exception_handler(BudgetConflictError)
+    async def _budget(_request: Request, exc: BudgetConflictError) -> JSONResponse:
+        return error_response(409, exc.code, exc.message, exc.field)
 
     @app.exception_handler(InvalidInputError)
     async def _invalid(_request: Request, exc: InvalidInputError) -> JSONResponse:

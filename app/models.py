@@ -137,3 +137,6 @@ class LedgerRound(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     reported_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # "started": claimed by an attached trainer before it ran the round (counted as spent);
+    # "completed": its outcome (aborted pools, metrics) has arrived (docs/ledger.md §4).
+    status: Mapped[str] = mapped_column(String(16), default="completed", server_default="completed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -25,6 +25,7 @@ PoolId = Annotated[str, Field(min_length=1, max_length=64)]
 MetricName = Annotated[str, Field(min_length=1, max_length=64)]
 # SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+RoundStatus = Literal["started", "completed"]
 
 
 class _Input(BaseModel):
@@ -74,6 +75,9 @@ class StoredPlan(Plan):
     created_at: UtcDatetime
     created_by: str | None = None
     population_id: str | None = None
+    superseded_by: str | None = Field(
+        None, description="id of this plan's re-plan (which covers the rounds from its start_round on)"
+    )
 
 
 class PlanSummary(BaseModel):
@@ -110,6 +114,11 @@ class RoundReport(_Input):
         ..., ge=0, le=10**9,
         description="GLOBAL round index: plan.start_round <= round_index < plan.start_round + plan.rounds",
     )
+    status: RoundStatus = Field(
+        "completed",
+        description="started: claim the round before running it (an attached trainer; the round counts "
+        "as spent from then on); completed: the round ran, with its aborted pools and metrics",
+    )
     aborted_pools: list[PoolId] = Field(default_factory=list, max_length=10_000)
     metrics: dict[MetricName, Annotated[float | None, AfterValidator(_finite_or_none)]] = Field(
         default_factory=dict, max_length=256,
@@ -121,6 +130,7 @@ class RoundReport(_Input):
 class RoundRecord(BaseModel):
     plan_id: str
     round_index: int
+    status: RoundStatus = "completed"
     aborted_pools: list[str]
     metrics: dict[str, float | None]
     reported_at: UtcDatetime
@@ -147,8 +157,8 @@ class LedgerOut(BaseModel):
     rounds_reported: int = Field(description="distinct rounds of this plan reported")
     last_round_index: int | None = None
     rounds_counted: int = Field(
-        description="rounds of this plan counted as spent: every round up to the last reported "
-        "one (a lost report never hides privacy spent)"
+        description="rounds of this plan counted as spent: every round up to the last one claimed "
+        "or reported (a lost report never hides privacy spent)"
     )
     superseded_by: str | None = None
     groups: list[GroupLedger]

@@ -14,6 +14,7 @@ import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 import accounting
+from accounting import prv
 from accounting.closed_form import closed_form_sigma
 from accounting.errors import InfeasibleError
 from accounting.mechanism import Phase
@@ -184,12 +185,49 @@ def verify_group(phases: Sequence[Phase], delta: float, accountant: str) -> Epsi
     return accounting.epsilon_of_phases(list(phases), delta, name)
 
 
-def prv_upper(phases: Sequence[Phase], delta: float) -> float | None:
-    """The PRV upper bound on epsilon for ``report_prv`` (None when prv fell back to rdp)."""
-    report = accounting.epsilon_of_phases(list(phases), delta, "prv")
-    if report.fallback:
-        return None
-    return float(report.upper if report.upper is not None else report.epsilon)
+# All of a plan's report_prv bounds share one deadline: the report is optional extra
+# information (the plan is verified with its own accountant), so it must never make a
+# planning request slow (issue 9: 12 groups x 97527 rounds took 17 s one call at a time).
+PRV_REPORT_TIME_LIMIT_S = 5.0
+
+
+def prv_uppers(histories: Sequence[Sequence[Phase]], delta: float) -> tuple[list[float | None], str | None]:
+    """The PRV upper bound on epsilon of each history, for ``report_prv`` (docs/accounting.md §5).
+
+    One isolated child computes every distinct history in turn within
+    ``PRV_REPORT_TIME_LIMIT_S`` in all; a history PRV cannot bound (or every history, when
+    the deadline passes) gets ``None`` and the reason is returned for the plan's warnings.
+    """
+    distinct: dict[tuple[tuple[float, float, int], ...], int] = {}
+    for history in histories:
+        key = tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in history)
+        distinct.setdefault(key, len(distinct))
+    jobs = []
+    for key in distinct:
+        reference = accounting.epsilon_of_phases([Phase(sampling_rate=q, noise_multiplier=z, steps=t)
+                                                  for q, z, t in key], delta, "rdp").epsilon
+        jobs.append((list(key), prv.eps_error_for(reference)))
+    try:
+        uppers = prv.run_isolated(_prv_uppers_job, (jobs, delta), PRV_REPORT_TIME_LIMIT_S)
+    except prv.PrvFailure as failure:
+        return [None] * len(histories), f"report_prv: {failure.reason}; epsilon_spent_prv_upper left null"
+    result = []
+    for history in histories:
+        key = tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in history)
+        result.append(uppers[distinct[key]])
+    missing = sum(value is None for value in result)
+    reason = f"report_prv: prv could not bound {missing} group(s); left null" if missing else None
+    return result, reason
+
+
+def _prv_uppers_job(jobs: list[tuple[list[tuple[float, float, int]], float]], delta: float) -> list[float | None]:
+    uppers: list[float | None] = []
+    for tuples, eps_error in jobs:
+        try:
+            uppers.append(float(prv.bounds_in_process(tuples, delta, eps_error)[2]))
+        except (prv.PrvFailure, ArithmeticError, ValueError, MemoryError):
+            uppers.append(None)
+    return uppers
 
 
 def max_sampling_rate(

@@ -227,8 +227,8 @@ def _group_plans(
     hist: History,
     warnings: list[str],
 ) -> list[GroupPlan]:
-    s = problem.scenario
     pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
+    prv_upper_of = _prv_report(problem, design, reports, phases, warnings)
     plans = []
     for g in range(problem.n_groups):
         p = pool_of[g]
@@ -249,8 +249,7 @@ def _group_plans(
                     f"{problem.label(g)}: its spent history already gives epsilon {eps_spent:.4g}, above "
                     "its budget; it is not sampled again"
                 )
-            if s.report_prv and phases[g]:
-                prv_upper = calibration.prv_upper(phases[g], s.delta)
+            prv_upper = prv_upper_of.get(g)
         plans.append(
             GroupPlan(
                 id=problem.ids[g],
@@ -275,6 +274,26 @@ def _group_plans(
             )
         )
     return plans
+
+
+def _prv_report(
+    problem: Problem,
+    design: Design,
+    reports: dict[int, tuple[object, bool]],
+    phases: dict[int, list[Phase]],
+    warnings: list[str],
+) -> dict[int, float | None]:
+    """``report_prv``: every reported group's PRV upper bound, in one call with one deadline."""
+    s = problem.scenario
+    if not s.report_prv or design.noise_rule == "none":
+        return {}
+    wanted = [g for g in range(problem.n_groups) if problem.private[g] and g in reports and phases[g]]
+    if not wanted:
+        return {}
+    uppers, reason = calibration.prv_uppers([phases[g] for g in wanted], s.delta)
+    if reason:
+        warnings.append(reason)
+    return dict(zip(wanted, uppers))
 
 
 def _pool_plans(

@@ -133,6 +133,13 @@ def is_unprotected(plan: Plan, group: GroupPlan, rounds_run: int) -> bool:
     return sampled_now and effective_noise_multiplier(plan, group) <= 0
 
 
+def rounds_sampled(plan: Plan, group: GroupPlan, rounds_run: int) -> int:
+    """Rounds in which the group was sampled at a nonzero rate, with or without noise:
+    its parents' (noisy phases and ``unprotected_rounds``) and this plan's ``rounds_run``."""
+    spent = sum(p.steps for p in group.phases[: group.spent_phase_count] if p.sampling_rate > 0)
+    return spent + group.unprotected_rounds + (rounds_run if group.sampling_rate > 0 else 0)
+
+
 def ledger_accountant(plan_accountant: str, *, per_round: bool = False) -> str:
     """The accountant a ledger uses for a plan of accountant ``plan_accountant``.
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accounting import noise_multiplier
-from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInputError
 from accounting.mechanism import Phase
+from planner import ledger as plan_ledger
 from planner.calibration import verify_group
 from planner.finalize import History
 from planner.plan import compare_problem, plan_problem
@@ -43,6 +44,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
         )
 
     history, unprotected, statuses = _histories(plan, rounds_done)
+    _refuse_budgets_below_spent(plan, changes, history, unprotected)
     specs, statuses, notes = _apply_changes(plan, changes, statuses)
     for spec in specs:
         history.setdefault(spec.id, [])
@@ -86,22 +88,55 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
 
 
 def _histories(plan: Plan, rounds_done: int) -> tuple[dict[str, list[Phase]], dict[str, int], dict[str, str]]:
-    """Spent phases (parent history + the rounds of the parent's own phase that ran)."""
+    """Spent phases after ``rounds_done`` rounds of ``plan`` (``planner.ledger.group_history``,
+    the ledger's own answer), rounds sampled without noise, and each group's status."""
     history: dict[str, list[Phase]] = {}
     unprotected: dict[str, int] = {}
     statuses: dict[str, str] = {}
     for group in plan.groups:
-        spent = list(group.phases[: group.spent_phase_count])
-        own = group.phases[group.spent_phase_count :]
-        if own and rounds_done > 0:
-            phase = own[0]
-            spent.append(Phase(sampling_rate=phase.sampling_rate, noise_multiplier=phase.noise_multiplier, steps=rounds_done))
-        history[group.id] = spent
-        ran_without_noise = group.epsilon is None or plan.method == "nonprivate"
-        extra = rounds_done if ran_without_noise and group.sampling_rate > 0 else 0
+        history[group.id] = plan_ledger.group_history(plan, group, rounds_done)
+        ran_without_noise = group.sampling_rate > 0 and (
+            group.epsilon is None or plan_ledger.effective_noise_multiplier(plan, group) <= 0
+        )
+        extra = rounds_done if ran_without_noise else 0
         unprotected[group.id] = group.unprotected_rounds + extra
         statuses[group.id] = "removed" if group.status == "removed" else "active"
     return history, unprotected, statuses
+
+
+def _refuse_budgets_below_spent(
+    plan: Plan, changes: Changes, history: dict[str, list[Phase]], unprotected: dict[str, int]
+) -> None:
+    """One rule for every budget change (docs/planning.md §9, docs/ledger.md §4).
+
+    A new epsilon for an existing group must be at least what the ledger says the group
+    already spent (the same history and accountant): a lower one would be a budget the
+    ledger already breaks, so it is refused (``BudgetConflictError``, HTTP 409, CLI exit 2)
+    rather than silently turned into "exhausted". An epsilon equal to the spent one within
+    ``_EXHAUSTED_MARGIN`` is accepted and the group is exhausted. A group that was sampled
+    without noise (opted out) has no finite epsilon, so no budget can be given back to it.
+    """
+    groups = {g.id: g for g in plan.groups}
+    accountant = plan_ledger.ledger_accountant(plan.accountant)
+    for index, change in enumerate(changes.groups):
+        if change.epsilon is None or change.id not in groups:
+            continue
+        field = f"changes.groups[{index}].epsilon"
+        if unprotected[change.id] > 0:
+            raise BudgetConflictError(
+                field,
+                f"group {change.id!r} was sampled without noise in {unprotected[change.id]} rounds (opted out); "
+                "its epsilon is unbounded and no budget can be given back to it",
+            )
+        if not history[change.id]:
+            continue
+        spent = float(verify_group(history[change.id], plan.scenario.delta, accountant).epsilon)
+        if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
+            raise BudgetConflictError(
+                field,
+                f"group {change.id!r} has already spent epsilon {spent:.6g}; its budget cannot be "
+                f"lowered to {change.epsilon:g} (the ledger would already exceed it)",
+            )
 
 
 def _apply_changes(

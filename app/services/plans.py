@@ -112,7 +112,11 @@ def create_plan(state: AppState, scenario: Scenario, method: RequestedMethod,
 
 
 def get_plan(session: Session, plan_id: str) -> StoredPlan:
-    return to_stored(load_record(session, plan_id))
+    record = load_record(session, plan_id)
+    child = child_of(session, plan_id)
+    stored = to_stored(record)
+    stored.superseded_by = child.id if child is not None else None
+    return stored
 
 
 def encode_cursor(pk: int) -> str:

@@ -18,19 +18,19 @@ and the whole change is recomputed if something did.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from accounting.errors import GdpfedError, InvalidInputError
+from accounting.errors import BudgetConflictError, GdpfedError, InvalidInputError
 from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario
 
 from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
-from app.errors import conflict, not_found
+from app.errors import ServiceError, conflict, not_found
 from app.models import PlanRecord, Population, PopulationChange, PopulationGroup, utc_now
 from app.schemas import (
     ChangeOut,
@@ -65,7 +65,6 @@ class Snapshot:
     scenario: Scenario
     active: PlanRecord | None = None
     counted: int = 0
-    spent: dict[str, float | None] = field(default_factory=dict)
 
 
 def spec_of(row: PopulationGroup) -> GroupSpec:
@@ -235,7 +234,6 @@ def patch_group(state: AppState, population_id: str, group_id: str, patch: Group
             edits.append(FieldChange(group_id, "epsilon", row.epsilon, patch.epsilon))
         if patch.num_clients is not None and patch.num_clients != row.num_clients:
             edits.append(FieldChange(group_id, "num_clients", row.num_clients, patch.num_clients))
-        _check_budget(snap, group_id, patch.epsilon)
         change = GroupChange(id=group_id, epsilon=patch.epsilon, opt_out=patch.opt_out,
                              num_clients=patch.num_clients)
         groups = [spec_of(r) for r in snap.groups]
@@ -283,27 +281,6 @@ def _with_groups(scenario: Scenario, groups: list[GroupSpec]) -> Scenario:
                                     "groups": [g.model_dump() for g in groups]})
 
 
-def _check_budget(snap: Snapshot, group_id: str, new_epsilon: float | None) -> None:
-    """Refuse a budget below what the ledger says the group already spent."""
-    if new_epsilon is None or snap.active is None:
-        return
-    if group_id not in snap.spent:
-        return
-    spent = snap.spent[group_id]
-    if spent is None:
-        raise conflict(
-            f"group {group_id!r} already ran without noise (opted out) in plan "
-            f"{snap.active.id!r}; its epsilon is unbounded and no budget can be restored",
-            field="epsilon",
-        )
-    if new_epsilon < spent:
-        raise conflict(
-            f"group {group_id!r} has already spent epsilon {spent:.6g} (ledger of plan "
-            f"{snap.active.id!r}); its budget cannot be lowered to {new_epsilon:g}",
-            field="epsilon",
-        )
-
-
 def _snapshot(state: AppState, population_id: str) -> Snapshot:
     with state.sessions() as session:
         population = _load(session, population_id)
@@ -312,10 +289,6 @@ def _snapshot(state: AppState, population_id: str) -> Snapshot:
         if population.active_plan_id is not None:
             snap.active = plan_service.load_record(session, population.active_plan_id)
             snap.counted = ledger_service.rounds_counted(session, snap.active)
-            phases = ledger_service.histories(session, snap.active)
-    if snap.active is not None:
-        plan = plan_service.to_plan(snap.active)
-        snap.spent = state.compute.run(ledger_service.spent_by_group, plan, phases)
     return snap
 
 
@@ -333,6 +306,9 @@ def _apply(state: AppState, population_id: str, caller: Principal,
                     state, plan_service.to_plan(snap.active), snap.counted,
                     Changes(groups=[change]), snap.active.id,
                 )
+            except BudgetConflictError as exc:
+                # the planner's one rule (docs/planning.md §9): a budget below what was spent
+                raise ServiceError(409, exc.code, exc.message, "epsilon") from None
             except GdpfedError as exc:
                 raise conflict(f"the change cannot be honoured: {exc.message}") from None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -84,8 +85,12 @@ def test_subprocess_gdpfed_bad_epsilon() -> None:
 
 
 def test_subprocess_gdpfed_entry_point() -> None:
+    # the console script of *this* interpreter's install (a ``gdpfed`` elsewhere on PATH
+    # may belong to another checkout or environment)
+    script = Path(sys.executable).parent / ("gdpfed.exe" if sys.platform == "win32" else "gdpfed")
+    assert script.exists(), f"the gdpfed entry point is not installed next to {sys.executable}"
     completed = subprocess.run(
-        ["gdpfed", "account", "--json", "epsilon", "--sampling-rate", "0.03", "--noise-multiplier", "4", "--rounds", "500", "--delta", "1e-4"],
+        [str(script), "account", "--json", "epsilon", "--sampling-rate", "0.03", "--noise-multiplier", "4", "--rounds", "500", "--delta", "1e-4"],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 0, completed.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from accounting.mechanism import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
 
 from app.main import create_app
@@ -65,15 +66,25 @@ SMALL_SCENARIO = {
 
 
 def hand_made_plan(rates: dict[str, float], sigmas: dict[str, float], rounds: int = 100,
-                   start_round: int = 0, delta: float = 1e-5) -> Plan:
-    """A plan built without the planner (one pool per group), for ledger tests."""
+                   start_round: int = 0, delta: float = 1e-5,
+                   spent: dict[str, list[Phase]] | None = None) -> Plan:
+    """A plan built without the planner (one pool per group), for ledger tests.
+
+    Like a planner's plan it lists each group's history: ``spent[g]`` (phases of parent
+    plans) followed by its own phase ``(q_g, sigma_g, rounds)``.
+    """
+    spent = spent or {}
     scenario = Scenario.model_validate({
         "groups": [{"id": g, "epsilon": 8.0, "num_clients": 1000} for g in rates],
         "delta": delta, "rounds": start_round + rounds, "model_dim": 10, "expected_clients": 10,
     })
     groups = [
         GroupPlan(id=g, epsilon=8.0, num_clients=1000, pool=f"P{g}", sampling_rate=q, expected_clients=q * 1000,
-                  aggregation_weight=q * 1000 / 10, clip_norm=1.0)
+                  aggregation_weight=q * 1000 / 10, clip_norm=1.0, effective_noise_multiplier=sigmas[g],
+                  phases=[*spent.get(g, []),
+                          *([Phase(sampling_rate=q, noise_multiplier=sigmas[g], steps=rounds)]
+                            if q > 0 and sigmas[g] > 0 and rounds > 0 else [])],
+                  spent_phase_count=len(spent.get(g, [])))
         for g, q in rates.items()
     ]
     pools = [

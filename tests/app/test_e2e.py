@@ -111,7 +111,7 @@ def test_service_end_to_end_and_restart(tmp_path: Path) -> None:
         assert 0 < strict_spent < 1.0
 
         too_low = api.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": strict_spent / 2})
-        assert too_low.status_code == 409 and too_low.json()["code"] == "conflict"
+        assert too_low.status_code == 409 and too_low.json()["code"] == "budget_conflict"
 
         change = api.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": 1.5})
         assert change.status_code == 200, change.text

@@ -79,9 +79,13 @@ def test_history_composes_parent_plans(client: TestClient) -> None:
         _report(client, parent_id, index)
     # The child starts at round 15: rounds 10..14 of the parent are counted as spent
     # because the re-plan said so, even though they were never reported.
-    child = hand_made_plan({"a": 0.1, "b": 0.3}, {"a": 2.0, "b": 1.0}, rounds=85, start_round=15)
+    spent = {g: [Phase(sampling_rate=0.1, noise_multiplier=s, steps=15)] for g, s in (("a", 2.0), ("b", 1.0))}
+    child = hand_made_plan({"a": 0.1, "b": 0.3}, {"a": 2.0, "b": 1.0}, rounds=85, start_round=15, spent=spent)
     child_id = store_plan(client, child, parent_id=parent_id)
-    assert _report(client, parent_id, 15).json()["code"] == "conflict"  # belongs to the child
+    refused = _report(client, parent_id, 15)  # belongs to the child
+    assert refused.status_code == 409
+    assert refused.json() | {"code": "superseded", "superseded_by": child_id, "start_round": 15} == refused.json()
+    assert child_id in refused.json()["message"]
     assert _report(client, parent_id, 12).status_code == 201  # late report of a parent round
     for index in range(15, 20):
         _report(client, child_id, index)
@@ -99,11 +103,6 @@ def test_history_composes_parent_plans(client: TestClient) -> None:
     ).epsilon
     assert groups["b"]["epsilon_spent"] == pytest.approx(expected_b, rel=1e-12)
     assert client.get(f"/v1/plans/{parent_id}/ledger").json()["superseded_by"] == child_id
-
-
-def test_merge_phases() -> None:
-    merged = ledger_service.merge_phases([(0.1, 1.0, 3), (0.1, 1.0, 2), (0.0, 1.0, 4), (0.2, 1.0, 1), (0.1, 1.0, 0)])
-    assert merged == [(0.1, 1.0, 5), (0.2, 1.0, 1)]
 
 
 def test_concurrent_reports_neither_lose_nor_double_count(client: TestClient) -> None:
@@ -143,3 +142,54 @@ def test_concurrent_reports_neither_lose_nor_double_count(client: TestClient) ->
     assert ledger["groups"][0]["epsilon_spent"] == pytest.approx(epsilon(0.05, 1.2, rounds, 1e-5).epsilon, rel=1e-12)
     text = client.get("/metrics").text
     assert f'gdpfed_ledger_updates_total{{result="recorded"}} {float(rounds)}' in text
+
+
+def test_claimed_round_counts_then_completes_once(client: TestClient) -> None:
+    """An attached trainer claims a round before running it (docs/ledger.md §4)."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    claim = _report(client, plan_id, 0, status="started")
+    assert claim.status_code == 201 and claim.json()["status"] == "started" and not claim.json()["duplicate"]
+    # a claim whose completion never arrives still counts: never under-count
+    ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
+    assert ledger["rounds_counted"] == 1
+    assert ledger["groups"][0]["epsilon_spent"] == pytest.approx(epsilon(0.1, 1.5, 1, 1e-5).epsilon, rel=1e-12)
+    again = _report(client, plan_id, 0, status="started")
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    done = _report(client, plan_id, 0, status="completed", metrics={"loss": 0.25}, aborted_pools=["Pa"])
+    assert done.status_code == 201 and done.json()["duplicate"] is False
+    assert done.json() | {"status": "completed", "metrics": {"loss": 0.25}, "aborted_pools": ["Pa"]} == done.json()
+    twice = _report(client, plan_id, 0, metrics={"loss": 9.0})
+    assert twice.json()["duplicate"] is True and twice.json()["metrics"] == {"loss": 0.25}
+    late_claim = _report(client, plan_id, 0, status="started")
+    assert late_claim.json()["duplicate"] is True and late_claim.json()["status"] == "completed"
+    bad = _report(client, plan_id, 1, status="running")
+    assert bad.status_code == 422 and bad.json()["field"] == "status"
+
+
+def test_replan_starts_after_claimed_rounds_and_old_plan_refuses_later_ones(client: TestClient) -> None:
+    """A round a trainer claimed before a re-plan stays with the old plan; later ones get 409."""
+    created = client.post("/v1/plans", json={"scenario": {
+        "groups": [{"id": "a", "epsilon": 2.0, "num_clients": 100}, {"id": "b", "epsilon": 4.0, "num_clients": 100}],
+        "delta": 1e-5, "rounds": 20, "model_dim": 10, "expected_clients": 30}})
+    assert created.status_code == 201, created.text
+    plan_id = created.json()["id"]
+    for index in range(3):
+        assert _report(client, plan_id, index, status="completed").status_code == 201
+    assert _report(client, plan_id, 3, status="started").status_code == 201  # in flight
+    child = client.post(f"/v1/plans/{plan_id}/replan", json={"changes": {"groups": [{"id": "a", "epsilon": 3.0}]}})
+    assert child.status_code == 201, child.text
+    child_id = child.json()["id"]
+    assert child.json()["start_round"] == 4  # after the claimed round
+    # the claimed round completes on the old plan; the next one is refused, naming the child
+    assert _report(client, plan_id, 3, status="completed").json()["duplicate"] is False
+    refused = _report(client, plan_id, 4, status="started")
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["code"] == "superseded" and body["superseded_by"] == child_id and body["start_round"] == 4
+    assert body["field"] == "round_index"
+    assert client.get(f"/v1/plans/{plan_id}").json()["superseded_by"] == child_id
+    assert client.get(f"/v1/plans/{child_id}").json()["superseded_by"] is None
+    assert _report(client, child_id, 4, status="started").status_code == 201
+    # the child's history is the parent's four rounds then its own
+    a = next(g for g in client.get(f"/v1/plans/{child_id}/ledger").json()["groups"] if g["id"] == "a")
+    assert sum(p["steps"] for p in a["phases"]) == 5

@@ -64,3 +64,21 @@ def test_prv_plan_meets_budgets_under_pld():
         )
         # PLD with a fine grid; slack for its own discretisation
         assert pld.get_epsilon(1e-3) <= g.epsilon * 1.01
+
+
+def test_report_prv_bounds_match_epsilon_of_phases_and_share_one_deadline(monkeypatch):
+    """report_prv computes all groups in one call; past its deadline the bounds are null with a warning."""
+    from accounting.mechanism import Phase
+    from planner import calibration
+
+    histories = [[Phase(sampling_rate=0.1, noise_multiplier=1.2, steps=50)],
+                 [Phase(sampling_rate=0.2, noise_multiplier=0.9, steps=30)],
+                 [Phase(sampling_rate=0.1, noise_multiplier=1.2, steps=50)]]
+    uppers, reason = calibration.prv_uppers(histories, 1e-5)
+    assert reason is None and uppers[0] == uppers[2]
+    for history, upper in zip(histories, uppers):
+        assert upper == pytest.approx(accounting.epsilon_of_phases(history, 1e-5, "prv").epsilon, rel=1e-9)
+    monkeypatch.setattr(calibration, "PRV_REPORT_TIME_LIMIT_S", 1e-3)
+    plan = make_plan(worked_scenario(10, accountant="rdp", report_prv=True), "gdpfed")
+    assert all(g.epsilon_spent_prv_upper is None for g in plan.groups)
+    assert any("report_prv" in w and "left null" in w for w in plan.warnings)

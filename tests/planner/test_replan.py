@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from accounting.errors import InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError
 from planner import Changes, make_plan, replan
+from planner import ledger as plan_ledger
 from tests.planner.conftest import independent_epsilon, worked_scenario
 
 
@@ -39,9 +40,15 @@ def test_replan_composes_history_and_records_parent():
     assert_budgets(grandchild)
 
 
-def test_exhausted_group_gets_rate_zero_and_a_warning():
+def test_budget_below_spent_is_refused_and_equal_one_exhausts():
+    """One rule (docs/planning.md §9): below the ledger's spent epsilon -> refused; equal -> exhausted."""
     parent = make_plan(worked_scenario(1))
-    child = replan(parent, 80, Changes.model_validate({"groups": [{"id": "g1", "epsilon": 0.5}]}))
+    spent = plan_ledger.epsilon_spent(parent, parent.group("g1"), 80)
+    assert spent is not None and 0.5 < spent
+    with pytest.raises(BudgetConflictError, match=r"changes.groups\[0\].epsilon.*already spent epsilon") as info:
+        replan(parent, 80, Changes.model_validate({"groups": [{"id": "g1", "epsilon": spent * 0.999}]}))
+    assert info.value.code == "budget_conflict"
+    child = replan(parent, 80, Changes.model_validate({"groups": [{"id": "g1", "epsilon": spent}]}))
     g1 = child.group("g1")
     assert g1.status == "exhausted" and g1.sampling_rate == 0
     assert len(g1.phases) == 1  # history kept, nothing new
@@ -68,8 +75,13 @@ def test_opted_out_group_cannot_opt_back_in_after_participating():
         ],
     )
     parent = make_plan(scenario, "gdpfed")
-    child = replan(parent, 10, Changes.model_validate({"groups": [{"id": "free", "epsilon": 8.0}]}))
-    assert child.group("free").status == "exhausted"
+    with pytest.raises(BudgetConflictError, match="sampled without noise in 10 rounds"):
+        replan(parent, 10, Changes.model_validate({"groups": [{"id": "free", "epsilon": 8.0}]}))
+    # before it ran a round it may opt in
+    assert replan(parent, 0, Changes.model_validate({"groups": [{"id": "free", "epsilon": 8.0}]})).group(
+        "free").status == "active"
+    # a group that stays opted out keeps counting its unprotected rounds
+    child = replan(parent, 10, Changes.model_validate({"groups": [{"id": "a", "epsilon": 2.0}]}))
     assert child.group("free").unprotected_rounds == 10
 
 
