@@ -88,18 +88,11 @@ class RoundOutcome:
 def pool_mechanisms(plan: Plan, dim: int, rounds: int) -> list[PoolMechanism]:
     """Per-pool clip norms, noise share, grid scale and value bound, after checking the plan.
 
-    Refuses (``InvalidInputError``) a group whose noise multiplier the planner marked as
-    missing its target (``sound: false``: a raw closed-form plan), a pool whose shares
-    release less than its ``noise_std``, and a private group (``epsilon`` set) in a pool
-    without noise.
+    Refuses (``InvalidInputError``) a pool whose shares release less than its
+    ``noise_std`` and a private group (``epsilon`` set) in a pool without noise. The
+    whole plan, its budgets included, is verified before a run starts
+    (``planner.verify.verify_executable``, called by ``trainer.run.runner.prepare_run``).
     """
-    unsound = [group.id for group in plan.groups if not group.sound]
-    if unsound:
-        raise InvalidInputError(
-            "plan",
-            f"group(s) {', '.join(unsound)} are marked sound: false (their noise multiplier misses "
-            "its epsilon under rdp); re-plan without raw_closed_form to train",
-        )
     expected = [group.expected_clients for group in plan.groups]
     z = noise.noise_tail_multiplier(noise.total_draws(dim, expected, rounds))
     mechanisms = []

@@ -92,6 +92,8 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
         ("report_without_key", ["api-key"]),
         ("no_plan", ["plan"]),
         ("bad_device", ["device"]),
+        ("pool_noise_edited", ["pools.pa", "noise_share_std", "under-noises"]),
+        ("rate_edited", ["groups.a", "above its budget"]),
     ],
 )
 def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file, case, needles, monkeypatch):
@@ -127,6 +129,17 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         plan_args = []
     elif case == "bad_device":
         extra += ["--device", "tpu"]
+    elif case in ("pool_noise_edited", "rate_edited"):
+        # hand-edited plan files once ran with exit 0 (issue 9 §4)
+        document = json.loads(plan_file.read_text())
+        if case == "pool_noise_edited":
+            document["pools"][0]["noise_share_std"] = 0.01
+        else:
+            document["groups"][0]["sampling_rate"] = 0.9
+            document["groups"][0]["phases"][-1]["sampling_rate"] = 0.9
+        edited = tmp_path / "edited.json"
+        edited.write_text(json.dumps(document))
+        plan_args = ["--plan", edited]
     code, _, err = gdpfed(capsys, "train", *plan_args, *extra, "--out", out)
     assert_one_line_error(code, err, *needles)
     assert not out.exists()

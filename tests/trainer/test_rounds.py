@@ -183,16 +183,6 @@ def test_plan_that_underpays_noise_shares_is_refused():
         pool_mechanisms(private_without_noise, 100, 10)
 
 
-def test_plan_with_a_group_whose_sigma_misses_its_target_is_refused():
-    """A raw closed-form plan can carry sound: false groups; the trainer must not use them."""
-    plan = hand_plan([("a", 1.0, 100, 0.3)], [("pa", ["a"], 1.0, 10, 1.0)])
-    pool_mechanisms(plan, 100, 10)  # the sound plan is accepted
-    unsound = plan.model_copy(deep=True)
-    unsound.groups[0].sound = False
-    with pytest.raises(InvalidInputError, match="sound: false"):
-        pool_mechanisms(unsound, 100, 10)
-
-
 def test_round_is_a_function_of_seed_and_round_index():
     dim = 64
     plan = hand_plan([("a", 1.0, 40, 0.5)], [("pa", ["a"], 1.0, 4, 0.25)], model_dim=dim)

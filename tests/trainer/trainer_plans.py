@@ -25,7 +25,15 @@ def hand_plan(
     clip_norms: dict[str, float] | None = None,
 ) -> Plan:
     """``groups``: (id, epsilon, num_clients, sampling_rate); ``pools``: (id, group ids,
-    noise_multiplier, secagg_threshold, keep_ratio)."""
+    noise_multiplier, secagg_threshold, keep_ratio).
+
+    The result is an executable plan (``planner.verify`` accepts it): each group's phase
+    uses its effective multiplier ``noise_std_P / C_g``, and a budget the mechanism would
+    overspend is raised to what it spends (these tests exercise the mechanism, not the
+    calibration; ``tests/planner/test_verify.py`` covers refusing overspending plans).
+    """
+    from planner.ledger import default_epsilon_fn
+
     clip_norms = clip_norms or {}
     total_expected = sum(n * q for _, _, n, q in groups)
     k = expected_clients if expected_clients is not None else total_expected
@@ -41,20 +49,31 @@ def hand_plan(
     )
     pool_of = {g: pid for pid, members, *_ in pools for g in members}
     sigma_of = {pid: sigma for pid, _, sigma, _, _ in pools}
+
+    def effective(gid: str) -> float:
+        return sigma_of[pool_of[gid]] * clip_norm / clip_norms.get(gid, clip_norm)
+
+    def budget(gid: str, eps: float | None, q: float) -> float | None:
+        if eps is None or q == 0 or effective(gid) == 0:
+            return eps
+        spent = default_epsilon_fn([Phase(sampling_rate=q, noise_multiplier=effective(gid), steps=rounds)], delta, "rdp")
+        return max(eps, spent * (1 + 1e-6))
+
     group_plans = [
         GroupPlan(
             id=gid,
-            epsilon=eps,
+            epsilon=budget(gid, eps, q),
             num_clients=n,
             pool=pool_of[gid],
             sampling_rate=q,
             expected_clients=q * n,
             aggregation_weight=q * n / k,
             clip_norm=clip_norms.get(gid, clip_norm),
-            noise_multiplier_required=sigma_of[pool_of[gid]] if eps is not None else None,
-            epsilon_spent=eps,
+            noise_multiplier_required=effective(gid) if eps is not None else None,
+            effective_noise_multiplier=effective(gid) if eps is not None else None,
+            epsilon_spent=budget(gid, eps, q),
             phases=(
-                [Phase(sampling_rate=q, noise_multiplier=sigma_of[pool_of[gid]], steps=rounds)]
+                [Phase(sampling_rate=q, noise_multiplier=effective(gid), steps=rounds)]
                 if eps is not None and q > 0 and sigma_of[pool_of[gid]] > 0 and rounds > 0
                 else []
             ),

@@ -134,7 +134,8 @@ def prepare_run(
 ) -> PreparedRun:
     """Validate the plan, config, data and model; build the strategy and round engine.
 
-    Raises ``InvalidInputError`` for anything a user can fix: rounds beyond the plan's (that
+    Raises ``InvalidInputError`` for anything a user can fix: a plan that is inconsistent
+    or overspends (``planner.verify``, docs/ledger.md §5), rounds beyond the plan's (that
     would spend more privacy than planned), a plan without rounds, unknown data, a model
     that does not fit the data, a population larger than the data can split into.
     ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
@@ -145,8 +146,12 @@ def prepare_run(
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
     from trainer.models import build_model
 
+    from planner.verify import verify_executable
+
     if plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
+    # never trust a plan document: re-derive every mechanism and check every budget
+    verify_executable(plan)
     if config.rounds > plan.rounds:
         raise InvalidInputError(
             "rounds",

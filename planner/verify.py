@@ -1,0 +1,146 @@
+"""Verify that a plan document is safe to execute, whatever its origin (docs/ledger.md §5).
+
+A plan reaches the trainer as a file or an HTTP response; either may have been edited by
+hand or produced by another version. Before round 0 the trainer re-derives, from the
+fields the round engine will actually use, every group's mechanism and checks it against
+the group's budget with the plan's accountant. Nothing the planner wrote is trusted:
+
+1. **Structure.** Every group is in exactly the pool it names, every pool lists only
+   groups that name it, clip norms and rates are in range.
+2. **Noise consistency.** For pool ``P`` the engine adds ``m_P`` shares of std ``s_P``
+   at least (a pool releases only with ``>= m_P`` survivors), so the noise it releases
+   has std ``>= sqrt(m_P) s_P``; that must cover ``noise_std_P`` (the ledger's figure),
+   and ``noise_multiplier_P`` must be ``noise_std_P / C``. A group's
+   ``effective_noise_multiplier`` must be ``noise_std_P / C_g``: the ledger composes the
+   group with it (docs/ledger.md §1).
+3. **Own phase.** The document's own phase for each group is the one it runs
+   (``planner.ledger.spent_history``).
+4. **Privacy.** Each private group that is sampled has
+   ``epsilon(history after all rounds) <= epsilon_g (1 + 1e-9)`` under the ledger's
+   accountant (rdp first; a prv plan whose rdp bound misses is checked with prv).
+   Groups marked ``sound: false`` (a raw closed-form plan) are refused.
+
+Any violation raises ``InvalidInputError`` naming the field, so ``gdpfed train`` exits 2
+with one line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from accounting.errors import InvalidInputError
+from planner import ledger as plan_ledger
+from planner.ledger import EpsilonFn
+from planner.schema import GroupPlan, Plan
+
+# The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
+VERIFY_SLACK = 1e-9
+_REL_TOL = 1e-9
+
+
+def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> None:
+    """Raise ``InvalidInputError`` unless ``plan`` is consistent and within every budget."""
+    _check_structure(plan)
+    _check_noise(plan)
+    for group in plan.groups:
+        plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
+    _check_privacy(plan, epsilon_fn)
+
+
+def _check_structure(plan: Plan) -> None:
+    pools = {pool.id: pool for pool in plan.pools}
+    if len(pools) != len(plan.pools):
+        raise InvalidInputError("pools", "pool ids are not unique")
+    member_of: dict[str, str] = {}
+    for pool in plan.pools:
+        for group_id in pool.groups:
+            if group_id in member_of:
+                raise InvalidInputError(f"pools.{pool.id}.groups", f"group {group_id!r} is also in pool {member_of[group_id]}")
+            member_of[group_id] = pool.id
+    ids = {group.id for group in plan.groups}
+    for group in plan.groups:
+        if group.pool not in pools:
+            raise InvalidInputError(f"groups.{group.id}.pool", f"names pool {group.pool!r}, which the plan does not have")
+        if member_of.get(group.id) != group.pool:
+            raise InvalidInputError(
+                f"groups.{group.id}.pool",
+                f"says {group.pool!r} but pool {member_of.get(group.id)!r} lists the group: the document is inconsistent",
+            )
+        if not 0 <= group.sampling_rate <= 1:
+            raise InvalidInputError(f"groups.{group.id}.sampling_rate", f"must be in [0, 1], got {group.sampling_rate}")
+        if group.sampling_rate > 0 and not group.clip_norm > 0:
+            raise InvalidInputError(f"groups.{group.id}.clip_norm", f"must be positive, got {group.clip_norm}")
+    unknown = sorted(set(member_of) - ids)
+    if unknown:
+        raise InvalidInputError("pools", f"list groups the plan does not have: {unknown}")
+
+
+def _check_noise(plan: Plan) -> None:
+    clip = plan.scenario.clip_norm
+    for pool in plan.pools:
+        field = f"pools.{pool.id}"
+        released = math.sqrt(pool.secagg_threshold) * pool.noise_share_std
+        if released < pool.noise_std * (1 - _REL_TOL):
+            raise InvalidInputError(
+                f"{field}.noise_share_std",
+                f"{pool.noise_share_std:.6g} x sqrt(secagg_threshold={pool.secagg_threshold}) releases std "
+                f"{released:.6g} < the pool's noise_std {pool.noise_std:.6g}: the plan under-noises this pool",
+            )
+        if not math.isclose(pool.noise_multiplier, pool.noise_std / clip, rel_tol=_REL_TOL, abs_tol=1e-12):
+            raise InvalidInputError(
+                f"{field}.noise_multiplier",
+                f"{pool.noise_multiplier:.6g} is not noise_std / clip_norm = {pool.noise_std / clip:.6g}: "
+                "the document is inconsistent",
+            )
+        for group_id in pool.groups:
+            group = plan.group(group_id)
+            if group.effective_noise_multiplier is None or group.sampling_rate == 0:
+                continue
+            derived = pool.noise_std / group.clip_norm
+            if not math.isclose(group.effective_noise_multiplier, derived, rel_tol=_REL_TOL, abs_tol=1e-12):
+                raise InvalidInputError(
+                    f"groups.{group.id}.effective_noise_multiplier",
+                    f"{group.effective_noise_multiplier:.6g}, but pool {pool.id} adds noise_std "
+                    f"{pool.noise_std:.6g} for clip norm {group.clip_norm:.6g}, i.e. {derived:.6g}: "
+                    "the document is inconsistent",
+                )
+
+
+def _check_privacy(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
+    unsound = [group.id for group in plan.groups if not group.sound]
+    if unsound:
+        raise InvalidInputError(
+            "plan",
+            f"group(s) {', '.join(unsound)} are marked sound: false (their noise multiplier misses "
+            "its epsilon under rdp); re-plan without raw_closed_form to train",
+        )
+    for group in plan.groups:
+        if group.epsilon is None or group.sampling_rate == 0:
+            continue  # opted out (no DP claimed), or not sampled: this plan spends nothing
+        sigma = plan_ledger.effective_noise_multiplier(plan, group)
+        if plan.method != "nonprivate" and sigma <= 0:
+            raise InvalidInputError(
+                f"groups.{group.id}",
+                f"has epsilon {group.epsilon:g} but is sampled without noise: the plan would not protect it",
+            )
+        if plan.method == "nonprivate":
+            continue
+        _check_group_budget(plan, group, epsilon_fn)
+
+
+def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | None) -> None:
+    assert group.epsilon is not None
+    history = plan_ledger.group_history(plan, group, plan.rounds)
+    compute = epsilon_fn or plan_ledger.default_epsilon_fn
+    limit = group.epsilon * (1 + VERIFY_SLACK)
+    accountant = plan_ledger.ledger_accountant(plan.accountant)
+    spent = float(compute(history, plan.scenario.delta, "rdp"))
+    if spent > limit and accountant != "rdp":
+        spent = float(compute(history, plan.scenario.delta, accountant))
+    if spent > limit:
+        raise InvalidInputError(
+            f"groups.{group.id}",
+            f"running this plan spends epsilon {spent:.6g} (sampling_rate {group.sampling_rate:.6g}, "
+            f"noise multiplier {plan_ledger.effective_noise_multiplier(plan, group):.6g}, {plan.rounds} rounds"
+            f"{' after its spent phases' if group.spent_phase_count else ''}) above its budget {group.epsilon:g}",
+        )

@@ -1,0 +1,104 @@
+"""planner.verify: a plan document is re-derived and checked before it is executed (docs/ledger.md §5).
+
+Each tamper below is one a user met (issue 9 §4): a hand-edited plan file that ran with
+exit 0. Every one must now be refused with one ``InvalidInputError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from accounting.errors import InvalidInputError
+from planner import make_plan
+from planner.schema import PlanMethod, Scenario, load_plan
+from planner.verify import verify_executable
+
+SCENARIO = json.loads((Path(__file__).parents[2] / "examples" / "scenario.json").read_text())
+
+
+def _document(method: str = "gdpfed_plus", **overrides: Any) -> dict[str, Any]:
+    return make_plan(Scenario.model_validate({**SCENARIO, **overrides}), method).model_dump(mode="json")
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "closed_form"])
+@pytest.mark.parametrize("method", typing.get_args(PlanMethod))
+def test_every_planned_method_verifies(method: str, accountant: str) -> None:
+    verify_executable(load_plan(_document(method, accountant=accountant)))
+
+
+def _pool_noise(doc: dict[str, Any]) -> None:
+    doc["pools"][0]["noise_std"] = 0.01
+    doc["pools"][0]["noise_multiplier"] = 0.01
+    doc["pools"][0]["noise_share_std"] = 0.01
+
+
+def _rate(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["sampling_rate"] = 0.9
+    doc["groups"][0]["phases"][-1]["sampling_rate"] = 0.9
+
+
+def _target(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["epsilon"] = doc["groups"][0]["epsilon"] / 3
+
+
+def _share(doc: dict[str, Any]) -> None:
+    doc["pools"][0]["noise_share_std"] /= 2
+
+
+def _moved(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["pool"] = doc["pools"][-1]["id"]
+
+
+def _multiplier(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["effective_noise_multiplier"] *= 2
+    doc["groups"][0]["phases"][-1]["noise_multiplier"] *= 2
+
+
+def _own_phase(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["phases"][-1]["steps"] = 1
+
+
+def _unsound(doc: dict[str, Any]) -> None:
+    doc["groups"][0]["sound"] = False
+
+
+@pytest.mark.parametrize(
+    ("tamper", "field", "words"),
+    [
+        (_pool_noise, "groups.strict.effective_noise_multiplier", "inconsistent"),
+        (_rate, "groups.strict", "above its budget"),
+        (_target, "groups.strict", "above its budget"),
+        (_share, "pools.P1.noise_share_std", "under-noises"),
+        (_moved, "groups.strict.pool", "inconsistent"),
+        (_multiplier, "groups.strict.effective_noise_multiplier", "inconsistent"),
+        (_own_phase, "groups.strict.phases", "not the one it runs"),
+        (_unsound, "plan", "sound: false"),
+    ],
+)
+def test_tampered_plans_are_refused(tamper: Callable[[dict[str, Any]], None], field: str, words: str) -> None:
+    document = _document("gdpfed_plus")
+    assert document["pools"][0]["groups"] == ["strict"] and len(document["pools"]) == 3
+    verify_executable(load_plan(document))
+    tamper(document)
+    with pytest.raises(InvalidInputError) as info:
+        verify_executable(load_plan(document))
+    assert info.value.field == field and words in info.value.message
+
+
+def test_overspending_replanned_history_is_refused() -> None:
+    """A child plan whose spent phases are longer than the document claims overspends."""
+    from planner import Changes, replan
+
+    parent = make_plan(Scenario.model_validate(SCENARIO), "gdpfed_plus")
+    child = replan(parent, 40, Changes())
+    verify_executable(child)
+    document = child.model_dump(mode="json")
+    strict = next(g for g in document["groups"] if g["id"] == "strict")
+    strict["phases"][0]["steps"] *= 3  # hides spent rounds
+    with pytest.raises(InvalidInputError, match="above its budget"):
+        verify_executable(load_plan(document))
