@@ -118,7 +118,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         output = handler(args)
     except GdpfedError as exc:
         sys.stderr.write(f"gdpfed {args.command}: error: {exc.message}\n")
-        return EXIT_USAGE
+        # 2 for input errors; a few errors carry their own code (3: reporting to the
+        # service stopped or left reports undelivered, docs/trainer.md §CLI)
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
     except pydantic.ValidationError as exc:
         sys.stderr.write(f"gdpfed {args.command}: error: {format_validation_error(exc)}\n")
         return EXIT_USAGE

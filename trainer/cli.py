@@ -80,8 +80,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--out", type=Path, help="run directory (default runs/<method>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
-    parser.add_argument("--report-to", help="gdpfed service URL: post every completed round to its ledger")
-    parser.add_argument("--api-key", help="API key for --report-to (default: $GDPFED_API_KEY)")
+    parser.add_argument(
+        "--report-to", metavar="URL",
+        help="gdpfed service URL: claim and report every round in its ledger, following re-plans "
+        "(with --plan-id and no --plan, the plan is fetched from the service)",
+    )
+    parser.add_argument("--api-key", help="operator API key for --report-to (default: $GDPFED_API_KEY)")
+    parser.add_argument("--api-key-file", type=Path, help="file holding the API key for --report-to")
     parser.add_argument("--plan-id", help="the service's plan id (default: the plan file's 'id')")
     parser.add_argument("--json", action="store_true", help="print the run summary as JSON")
     parser.set_defaults(handler=handle_train)
@@ -153,7 +158,67 @@ def _config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, p
     return config
 
 
-def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Path]:
+def _api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else --api-key-file, else $GDPFED_API_KEY (the key is never stored)."""
+    if args.api_key and args.api_key_file:
+        raise InvalidInputError("api-key", "give --api-key or --api-key-file, not both")
+    if args.api_key_file is not None:
+        key = args.api_key_file.read_text(encoding="utf-8").strip()
+        if not key:
+            raise InvalidInputError("api-key-file", f"{args.api_key_file} is empty")
+        return key
+    return args.api_key or os.environ.get("GDPFED_API_KEY") or None
+
+
+def _service_target(args: argparse.Namespace) -> tuple[str, str | None] | None:
+    """(URL, first plan id) to report to: --report-to, or the run directory's reporting.json on --resume."""
+    if args.report_to:
+        return args.report_to, args.plan_id
+    if args.resume and args.out is not None:
+        from trainer.run.directory import RunDirectory
+
+        stored = RunDirectory(args.out).reporting
+        if stored.is_file():
+            target = read_json_file(stored, "resume")
+            return str(target["url"]), args.plan_id or str(target["plan_id"])
+    return None
+
+
+def _link(args: argparse.Namespace, url: str) -> Any:
+    from trainer.run.reporting import ServiceLink
+
+    key = _api_key(args)
+    if not key:
+        raise InvalidInputError(
+            "api-key", f"reporting to {url} needs an operator key: --api-key, --api-key-file or $GDPFED_API_KEY"
+        )
+    return ServiceLink(url, key, log=lambda text: sys.stderr.write(f"warning: {text}\n"))
+
+
+def _service_plan(link: Any, plan_id: str, given: tuple[Any, dict[str, Any]] | None) -> tuple[Any, dict[str, Any]]:
+    """The service's plan ``plan_id``; a given --plan must be that plan (same content fingerprint)."""
+    from planner.schema import load_plan
+    from trainer.run.checkpoint import fingerprint
+
+    ledger = link.preflight(plan_id)
+    if ledger.get("superseded_by"):
+        raise InvalidInputError(
+            "plan-id", f"plan {plan_id} was re-planned as {ledger['superseded_by']}; train that plan instead"
+        )
+    if ledger.get("rounds_counted", 0) > 0:
+        raise InvalidInputError(
+            "plan-id",
+            f"the service's ledger already counts {ledger['rounds_counted']} round(s) of plan {plan_id}: another "
+            "run trained on it (continue that run with --resume, or plan again)",
+        )
+    document = link.fetch_plan(plan_id)
+    plan = load_plan(document)
+    if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(plan.model_dump(mode="json")):
+        raise InvalidInputError("plan", f"is not the service's plan {plan_id} (their content differs)")
+    return plan, document
+
+
+def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path]:
     """The plan, its document, the run configuration and the run directory, all validated."""
     from planner.schema import load_plan
     from trainer.run.checkpoint import fingerprint
@@ -172,8 +237,16 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Path]:
             raise InvalidInputError("plan", f"differs from the plan of the run in {args.out}")
         config = _config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
         return stored_plan, stored_document, config, args.out
+    if link is not None:
+        if not args.plan_id and given is not None and isinstance(given[1].get("id"), str):
+            args.plan_id = given[1]["id"]
+        if not args.plan_id:
+            raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan to train)")
+        given = _service_plan(link, args.plan_id, given)
     if given is None:
-        raise InvalidInputError("plan", "give --plan PLAN.json, or --scenario SCENARIO.json --method METHOD")
+        raise InvalidInputError(
+            "plan", "give --plan PLAN.json, --scenario SCENARIO.json --method METHOD, or --plan-id ID --report-to URL"
+        )
     plan, document = given
     config = _config_from_args(args, None, plan.rounds)
     out = args.out or Path("runs") / f"{plan.method}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -181,32 +254,38 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Path]:
     return plan, document, config, out
 
 
-def handle_train(args: argparse.Namespace) -> tuple[Any, str]:
-    from trainer.run.reporting import RoundReporter
+def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
+    from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
     from trainer.run.runner import execute_run, prepare_run
 
-    plan, document, config, out = _resolve(args)
-    plan_id = args.plan_id or (document.get("id") if isinstance(document.get("id"), str) else None)
-    api_key = args.api_key or os.environ.get("GDPFED_API_KEY")
-    if args.report_to:
-        if not api_key:
-            raise InvalidInputError("api-key", "--report-to needs --api-key (or $GDPFED_API_KEY)")
-        if not plan_id:
-            raise InvalidInputError("plan-id", "--report-to needs --plan-id (the plan file has no 'id')")
-    elif args.api_key:
+    target = _service_target(args)
+    if target is None and (args.api_key or args.api_key_file):
         raise InvalidInputError("api-key", "--api-key goes with --report-to")
-    prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device)
-
-    reporter = None
-    if args.report_to:
-        reporter = RoundReporter(
-            args.report_to, api_key or "", plan_id or "", log=lambda text: sys.stderr.write(f"warning: {text}\n")
-        )
+    link = _link(args, target[0]) if target is not None else None
     try:
+        plan, document, config, out = _resolve(args, link)
+        plan_id = args.plan_id or (target[1] if target is not None else None) or (
+            document.get("id") if isinstance(document.get("id"), str) else None
+        )
+        reporter = None
+        if link is not None:
+            if args.resume:
+                if not plan_id:
+                    raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
+                link.preflight(plan_id)
+            reporter = RoundReporter(link, plan_id or "")
+        prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device)
         summary = execute_run(prepared, reporter=reporter, plan_id=plan_id)
     finally:
-        if reporter is not None:
-            reporter.close()
+        if link is not None:
+            link.close()
+    if summary.reports_pending:
+        text = summary.model_dump_json(indent=2) if args.json else format_summary(summary)
+        sys.stdout.write(text + "\n")
+        raise ReportsUndeliveredError(
+            f"training finished, {summary.reports_pending} round report(s) were not delivered; rerun with "
+            f"--out {summary.run_dir} --resume to deliver them"
+        )
     return summary, format_summary(summary)
 
 
@@ -226,6 +305,8 @@ def format_summary(summary: Any) -> str:
     aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
     if aborted:
         lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))
+    if summary.superseded_plans:
+        lines.append(f"followed re-plans: {' -> '.join([*summary.superseded_plans, str(summary.plan_id)])}")
     if summary.reports_pending:
         lines.append(f"{summary.reports_pending} round report(s) could not be delivered (kept in the checkpoint)")
     lines.extend(f"warning: {w}" for w in summary.warnings)

@@ -308,7 +308,7 @@ def _apply(state: AppState, population_id: str, caller: Principal,
                 )
             except BudgetConflictError as exc:
                 # the planner's one rule (docs/planning.md §9): a budget below what was spent
-                raise ServiceError(409, exc.code, exc.message, "epsilon") from None
+                raise ServiceError(409, exc.code, f"epsilon: {exc.reason}", "epsilon") from None
             except GdpfedError as exc:
                 raise conflict(f"the change cannot be honoured: {exc.message}") from None
 

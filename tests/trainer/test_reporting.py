@@ -1,148 +1,209 @@
-"""``--report-to``: every completed round reaches the service's ledger; failures are retried
-after the next round and never stop training; a repeated report is harmless."""
+"""A trainer attached to the service (docs/ledger.md §6): it claims each round before running
+it, completes it after, follows a re-plan named by a 409, never loses a report, and ends with
+the service's ledger equal to its own. The service here is the real app (in process, through
+its ASGI transport); ``tests/app/test_attached_trainer.py`` runs the CLI against a real server.
+"""
 
 from __future__ import annotations
 
-import json
-import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from app import cli as app_cli
+from app.main import create_app
+from app.settings import Settings
 from planner.schema import load_plan
-from trainer.run.reporting import RoundReporter
+from trainer.run.checkpoint import load_checkpoint
+from trainer.run.reporting import ReportingStoppedError, RoundReporter, ServiceLink
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from tests.trainer.trainer_plans import quiet_progress
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 TOKEN = "op-test-token-0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-class FakeService(BaseHTTPRequestHandler):
-    """Records posts; keyed by round_index like the real service; can fail on demand."""
-
-    received: list[dict] = []
-    stored: dict[int, dict] = {}
-    fail_next = 0
-
-    def do_POST(self):  # noqa: N802 (http.server's naming)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        cls = type(self)
-        cls.received.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        if cls.fail_next > 0:
-            cls.fail_next -= 1
-            self.send_response(503)
-            self.end_headers()
-            return
-        duplicate = body["round_index"] in cls.stored
-        cls.stored.setdefault(body["round_index"], body)
-        self.send_response(200 if duplicate else 201)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(json.dumps({"duplicate": duplicate}).encode())
-
-    def log_message(self, *args):
-        pass
+SCENARIO = {
+    "groups": [
+        {"id": "strict", "epsilon": 2.0, "num_clients": 30},
+        {"id": "loose", "epsilon": 8.0, "num_clients": 30},
+    ],
+    "delta": 1e-5,
+    "rounds": 6,
+    "clip_norm": 1.0,
+    "model_dim": 1000,
+    "expected_clients": 20,
+    "keep_ratio": 1.0,
+    "min_clients_per_pool": 2,
+}
+CONFIG = {"dataset": "digits", "model": "mlp", "model_options": {"hidden": [8]}, "local_steps": 1}
 
 
 @pytest.fixture
-def service():
-    handler = type("Handler", (FakeService,), {"received": [], "stored": {}, "fail_next": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_cli_reports_each_round_and_retries_a_failed_one(service, tmp_path, capsys, monkeypatch):
-    handler, url = service
-    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
-    plan = hand_plan([("a", 2.0, 12, 0.5)], [("pa", ["a"], 0.8, 2, 1.0)], rounds=3, start_round=7, model_dim=500)
-    document = plan.model_dump(mode="json")
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(document))
-    # Round 7's report fails all three attempts; it is queued and delivered after round 8.
-    handler.fail_next = 3
-    monkeypatch.setattr("trainer.run.reporting.time.sleep", lambda seconds: None)
-    code = app_cli.run([
-        "train", "--plan", str(path), "--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]",
-        "--local-steps", "1", "--out", str(tmp_path / "run"), "--report-to", url + "/", "--api-key", "k3y",
-        "--plan-id", "p42",
-    ])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    assert "report of round 7" in err and "queued" in err
-    assert sorted(handler.stored) == [7, 8, 9]
-    assert [r["body"]["round_index"] for r in handler.received] == [7, 7, 7, 7, 8, 9]
-    for request in handler.received:
-        assert request["path"] == "/v1/plans/p42/rounds"
-        assert request["auth"] == "Bearer k3y"
-        body = request["body"]
-        assert set(body) == {"round_index", "aborted_pools", "metrics"}
-        assert all(isinstance(v, float) for v in body["metrics"].values())
-        assert {"sampled", "survived", "seconds", "loss", "accuracy", "epsilon.a"} <= set(body["metrics"])
-
-
-def test_unreachable_service_never_stops_training(tmp_path):
-    plan = hand_plan([("a", 2.0, 12, 0.5)], [("pa", ["a"], 0.8, 2, 1.0)], rounds=2, model_dim=500)
-    logged = []
-    reporter = RoundReporter("http://127.0.0.1:9", "k", "p", attempts=1, timeout_s=0.5, log=logged.append)
-    config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=2, local_steps=1)
-    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run")
-    summary = execute_run(prepared, reporter=reporter, progress=quiet_progress(2))
-    assert summary.complete and summary.reports_pending == 2
-    assert logged
-    # The queue is in the checkpoint, so a resumed run would deliver it.
-    from trainer.run.checkpoint import load_checkpoint
-
-    pending = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"]
-    assert [item["round_index"] for item in pending] == [0, 1]
-
-
-
-def test_real_service_ledger_matches_the_trainers_and_repeats_are_no_ops(tmp_path):
-    from app.main import create_app
-    from app.settings import Settings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from fastapi.testclient import TestClient
-
+def client(tmp_path: Path) -> Any:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", initial_api_key=TOKEN)
-    app = create_app(settings, announce_key=False)
-    scenario = {
-        "groups": [
-            {"id": "strict", "epsilon": 2.0, "num_clients": 30},
-            {"id": "loose", "epsilon": 8.0, "num_clients": 30},
-        ],
-        "delta": 1e-5,
-        "rounds": 3,
-        "clip_norm": 1.0,
-        "model_dim": 1000,
-        "expected_clients": 20,
-        "keep_ratio": 1.0,
-        "min_clients_per_pool": 2,
-    }
-    with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-        response = client.post("/v1/plans", json={"scenario": scenario, "method": "gdpfed_plus"})
-        assert response.status_code == 201, response.text
-        document = response.json()
-        plan = load_plan(document)
-        reporter = RoundReporter("http://testserver", TOKEN, document["id"], client=client)
-        config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=3, local_steps=1)
-        prepared = prepare_run(plan, document, config, tmp_path / "run")
-        summary = execute_run(
-            prepared, reporter=reporter, plan_id=document["id"], progress=quiet_progress(3)
-        )
-        assert reporter.delivered == 3 and not reporter.pending
-        ledger = client.get(f"/v1/plans/{document['id']}/ledger").json()
-        assert ledger["rounds_reported"] == 3 and ledger["rounds_counted"] == 3
-        service_spent = {g["id"]: g["epsilon_spent"] for g in ledger["groups"]}
-        for group, spent in summary.epsilon_spent.items():
-            assert service_spent[group] == pytest.approx(spent, rel=1e-9)
-        # Re-posting a round (what a resumed run does after a crash) changes nothing.
-        reporter.report(1, [], {"loss": 0.0})
-        assert client.get(f"/v1/plans/{document['id']}/ledger").json() == ledger
+    with TestClient(create_app(settings, announce_key=False), headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        yield c
+
+
+def _link(client: Any) -> ServiceLink:
+    return ServiceLink("http://testserver", TOKEN, client=client, backoff_s=0.0)
+
+
+class BetweenRounds:
+    """A progress display that runs ``action(round)`` after the given global rounds."""
+
+    def __init__(self, total: int, actions: dict[int, Any]) -> None:
+        self.inner = quiet_progress(total)
+        self.actions = actions
+
+    def message(self, text: str) -> None:
+        self.inner.message(text)
+
+    def round_done(self, record: Any) -> None:
+        self.inner.round_done(record)
+        action = self.actions.get(record.round)
+        if action is not None:
+            action()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _population_plan(client: Any) -> dict[str, Any]:
+    population = client.post("/v1/populations", json={"name": "p", "scenario": SCENARIO})
+    assert population.status_code == 201, population.text
+    plan = client.post(f"/v1/populations/{population.json()['id']}/plans")
+    assert plan.status_code == 201, plan.text
+    return dict(plan.json())
+
+
+def test_budget_change_mid_run_is_followed_and_both_ledgers_agree(client: Any, tmp_path: Path) -> None:
+    """Issue 9 §2: PATCH strict after round 2 (2 -> 3); the run switches plans; nothing is refused or lost."""
+    document = _population_plan(client)
+    population_id = document["population_id"]
+
+    def raise_strict() -> None:
+        response = client.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": 3.0})
+        assert response.status_code == 200, response.text
+
+    reporter = RoundReporter(_link(client), document["id"])
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    summary = execute_run(prepared, reporter=reporter, plan_id=document["id"],
+                          progress=BetweenRounds(6, {2: raise_strict}))
+    assert summary.complete and summary.rounds_run == 6 and summary.reports_pending == 0
+    assert summary.superseded_plans == [document["id"]] and summary.plan_id != document["id"]
+    assert summary.epsilon_target["strict"] == 3.0
+
+    parent = client.get(f"/v1/plans/{document['id']}/ledger").json()
+    child = client.get(f"/v1/plans/{summary.plan_id}/ledger").json()
+    assert parent["rounds_counted"] == 3 and parent["superseded_by"] == summary.plan_id
+    assert child["start_round"] == 3 and child["rounds_counted"] == 3 and child["rounds_reported"] == 3
+    service_spent = {g["id"]: g["epsilon_spent"] for g in child["groups"]}
+    for group, spent in summary.epsilon_spent.items():
+        assert service_spent[group] == pytest.approx(spent, rel=1e-12), group
+    assert 2.0 < service_spent["strict"] <= 3.0 * (1 + 1e-9)  # the raised budget is used
+    # each round was claimed then completed exactly once, on the plan that ran it
+    rounds = [r for r in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines() if r]
+    assert len(rounds) == 6
+
+
+def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(client: Any, tmp_path: Path) -> None:
+    """Issue 9 §3: the reporting target is stored with the run; pending reports are delivered."""
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    flaky = {"fail": False}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if flaky["fail"] and b'"completed"' in request.content:
+            return httpx.Response(503)
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    transport_client = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://testserver")
+    reporter = RoundReporter(ServiceLink("http://testserver", TOKEN, client=transport_client, backoff_s=0.0),
+                             document["id"])
+    flaky["fail"] = True  # completions fail; claims go through
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    summary = execute_run(prepared, reporter=reporter, plan_id=document["id"], progress=quiet_progress(6))
+    assert summary.complete and summary.reports_pending == 6
+    ledger = client.get(f"/v1/plans/{document['id']}/ledger").json()
+    assert ledger["rounds_counted"] == 6  # the claims already count every round
+    assert ledger["rounds_reported"] == 6
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert [item["body"]["round_index"] for item in state["reporter"]["pending"]] == list(range(6))
+    stored = (tmp_path / "run" / "reporting.json").read_text()
+    assert document["id"] in stored and TOKEN not in stored
+
+    flaky["fail"] = False
+    resumed = RoundReporter(ServiceLink("http://testserver", TOKEN, client=transport_client, backoff_s=0.0),
+                            document["id"])
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    summary = execute_run(prepared, reporter=resumed, plan_id=document["id"], progress=quiet_progress(6))
+    assert summary.reports_pending == 0 and resumed.delivered == 6
+    rounds = client.get(f"/v1/plans/{document['id']}/ledger").json()
+    assert rounds["rounds_counted"] == 6
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"] == []
+
+
+def test_unreachable_service_stops_before_running_an_unclaimed_round(tmp_path: Path) -> None:
+    document = None
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    from tests.trainer.trainer_plans import hand_plan
+
+    plan = hand_plan([("a", 2.0, 12, 0.5)], [("pa", ["a"], 0.8, 2, 1.0)], rounds=2, model_dim=500)
+    document = plan.model_dump(mode="json")
+    link = ServiceLink("http://down", TOKEN, client=httpx.Client(transport=httpx.MockTransport(down)), backoff_s=0.0)
+    config = TrainConfig(**CONFIG, rounds=2)
+    prepared = prepare_run(plan, document, config, tmp_path / "run")
+    with pytest.raises(ReportingStoppedError, match="cannot claim round 0.*not run"):
+        execute_run(prepared, reporter=RoundReporter(link, "p1"), progress=quiet_progress(2))
+    assert not (tmp_path / "run" / "rounds.jsonl").read_text().strip()
+
+
+def test_refused_completion_stops_the_run_after_its_checkpoint(client: Any, tmp_path: Path) -> None:
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if b'"completed"' in request.content and b'"round_index":1' in request.content.replace(b" ", b""):
+            return httpx.Response(422, json={"code": "invalid_input", "message": "aborted_pools: unknown"})
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                       backoff_s=0.0)
+    config = TrainConfig(**CONFIG, rounds=4)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(ReportingStoppedError, match="refused the report of round 1"):
+        execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["next_round"] == 2
+
+
+def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) -> None:
+    """A re-plan whose spent phases are not what this run spent is never followed."""
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    other = client.post("/v1/plans", json={"scenario": {**SCENARIO, "expected_clients": 12}}).json()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and "/rounds" in request.url.path and b'"round_index":2' in request.content.replace(
+                b" ", b""):
+            return httpx.Response(409, json={"code": "superseded", "message": "re-planned", "field": "round_index",
+                                             "superseded_by": other["id"], "start_round": 2})
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                       backoff_s=0.0)
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
+    with pytest.raises(ReportingStoppedError, match="cannot follow the re-plan"):
+        execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))

@@ -61,6 +61,11 @@ class RunDirectory:
         return self.root / "config.json"
 
     @property
+    def reporting(self) -> Path:
+        """Where the run reports (service URL and first plan id; never the API key)."""
+        return self.root / "reporting.json"
+
+    @property
     def rounds(self) -> Path:
         return self.root / "rounds.jsonl"
 

@@ -1,99 +1,204 @@
-"""Reporting completed rounds to the gdpfed service (``--report-to URL --api-key KEY``).
+"""A trainer attached to the gdpfed service: claim each round, then report it (docs/ledger.md §6).
 
-After each round the trainer POSTs ``{"round_index", "aborted_pools", "metrics"}`` to
-``URL/v1/plans/{plan_id}/rounds`` with ``Authorization: Bearer KEY``. The service keys
-rounds by ``(plan_id, round_index)`` and treats a repeat as a no-op, so re-posting is
-always safe. A report that fails (network error, timeout, 5xx after a few tries) stays
-queued and is retried after the next round; it never stops training. The queue is part
-of the checkpoint, so a resumed run still delivers rounds its predecessor could not.
-A 4xx other than 408/429 is the service refusing the report (wrong key, unknown plan):
-retrying cannot help, so it is logged and dropped.
+``gdpfed train --plan-id ID --report-to URL`` keeps the service's privacy ledger exact:
+
+1. **Preflight** (before round 0 and on ``--resume``): the URL answers, the key is valid
+   with the operator role, the plan exists. Any failure is an ``InvalidInputError``
+   (exit 2, one line, nothing written).
+2. **Claim** round ``t`` (``status: "started"``) before running it. The service counts a
+   claimed round from then on, so a crash mid-round cannot hide privacy spent. A 409
+   ``superseded`` names the successor plan (an operator changed a budget): the runner
+   switches to it (``trainer.run.runner``) and claims ``t`` there. A claim that cannot be
+   delivered after the retries stops the run (``ReportingStoppedError``, exit 3): running
+   a round the service does not know about could put it in the wrong plan's ledger.
+3. **Complete** round ``t`` (``status: "completed"``, aborted pools and metrics) after it
+   ran. A completion that fails (network, 5xx) is queued, retried after the next round and
+   at the end, and kept in the checkpoint; the claim already counts the round.
+4. Any other refusal (4xx besides 408/429) stops the run after its checkpoint, exit 3.
+
+The key is sent as ``Authorization: Bearer KEY`` and never written anywhere.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import httpx
 
+from accounting.errors import GdpfedError, InvalidInputError
+
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-class RoundReporter:
-    """Posts round reports for one plan, queueing the ones that could not be delivered."""
+class ReportingStoppedError(GdpfedError):
+    """The service refused a round, or could not be reached to claim one: exit code 3.
+
+    The run's checkpoint is written first, so ``gdpfed train --out DIR --resume`` continues
+    (and delivers what is pending) once the cause is fixed.
+    """
+
+    code = "reporting_stopped"
+    exit_code = 3
+
+
+class ReportsUndeliveredError(GdpfedError):
+    """Training finished but some round reports were not delivered: exit code 3."""
+
+    code = "reports_undelivered"
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """The service's 409: the plan was re-planned as ``plan_id`` from ``start_round``."""
+
+    plan_id: str
+    start_round: int
+
+
+class ServiceLink:
+    """HTTP calls to the gdpfed service with retries (``attempts`` tries, exponential backoff)."""
 
     def __init__(
         self,
         url: str,
         api_key: str,
-        plan_id: str,
         *,
         timeout_s: float = 10.0,
-        attempts: int = 3,
+        attempts: int = 4,
         backoff_s: float = 0.5,
         log: Callable[[str], None] = lambda _text: None,
         client: httpx.Client | None = None,
     ) -> None:
-        self.endpoint = f"{url.rstrip('/')}/v1/plans/{plan_id}/rounds"
+        self.url = url.rstrip("/")
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self.log = log
         self._client = client or httpx.Client(timeout=timeout_s)
         self._owns_client = client is None
         self._headers = {"Authorization": f"Bearer {api_key}"}
-        self.pending: list[dict[str, Any]] = []
-        self.delivered = 0
 
-    def report(self, round_index: int, aborted_pools: list[str], metrics: dict[str, Any]) -> None:
-        """Queue this round's report and try to deliver everything queued, oldest first."""
-        self.pending.append(
-            {"round_index": round_index, "aborted_pools": list(aborted_pools), "metrics": metrics}
-        )
-        self.flush()
-
-    def flush(self) -> None:
-        """Deliver queued reports in order; stop at the first one that still fails."""
-        while self.pending:
-            body = self.pending[0]
-            outcome = self._post(body)
-            if outcome == "retry":
-                self.log(
-                    f"report of round {body['round_index']} to {self.endpoint} failed; "
-                    f"{len(self.pending)} report(s) queued, retrying after the next round"
-                )
-                return
-            self.pending.pop(0)
-            if outcome == "ok":
-                self.delivered += 1
-
-    def _post(self, body: dict[str, Any]) -> str:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response | str:
+        """The response (any status but a retryable one), or the last failure's reason."""
+        reason = ""
         for attempt in range(self.attempts):
             try:
-                response = self._client.post(self.endpoint, json=body, headers=self._headers)
+                response = self._client.request(method, self.url + path, json=body, headers=self._headers)
             except httpx.HTTPError as exc:
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
-                if response.status_code < 300:
-                    return "ok"
                 if response.status_code not in RETRYABLE_STATUS:
-                    self.log(
-                        f"the service refused the report of round {body['round_index']} "
-                        f"(HTTP {response.status_code}: {response.text[:200]}); not retrying"
-                    )
-                    return "refused"
+                    return response
                 reason = f"HTTP {response.status_code}"
             if attempt + 1 < self.attempts:
                 time.sleep(self.backoff_s * (2**attempt))
-        self.log(f"report of round {body['round_index']}: {reason}")
-        return "retry"
+        return reason
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"pending": [dict(item) for item in self.pending]}
+    def preflight(self, plan_id: str) -> dict[str, Any]:
+        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``)."""
+        health = self.request("GET", "/healthz")
+        if isinstance(health, str) or health.status_code >= 400:
+            why = health if isinstance(health, str) else f"HTTP {health.status_code}"
+            raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({why})")
+        ledger = self.request("GET", f"/v1/plans/{plan_id}/ledger")
+        if isinstance(ledger, str):
+            raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({ledger})")
+        if ledger.status_code == 401:
+            raise InvalidInputError("api-key", f"the service at {self.url} does not accept this API key")
+        if ledger.status_code == 403:
+            raise InvalidInputError("api-key", "the key lacks the operator role, which reporting rounds needs")
+        if ledger.status_code == 404:
+            raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
+        if ledger.status_code >= 400:
+            raise InvalidInputError("report-to", f"the service answered HTTP {ledger.status_code}: {_message(ledger)}")
+        return dict(ledger.json())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pending = [dict(item) for item in state.get("pending", [])]
+    def fetch_plan(self, plan_id: str) -> dict[str, Any]:
+        """The service's plan document (``GET /v1/plans/{id}``), provenance fields included."""
+        response = self.request("GET", f"/v1/plans/{plan_id}")
+        if isinstance(response, str):
+            raise ReportingStoppedError(f"cannot fetch plan {plan_id} from {self.url} ({response})")
+        if response.status_code >= 400:
+            raise ReportingStoppedError(f"fetching plan {plan_id}: HTTP {response.status_code}: {_message(response)}")
+        return dict(response.json())
 
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    return str(body.get("message", body)) if isinstance(body, dict) else str(body)[:200]
+
+
+class RoundReporter:
+    """Claims and completes rounds of the current plan; queues completions it could not deliver."""
+
+    def __init__(self, link: ServiceLink, plan_id: str) -> None:
+        self.link = link
+        self.plan_id = plan_id
+        self.pending: list[dict[str, Any]] = []  # {"plan_id", "body"}
+        self.delivered = 0
+
+    def claim(self, round_index: int) -> Superseded | None:
+        """Claim ``round_index`` on the current plan; the successor when it was re-planned."""
+        response = self.link.request("POST", f"/v1/plans/{self.plan_id}/rounds",
+                                     {"round_index": round_index, "status": "started"})
+        if isinstance(response, str):
+            raise ReportingStoppedError(
+                f"cannot claim round {round_index} of plan {self.plan_id} at {self.link.url} ({response}); "
+                "the round was not run. Rerun with --resume once the service is reachable"
+            )
+        if response.status_code == 409:
+            body = response.json()
+            if body.get("code") == "superseded":
+                return Superseded(str(body["superseded_by"]), int(body["start_round"]))
+        if response.status_code >= 400:
+            raise ReportingStoppedError(
+                f"the service refused round {round_index} of plan {self.plan_id} "
+                f"(HTTP {response.status_code}: {_message(response)})"
+            )
+        return None
+
+    def complete(self, round_index: int, aborted_pools: list[str], metrics: dict[str, Any]) -> None:
+        """Queue this round's completion and deliver everything queued, oldest first."""
+        body = {"round_index": round_index, "status": "completed", "aborted_pools": list(aborted_pools),
+                "metrics": metrics}
+        self.pending.append({"plan_id": self.plan_id, "body": body})
+        self.flush()
+
+    def flush(self) -> None:
+        """Deliver queued completions in order; stop at the first one that still fails."""
+        while self.pending:
+            item = self.pending[0]
+            round_index = item["body"]["round_index"]
+            response = self.link.request("POST", f"/v1/plans/{item['plan_id']}/rounds", item["body"])
+            if isinstance(response, str):
+                self.link.log(
+                    f"report of round {round_index} failed ({response}); {len(self.pending)} report(s) "
+                    "queued, retrying after the next round"
+                )
+                return
+            if response.status_code >= 400:
+                raise ReportingStoppedError(
+                    f"the service refused the report of round {round_index} of plan {item['plan_id']} "
+                    f"(HTTP {response.status_code}: {_message(response)})"
+                )
+            self.pending.pop(0)
+            self.delivered += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"plan_id": self.plan_id, "pending": [dict(item) for item in self.pending]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.plan_id = str(state.get("plan_id", self.plan_id))
+        self.pending = [dict(item) for item in state.get("pending", [])]
+
+    def close(self) -> None:
+        self.link.close()

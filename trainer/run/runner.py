@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -29,6 +29,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from accounting.errors import InvalidInputError
+from planner import ledger as plan_ledger
 from planner.schema import Plan
 from trainer.rounds import RoundEngine, RoundOutcome
 from trainer.run.checkpoint import fingerprint, load_checkpoint, save_checkpoint
@@ -74,9 +75,12 @@ class RunSummary(BaseModel):
 
     run_dir: str
     method: str
-    plan_id: str | None
+    plan_id: str | None = Field(description="the service's plan the run ended on (it may have followed re-plans)")
+    superseded_plans: list[str] = Field(
+        default_factory=list, description="ids of the plans this run followed before plan_id, oldest first"
+    )
     complete: bool
-    rounds_run: int = Field(description="rounds of this plan completed")
+    rounds_run: int = Field(description="rounds this run completed")
     rounds: int = Field(description="rounds this run was asked for")
     start_round: int
     final_accuracy: float | None
@@ -85,7 +89,7 @@ class RunSummary(BaseModel):
     epsilon_spent: dict[str, float | None] = Field(
         description="group id -> epsilon spent over all phases, under the plan's accountant"
     )
-    epsilon_target: dict[str, float | None]
+    epsilon_target: dict[str, float | None] = Field(description="each group's budget in the plan the run ended on")
     aborted_rounds: dict[str, int] = Field(description="pool id -> rounds it released nothing")
     model_dim: int
     device: str
@@ -111,6 +115,10 @@ class PreparedRun:
     strategy: Strategy
     engine: RoundEngine
     warnings: list[str]
+    build_strategy: Callable[[Plan], Strategy]
+    run_start: int = 0  # global index of the run's first round (its first plan's start_round)
+    current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
+    plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
 
 
 def build_population(plan: Plan, dataset: Any, seed: int) -> Population:
@@ -187,25 +195,21 @@ def prepare_run(
             "and keep_ratio: auto choices assumed the other dimension"
         )
     factory = strategy_factory or PlanStrategy
-    strategy = factory(
-        plan,
-        model,
-        dataset,
-        engine=config.engine,
-        local=local,
-        device=chosen_device,
-        server_lr=config.server_lr,
-        server_momentum=config.server_momentum,
-    )
-    engine = RoundEngine(
-        plan,
-        strategy,
-        population,
-        dim,
-        rounds=config.rounds,
-        late_dropout_fraction=config.late_dropout_fraction,
-        secagg_mode=config.secagg_mode,
-    )
+
+    def build_strategy(for_plan: Plan) -> Strategy:
+        return factory(
+            for_plan,
+            model,
+            dataset,
+            engine=config.engine,
+            local=local,
+            device=chosen_device,
+            server_lr=config.server_lr,
+            server_momentum=config.server_momentum,
+        )
+
+    strategy = build_strategy(plan)
+    engine = build_engine(plan, strategy, population, dim, config, config.rounds)
     initial = flatten_params(model).to(chosen_device)
     return PreparedRun(
         plan=plan,
@@ -221,6 +225,87 @@ def prepare_run(
         strategy=strategy,
         engine=engine,
         warnings=warnings,
+        build_strategy=build_strategy,
+        run_start=plan.start_round,
+    )
+
+
+def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
+                 rounds: int) -> RoundEngine:
+    return RoundEngine(
+        plan,
+        strategy,
+        population,
+        dim,
+        rounds=rounds,
+        late_dropout_fraction=config.late_dropout_fraction,
+        secagg_mode=config.secagg_mode,
+    )
+
+
+def switch_plan(
+    prepared: PreparedRun,
+    ledger: PrivacyLedger,
+    document: dict[str, Any],
+    global_round: int,
+    epsilon_fn: EpsilonFn | None = None,
+    *,
+    check_history: bool = True,
+) -> PrivacyLedger:
+    """Continue the run on ``document``, the service's re-plan, from ``global_round``.
+
+    The successor is verified like any plan (``planner.verify``); it must start at
+    ``global_round``, cover the run's remaining rounds, keep the population (same group
+    ids and client counts: the simulator cannot re-deal clients mid-run), and its spent
+    history must be exactly what this run's ledger spent so far (docs/ledger.md §6).
+    The global parameters and the strategy's state carry over. Returns the new ledger.
+    """
+    from planner.ledger import merge_phases
+    from planner.schema import load_plan
+    from planner.verify import verify_executable
+    from trainer.run.reporting import ReportingStoppedError
+
+    successor = load_plan(document)
+    name = document.get("id", "the successor plan")
+    try:
+        verify_executable(successor)
+    except InvalidInputError as exc:
+        raise ReportingStoppedError(f"the re-plan {name} does not verify: {exc.message}") from None
+    current = prepared.plan
+    end = prepared.run_start + prepared.config.rounds
+    problems = []
+    if successor.start_round != global_round:
+        problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
+    if successor.start_round + successor.rounds < end:
+        problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
+    if [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]:
+        problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
+    elif check_history:
+        for group in successor.groups:
+            mine = merge_phases(ledger.phases(group.id))
+            theirs = merge_phases(plan_ledger.group_history(successor, group, 0))
+            if not _same_phases(mine, theirs):
+                problems.append(f"group {group.id}'s spent history {theirs} is not this run's {mine}")
+                break
+    if problems:
+        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems))
+    state = prepared.strategy.state_dict()
+    strategy = prepared.build_strategy(successor)
+    strategy.load_state_dict(state)
+    prepared.plan = successor
+    prepared.current_document = document
+    prepared.strategy = strategy
+    prepared.engine = build_engine(successor, strategy, prepared.population, prepared.engine.dim,
+                                   prepared.config, end - global_round)
+    return PrivacyLedger(successor, epsilon_fn)
+
+
+def _same_phases(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(
+        x.steps == y.steps
+        and math.isclose(x.sampling_rate, y.sampling_rate, rel_tol=1e-9)
+        and math.isclose(x.noise_multiplier, y.noise_multiplier, rel_tol=1e-9)
+        for x, y in zip(a, b)
     )
 
 
@@ -254,13 +339,19 @@ def execute_run(
     epsilon_fn: EpsilonFn | None = None,
     plan_id: str | None = None,
 ) -> RunSummary:
-    """Run (or continue) the prepared run to its last round; return and write the summary."""
-    from trainer.engines import evaluate
+    """Run (or continue) the prepared run to its last round; return and write the summary.
 
-    plan, config, run_dir = prepared.plan, prepared.config, prepared.run_dir
+    With a ``reporter`` (a trainer attached to the service, docs/ledger.md §6) each round
+    is claimed before it runs and completed after; a claim answered with ``superseded``
+    switches the run to the successor plan (``switch_plan``) before the round runs.
+    """
+    from trainer.engines import evaluate
+    from trainer.run.reporting import ReportingStoppedError
+
+    config, run_dir = prepared.config, prepared.run_dir
     plan_print = fingerprint(prepared.plan_document)
     config_print = fingerprint(config.model_dump(mode="json"))
-    ledger = PrivacyLedger(plan, epsilon_fn)
+    ledger = PrivacyLedger(prepared.plan, epsilon_fn)
     params = prepared.initial_params
     next_round = 0
 
@@ -271,8 +362,13 @@ def execute_run(
         next_round = int(state["next_round"])
         params = state["global_params"].to(prepared.device)
         prepared.strategy.load_state_dict(state["strategy"])
+        if state.get("current_plan") is not None:
+            # the run had followed a re-plan: continue on it (verified again, never trusted)
+            prepared.plan_history = list(state.get("plan_history", []))
+            ledger = switch_plan(prepared, ledger, state["current_plan"], prepared.run_start + next_round,
+                                 epsilon_fn, check_history=False)
         ledger.load_state_dict(state["ledger"])
-        if ledger.rounds_run != next_round:
+        if ledger.rounds_run != prepared.run_start + next_round - prepared.plan.start_round:
             raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
         if reporter is not None:
             reporter.load_state_dict(state.get("reporter", {}))
@@ -280,16 +376,48 @@ def execute_run(
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
         atomic_write_json(run_dir.config, config.model_dump(mode="json"))
-    records = truncate_rounds(run_dir.rounds, plan.start_round + next_round)
+        if reporter is not None:
+            atomic_write_json(run_dir.reporting, {"url": reporter.link.url, "plan_id": reporter.plan_id})
+    records = truncate_rounds(run_dir.rounds, prepared.run_start + next_round)
 
-    display = progress or Progress(plan.start_round + config.rounds, plan.start_round + next_round)
+    def checkpoint(rounds_done: int) -> None:
+        save_checkpoint(
+            run_dir.checkpoint,
+            {
+                "next_round": rounds_done,
+                "seed": config.seed,
+                "global_params": params.detach().cpu().clone(),
+                "strategy": prepared.strategy.state_dict(),
+                "ledger": ledger.state_dict(),
+                "reporter": reporter.state_dict() if reporter is not None else {},
+                "current_plan": prepared.current_document,
+                "plan_history": list(prepared.plan_history),
+                "plan_fingerprint": plan_print,
+                "config_fingerprint": config_print,
+            },
+        )
+
+    display = progress or Progress(prepared.run_start + config.rounds, prepared.run_start + next_round)
     for warning in prepared.warnings:
         display.message(f"warning: {warning}")
     started = time.perf_counter()
     try:
         for local_round in range(next_round, config.rounds):
+            global_round = prepared.run_start + local_round
+            if reporter is not None:
+                while (successor := reporter.claim(global_round)) is not None:
+                    document = reporter.link.fetch_plan(successor.plan_id)
+                    ledger = switch_plan(prepared, ledger, document, global_round, epsilon_fn)
+                    prepared.plan_history.append(reporter.plan_id)
+                    display.message(
+                        f"plan {reporter.plan_id} was re-planned as {successor.plan_id} from round "
+                        f"{successor.start_round}; continuing on it"
+                    )
+                    reporter.plan_id = successor.plan_id
             round_started = time.perf_counter()
-            ctx = RoundContext(round_index=local_round, global_round=plan.start_round + local_round, seed=config.seed)
+            plan = prepared.plan
+            ctx = RoundContext(round_index=global_round - plan.start_round, global_round=global_round,
+                               seed=config.seed)
             params, outcome = prepared.engine.run(ctx, params)
             timing = dict(outcome.timing)
 
@@ -309,30 +437,29 @@ def execute_run(
             append_round(run_dir.rounds, record)
             records.append(record)
             # Report before the checkpoint so the checkpoint holds the queue after this
-            # attempt; a crash in between re-runs and re-posts the round (a no-op there).
+            # attempt; a crash in between re-runs the round: its claim and completion are
+            # no-ops at the service.
+            refused: ReportingStoppedError | None = None
             if reporter is not None:
-                reporter.report(record.round, record.aborted_pools, report_metrics(record))
-            if last or (local_round + 1) % config.checkpoint_every == 0:
-                save_checkpoint(
-                    run_dir.checkpoint,
-                    {
-                        "next_round": local_round + 1,
-                        "seed": config.seed,
-                        "global_params": params.detach().cpu().clone(),
-                        "strategy": prepared.strategy.state_dict(),
-                        "ledger": ledger.state_dict(),
-                        "reporter": reporter.state_dict() if reporter is not None else {},
-                        "plan_fingerprint": plan_print,
-                        "config_fingerprint": config_print,
-                    },
-                )
+                try:
+                    reporter.complete(record.round, record.aborted_pools, report_metrics(record))
+                except ReportingStoppedError as exc:
+                    refused = exc
+            if refused is not None or last or (local_round + 1) % config.checkpoint_every == 0:
+                checkpoint(local_round + 1)
             display.round_done(record)
+            if refused is not None:
+                raise refused
+        if reporter is not None and reporter.pending:
+            reporter.flush()  # a finished run (or a resume of one) delivers what is pending
+            if run_dir.has_checkpoint():
+                checkpoint(prepared.plan.start_round + ledger.rounds_run - prepared.run_start)
     finally:
         display.close()
 
     summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter)
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
-    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, plan.method)
+    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method)
     return summary
 
 
@@ -368,15 +495,19 @@ def summarize(
 ) -> RunSummary:
     plan = prepared.plan
     evaluated = [r for r in records if r.accuracy is not None]
-    aborted = {pool.id: sum(pool.id in r.aborted_pools for r in records) for pool in plan.pools}
+    pool_ids = [pool.id for pool in plan.pools]
+    pool_ids += sorted({p for r in records for p in r.aborted_pools} - set(pool_ids))
+    aborted = {pool_id: sum(pool_id in r.aborted_pools for r in records) for pool_id in pool_ids}
+    rounds_run = prepared.plan.start_round + ledger.rounds_run - prepared.run_start
     return RunSummary(
         run_dir=str(prepared.run_dir.root),
         method=plan.method,
-        plan_id=plan_id,
-        complete=ledger.rounds_run == prepared.config.rounds,
-        rounds_run=ledger.rounds_run,
+        plan_id=reporter.plan_id if reporter is not None else plan_id,
+        superseded_plans=list(prepared.plan_history),
+        complete=rounds_run == prepared.config.rounds,
+        rounds_run=rounds_run,
         rounds=prepared.config.rounds,
-        start_round=plan.start_round,
+        start_round=prepared.run_start,
         final_accuracy=evaluated[-1].accuracy if evaluated else None,
         final_loss=evaluated[-1].loss if evaluated else None,
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
