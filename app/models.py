@@ -122,6 +122,9 @@ class PlanRecord(Base):
         ForeignKey("populations.id", ondelete="SET NULL"), nullable=True, index=True
     )
     document: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # While a re-plan of this plan is computed, new rounds wait (503 + Retry-After) so the
+    # ledger's count the re-plan starts from cannot move under it (docs/ledger.md §4).
+    replan_fence_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class LedgerRound(Base):

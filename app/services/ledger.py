@@ -20,6 +20,10 @@ constraint): a repeated claim or report returns the existing record flagged ``du
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -44,6 +48,39 @@ def rounds_counted(session: Session, record: PlanRecord) -> int:
     """Rounds of this plan counted as spent: up to and including the last claimed or reported one."""
     last = last_round_index(session, record.id)
     return 0 if last is None else last + 1 - record.start_round
+
+
+@contextmanager
+def replan_fence(state: AppState, plan_id: str) -> Iterator[None]:
+    """Hold new rounds of ``plan_id`` (503 + Retry-After) while a re-plan of it is computed.
+
+    A re-plan starts at the ledger's ``rounds_counted``; a trainer claiming a round every
+    fraction of a second would otherwise move that count under every attempt and the
+    operator's change would never land. Rounds already claimed still complete. The fence
+    expires by itself after the compute time limit, so a crashed re-plan cannot wedge a plan.
+    """
+    seconds = float(state.settings.compute_timeout_seconds) + 5.0
+
+    def set_fence(until: datetime | None) -> None:
+        with write_transaction(state.sessions) as session:
+            record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
+            if record is not None:
+                record.replan_fence_until = until
+
+    with_busy_retry(lambda: set_fence(datetime.now(timezone.utc) + timedelta(seconds=seconds)))
+    try:
+        yield
+    finally:
+        with_busy_retry(lambda: set_fence(None))
+
+
+def _fenced(record: PlanRecord) -> bool:
+    until = record.replan_fence_until
+    if until is None:
+        return False
+    if until.tzinfo is None:  # SQLite returns naive datetimes; they were written in UTC
+        until = until.replace(tzinfo=timezone.utc)
+    return until > datetime.now(timezone.utc)
 
 
 def spent_by_group(plan: Plan, rounds: int) -> dict[str, float | None]:
@@ -104,6 +141,9 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     child = session.scalar(select(PlanRecord).where(PlanRecord.parent_id == plan_id))
     if child is not None and report.round_index >= child.start_round:
         raise superseded(plan_id, report.round_index, child.id, child.start_round)
+    if _fenced(plan_record) and report.round_index >= plan_record.start_round + rounds_counted(session, plan_record):
+        raise ServiceError(503, "replanning", "round_index: the plan is being re-planned (a budget change); "
+                           "retry in a second", field="round_index", headers={"Retry-After": "1"})
     _check_pools(plan_record, report)
     row = LedgerRound(
         plan_id=plan_id,

@@ -186,12 +186,16 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
     """
     for _ in range(attempts):
         with state.sessions() as session:
-            record = load_record(session, plan_id)
-            _check_replannable(session, record)
-            counted = ledger_service.rounds_counted(session, record)
-            rounds_done = _rounds_done(body.rounds_done, counted)
-            plan = to_plan(record)
-        child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
+            _check_replannable(session, load_record(session, plan_id))
+        # new rounds wait while the re-plan is computed (docs/ledger.md §4)
+        with ledger_service.replan_fence(state, plan_id):
+            with state.sessions() as session:
+                record = load_record(session, plan_id)
+                _check_replannable(session, record)
+                counted = ledger_service.rounds_counted(session, record)
+                rounds_done = _rounds_done(body.rounds_done, counted)
+                plan = to_plan(record)
+            child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
 
         def attempt() -> StoredPlan | None:
             with write_transaction(state.sessions) as session:

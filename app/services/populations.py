@@ -18,6 +18,7 @@ and the whole change is recomputed if something did.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,6 +282,11 @@ def _with_groups(scenario: Scenario, groups: list[GroupSpec]) -> Scenario:
                                     "groups": [g.model_dump() for g in groups]})
 
 
+def _active_plan_id(state: AppState, population_id: str) -> str | None:
+    with state.sessions() as session:
+        return _load(session, population_id).active_plan_id
+
+
 def _snapshot(state: AppState, population_id: str) -> Snapshot:
     with state.sessions() as session:
         population = _load(session, population_id)
@@ -296,62 +302,66 @@ def _apply(state: AppState, population_id: str, caller: Principal,
            plan_change: Callable[[Snapshot], tuple[list[FieldChange], GroupChange, Scenario]],
            added: GroupSpec | None = None, attempts: int = 3) -> PopulationChangeResult:
     for _ in range(attempts):
-        snap = _snapshot(state, population_id)
-        edits, change, scenario = plan_change(snap)
-        plan_service.check_size(state, scenario, field="groups")
-        child: Plan | None = None
-        if snap.active is not None and edits:
-            try:
-                child = plan_service.compute_replan(
-                    state, plan_service.to_plan(snap.active), snap.counted,
-                    Changes(groups=[change]), snap.active.id,
-                )
-            except BudgetConflictError as exc:
-                # the planner's one rule (docs/planning.md §9): a budget below what was spent
-                raise ServiceError(409, exc.code, f"epsilon: {exc.reason}", "epsilon") from None
-            except GdpfedError as exc:
-                raise conflict(f"the change cannot be honoured: {exc.message}") from None
+        # new rounds of the active plan wait while the re-plan is computed (docs/ledger.md §4)
+        active_id = _active_plan_id(state, population_id)
+        fence = ledger_service.replan_fence(state, active_id) if active_id is not None else nullcontext()
+        with fence:
+            snap = _snapshot(state, population_id)
+            edits, change, scenario = plan_change(snap)
+            plan_service.check_size(state, scenario, field="groups")
+            child: Plan | None = None
+            if snap.active is not None and edits:
+                try:
+                    child = plan_service.compute_replan(
+                        state, plan_service.to_plan(snap.active), snap.counted,
+                        Changes(groups=[change]), snap.active.id,
+                    )
+                except BudgetConflictError as exc:
+                    # the planner's one rule (docs/planning.md §9): a budget below what was spent
+                    raise ServiceError(409, exc.code, f"epsilon: {exc.reason}", "epsilon") from None
+                except GdpfedError as exc:
+                    raise conflict(f"the change cannot be honoured: {exc.message}") from None
 
-        def attempt() -> PopulationChangeResult | None:
-            with write_transaction(state.sessions) as session:
-                population = _load(session, population_id, lock=True)
-                if population.version != snap.population.version:
-                    return None
-                if snap.active is not None:
-                    active = plan_service.load_record(session, snap.active.id, lock=True)
-                    if ledger_service.rounds_counted(session, active) != snap.counted:
+            def attempt() -> PopulationChangeResult | None:
+                with write_transaction(state.sessions) as session:
+                    population = _load(session, population_id, lock=True)
+                    if population.version != snap.population.version:
                         return None
-                rows = {row.group_id: row for row in _groups(session, population)}
-                plan_id = None
-                stored = None
-                if child is not None:
-                    record = plan_service.store_plan(session, child, created_by=caller.name,
-                                                     population_id=population_id, parent_id=snap.active.id)
-                    population.active_plan_id = plan_id = record.id
-                    stored = plan_service.to_stored(record)
-                if added is not None:
-                    session.add(_group_row(population.pk, len(rows), added))
-                for edit in edits:
-                    if edit.group_id in rows and edit.field in ("epsilon", "num_clients"):
-                        setattr(rows[edit.group_id], edit.field, edit.new)
-                history = [
-                    PopulationChange(population_pk=population.pk, actor=caller.name, group_id=e.group_id,
-                                     field=e.field, old_value=e.old, new_value=e.new, plan_id=plan_id)
-                    for e in edits
-                ]
-                session.add_all(history)
-                population.updated_at = utc_now()
-                session.flush()
-                out = to_out(population, scenario_of(population, _groups(session, population)))
-                return PopulationChangeResult(population=out, changes=[_change_out(h) for h in history],
-                                              plan=stored)
+                    if snap.active is not None:
+                        active = plan_service.load_record(session, snap.active.id, lock=True)
+                        if ledger_service.rounds_counted(session, active) != snap.counted:
+                            return None
+                    rows = {row.group_id: row for row in _groups(session, population)}
+                    plan_id = None
+                    stored = None
+                    if child is not None:
+                        record = plan_service.store_plan(session, child, created_by=caller.name,
+                                                         population_id=population_id, parent_id=snap.active.id)
+                        population.active_plan_id = plan_id = record.id
+                        stored = plan_service.to_stored(record)
+                    if added is not None:
+                        session.add(_group_row(population.pk, len(rows), added))
+                    for edit in edits:
+                        if edit.group_id in rows and edit.field in ("epsilon", "num_clients"):
+                            setattr(rows[edit.group_id], edit.field, edit.new)
+                    history = [
+                        PopulationChange(population_pk=population.pk, actor=caller.name, group_id=e.group_id,
+                                         field=e.field, old_value=e.old, new_value=e.new, plan_id=plan_id)
+                        for e in edits
+                    ]
+                    session.add_all(history)
+                    population.updated_at = utc_now()
+                    session.flush()
+                    out = to_out(population, scenario_of(population, _groups(session, population)))
+                    return PopulationChangeResult(population=out, changes=[_change_out(h) for h in history],
+                                                  plan=stored)
 
-        try:
-            result = with_busy_retry(attempt)
-        except StaleDataError:
-            result = None
-        if result is not None:
-            if result.plan is not None:
-                state.metrics.plans_created.labels("replan").inc()
-            return result
+            try:
+                result = with_busy_retry(attempt)
+            except StaleDataError:
+                result = None
+            if result is not None:
+                if result.plan is not None:
+                    state.metrics.plans_created.labels("replan").inc()
+                return result
     raise conflict("the population or its ledger kept changing during the change; retry")

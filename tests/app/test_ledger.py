@@ -193,3 +193,17 @@ def test_replan_starts_after_claimed_rounds_and_old_plan_refuses_later_ones(clie
     # the child's history is the parent's four rounds then its own
     a = next(g for g in client.get(f"/v1/plans/{child_id}/ledger").json()["groups"] if g["id"] == "a")
     assert sum(p["steps"] for p in a["phases"]) == 5
+
+
+def test_new_rounds_wait_while_the_plan_is_replanned(client: TestClient) -> None:
+    """The re-plan fence: a claim past the count gets 503 + Retry-After; claimed rounds still complete."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    assert _report(client, plan_id, 0, status="started").status_code == 201
+    state = client.app.state.gdpfed  # type: ignore[attr-defined]
+    with ledger_service.replan_fence(state, plan_id):
+        held = _report(client, plan_id, 1, status="started")
+        assert held.status_code == 503 and held.headers["Retry-After"] == "1"
+        assert held.json()["code"] == "replanning"
+        assert _report(client, plan_id, 0, status="completed").json()["duplicate"] is False
+        assert client.get(f"/v1/plans/{plan_id}/ledger").json()["rounds_counted"] == 1
+    assert _report(client, plan_id, 1, status="started").status_code == 201

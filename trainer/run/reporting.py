@@ -71,8 +71,10 @@ class ServiceLink:
         backoff_s: float = 0.5,
         log: Callable[[str], None] = lambda _text: None,
         client: httpx.Client | None = None,
+        patience_s: float = 120.0,
     ) -> None:
         self.url = url.rstrip("/")
+        self.patience_s = patience_s
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self.log = log
@@ -81,9 +83,15 @@ class ServiceLink:
         self._headers = {"Authorization": f"Bearer {api_key}"}
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response | str:
-        """The response (any status but a retryable one), or the last failure's reason."""
+        """The response (any status but a retryable one), or the last failure's reason.
+
+        A 503 with ``Retry-After`` (the service holds new rounds while it re-plans, docs/
+        ledger.md §4) is waited out for up to ``patience_s`` without using up an attempt.
+        """
         reason = ""
-        for attempt in range(self.attempts):
+        attempt = 0
+        waited = 0.0
+        while attempt < self.attempts:
             try:
                 response = self._client.request(method, self.url + path, json=body, headers=self._headers)
             except httpx.HTTPError as exc:
@@ -92,8 +100,14 @@ class ServiceLink:
                 if response.status_code not in RETRYABLE_STATUS:
                     return response
                 reason = f"HTTP {response.status_code}"
-            if attempt + 1 < self.attempts:
-                time.sleep(self.backoff_s * (2**attempt))
+                retry_after = _retry_after(response)
+                if response.status_code == 503 and retry_after is not None and waited < self.patience_s:
+                    time.sleep(retry_after)
+                    waited += retry_after
+                    continue
+            attempt += 1
+            if attempt < self.attempts:
+                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
         return reason
 
     def preflight(self, plan_id: str) -> dict[str, Any]:
@@ -127,6 +141,13 @@ class ServiceLink:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return min(max(float(response.headers["Retry-After"]), 0.05), 10.0)
+    except (KeyError, ValueError):
+        return None
 
 
 def _message(response: httpx.Response) -> str:
