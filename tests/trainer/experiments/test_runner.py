@@ -73,6 +73,10 @@ def check_outputs(out: Path, cells: int) -> None:
 
 @pytest.mark.parametrize("name", ["main", "noise", "keep_ratio", "noniid", "preferences", "clip"])
 def test_smoke_run_of_a_config(name, tmp_path):
+    config_text = (REPO / "experiments" / f"{name}.yaml").read_text()
+    plays = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+    if "../shared/data/" in config_text and not plays.is_file():
+        pytest.skip(f"{name}.yaml reads {plays}, which is absent (CI provides ../shared beside the clone)")
     out = tmp_path / name
     summary = run_experiment(REPO / "experiments" / f"{name}.yaml", out, smoke=True, log=quiet)
     assert len(summary.ran) == EXPECTED_CELLS[name]

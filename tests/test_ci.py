@@ -1,0 +1,35 @@
+"""CI proves the fresh-machine path: ``.ci/run`` builds a new virtual environment in a
+temporary directory and runs the README's test command inside it, verbatim."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)][:2]
+
+
+def test_ci_runs_the_readme_test_command_in_a_fresh_venv() -> None:
+    script = (REPO / ".ci" / "run").read_text()
+    test_command = _readme_commands()[1]
+    lines = [line.strip() for line in script.splitlines()]
+    assert test_command in lines, test_command
+    assert "set -euo pipefail" in lines  # a failing test command fails CI
+    venv = lines.index('python3 -m venv "$VENV"')
+    activate = lines.index('source "$VENV/bin/activate"')
+    assert any(line.startswith('VENV="$(mktemp -d') for line in lines[:venv])
+    assert venv < activate < lines.index(test_command)
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    text = (REPO / "README.md").read_text()
+    first_block = text.index("```bash")
+    assert "##" not in text[text.index("\n", text.index("# gdpfed")):first_block]  # nothing before them but the intro
+    install_and_run, install_and_test = _readme_commands()
+    assert install_and_run.startswith("pip install") and install_and_test.startswith("pip install")
+    assert "pytest" in install_and_test
