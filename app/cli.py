@@ -73,10 +73,34 @@ def build_parser(modules: dict[str, str] | None = None) -> OneLineArgumentParser
         except ModuleNotFoundError as exc:
             # A subcommand whose package is not built yet, or whose optional extra is
             # missing, is listed but explains itself instead of breaking the others.
-            _register_unavailable(subparsers, name, str(exc))
+            _register_unavailable(subparsers, name, missing_module_message(exc))
             continue
         module.register(subparsers)
     return parser
+
+
+# Which extra of pyproject.toml provides a module the core install lacks (tests/test_extras.py
+# checks this table against pyproject.toml, so the hint cannot drift from the packaging).
+MODULE_EXTRAS: dict[str, str] = {
+    "torch": "trainer",
+    "cryptography": "trainer",
+    "Crypto": "trainer",
+    "sklearn": "trainer",
+    "tqdm": "trainer",
+    "psycopg": "postgres",
+    "cvxpy": "dev",
+    "opacus": "dev",
+    "dp_accounting": "dev",
+}
+
+
+def missing_module_message(exc: ModuleNotFoundError) -> str:
+    """``needs the 'trainer' extra (torch is not installed): pip install 'gdpfed[trainer]'``."""
+    module = (exc.name or "").split(".")[0]
+    extra = MODULE_EXTRAS.get(module)
+    if extra is None:
+        return f"a required module is not installed: {module or exc}"
+    return f"needs the {extra!r} extra ({module} is not installed): pip install 'gdpfed[{extra}]'"
 
 
 def _register_unavailable(subparsers: Any, name: str, reason: str) -> None:
@@ -126,6 +150,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         sys.stderr.write(f"gdpfed {args.command}: error: {exc.strerror}: {exc.filename}\n")
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        # a subcommand whose optional extra is missing (torch is imported in the handler)
+        sys.stderr.write(f"gdpfed {args.command}: error: {missing_module_message(exc)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write(f"gdpfed {args.command}: interrupted\n")

@@ -33,11 +33,40 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
+def parse_database_url(database_url: str) -> Any:
+    """The parsed URL; ``postgresql://`` / ``postgres://`` mean the psycopg 3 driver (the
+    ``postgres`` extra), not SQLAlchemy's default psycopg2. Malformed URLs and drivers that
+    are not installed are ``InvalidInputError`` naming ``database-url``."""
+    from sqlalchemy.exc import ArgumentError
+
+    from accounting.errors import InvalidInputError
+
+    try:
+        url = make_url(database_url)
+    except ArgumentError:
+        raise InvalidInputError(
+            "database-url", "cannot parse it; expected e.g. sqlite:///./gdpfed.db or postgresql://user@host/db"
+        ) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
 def make_engine(database_url: str, busy_timeout_seconds: float = 30.0) -> Engine:
     """An engine for ``database_url`` with the SQLite connection settings described above."""
-    url = make_url(database_url)
+    from sqlalchemy.exc import NoSuchModuleError
+
+    from accounting.errors import InvalidInputError
+
+    url = parse_database_url(database_url)
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        try:
+            return create_engine(url, pool_pre_ping=True)
+        except (ModuleNotFoundError, NoSuchModuleError) as exc:
+            hint = " (pip install 'gdpfed[postgres]')" if url.get_backend_name() == "postgresql" else ""
+            raise InvalidInputError(
+                "database-url", f"the driver for {url.drivername} is not installed{hint}: {exc}"
+            ) from None
     engine = create_engine(
         url,
         connect_args={"timeout": busy_timeout_seconds, "check_same_thread": False},

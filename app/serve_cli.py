@@ -77,6 +77,8 @@ def _serve(settings: Any) -> None:
     from app.main import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    _check_database(settings)
+    _check_port(settings.host, settings.port)
     app = create_app(settings)
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     if ":" in shown_host:
@@ -88,6 +90,44 @@ def _serve(settings: Any) -> None:
     sys.stderr.flush()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     return None
+
+
+def _check_database(settings: Any) -> None:
+    """A malformed URL, a missing driver or an unreachable server: one line, exit 2."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from accounting.errors import InvalidInputError
+    from app.db import make_engine
+
+    engine = make_engine(settings.database_url, settings.db_busy_timeout_seconds)
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        first = str(getattr(exc, "orig", exc) or exc).strip().splitlines()
+        raise InvalidInputError(
+            "database-url", f"cannot connect to {_redact(settings.database_url)}: {first[0] if first else type(exc).__name__}"
+        ) from None
+    finally:
+        engine.dispose()
+
+
+def _check_port(host: str, port: int) -> None:
+    """Say that the port is taken before printing where the docs would be."""
+    import errno
+    import socket
+
+    from accounting.errors import InvalidInputError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InvalidInputError("port", f"{host}:{port} is already in use; choose another with --port") from None
+            raise InvalidInputError("host", f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def _redact(url: str) -> str:

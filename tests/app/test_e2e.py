@@ -182,9 +182,34 @@ def test_concurrent_http_reports(tmp_path: Path) -> None:
         assert ledger["rounds_reported"] == 40
 
 
-@pytest.mark.parametrize("bad", [["--port", "70000"]])
-def test_serve_rejects_bad_settings(bad: list[str]) -> None:
-    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", *bad], cwd=REPO, capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+@pytest.mark.parametrize(
+    ("bad", "needles"),
+    [
+        (["--port", "70000"], ["port"]),
+        (["--database-url", "not a url"], ["database-url", "cannot parse"]),
+        (["--database-url", "mysql://user@localhost/gdpfed"], ["database-url", "driver", "not installed"]),
+        (["--database-url", "sqlite:////nonexistent-dir/gdpfed.db"], ["database-url", "cannot connect"]),
+        (["--database-url", "postgresql://user:secret@127.0.0.1:PORT/gdpfed"],
+         ["database-url", "postgresql"]),  # unreachable, or the postgres extra missing: either names it
+        (["--port", "BUSY"], ["port", "already in use"]),
+    ],
+)
+def test_serve_rejects_bad_settings(bad: list[str], needles: list[str], tmp_path: Path) -> None:
+    """Issue 9 §5: one line, exit 2, no traceback, and no docs URL printed first."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = [a.replace("PORT", str(free_port())) if a != "BUSY" else port for a in bad]
+        if "--database-url" not in args:
+            args += ["--database-url", f"sqlite:///{tmp_path / 'ok.db'}"]
+        result = subprocess.run([sys.executable, "-m", "app.cli", "serve", *args], cwd=REPO, capture_output=True,
+                                text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "port" in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "/docs" not in result.stderr and "secret" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

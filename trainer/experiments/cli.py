@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
 
 
 def handle_experiment(args: argparse.Namespace) -> tuple[Any, str]:
+    import torch  # noqa: F401  (fail before any output when the trainer extra is missing)
+
     from trainer.experiments.config import load_experiment
     from trainer.experiments.runner import run_experiment
 
