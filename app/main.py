@@ -51,6 +51,13 @@ def bootstrap(settings: Settings) -> tuple[AppState, str | None]:
     if settings.initial_key == "create":
         given = settings.initial_api_key.get_secret_value() if settings.initial_api_key else None
         initial_token = ensure_initial_key(sessions, given)
+        if initial_token is not None and given is not None:
+            # an injected key (GDPFED_INITIAL_API_KEY) is the operator's secret: never echo it
+            sys.stderr.write(
+                f"gdpfed serve: created operator API key {INITIAL_KEY_NAME!r} from GDPFED_INITIAL_API_KEY "
+                "(not shown)\n"
+            )
+            initial_token = None
     metrics = make_metrics()
     compute = ComputePool(
         settings.compute_workers, settings.compute_timeout_seconds, metrics.compute_timeouts.inc

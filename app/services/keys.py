@@ -16,9 +16,19 @@ INITIAL_KEY_NAME = "initial-operator"
 
 def create_key(session: Session, name: str, role: Role, created_by: str | None,
                token: str | None = None) -> tuple[ApiKey, str]:
-    """Store a new key (its hash only) and return it with the token, shown this once."""
-    if session.scalar(select(ApiKey).where(ApiKey.name == name)) is not None:
-        raise conflict(f"an API key named {name!r} already exists", field="name")
+    """Store a new key (its hash only) and return it with the token, shown this once.
+
+    The name of a *revoked* key can be used again (rotation: revoke, then create a key
+    with the same name); the revoked row keeps its history under ``NAME~revoked-PK``.
+    """
+    existing = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    if existing is not None:
+        if existing.revoked_at is None:
+            raise conflict(f"an API key named {name!r} already exists; revoke it first to reuse the name",
+                           field="name")
+        suffix = f"~revoked-{existing.pk}"
+        existing.name = existing.name[: 64 - len(suffix)] + suffix
+        session.flush()
     token = token if token is not None else new_token()
     key = ApiKey(name=name, role=role, token_sha256=hash_token(token), created_by=created_by)
     session.add(key)
@@ -74,10 +84,20 @@ def list_keys(session: Session) -> list[ApiKey]:
 
 
 def revoke_key(session: Session, name: str) -> ApiKey:
-    key = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    """Revoke ``name``; never the last active operator key (that would lock every operator out)."""
+    key = session.scalar(select(ApiKey).where(ApiKey.name == name).with_for_update())
     if key is None:
         raise not_found("API key", name)
     if key.revoked_at is None:
+        if key.role == "operator":
+            operators = session.scalar(
+                select(func.count()).select_from(ApiKey).where(ApiKey.role == "operator", ApiKey.revoked_at.is_(None))
+            )
+            if (operators or 0) <= 1:
+                raise conflict(
+                    f"{name!r} is the last active operator key; create another operator key before revoking it",
+                    field="name",
+                )
         key.revoked_at = utc_now()
     return key
 

@@ -147,3 +147,29 @@ def test_token_helpers() -> None:
     assert token_matches("abc", hash_token("abc")) and not token_matches("abd", hash_token("abc"))
     assert role_allows("operator", "planner") and not role_allows("planner", "operator")
     assert not role_allows("unknown", "planner")
+
+
+def test_last_operator_key_cannot_revoke_itself_and_names_can_be_reused(client: TestClient,
+                                                                        planner_token: str) -> None:
+    """Issue 9 §5: no lock-out; rotation by reusing a revoked key's name."""
+    locked_out = client.delete("/v1/keys/initial-operator")
+    assert locked_out.status_code == 409 and "last active operator key" in locked_out.json()["message"]
+    assert client.get("/v1/keys").status_code == 200  # still works
+    second = client.post("/v1/keys", json={"name": "ops-2", "role": "operator"}).json()["token"]
+    assert client.delete("/v1/keys/initial-operator").status_code == 200
+    assert client.get("/v1/keys").status_code == 401  # the revoked key no longer works
+    assert client.delete("/v1/keys/ops-2", headers=auth(second)).status_code == 409
+    # rotate planner-1: revoke it, then create a key with the same name
+    assert client.delete("/v1/keys/planner-1", headers=auth(second)).status_code == 200
+    rotated = client.post("/v1/keys", json={"name": "planner-1", "role": "planner"}, headers=auth(second))
+    assert rotated.status_code == 201, rotated.text
+    assert client.get("/v1/plans", headers=auth(rotated.json()["token"])).status_code == 200
+    assert client.get("/v1/plans", headers=auth(planner_token)).status_code == 401
+    names = [k["name"] for k in client.get("/v1/keys", headers=auth(second)).json()]
+    assert "planner-1" in names and any(n.startswith("planner-1~revoked-") for n in names)
+
+
+def test_injected_initial_key_is_never_echoed(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    create_app(Settings(database_url=db_url, initial_api_key=OPERATOR_TOKEN))
+    printed = capsys.readouterr().err
+    assert OPERATOR_TOKEN not in printed and "not shown" in printed
