@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from app.compute import ComputePool
 from app.db import make_engine, session_factory
@@ -88,7 +89,9 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
         state.compute.shutdown()
         state.engine.dispose()
 
-    app = FastAPI(
+    # /docs and /redoc serve the Swagger UI / ReDoc assets from the installed package, not a
+    # CDN, so the docs work on an air-gapped network (issue 9 §5)
+    app = FastAPIOffline(
         title="gdpfed planning service",
         version=API_VERSION,
         summary="Privacy-budget planning for federated learning with heterogeneous "

@@ -278,3 +278,16 @@ def test_numeric_range_errors_are_infeasible_not_500() -> None:
             pool.run(lambda: 10.0 ** 400)
     finally:
         pool.shutdown()
+
+
+def test_docs_work_offline(client) -> None:  # type: ignore[no-untyped-def]
+    """Issue 9 §5: /docs loads its Swagger UI assets from the service, not from a CDN."""
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assert "cdn.jsdelivr.net" not in page.text and "unpkg.com" not in page.text
+    import re
+
+    assets = re.findall(r'(?:href|src)="([^"]+)"', page.text)
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        path = next(a for a in assets if a.endswith(name))
+        assert path.startswith("/") and client.get(path).status_code == 200, path
