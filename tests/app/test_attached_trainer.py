@@ -20,22 +20,11 @@ import pytest
 
 from app import cli as app_cli
 from tests.app.test_e2e import free_port, serve
+from tests.trainer.test_reporting import SCENARIO as ATTACHED_SCENARIO
 
 pytest.importorskip("torch")
 
-SCENARIO = {
-    "groups": [
-        {"id": "strict", "epsilon": 2.0, "num_clients": 30},
-        {"id": "loose", "epsilon": 8.0, "num_clients": 30},
-    ],
-    "delta": 1e-5,
-    "rounds": 12,
-    "clip_norm": 1.0,
-    "model_dim": 1000,
-    "expected_clients": 20,
-    "keep_ratio": 1.0,
-    "min_clients_per_pool": 2,
-}
+SCENARIO = {**ATTACHED_SCENARIO, "rounds": 12}
 TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]", "--local-steps", "1"]
 
 
