@@ -10,7 +10,8 @@ after them (docs/accounting.md §7.5).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

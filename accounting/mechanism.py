@@ -8,7 +8,8 @@ in order (docs/accounting.md §1).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pydantic
 

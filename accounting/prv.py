@@ -19,7 +19,8 @@ import multiprocessing
 import os
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -278,7 +279,7 @@ def _child_main(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
         sender.send(("error", exc.reason))
     except MemoryError:
         sender.send(("error", "prv ran out of memory"))
-    except BaseException as exc:  # noqa: BLE001 - the child reports everything, the parent decides
+    except BaseException as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         sender.send(("error", f"prv failed: {type(exc).__name__}{': ' + message if message else ''}"))
     finally:

@@ -13,7 +13,8 @@ not converge, which only removes that order from the minimum (conservative).
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy import special

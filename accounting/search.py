@@ -11,7 +11,8 @@ extrapolation, so the result meets the target under the function that was evalua
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 
 class Bracket(NamedTuple):

@@ -20,7 +20,8 @@ import argparse
 import importlib
 import json
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import pydantic
 

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from accounting.errors import InfeasibleError
-
 from app.errors import compute_timeout
 
 logger = logging.getLogger("gdpfed.app")

@@ -15,10 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from accounting.mechanism import Phase
-from planner.schema import Changes, Epsilon, GroupSpec, Plan, PlanMethod, RequestedMethod, Scenario
-
 from app.models import as_utc
 from app.security import Role
+from planner.schema import Changes, Epsilon, GroupSpec, Plan, PlanMethod, RequestedMethod, Scenario
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]

@@ -76,8 +76,9 @@ def rdp_table(
     cases: list[tuple[float, int, float, float]], repeats: int, opacus_repeats: int
 ) -> list[dict[str, Any]]:
     """gdpfed rdp calibration vs Opacus' on the same inputs: times, sigmas, differences."""
-    import accounting
     from opacus.accountants.utils import get_noise_multiplier
+
+    import accounting
 
     rdp_rows = []
     for q, t, eps, delta in cases:
@@ -109,9 +110,10 @@ def rdp_table(
 
 
 def _prv_row(q: float, t: int, eps: float, delta: float, quick: bool) -> dict[str, Any]:
-    import accounting
     from opacus.accountants.utils import get_noise_multiplier
     from prv_accountant.dpsgd import find_noise_multiplier
+
+    import accounting
 
     result: dict[str, Any] = {}
     ours = time_calls(lambda: result.setdefault("ours", accounting.noise_multiplier(q, t, eps, delta, accountant="prv")), 1, warmup=0)
@@ -139,7 +141,7 @@ def _timed(fn: Any) -> tuple[float | None, float]:
     start = time.perf_counter()
     try:
         value = float(fn())
-    except Exception:  # noqa: BLE001 - a peer failing is a result, shown as '-'
+    except Exception:
         value = None
     return value, time.perf_counter() - start
 

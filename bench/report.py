@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:

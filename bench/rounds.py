@@ -17,8 +17,9 @@ import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 STAGES = ("select", "train", "privatize", "secagg", "aggregate")
 

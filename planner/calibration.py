@@ -7,18 +7,18 @@ accountant, with the group's spent phases) and every epsilon from :func:`verify_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 import accounting
 from accounting import prv
+from accounting.calibration import SIGMA_MAX as SIGMA_CAP
 from accounting.closed_form import closed_form_sigma
 from accounting.errors import InfeasibleError
 from accounting.mechanism import Phase
-from accounting.calibration import SIGMA_MAX as SIGMA_CAP
 from accounting.results import EpsilonReport
 
 # Above this many distinct budgets, tables are built on a log grid of epsilon.

@@ -8,8 +8,8 @@ verification above the target is a bug and raises; it is never returned.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 

@@ -108,7 +108,7 @@ def private_rate_bounds(problem: Problem, curves: NoiseCurves | None, indices: n
     hi = np.ones(problem.n_groups)
     if curves is not None:
         hi[indices] = np.minimum(1.0, curves.rate_cap)
-        for row, g in enumerate(indices):
+        for g in indices:
             if hi[g] < lo[g]:
                 raise InfeasibleError(
                     f"{problem.label(g)} needs a noise multiplier above the calibration cap even at "

@@ -8,8 +8,8 @@ are unions of at most ``blocks`` quantile blocks, plus all-singletons.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from itertools import combinations
-from typing import Iterator, Sequence
 
 EXHAUSTIVE_LIMIT = 8
 

@@ -11,14 +11,14 @@ An opted-out group is always a pool of its own with no noise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from accounting.errors import InfeasibleError
-from planner.waterfill import repair_total
 from planner.curves import NoiseCurves, subset_curves
+from planner.waterfill import repair_total
 
 NO_NOISE, SINGLE, SHARED = 0, 1, 2
 _TABLE_POINTS = 96

@@ -7,8 +7,8 @@ keep-ratio settings, the rounds this plan covers and each group's spent privacy 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -16,7 +16,8 @@ normal approximation with continuity correction when the support is too wide to 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy import signal, stats

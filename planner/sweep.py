@@ -8,8 +8,8 @@ drawn with matplotlib's Agg backend (imported only when a plot is asked for).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pydantic import BaseModel, Field
 

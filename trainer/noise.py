@@ -19,7 +19,7 @@ The noise share is rounded independently of the data.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 from scipy.special import ndtri

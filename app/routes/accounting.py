@@ -12,7 +12,6 @@ from accounting.requests import (
     SamplingRateRequest,
 )
 from accounting.results import Calibration, EpsilonReport
-
 from app.deps import PlannerKey, State
 from app.services.accounting import run_request
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.deps import PlannerKey, ReadSession, State, OperatorKey
+from app.deps import OperatorKey, PlannerKey, ReadSession, State
 from app.schemas import PlanCreate, PlanPage, ReplanRequest, StoredPlan
 from app.services import plans as plan_service
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from accounting.requests import AccountingRequest, answer
 from accounting.results import Calibration, EpsilonReport
-
 from app.deps import AppState
 
 

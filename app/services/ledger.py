@@ -22,21 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accounting.mechanism import Phase
-from planner import ledger as plan_ledger
-from planner.schema import Plan
-
 from app.db import with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import ServiceError, not_found, superseded
 from app.models import LedgerRound, PlanRecord
 from app.schemas import GroupLedger, LedgerOut, RoundRecord, RoundReport
+from planner import ledger as plan_ledger
+from planner.schema import Plan
 
 
 def last_round_index(session: Session, plan_id: str) -> int | None:
@@ -67,7 +66,7 @@ def replan_fence(state: AppState, plan_id: str) -> Iterator[None]:
             if record is not None:
                 record.replan_fence_until = until
 
-    with_busy_retry(lambda: set_fence(datetime.now(timezone.utc) + timedelta(seconds=seconds)))
+    with_busy_retry(lambda: set_fence(datetime.now(UTC) + timedelta(seconds=seconds)))
     try:
         yield
     finally:
@@ -79,8 +78,8 @@ def _fenced(record: PlanRecord) -> bool:
     if until is None:
         return False
     if until.tzinfo is None:  # SQLite returns naive datetimes; they were written in UTC
-        until = until.replace(tzinfo=timezone.utc)
-    return until > datetime.now(timezone.utc)
+        until = until.replace(tzinfo=UTC)
+    return until > datetime.now(UTC)
 
 
 def spent_by_group(plan: Plan, rounds: int) -> dict[str, float | None]:

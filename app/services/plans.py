@@ -16,15 +16,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from accounting.errors import InvalidInputError
-from planner import make_plan, replan
-from planner.schema import Changes, Plan, RequestedMethod, Scenario
-
 from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import conflict
 from app.models import PlanRecord
 from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan
 from app.services import ledger as ledger_service
+from planner import make_plan, replan
+from planner.schema import Changes, Plan, RequestedMethod, Scenario
 
 MAX_PAGE = 200
 

@@ -27,8 +27,6 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from accounting.errors import BudgetConflictError, GdpfedError, InvalidInputError
-from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario
-
 from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import ServiceError, conflict, not_found
@@ -45,6 +43,7 @@ from app.schemas import (
 )
 from app.services import ledger as ledger_service
 from app.services import plans as plan_service
+from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario
 
 _CORE_FIELDS = ("id", "epsilon", "num_clients")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pytest
 

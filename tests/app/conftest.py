@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from accounting.mechanism import Phase
-from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
-
 from app.main import create_app
 from app.settings import Settings
+from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
 
 with warnings.catch_warnings():
     # starlette's TestClient warns that it will move to httpx2; irrelevant to these tests.

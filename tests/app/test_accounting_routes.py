@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, RoundsRequest, SamplingRateRequest, answer
-
 from tests.app.conftest import TestClient, auth
 
 CASES = [

@@ -9,7 +9,6 @@ import pytest
 
 from accounting.epsilon import epsilon, epsilon_of_phases
 from accounting.mechanism import Phase
-
 from app.deps import Principal
 from app.schemas import RoundReport
 from app.services import ledger as ledger_service
@@ -125,7 +124,7 @@ def test_concurrent_reports_neither_lose_nor_double_count(client: TestClient) ->
                                                      Principal("t", "operator"))
                 with lock:
                     results.append(record.duplicate)
-        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+        except BaseException as exc:
             errors.append(exc)
 
     workers = [threading.Thread(target=worker, args=(indices[t * per_thread:(t + 1) * per_thread],))

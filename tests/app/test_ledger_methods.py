@@ -19,7 +19,6 @@ import pytest
 from accounting.epsilon import epsilon_of_phases
 from accounting.mechanism import Phase
 from planner.schema import PlanMethod
-
 from tests.app.conftest import TestClient
 
 SCENARIO = json.loads((Path(__file__).parents[2] / "examples" / "scenario.json").read_text())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 from planner.schema import load_plan
-
 from tests.app.conftest import SMALL_SCENARIO, TestClient, auth
 
 
@@ -79,7 +78,7 @@ def test_replan_defaults_to_ledger_and_links_parent(client: TestClient) -> None:
     assert strict["epsilon"] == 2.0
     again = client.post(f"/v1/plans/{plan['id']}/replan", json={})
     assert again.status_code == 409 and child["id"] in again.json()["message"]
-    listed = client.get(f"/v1/plans?limit=5").json()["items"]
+    listed = client.get("/v1/plans?limit=5").json()["items"]
     assert listed[0]["parent_plan_id"] == plan["id"]
     # The child's ledger starts with the parent's six rounds.
     ledger = client.get(f"/v1/plans/{child['id']}/ledger").json()

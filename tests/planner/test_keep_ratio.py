@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from planner import make_plan
-from planner.objective import objective_terms, optimal_keep_ratio
 from planner.methods import design
+from planner.objective import objective_terms, optimal_keep_ratio
 from planner.problem import build_problem
 from tests.planner.conftest import worked_scenario
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

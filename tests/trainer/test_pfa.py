@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from accounting.errors import InvalidInputError
+from tests.trainer.trainer_plans import hand_plan
 from trainer.strategies.base import RoundContext
 from trainer.strategies.pfa import PFAStrategy, principal_subspace, project, public_and_strict_pools
 from trainer.strategies.plan import PlanStrategy
-from tests.trainer.trainer_plans import hand_plan
 
 DIM = 40
 

@@ -16,10 +16,10 @@ import pytest
 from app.main import create_app
 from app.settings import Settings
 from planner.schema import load_plan
+from tests.trainer.trainer_plans import quiet_progress
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.reporting import ReportingStoppedError, RoundReporter, ServiceLink
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from tests.trainer.trainer_plans import quiet_progress
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -10,9 +10,9 @@ import torch
 from scipy import stats
 
 from accounting.errors import InvalidInputError
+from tests.trainer.trainer_plans import hand_plan
 from trainer.rounds import RoundEngine, pool_mechanisms
 from trainer.strategies import PlanStrategy, Population, RoundContext
-from tests.trainer.trainer_plans import hand_plan
 
 
 class FixedUpdates(PlanStrategy):

@@ -9,6 +9,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from accounting.mechanism import Phase
+from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module
 from trainer.run import runner as runner_module
@@ -17,7 +18,6 @@ from trainer.run.ledger import PrivacyLedger
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 
 ROUNDS = 4
 

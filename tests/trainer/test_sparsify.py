@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.trainer.trainer_plans import hand_plan
 from trainer.sparsify import keep_count, top_k
 from trainer.strategies import PlanStrategy, RoundContext
-from tests.trainer.trainer_plans import hand_plan
 
 
 @settings(max_examples=60, deadline=None)

@@ -4,21 +4,21 @@ and PlanStrategy on digits with a real gdpfed_plus plan learns."""
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from planner import Scenario, make_plan
+from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import PlanStrategy
-from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
-
 
 
 class PersonalMix(PlanStrategy):

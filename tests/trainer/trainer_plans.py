@@ -4,7 +4,8 @@ exercise the trainer without depending on the planner's optimiser)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from accounting.mechanism import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario

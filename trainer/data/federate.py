@@ -6,7 +6,7 @@ optional test-set cap are the same for every dataset.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -7,7 +7,7 @@ into the groups by a seeded shuffle, so that group membership does not follow da
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

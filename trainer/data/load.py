@@ -8,8 +8,9 @@ with a path (``shakespeare:PATH``, ``idx:PATH``, ``cifar10:PATH``, ``svhn:PATH``
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from accounting.errors import InvalidInputError
 from trainer.data.cifar10 import load_cifar10

@@ -24,7 +24,7 @@ Clients are processed in chunks of ``max_batch_clients`` to bound memory.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn

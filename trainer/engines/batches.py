@@ -11,7 +11,7 @@ read the same rows, which is why they give the same updates.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -8,7 +8,7 @@ clients except the starting point.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -6,7 +6,7 @@ tensors. The order of coordinates is the order of ``model.named_parameters()``.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn

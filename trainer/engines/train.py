@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import torch
 from torch import nn

@@ -14,7 +14,6 @@ import shutil
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 

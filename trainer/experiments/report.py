@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from trainer.experiments.cell import CellResult
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,7 +38,7 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
             raise InvalidInputError(
                 "model", f"lstm predicts next characters; {dataset.name} is {dataset.task} data"
             )
-        factory: Callable[..., nn.Module] = lambda **kw: CharLSTM(dataset.num_classes, **kw)
+        factory: Callable[..., nn.Module] = functools.partial(CharLSTM, dataset.num_classes)
         accepted: Callable[..., Any] = CharLSTM.__init__
     elif dataset.task == "next_char":
         raise InvalidInputError(
@@ -46,7 +48,7 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
         features = 1
         for size in shape:
             features *= size
-        factory = lambda **kw: MLP(features, dataset.num_classes, **kw)
+        factory = functools.partial(MLP, features, dataset.num_classes)
         accepted = MLP.__init__
     else:
         if len(shape) != 3:
@@ -58,10 +60,10 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
         if key == "cnn":
             if shape[1] < 4 or shape[2] < 4:
                 raise InvalidInputError("model", f"cnn needs images of at least 4x4, got {list(shape)}")
-            factory = lambda **kw: CNN(shape, dataset.num_classes, **kw)  # type: ignore[arg-type]
+            factory = functools.partial(CNN, shape, dataset.num_classes)
             accepted = CNN.__init__
         else:
-            factory = lambda **kw: ResNet18GN(shape[0], dataset.num_classes, **kw)
+            factory = functools.partial(ResNet18GN, shape[0], dataset.num_classes)
             accepted = ResNet18GN.__init__
     fixed = {"self", "input_features", "input_shape", "num_classes", "in_channels", "vocab_size"}
     allowed = [p for p in inspect.signature(accepted).parameters if p not in fixed]

@@ -6,7 +6,7 @@ units (configurable), a linear output over the classes.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from trainer.run.directory import atomic_write_bytes
 from trainer.run.metrics import RoundRecord

@@ -22,8 +22,9 @@ The key is sent as ``Authorization: Bearer KEY`` and never written anywhere.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -149,12 +150,11 @@ def prepare_run(
     ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
     **options)`` replaces ``PlanStrategy``.
     """
+    from planner.verify import verify_executable
     from trainer.data import load_dataset
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
     from trainer.models import build_model
-
-    from planner.verify import verify_executable
 
     if plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")

@@ -7,7 +7,7 @@ server before answering it, refusing (``ProtocolError``) whatever could unmask a
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

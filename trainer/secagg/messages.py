@@ -8,8 +8,8 @@ the rule that never gives the server both secrets of a client.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 

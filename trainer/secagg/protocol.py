@@ -13,8 +13,8 @@ only) and carries messages between them, dropping the clients the caller names:
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Collection, Mapping
 
 import numpy as np
 

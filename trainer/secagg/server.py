@@ -9,7 +9,7 @@ at the end, one kind of share per client. Every received message is kept in
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

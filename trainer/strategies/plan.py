@@ -15,7 +15,8 @@ never in code (docs/trainer.md §Strategies).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
