@@ -142,7 +142,7 @@ def _refuse_budgets_below_spent(
 def _apply_changes(
     plan: Plan, changes: Changes, statuses: dict[str, str]
 ) -> tuple[list[GroupSpec], dict[str, str], list[str]]:
-    """The new group specs: edits to existing groups, new groups appended (docs §9)."""
+    """The new group specs: edits to existing groups, new groups appended (docs/planning.md §9)."""
     specs = {spec.id: spec.model_dump() for spec in plan.scenario.groups}
     order = [spec.id for spec in plan.scenario.groups]
     notes: list[str] = []

@@ -1,7 +1,7 @@
 """Top-k sparsification of a pool's noisy sum (docs/trainer.md §Rounds, step 4).
 
 Applied by the server to the unmasked pool sum, after the noise is in it, so it is
-post-processing and costs no privacy (docs/planning.md §Aggregation).
+post-processing and costs no privacy (docs/planning.md §3: the server-side aggregation).
 """
 
 from __future__ import annotations

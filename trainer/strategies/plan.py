@@ -8,7 +8,7 @@ never in code (docs/trainer.md §Strategies).
 - selection: Poisson(``q_g``) per group from a generator seeded by (seed, round, group);
 - client update: ``local_steps`` of SGD from the global model (``trainer.engines``);
 - aggregation: ``Delta = (1/K) sum_P top_{k_P}(S_P)`` with ``K`` = the scenario's expected
-  clients per round (docs/planning.md §Aggregation): a fixed, data-independent
+  clients per round (docs/planning.md §3): a fixed, data-independent
   denominator; an aborted pool adds nothing;
 - server step: ``v <- beta v + Delta``, ``w <- w + eta v`` (``beta`` = 0: plain FedAvg).
 """
