@@ -29,10 +29,6 @@ T = TypeVar("T")
 _WRITE_OPTION = "gdpfed_write"
 
 
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
-
-
 def parse_database_url(database_url: str) -> Any:
     """The parsed URL; ``postgresql://`` / ``postgres://`` mean the psycopg 3 driver (the
     ``postgres`` extra), not SQLAlchemy's default psycopg2. Malformed URLs and drivers that

@@ -28,7 +28,6 @@ class NoiseCurves:
     log_q: np.ndarray  # (n_grid,) increasing, last point log(1) = 0
     coefficients: np.ndarray  # (4, n_grid - 1, n_groups) PCHIP polynomial pieces
     left_slope: np.ndarray  # (n_groups,) d log s / d log q at the first grid point
-    right_slope: np.ndarray  # (n_groups,) at the last feasible grid point
     rate_cap: np.ndarray  # (n_groups,) largest grid q whose calibration was feasible
 
     @property
@@ -120,7 +119,6 @@ def build_curves(rate_grid: np.ndarray, noise_multipliers: np.ndarray, clip_norm
         log_q=log_q,
         coefficients=coefficients,
         left_slope=np.maximum(np.asarray(left_slope, dtype=float), 0.0),
-        right_slope=end_slope,
         rate_cap=q[last],
     )
 
@@ -140,6 +138,5 @@ def subset_curves(curves: NoiseCurves, indices: np.ndarray) -> NoiseCurves:
         log_q=curves.log_q,
         coefficients=curves.coefficients[:, :, idx],
         left_slope=curves.left_slope[idx],
-        right_slope=curves.right_slope[idx],
         rate_cap=curves.rate_cap[idx],
     )

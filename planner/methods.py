@@ -171,10 +171,9 @@ def _full_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
     coefficients = np.zeros((4, sub.coefficients.shape[1], n))
     coefficients[:, :, indices] = sub.coefficients
     left = np.zeros(n)
-    right = np.ones(n)
     cap = np.ones(n)
-    left[indices], right[indices], cap[indices] = sub.left_slope, sub.right_slope, sub.rate_cap
-    return NoiseCurves(log_q=sub.log_q, coefficients=coefficients, left_slope=left, right_slope=right, rate_cap=cap)
+    left[indices], cap[indices] = sub.left_slope, sub.rate_cap
+    return NoiseCurves(log_q=sub.log_q, coefficients=coefficients, left_slope=left, rate_cap=cap)
 
 
 # ----------------------------------------------------------------------------- methods

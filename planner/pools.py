@@ -32,7 +32,6 @@ class PoolSet:
     kind: np.ndarray  # NO_NOISE, SINGLE or SHARED per pool
     single_group: np.ndarray  # the group of a SINGLE pool, else -1
     single_curves: NoiseCurves | None  # rows follow the SINGLE pools in order
-    single_row: np.ndarray  # row in single_curves, else -1
     table_row: np.ndarray  # row in the SHARED tables, else -1
     table_log_k: np.ndarray  # (n_shared, points) log F_P(s), non-decreasing
     table_log_s: np.ndarray  # (n_shared, points) log s, increasing
@@ -137,7 +136,6 @@ def build_pool_set(
     n_pools = len(members)
     kind = np.full(n_pools, NO_NOISE)
     single_group = np.full(n_pools, -1)
-    single_row = np.full(n_pools, -1)
     table_row = np.full(n_pools, -1)
     lower = np.zeros(n_pools)
     upper = np.zeros(n_pools)
@@ -167,7 +165,6 @@ def build_pool_set(
         if len(group_ids) == 1:
             kind[p] = SINGLE
             single_group[p] = group_ids[0]
-            single_row[p] = len(singles)
             singles.append(int(group_ids[0]))
         else:
             if curves is None:
@@ -184,7 +181,6 @@ def build_pool_set(
         kind=kind,
         single_group=single_group,
         single_curves=single_curves,
-        single_row=single_row,
         table_row=table_row,
         table_log_k=np.array(tables_k) if tables_k else np.zeros((0, points)),
         table_log_s=np.array(tables_s) if tables_s else np.zeros((0, points)),

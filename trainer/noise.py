@@ -138,11 +138,6 @@ def draw_noise_share(dim: int, share_std: float, scale: float, rng: np.random.Ge
     return np.rint(rng.standard_normal(dim) * (share_std * scale))
 
 
-def pool_noise_variance(noise_multiplier: float, clip_norm: float, survivors: int, secagg_threshold: int) -> float:
-    """Per-coordinate noise variance of a released pool sum: ``sigma^2 C^2 n / m_P``."""
-    return noise_multiplier**2 * clip_norm**2 * survivors / secagg_threshold
-
-
 def total_draws(dim: int, clients_per_round: Iterable[float], rounds: int) -> float:
     """Expected number of noise coordinates drawn over a run (for ``noise_tail_multiplier``)."""
     return float(dim) * max(sum(clients_per_round), 1.0) * max(rounds, 1)

@@ -36,7 +36,7 @@ from trainer.rounds import RoundEngine, RoundOutcome
 from trainer.run.checkpoint import fingerprint, load_checkpoint, save_checkpoint
 from trainer.run.directory import RunDirectory, atomic_write_json
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
-from trainer.run.metrics import RoundRecord, append_round, read_rounds, truncate_rounds
+from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
 from trainer.run.plots import plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
@@ -520,8 +520,3 @@ def summarize(
         reports_pending=len(reporter.pending) if reporter is not None else 0,
         warnings=prepared.warnings,
     )
-
-
-def read_run(run_dir: Path) -> list[RoundRecord]:
-    """The rounds logged in ``run_dir`` (for tools and tests)."""
-    return read_rounds(RunDirectory(run_dir).rounds)

@@ -17,7 +17,6 @@ from trainer.secagg.encoding import modulus_mask, word_dtype
 # cryptography's ChaCha20 nonce is 16 bytes: a 32-bit little-endian block counter, then 96 bits.
 MASK_NONCE = bytes(16)
 FIELD_NONCE = bytes(4) + b"shamir-coefs"
-ROUNDING_NONCE = bytes(4) + b"rounding-rng"
 
 
 def keystream(key: bytes, num_bytes: int, nonce: bytes = MASK_NONCE) -> bytearray:
