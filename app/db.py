@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, select
 from sqlalchemy.engine import make_url
@@ -26,7 +26,7 @@ from app.errors import not_found
 
 T = TypeVar("T")
 
-_WRITE_OPTION = "gdpfed_write"
+_WRITE_OPTION: Final = "gdpfed_write"
 
 
 def parse_database_url(database_url: str) -> Any:

@@ -6,7 +6,7 @@ unknown key is 401, a key whose role is too low 403 (docs/service.md §Auth).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -84,7 +84,7 @@ def authenticate(
         return Principal(name=key.name, role=key.role)
 
 
-def require(role: Role) -> Callable[..., Principal]:
+def require(role: Role) -> Callable[..., Awaitable[Principal]]:
     """A dependency that admits keys whose role includes ``role``."""
 
     async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:

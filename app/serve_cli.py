@@ -47,7 +47,8 @@ def handle(args: argparse.Namespace) -> tuple[Any, str] | None:
     settings = settings_from_args(args)
     if args.create_key is not None:
         return _create_key(settings, args.create_key, args.role)
-    return _serve(settings)
+    _serve(settings)
+    return None
 
 
 def _create_key(settings: Any, name: str, role: str) -> tuple[Any, str]:

@@ -33,7 +33,7 @@ def random_qp(n: int, seed: int) -> tuple[np.ndarray, ...]:
     return a, b, w, np.array(total), lo, hi
 
 
-def _cvxpy_solve(a, b, w, total, lo, hi):  # type: ignore[no-untyped-def]
+def _cvxpy_solve(a, b, w, total, lo, hi):
     import cvxpy as cp
 
     x = cp.Variable(len(a))
@@ -85,7 +85,7 @@ def big_scenario(n: int, seed: int = 0) -> Any:
     from planner.schema import Scenario
 
     rng = np.random.default_rng(seed)
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"id": f"g{i}", "epsilon": float(np.exp(rng.uniform(np.log(0.5), np.log(8.0)))),
          "num_clients": int(rng.integers(100, 2000))}
         for i in range(n)

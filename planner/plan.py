@@ -63,7 +63,7 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
             plans[method] = plan_problem(problem, method, history)
         except GdpfedError as exc:
             errors[method] = exc
-            rows.append(ComparisonRow(method=method, feasible=False, error=exc.message))  # type: ignore[arg-type]
+            rows.append(ComparisonRow(method=method, feasible=False, error=exc.message))
             continue
         rows.append(comparison_row(plans[method]))
     for method in ("gdpfed_plus", *FALLBACK_ORDER):

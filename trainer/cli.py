@@ -192,7 +192,7 @@ def _link(args: argparse.Namespace, url: str) -> Any:
         raise InvalidInputError(
             "api-key", f"reporting to {url} needs an operator key: --api-key, --api-key-file or $GDPFED_API_KEY"
         )
-    return ServiceLink(url, key, log=lambda text: sys.stderr.write(f"warning: {text}\n"))
+    return ServiceLink(url, key, log=_warn)
 
 
 def _service_plan(link: Any, plan_id: str, given: tuple[Any, dict[str, Any]] | None) -> tuple[Any, dict[str, Any]]:
@@ -311,3 +311,8 @@ def format_summary(summary: Any) -> str:
         lines.append(f"{summary.reports_pending} round report(s) could not be delivered (kept in the checkpoint)")
     lines.extend(f"warning: {w}" for w in summary.warnings)
     return "\n".join(lines)
+
+
+def _warn(text: str) -> None:
+    """A reporting warning: one line on stderr, never a traceback."""
+    sys.stderr.write(f"warning: {text}\n")

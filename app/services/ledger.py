@@ -173,7 +173,7 @@ def _to_record(row: LedgerRound, duplicate: bool) -> RoundRecord:
         metrics=dict(row.metrics),
         reported_at=row.reported_at,
         reported_by=row.reported_by,
-        status=row.status,  # type: ignore[arg-type]  # a String column holding a RoundStatus
+        status=row.status,  # a String column holding a RoundStatus
         duplicate=duplicate,
     )
 

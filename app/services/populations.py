@@ -335,7 +335,8 @@ def _apply(state: AppState, population_id: str, caller: Principal,
                     stored = None
                     if child is not None:
                         record = plan_service.store_plan(session, child, created_by=caller.name,
-                                                         population_id=population_id, parent_id=snap.active.id)
+                                                         population_id=population_id,
+                                                         parent_id=snap.active.id if snap.active else None)
                         population.active_plan_id = plan_id = record.id
                         stored = plan_service.to_stored(record)
                     if added is not None:

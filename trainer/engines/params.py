@@ -30,10 +30,8 @@ def flatten_params(
     With ``batch_dims = k`` every tensor's first ``k`` dimensions are kept (stacked
     per-client parameters ``[n, ...]`` flatten to ``[n, d]``). Detached from autograd.
     """
-    tensors = (
-        [p for _, p in params.named_parameters()]
-        if isinstance(params, nn.Module)
-        else list(params.values())
+    tensors: list[torch.Tensor] = (
+        [p for _, p in params.named_parameters()] if isinstance(params, nn.Module) else list(params.values())
     )
     if not tensors:
         raise ValueError("no parameters to flatten")

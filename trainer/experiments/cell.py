@@ -9,11 +9,13 @@ which is what makes a cell's recorded command reproduce its number exactly.
 
 from __future__ import annotations
 
+import io
 import shlex
 import shutil
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -85,7 +87,7 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
     rounds = int(scenario_data["rounds"])
-    base = dict(
+    base: dict[str, Any] = dict(
         cell_id=spec.cell_id,
         fingerprint=spec.fingerprint(),
         experiment=spec.experiment,
@@ -157,7 +159,7 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     )
 
 
-class _Discard:
+class _Discard(io.StringIO):
     """A non-terminal stream that drops the per-round lines (the runner reports per cell)."""
 
     def write(self, text: str) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainer.experiments.cell import CellResult
@@ -46,7 +46,7 @@ CSV_COLUMNS = [
 ]
 
 
-def format_map(values: dict[str, float | None], digits: int = 4) -> str:
+def format_map(values: Mapping[str, float | None], digits: int = 4) -> str:
     """``{"P1": 1.23456}`` -> ``"P1=1.235"`` (entries joined by ``; ``)."""
     return "; ".join(f"{k}={'null' if v is None else format(v, f'.{digits}g')}" for k, v in values.items())
 
@@ -138,10 +138,10 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     for setting in experiment.settings:
         for d in datasets:
             for method in experiment.methods:
-                cells = sorted(by_key.get((setting.name, d, method), []), key=lambda r: r.seed)
-                if not cells:
+                runs = sorted(by_key.get((setting.name, d, method), []), key=lambda r: r.seed)
+                if not runs:
                     continue
-                first = cells[0]
+                first = runs[0]
                 if first.status != "ok":
                     lines.append(f"| {setting.name} | {d} | {method} | infeasible: {first.error} | | | | |")
                     continue
@@ -149,7 +149,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                 lines.append(
                     f"| {setting.name} | {d} | {method} | {format_map(first.noise_multipliers)} | "
                     f"{format_map(first.sampling_rates)} | {format_map(first.keep_ratios)} | {energy} | "
-                    f"{_cell_text(cells)} |"
+                    f"{_cell_text(runs)} |"
                 )
     lines.append("")
     total = sum(r.wall_seconds for r in results)
@@ -256,7 +256,7 @@ def write_sweep(experiment: SweepExperiment, out: Path, *, smoke: bool = False) 
             lines.append(f"| {eps:g} | infeasible: {result.errors[i]} |" + " |" * (len(groups) + 1))
             continue
         rates = [
-            f"{result.sampling_rates[g][i]:.4f} ({result.expected_clients[g][i]:.2f})" for g in groups  # type: ignore[str-format]
+            f"{result.sampling_rates[g][i]:.4f} ({result.expected_clients[g][i]:.2f})" for g in groups
         ]
         lines.append(
             f"| {eps:g} | " + " | ".join(rates) + f" | {result.noise_energy[i]:.4g} | {result.objective[i]:.4g} |"
