@@ -16,12 +16,9 @@
 4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
    ``strategy.server_update`` produce the next global parameters.
 
-Value bound for secure aggregation: a client's vector has coordinates
-``|x_j| <= C + z s_P + 2/scale`` where ``z = noise_tail_multiplier(d * K * T)`` makes
-the chance that *any* noise coordinate of the whole run exceeds it at most 1e-9
-(``trainer/noise.py``). Secure aggregation refuses a vector beyond its bound; the engine
-checks first and stops the run with ``NoiseBoundExceeded`` rather than clamp a noise
-share, which would change the released distribution.
+Clipping, the grid, the noise share and the value bound are ``trainer/mechanism.py``'s
+(``pool_mechanisms``, ``privatize``, ``NoiseBoundExceeded``), shared with the Flower
+ClientApp.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan
-from trainer import noise
+from trainer.mechanism import pool_mechanisms, privatize
 from trainer.secagg import choose_params, secure_sum
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
@@ -52,25 +49,6 @@ SecAggMode = Literal["full", "sparse"]
 EncodedHook = Callable[[int, str, np.ndarray], None]
 
 
-class NoiseBoundExceeded(RuntimeError):
-    """A noise share fell outside the secure-aggregation value bound (probability <= 1e-9 per run)."""
-
-
-@dataclass(frozen=True)
-class PoolMechanism:
-    """What the engine needs to run one pool's clients through the mechanism."""
-
-    pool_id: str
-    index: int
-    group_ids: tuple[str, ...]
-    clip_norms: dict[str, float]
-    share_std: float
-    threshold: int
-    keep_ratio: float
-    scale: float
-    value_bound: float
-
-
 @dataclass
 class RoundOutcome:
     """What one round did (the raw material of a ``RoundRecord``)."""
@@ -84,71 +62,6 @@ class RoundOutcome:
     dropped_after_masking: int
     timing: dict[str, float]
     pool_sums: dict[str, np.ndarray | None] = field(default_factory=dict)
-
-
-def pool_mechanisms(plan: Plan, dim: int, rounds: int) -> list[PoolMechanism]:
-    """Per-pool clip norms, noise share, grid scale and value bound, after checking the plan.
-
-    Refuses (``InvalidInputError``) a pool whose shares release less than its
-    ``noise_std`` and a private group (``epsilon`` set) in a pool without noise. The
-    whole plan, its budgets included, is verified before a run starts
-    (``planner.verify.verify_executable``, called by ``trainer.run.runner.prepare_run``).
-    """
-    expected = [group.expected_clients for group in plan.groups]
-    z = noise.noise_tail_multiplier(noise.total_draws(dim, expected, rounds))
-    mechanisms = []
-    for index, pool in enumerate(plan.pools):
-        groups = [plan.group(group_id) for group_id in pool.groups]
-        noise.check_pool_noise(pool.id, pool.noise_std, pool.noise_share_std, pool.secagg_threshold)
-        if pool.noise_share_std == 0 and plan.method != "nonprivate":
-            private = [g.id for g in groups if g.epsilon is not None]
-            if private:
-                raise InvalidInputError(
-                    f"pools.{pool.id}.noise_multiplier",
-                    f"is 0 but group(s) {', '.join(private)} have an epsilon: the plan would not protect them",
-                )
-        clip_norms = {g.id: float(g.clip_norm) for g in groups}
-        largest_clip = max(clip_norms.values())
-        finest_clip = min(clip_norms.values())
-        scale = noise.grid_scale(finest_clip, pool.noise_share_std, dim)
-        mechanisms.append(
-            PoolMechanism(
-                pool_id=pool.id,
-                index=index,
-                group_ids=tuple(pool.groups),
-                clip_norms=clip_norms,
-                share_std=float(pool.noise_share_std),
-                threshold=int(pool.secagg_threshold),
-                keep_ratio=float(pool.keep_ratio),
-                scale=scale,
-                value_bound=noise.value_bound(largest_clip, pool.noise_share_std, scale, z),
-            )
-        )
-    return mechanisms
-
-
-def privatize(
-    update: np.ndarray,
-    clip_norm: float,
-    mechanism: PoolMechanism,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """One client's masked-input vector and its encoded pre-noise part (both decoded floats).
-
-    ``x = enc(clip(Delta, C_g)) / scale + round(N(0, s_P^2) scale) / scale``: every value
-    is a multiple of ``1/scale`` (a power of two), so secure aggregation encodes it exactly.
-    """
-    pre_noise = noise.encode_clipped(update, clip_norm, mechanism.scale, rng)
-    total = pre_noise + noise.draw_noise_share(update.shape[0], mechanism.share_std, mechanism.scale, rng)
-    vector = total / mechanism.scale
-    largest = float(np.max(np.abs(vector)))
-    if largest > mechanism.value_bound:
-        raise NoiseBoundExceeded(
-            f"pool {mechanism.pool_id}: a coordinate reached {largest:.6g} > value bound "
-            f"{mechanism.value_bound:.6g} (an event of probability <= 1e-9 per run); "
-            "rerun with another seed"
-        )
-    return vector, pre_noise / mechanism.scale
 
 
 class RoundEngine:

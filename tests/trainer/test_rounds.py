@@ -11,7 +11,8 @@ from scipy import stats
 
 from accounting.errors import InvalidInputError
 from tests.trainer.trainer_plans import hand_plan
-from trainer.rounds import RoundEngine, pool_mechanisms
+from trainer.mechanism import pool_mechanisms
+from trainer.rounds import RoundEngine
 from trainer.strategies import PlanStrategy, Population, RoundContext
 
 
