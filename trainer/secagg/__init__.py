@@ -12,18 +12,25 @@ Public API::
     result.sum  # float64 sum of the survivors' inputs, or None when result.aborted
 """
 
+from trainer.secagg.client import Client, ClientSecrets, ClientState
 from trainer.secagg.encoding import decode_sum, encode, required_modulus_bits
 from trainer.secagg.errors import ProtocolError
 from trainer.secagg.params import SecAggParams, choose_params
-from trainer.secagg.protocol import SecAggResult, plain_sum, secure_sum
+from trainer.secagg.protocol import SecAggResult, new_session, plain_sum, secure_sum
+from trainer.secagg.server import Server
 
 __all__ = [
+    "Client",
+    "ClientSecrets",
+    "ClientState",
     "ProtocolError",
     "SecAggParams",
     "SecAggResult",
+    "Server",
     "choose_params",
     "decode_sum",
     "encode",
+    "new_session",
     "plain_sum",
     "required_modulus_bits",
     "secure_sum",

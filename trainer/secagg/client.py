@@ -7,7 +7,9 @@ server before answering it, refusing (``ProtocolError``) whatever could unmask a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,38 +26,131 @@ SECRET_BYTES = keys.KEY_BYTES
 _HALF_SHARE_BYTES = (SECRET_BYTES // shamir.LIMB_BYTES) * 4
 
 
+@dataclass(frozen=True)
+class ClientSecrets:
+    """Client u's secrets: c_u^SK, s_u^SK (raw X25519 private keys), b_u, and its Shamir randomness.
+
+    ``derive`` is the simulation's (from the run seed, so a run reproduces); ``generate``
+    is a deployment's (``os.urandom``; any 32 bytes are a valid X25519 key after RFC 7748
+    clamping). ``docs/secure-aggregation.md``, "Key derivations".
+    """
+
+    cipher_key: bytes
+    mask_key: bytes
+    self_mask_seed: bytes
+    share_randomness: bytes
+
+    @classmethod
+    def derive(cls, seed: int, client_id: int) -> ClientSecrets:
+        party = f"client:{client_id}"
+        return cls(
+            cipher_key=keys.derive_bytes(seed, party, "cipher-key"),
+            mask_key=keys.derive_bytes(seed, party, "mask-key"),
+            self_mask_seed=keys.derive_bytes(seed, party, "self-mask-seed"),
+            share_randomness=keys.derive_bytes(seed, party, "shamir-coefficients"),
+        )
+
+    @classmethod
+    def generate(cls) -> ClientSecrets:
+        return cls(*(os.urandom(SECRET_BYTES) for _ in range(4)))
+
+
+@dataclass
+class ClientState:
+    """Everything a client holds between protocol rounds, as bytes and arrays.
+
+    A deployment where each protocol round runs in a fresh process (Flower starts one per
+    message) stores it locally between rounds (``Client.state``, ``Client.restore``); it
+    holds the client's secrets and must never be sent to the server.
+    """
+
+    client_id: int
+    secrets: ClientSecrets
+    encoded_input: np.ndarray
+    roster: dict[int, AdvertisedKeys] = field(default_factory=dict)
+    own_share: shamir.Share | None = None
+    inbox: dict[int, bytes] = field(default_factory=dict)
+    revealed: dict[int, str] = field(default_factory=dict)
+    masked_sent: bool = False
+
+
 class Client:
     """Client u: keys (c_u, s_u), self-mask seed b_u, and its encoded input x_u in Z_(2^b)^d."""
 
     def __init__(
-        self, client_id: int, vector: np.ndarray, params: SecAggParams, setup: SessionSetup, seed: int
+        self,
+        client_id: int,
+        vector: np.ndarray,
+        params: SecAggParams,
+        setup: SessionSetup,
+        seed: int | None,
+        *,
+        secrets: ClientSecrets | None = None,
     ) -> None:
+        """``seed``: the simulation's run seed (secrets and rounding derived from it, so a run
+        reproduces); ``None`` in a deployment, where the secrets are ``secrets`` or freshly
+        generated and the rounding randomness comes from ``os.urandom``."""
         if client_id not in setup.graph:
             raise ProtocolError(f"client {client_id} is not a participant of this session")
-        self.client_id = client_id
-        self._params = params
-        self._setup = setup
-        party = f"client:{client_id}"
-        # Simulation: secrets from the run seed (keys.derive_bytes); a deployment uses os.urandom.
-        self._cipher_key = keys.private_key_from_bytes(keys.derive_bytes(seed, party, "cipher-key"))
-        self._mask_key = keys.private_key_from_bytes(keys.derive_bytes(seed, party, "mask-key"))
-        self._self_mask_seed = keys.derive_bytes(seed, party, "self-mask-seed")
-        self._share_randomness = keys.derive_bytes(seed, party, "shamir-coefficients")
-        self._input = encode(
+        if secrets is None:
+            secrets = ClientSecrets.generate() if seed is None else ClientSecrets.derive(seed, client_id)
+        rng = (
+            np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(16), "big")))
+            if seed is None
+            else keys.rounding_rng(seed, client_id)
+        )
+        encoded = encode(
             vector,
             scale=params.scale,
             modulus_bits=params.modulus_bits,
             value_bound=params.value_bound,
-            rng=keys.rounding_rng(seed, client_id),
+            rng=rng,
             field=f"vectors[{client_id}]",
         )
-        self._group = share_group(client_id, setup.graph)
-        self._neighbours = frozenset(setup.graph[client_id])
-        self._roster: dict[int, AdvertisedKeys] = {}
+        self._load(params, setup, ClientState(client_id, secrets, encoded))
+
+    @classmethod
+    def restore(cls, params: SecAggParams, setup: SessionSetup, state: ClientState) -> Client:
+        """The client that ``state`` (from ``Client.state``) describes, in the same session."""
+        if state.client_id not in setup.graph:
+            raise ProtocolError(f"client {state.client_id} is not a participant of this session")
+        if state.encoded_input.dtype != word_dtype(params.modulus_bits) or state.encoded_input.ndim != 1:
+            raise ProtocolError("the stored input does not match the session's modulus")
+        client = cls.__new__(cls)
+        client._load(params, setup, state)
+        return client
+
+    def _load(self, params: SecAggParams, setup: SessionSetup, state: ClientState) -> None:
+        self.client_id = state.client_id
+        self._params = params
+        self._setup = setup
+        self._secrets = state.secrets
+        self._cipher_key = keys.private_key_from_bytes(state.secrets.cipher_key)
+        self._mask_key = keys.private_key_from_bytes(state.secrets.mask_key)
+        self._self_mask_seed = state.secrets.self_mask_seed
+        self._share_randomness = state.secrets.share_randomness
+        self._input = state.encoded_input
+        self._group = share_group(state.client_id, setup.graph)
+        self._neighbours = frozenset(setup.graph[state.client_id])
+        self._roster: dict[int, AdvertisedKeys] = dict(state.roster)
         self._channel_keys: dict[int, bytes] = {}
-        self._own_share: shamir.Share | None = None
-        self._inbox: dict[int, bytes] = {}
-        self._revealed: dict[int, str] = {}
+        self._own_share: shamir.Share | None = state.own_share
+        self._inbox: dict[int, bytes] = dict(state.inbox)
+        self._revealed: dict[int, str] = dict(state.revealed)
+        self._masked_sent = state.masked_sent
+
+    def state(self) -> ClientState:
+        """What ``restore`` needs to continue this client in a later process (secrets included)."""
+        return ClientState(
+            client_id=self.client_id,
+            secrets=self._secrets,
+            encoded_input=self._input,
+            roster=dict(self._roster),
+            own_share=self._own_share,
+            inbox=dict(self._inbox),
+            revealed=dict(self._revealed),
+            masked_sent=self._masked_sent,
+        )
 
     @property
     def dimension(self) -> int:
@@ -75,6 +170,8 @@ class Client:
 
         Holder v (at x = index in G + 1) gets AEAD_k(share) with k = HKDF(X25519(c_u^SK, c_v^PK)).
         """
+        if self._own_share is not None:
+            raise ProtocolError("keys were already shared in this session")
         if self.client_id not in roster:
             raise ProtocolError("the roster omits this client's own keys")
         if len(roster) < self._params.threshold:
@@ -100,6 +197,9 @@ class Client:
 
         P = the neighbours whose shares reached u (they are in U2), s_uv = HKDF(X25519(s_u^SK, s_v^PK)).
         """
+        if self._masked_sent:
+            # A second y_u with another peer set would differ from the first by known masks.
+            raise ProtocolError("the masked input was already sent in this session")
         for message in inbox:
             if message.recipient != self.client_id or message.sender not in self._neighbours:
                 raise ProtocolError(f"share from {message.sender} to {message.recipient} misrouted")
@@ -120,6 +220,7 @@ class Client:
         if bits not in (32, 64):
             masked &= word_dtype(bits).type(modulus_mask(bits))
         masked.setflags(write=False)
+        self._masked_sent = True
         return MaskedInput(sender=self.client_id, masked=masked)
 
     # Round 3: Unmasking.
@@ -131,6 +232,8 @@ class Client:
         disconnected survivor graph (sparse mode), or a reveal that contradicts an earlier one.
         """
         survivor_set = set(survivors)
+        if not self._masked_sent:
+            raise ProtocolError("unmasking requested before this client sent its masked input")
         if self.client_id not in survivor_set:
             raise ProtocolError("the server lists this client as dropped although it sent its masked input")
         if len(survivor_set) < self._params.threshold:
@@ -142,6 +245,8 @@ class Client:
             raise ProtocolError(f"survivors {sorted(unknown)} never shared keys with this client")
         if not is_connected(survivor_set, self._setup.graph):
             raise ProtocolError("the survivors' masking graph is disconnected; a partial sum would leak")
+        if self._own_share is None:
+            raise ProtocolError("unmasking requested before ShareKeys")
         holdings = {self.client_id: self._own_share, **{v: self._open(v) for v in self._inbox}}
         self_mask_shares: dict[int, shamir.Share] = {}
         mask_key_shares: dict[int, shamir.Share] = {}

@@ -12,6 +12,7 @@ only) and carries messages between them, dropping the clients the caller names:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -51,13 +52,18 @@ class SecAggResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def new_session(participants: Collection[int], params: SecAggParams, seed: int) -> SessionSetup:
+def new_session(participants: Collection[int], params: SecAggParams, seed: int | None) -> SessionSetup:
     """The public session setup: a fresh session id and the share/mask graph (complete or Harary).
 
-    In simulation both come from the run seed; a deployment's server draws them with os.urandom.
+    In simulation both come from the run seed; a deployment's server (``seed=None``) draws
+    them with os.urandom.
     """
-    session_id = keys.derive_bytes(seed, "server", "session-id", 16)
-    order_seed = int.from_bytes(keys.derive_bytes(seed, "server", "graph-order", 16), "big")
+    if seed is None:
+        session_id, order_bytes = os.urandom(16), os.urandom(16)
+    else:
+        session_id = keys.derive_bytes(seed, "server", "session-id", 16)
+        order_bytes = keys.derive_bytes(seed, "server", "graph-order", 16)
+    order_seed = int.from_bytes(order_bytes, "big")
     ids = tuple(sorted(participants))
     neighbours = params.neighbours if params.mode == "sparse" else None
     return SessionSetup(session_id=session_id, participants=ids, graph=neighbour_sets(ids, neighbours, order_seed))
