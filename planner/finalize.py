@@ -199,19 +199,21 @@ def _verify(
     s = problem.scenario
     pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
     phases: dict[int, list[Phase]] = {}
-    reports: dict[int, tuple[object, bool]] = {}
+    checked: list[int] = []
     for g in range(problem.n_groups):
         history = list(problem.spent[g])
         if g in accountants:
             effective = pool_std[pool_of[g]] / clip[g]
             history.append(Phase(sampling_rate=float(rates[g]), noise_multiplier=float(effective), steps=problem.rounds))
         phases[g] = history
-        if not problem.private[g] or not history:
-            continue
-        accountant = accountants.get(g, s.accountant)
-        report = calibration.verify_group(history, s.delta, accountant)
-        ok = report.epsilon <= float(problem.epsilons[g]) * (1 + _VERIFY_SLACK)
-        reports[g] = (report, ok)
+        if problem.private[g] and history:
+            checked.append(g)
+    verified = calibration.verify_groups(
+        [phases[g] for g in checked], s.delta, [accountants.get(g, s.accountant) for g in checked]
+    )
+    reports: dict[int, tuple[object, bool]] = {}
+    for g, report in zip(checked, verified):
+        reports[g] = (report, report.epsilon <= float(problem.epsilons[g]) * (1 + _VERIFY_SLACK))
     return phases, reports
 
 

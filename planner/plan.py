@@ -5,29 +5,34 @@ docs/planning.md §2 (methods), §8 (what a plan guarantees) and §10 (the compa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
-from accounting.errors import GdpfedError, InvalidInputError
+from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner.finalize import History, finalize
-from planner.methods import design
+from planner.methods import Design, design
 from planner.problem import Problem, build_problem
-from planner.schema import ComparisonRow, Plan, PlanMethod, RequestedMethod, Scenario
+from planner.schema import (
+    ComparisonPool,
+    ComparisonRow,
+    Plan,
+    PlanMethod,
+    Recommendation,
+    RequestedMethod,
+    Scenario,
+)
 
 PLAN_METHODS: tuple[str, ...] = get_args(PlanMethod)
 # The order of the comparison table: baselines first, then ours (the schema's order).
 COMPARE_ORDER: tuple[str, ...] = PLAN_METHODS
 
 
-# compare's main plan when gdpfed_plus itself is infeasible (private methods only).
-FALLBACK_ORDER: tuple[str, ...] = ("pooled_plus", "idp_sample", "gdpfed", "dp_fedavg", "idp_scale")
-
-
 def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus") -> Plan:
     """Plan ``scenario`` with ``method`` (docs/planning.md §2, §8).
 
-    ``compare`` returns the gdpfed_plus plan with ``comparison`` filled: one row per
-    method, infeasible methods as rows with ``feasible: false`` and the error (if
-    gdpfed_plus itself is infeasible, the first feasible fallback, with a warning).
+    ``compare`` returns the recommended plan (the feasible private method with the
+    smallest objective, ``recommendation`` says why) with ``comparison`` filled: one row
+    per method, infeasible methods as rows with ``feasible: false`` and the error.
     Raises InvalidInputError for an unknown method and InfeasibleError (naming the cause
     and the group) when the scenario cannot be planned.
     """
@@ -47,50 +52,135 @@ def plan_problem(problem: Problem, method: str, history: History | None = None) 
 
 
 def compare(scenario: Scenario) -> Plan:
-    """The gdpfed_plus plan with one comparison row per method (docs/planning.md §10)."""
+    """The recommended plan with one comparison row per method (docs/planning.md §10)."""
     problem = build_problem(scenario)
-    return compare_problem(problem)
+    return compare_problem(problem, None)
 
 
 def compare_problem(problem: Problem, history: History | None = None) -> Plan:
-    """Every method on one problem; the main plan is gdpfed_plus, or, if it is infeasible,
-    the first feasible of pooled_plus, idp_sample, gdpfed, dp_fedavg, idp_scale (with a warning)."""
-    rows: list[ComparisonRow] = []
+    """Every method on one problem; the plan returned is the recommended one (docs/planning.md §10).
+
+    The recommendation is the feasible, sound, private method with the smallest objective J
+    (ties: the first in the schema's method order); ``nonprivate`` is a baseline row only.
+    A prv scenario is ranked on rdp calibrations (an upper bound with nearly the same
+    shape; the designs are the same, since prv plans are optimised on rdp tables anyway)
+    and only the recommended design is calibrated and verified with prv, once per group:
+    every method calibrated with prv took about 20 s for three groups.
+    """
+    ranking = _ranking_problem(problem)
+    designs: dict[str, Design] = {}
     plans: dict[str, Plan] = {}
     errors: dict[str, GdpfedError] = {}
     for method in COMPARE_ORDER:
         try:
-            plans[method] = plan_problem(problem, method, history)
+            designs[method] = design(ranking, method)
+            plans[method] = finalize(ranking, designs[method], history)
         except GdpfedError as exc:
             errors[method] = exc
-            rows.append(ComparisonRow(method=method, feasible=False, error=exc.message))
-            continue
-        rows.append(comparison_row(plans[method]))
-    for method in ("gdpfed_plus", *FALLBACK_ORDER):
-        if method in plans:
+    candidates = sorted(
+        (m for m in plans if m != "nonprivate" and all(g.sound for g in plans[m].groups)),
+        key=lambda m: (plans[m].predicted.objective, COMPARE_ORDER.index(m)),
+    )
+    main: Plan | None = None
+    for method in candidates:
+        if ranking is problem:
             main = plans[method]
             break
-    else:
-        raise errors["gdpfed_plus"]
-    warnings = list(main.warnings)
-    if main.method != "gdpfed_plus":
-        warnings.insert(
-            0,
-            f"gdpfed_plus is infeasible ({errors['gdpfed_plus'].message}); the plan shown is {main.method}",
+        try:
+            main = finalize(problem, designs[method], history)
+            break
+        except GdpfedError as exc:  # the exact accountant refused what rdp allowed: next candidate
+            errors[method] = exc
+    if main is None:
+        raise errors.get("gdpfed_plus") or next(iter(errors.values()), None) or InfeasibleError(
+            "no private method is feasible for this scenario"
         )
-    return main.model_copy(update={"comparison": rows, "warnings": warnings})
+    rows = {m: comparison_row(p) for m, p in plans.items()}
+    rows[main.method] = comparison_row(main).model_copy(update={"recommended": True})
+    rows.update({
+        m: ComparisonRow(method=m, feasible=False, private=m != "nonprivate", error=exc.message)
+        for m, exc in errors.items() if m not in plans
+    })
+    recommendation = Recommendation(
+        method=main.method,
+        objective=main.predicted.objective,
+        reason=_reason(main, plans[main.method], [plans[m] for m in candidates if m != main.method], errors),
+    )
+    warnings = list(main.warnings)
+    if ranking is not problem:
+        warnings.append(
+            "compare ranks the methods on rdp calibrations (rows with accountant rdp); the recommended "
+            f"plan ({main.method}) is calibrated and verified with {problem.scenario.accountant}"
+        )
+    ordered = sorted(rows.values(), key=lambda r: _row_order(r, rows[main.method]))
+    return main.model_copy(update={"comparison": ordered, "warnings": warnings, "recommendation": recommendation})
+
+
+def _ranking_problem(problem: Problem) -> Problem:
+    """The problem the methods are ranked on: prv plans are ranked on rdp (docs/planning.md §10)."""
+    if problem.scenario.accountant != "prv":
+        return problem
+    return replace(problem, scenario=problem.scenario.model_copy(update={"accountant": "rdp"}))
+
+
+def _row_order(row: ComparisonRow, recommended: ComparisonRow) -> tuple[int, float, int]:
+    """Recommended first, then feasible private methods by J, infeasible ones, nonprivate last."""
+    if row is recommended:
+        rank = 0
+    elif not row.private:
+        rank = 3
+    else:
+        rank = 1 if row.feasible else 2
+    return rank, row.objective if row.objective is not None else float("inf"), COMPARE_ORDER.index(row.method)
+
+
+def _reason(main: Plan, ranked: Plan, others: list[Plan], errors: dict[str, GdpfedError]) -> str:
+    """Why ``main`` is recommended, in numbers a user can check against the rows.
+
+    ``ranked`` is the recommended method's plan as ranked (rdp for a prv scenario), so every
+    ratio compares objectives computed with the same accountant.
+    """
+    best = ranked.predicted.objective
+    parts = [f"{main.method} has the lowest objective J = {best:.4g} of the {len(others) + 1} feasible "
+             f"private methods ({ranked.accountant})"]
+
+    def versus(plan: Plan) -> str:
+        other = plan.predicted.objective
+        if other <= best * (1 + 1e-9):
+            return f"{plan.method} J = {other:.4g} (tied; the earlier method in the schema's order is recommended)"
+        ratio = other / best if best > 0 else float("inf")
+        return f"{plan.method} J = {other:.4g} ({ratio:.3g}x)"
+
+    if others:
+        parts.append("next: " + versus(others[0]))
+        plus = next((p for p in others if p.method == "gdpfed_plus"), None)
+        if plus is not None and plus is not others[0]:
+            parts.append(versus(plus))
+    infeasible = sorted(m for m in errors if m != "nonprivate")
+    if infeasible:
+        parts.append(f"infeasible: {', '.join(infeasible)}")
+    parts.append("nonprivate (no differential privacy) is a baseline, never recommended")
+    if ranked is not main:
+        parts.append(f"calibrated and verified with {main.accountant}, its J is {main.predicted.objective:.4g}")
+    return "; ".join(parts)
 
 
 def comparison_row(plan: Plan) -> ComparisonRow:
-    """One row of the paper's noise table from a plan."""
+    """One self-contained row of the paper's noise table from a plan (docs/planning.md §10)."""
     return ComparisonRow(
         method=plan.method,
         feasible=True,
+        private=plan.method != "nonprivate",
+        accountant=plan.accountant,
+        pools=[ComparisonPool(id=p.id, groups=list(p.groups), noise_multiplier=p.noise_multiplier,
+                              keep_ratio=p.keep_ratio) for p in plan.pools],
         noise_multipliers={p.id: p.noise_multiplier for p in plan.pools},
         sampling_rates={g.id: g.sampling_rate for g in plan.groups},
         expected_clients={g.id: g.expected_clients for g in plan.groups},
         keep_ratios={p.id: p.keep_ratio for p in plan.pools},
+        epsilon_spent={g.id: g.epsilon_spent for g in plan.groups},
         noise_energy=plan.predicted.noise_energy,
         sparsification_error=plan.predicted.sparsification_error,
         objective=plan.predicted.objective,
+        warnings=list(plan.warnings),
     )

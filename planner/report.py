@@ -64,8 +64,11 @@ def plan_text(plan: Plan) -> str:
     )
     if plan.comparison is not None:
         lines.append("")
-        lines.append("comparison (one row per method):")
+        lines.append("comparison (one row per method; * = recommended):")
         lines.append(comparison_text(plan))
+    if plan.recommendation is not None:
+        lines.append("")
+        lines.append(f"recommended: {plan.recommendation.method} ({plan.recommendation.reason})")
     if plan.warnings:
         lines.append("")
         lines.append("warnings:")
@@ -76,19 +79,22 @@ def plan_text(plan: Plan) -> str:
 def comparison_text(plan: Plan) -> str:
     rows = []
     for row in plan.comparison or []:
+        name = row.method + (" *" if row.recommended else "")
         if not row.feasible:
-            rows.append([row.method, "infeasible", "", "", "", row.error or ""])
+            rows.append([name, "infeasible", "", "", "", "", row.error or ""])
             continue
-        sigmas = " ".join(f"{k}={_num(v)}" for k, v in row.noise_multipliers.items())
+        sigmas = " ".join(f"{p.id}({','.join(p.groups)})={_num(p.noise_multiplier)}" for p in row.pools)
         rates = " ".join(f"{k}={_num(v)}" for k, v in row.sampling_rates.items())
-        if len(row.noise_multipliers) > 4:
-            sigmas = f"{len(row.noise_multipliers)} pools, max {_num(max(row.noise_multipliers.values()))}"
+        if len(row.pools) > 4 or sum(len(p.groups) for p in row.pools) > 6:
+            sigmas = f"{len(row.pools)} pools, max {_num(max(row.noise_multipliers.values()))}"
         if len(row.sampling_rates) > 4:
             rates = f"{len(row.sampling_rates)} groups"
-        rows.append(
-            [row.method, _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective), sigmas, rates]
-        )
-    return table(["method", "noise energy", "sparsif. error", "J", "sigma per pool", "q per group"], rows)
+        rows.append([
+            name, row.accountant or "", _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective),
+            sigmas, rates,
+        ])
+    return table(["method", "acct", "noise energy", "sparsif. error", "J", "sigma per pool (groups)", "q per group"],
+                 rows)
 
 
 def sweep_text(result: Any) -> str:

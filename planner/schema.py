@@ -224,19 +224,50 @@ class Predicted(BaseModel):
     objective: float
 
 
+class ComparisonPool(BaseModel):
+    """One pool of a comparison row: which groups share its noise draw, and that noise."""
+
+    id: str
+    groups: list[str]
+    noise_multiplier: float = Field(description="sigma_P")
+    keep_ratio: float = Field(description="kappa_P = k_P / d")
+
+
 class ComparisonRow(BaseModel):
-    """One method in a ``compare`` plan: the paper's noise table, one row."""
+    """One method in a ``compare`` plan: the paper's noise table, one row (docs/planning.md §10).
+
+    A row is self-contained: its pools name their groups, and it carries each group's
+    verified epsilon, the accountant that calibrated and verified it, and the method's warnings.
+    """
 
     method: PlanMethod
     feasible: bool
+    private: bool = Field(True, description="false for nonprivate (a baseline with no DP at all)")
+    recommended: bool = False
+    accountant: AccountantName | None = Field(
+        None, description="accountant of this row's sigmas and epsilon_spent (prv compares rank on rdp)"
+    )
     error: str | None = None
+    pools: list[ComparisonPool] = Field(default_factory=list)
     noise_multipliers: dict[str, float] = Field(default_factory=dict, description="pool id -> sigma_P")
     sampling_rates: dict[str, float] = Field(default_factory=dict, description="group id -> q_g")
     expected_clients: dict[str, float] = Field(default_factory=dict, description="group id -> q_g N_g")
     keep_ratios: dict[str, float] = Field(default_factory=dict, description="pool id -> kappa_P")
+    epsilon_spent: dict[str, float | None] = Field(
+        default_factory=dict, description="group id -> verified epsilon over all rounds; null = no DP"
+    )
     noise_energy: float | None = None
     sparsification_error: float | None = None
     objective: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Recommendation(BaseModel):
+    """compare's answer: the feasible private method with the lowest objective J."""
+
+    method: PlanMethod
+    objective: float
+    reason: str
 
 
 class Plan(BaseModel):
@@ -254,6 +285,7 @@ class Plan(BaseModel):
     predicted: Predicted
     warnings: list[str] = Field(default_factory=list)
     comparison: list[ComparisonRow] | None = None
+    recommendation: Recommendation | None = None
 
     def pool(self, pool_id: str) -> PoolPlan:
         for pool in self.pools:
