@@ -16,7 +16,7 @@ import numpy as np
 from accounting.mechanism import Phase
 from planner import calibration
 from planner.calibration import GroupCalibration
-from planner.methods import Design
+from planner.methods import METHODS, Design
 from planner.objective import objective_terms
 from planner.problem import Problem
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted
@@ -353,20 +353,21 @@ def _pool_plans(
 
 def _bound_warnings(problem: Problem, design: Design, rates: np.ndarray) -> list[str]:
     """Rates pinned at a bound of an optimised method (the optimum may want to go further)."""
-    if design.method not in ("gdpfed_minus", "gdpfed_plus", "pooled_plus", "idp_sample"):
+    method = METHODS[design.method]
+    if not method.optimises_rates:
         return []
     out = []
     m = problem.scenario.min_clients_per_pool
     for g in np.flatnonzero(problem.active):
         q = rates[g]
         floor = problem.min_rates[g]
-        if design.method != "idp_sample" and problem.private[g] and [g] in design.pools:
+        if method.minimises_objective and problem.private[g] and [g] in design.pools:
             floor = max(floor, m / problem.num_clients[g])
         if floor > 0 and q <= floor * (1 + 1e-9):
             out.append(f"{problem.label(g)}: sampling rate at its lower bound {floor:.4g}")
         elif q >= 1.0 - 1e-12:
             out.append(f"{problem.label(g)}: sampling rate at its upper bound 1")
-    if design.method in ("gdpfed_minus", "gdpfed_plus", "pooled_plus"):
+    if method.minimises_objective:
         opted = np.flatnonzero(problem.active & ~problem.private & (rates > 0))
         if opted.size and np.any(problem.active_private):
             out.append(

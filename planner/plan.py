@@ -6,24 +6,22 @@ docs/planning.md §2 (methods), §8 (what a plan guarantees) and §10 (the compa
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import get_args
 
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner.finalize import History, finalize
-from planner.methods import Design, design
+from planner.methods import METHODS, Design, design
 from planner.problem import Problem, build_problem
 from planner.schema import (
     ComparisonPool,
     ComparisonRow,
     Plan,
-    PlanMethod,
     Recommendation,
     RequestedMethod,
     Scenario,
 )
 
-PLAN_METHODS: tuple[str, ...] = get_args(PlanMethod)
-# The order of the comparison table: baselines first, then ours (the schema's order).
+PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
+# The order of the comparison table: baselines first, then ours (the registry's order).
 COMPARE_ORDER: tuple[str, ...] = PLAN_METHODS
 
 
@@ -40,10 +38,17 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus") -> Pl
         scenario = Scenario.model_validate(scenario)
     if method == "compare":
         return compare(scenario)
-    if method not in PLAN_METHODS:
-        raise InvalidInputError("method", f"must be one of {', '.join((*PLAN_METHODS, 'compare'))}, got {method!r}")
+    check_method(method, allow_compare=True)
     problem = build_problem(scenario)
     return plan_problem(problem, method)
+
+
+def check_method(method: str, *, allow_compare: bool = False) -> None:
+    """Refuse a name that is not in the method registry (``InvalidInputError("method")``)."""
+    if method in PLAN_METHODS or (allow_compare and method == "compare"):
+        return
+    known = (*PLAN_METHODS, "compare") if allow_compare else PLAN_METHODS
+    raise InvalidInputError("method", f"must be one of {', '.join(known)}, got {method!r}")
 
 
 def plan_problem(problem: Problem, method: str, history: History | None = None) -> Plan:

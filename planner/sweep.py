@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError, InvalidInputError
-from planner.plan import make_plan
+from planner.plan import check_method, make_plan
 from planner.schema import PlanMethod, Scenario
 
 
@@ -38,6 +38,7 @@ def sweep(
     if not isinstance(scenario, Scenario):
         scenario = Scenario.model_validate(scenario)
     scenario.group(group_id)  # InvalidInputError("group", ...) for an unknown id
+    check_method(method)
     values = [_epsilon(value, i) for i, value in enumerate(epsilons)]
     if not values:
         raise InvalidInputError("epsilons", "give at least one epsilon")

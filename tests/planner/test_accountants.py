@@ -7,7 +7,7 @@ import pytest
 
 import accounting
 from planner import make_plan
-from planner.methods import closed_form_slopes
+from planner.methods.search import closed_form_slopes
 from planner.problem import build_problem
 from planner.waterfill import waterfill_qp
 from tests.planner.conftest import independent_epsilon, worked_scenario

@@ -185,3 +185,31 @@ def test_plan_round_trips_through_json():
     import json
 
     assert load_plan(json.loads(plan.model_dump_json())) == plan
+
+
+def test_method_registry_equals_the_schema_literal():
+    """One name list: the registry (planner.methods.METHODS), in the schema's order."""
+    import typing
+
+    from planner.methods import METHODS
+    from planner.schema import PlanMethod
+
+    assert tuple(METHODS) == typing.get_args(PlanMethod)
+    for name, method in METHODS.items():
+        assert method.name == name and method.summary and callable(method.build)
+    # finalize's bound warnings read these flags instead of a list of names
+    assert {n for n, m in METHODS.items() if m.minimises_objective} == OPTIMISED
+    assert {n for n, m in METHODS.items() if m.optimises_rates} == OPTIMISED | {"idp_sample"}
+
+
+def test_unknown_method_is_refused_naming_the_known_ones():
+    from accounting.errors import InvalidInputError
+    from planner import sweep
+
+    scenario = worked_scenario()
+    with pytest.raises(InvalidInputError) as exc:
+        make_plan(scenario, "magic")  # type: ignore[arg-type]
+    assert exc.value.field == "method" and "gdpfed_plus" in str(exc.value) and "compare" in str(exc.value)
+    with pytest.raises(InvalidInputError) as exc:
+        sweep(scenario, scenario.groups[0].id, [1.0], "magic")  # type: ignore[arg-type]
+    assert exc.value.field == "method"

@@ -23,19 +23,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from accounting.errors import InvalidInputError
+from planner.methods import METHODS
 from planner.schema import Scenario
 
-TRAIN_METHODS = (
-    "nonprivate",
-    "dp_fedavg",
-    "gdpfed",
-    "gdpfed_minus",
-    "gdpfed_plus",
-    "idp_sample",
-    "idp_scale",
-    "pooled_plus",
-    "pfa",
-)
+TRAIN_METHODS = (*METHODS, "pfa")
 # The planner method whose plan a runner method executes (PFA runs on gdpfed's pools).
 PLAN_METHOD = {m: m for m in TRAIN_METHODS} | {"pfa": "gdpfed"}
 

@@ -1,105 +1,29 @@
-"""Every method as a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
+"""The rate-search machinery the optimising methods share (docs/planning.md §4).
 
-A method returns a :class:`Design`: which groups share a pool, each group's rate, each
-pool's keep ratio, each group's clip norm and how the pool's noise is set. The design is
-turned into a plan (exact calibration, verification, secure aggregation) by
-:mod:`planner.finalize`; nothing here is a privacy claim.
+Tabulated noise curves, per-group rate bounds, the search over pool partitions that keeps
+the smallest objective J (gdpfed_minus, gdpfed_plus, pooled_plus) and the exact 1-D
+search that gives a shared pool one noise std (idp_sample). Each method lives in its own
+module of this package; nothing here is a privacy claim (planner.finalize calibrates and
+verifies).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from accounting.errors import InfeasibleError
 from planner import calibration
 from planner.curves import NoiseCurves, build_curves, rate_grid
-from planner.partition import candidate_partitions
-from planner.pools import build_pool_set
-from planner.problem import AUTO, Problem
-from planner.solve import ObjectiveConstants, PoolSolution, solve_pools
+from planner.methods.base import Design, frozen_pools, objective_constants, pool_keep_setting, uniform_rate
+from planner.pools import PoolSet, build_pool_set
+from planner.problem import Problem
+from planner.solve import PoolSolution, solve_pools
 
-NoiseRule = Literal["max", "scale", "none"]
 # idp_sample's exact 1-D search calls accounting.sampling_rate per group and step; above
 # this many private groups the tabulated curves choose the rates (then exact calibration).
 EXACT_SEARCH_LIMIT = 64
-
-
-@dataclass
-class Design:
-    """Pools, rates, keep ratios and clip norms chosen by a method (not yet calibrated)."""
-
-    method: str
-    pools: list[list[int]]
-    rates: np.ndarray
-    keep_ratios: list[float]
-    clip_norms: np.ndarray
-    noise_rule: NoiseRule = "max"
-    history: list[float] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-def design(problem: Problem, method: str) -> Design:
-    """The design of ``method`` for ``problem`` (docs/planning.md §2)."""
-    builders = {
-        "nonprivate": _nonprivate,
-        "dp_fedavg": _dp_fedavg,
-        "gdpfed": _gdpfed,
-        "gdpfed_minus": lambda p: _optimised_separate(p, "gdpfed_minus", keep_one=True),
-        "gdpfed_plus": lambda p: _optimised_separate(p, "gdpfed_plus", keep_one=False),
-        "idp_sample": _idp_sample,
-        "idp_scale": _idp_scale,
-        "pooled_plus": _pooled_plus,
-    }
-    if method not in builders:
-        raise ValueError(f"unknown method {method!r}")
-    return builders[method](problem)
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def uniform_rate(problem: Problem) -> float:
-    """q = K / sum of active N_g (docs/planning.md §2: the uniform-rate methods)."""
-    return problem.expected_clients / float(problem.num_clients[problem.active].sum())
-
-
-def objective_constants(problem: Problem) -> ObjectiveConstants:
-    s = problem.scenario
-    return ObjectiveConstants(
-        expected_clients=problem.expected_clients,
-        model_dim=float(s.model_dim),
-        update_norm_bound=s.objective_update_norm,
-        sparsity_exponent=float(s.sparsity_exponent),
-        bias_weight=float(s.bias_weight),
-        min_keep_ratio=float(s.min_keep_ratio),
-    )
-
-
-def _frozen_pools(problem: Problem) -> list[list[int]]:
-    return [[g] for g in np.flatnonzero(problem.frozen)]
-
-
-def _uniform_rates(problem: Problem) -> np.ndarray:
-    return np.where(problem.active, uniform_rate(problem), 0.0)
-
-
-def pool_keep_setting(problem: Problem, members: list[int]) -> tuple[float, str | None]:
-    """A pool's keep ratio from its members' settings: auto if all are auto, else the
-    smallest fixed one (more sparsification never adds noise), with a note if they differ."""
-    settings = problem.keep_settings[members]
-    fixed = settings[settings != AUTO]
-    if fixed.size == 0:
-        return AUTO, None
-    value = float(fixed.min())
-    note = None
-    if len(set(settings.tolist())) > 1:
-        names = ", ".join(problem.ids[g] for g in members)
-        note = f"pool of {names}: members asked for different keep ratios; using {value:g}"
-    return value, note
 
 
 def private_rate_bounds(problem: Problem, curves: NoiseCurves | None, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -164,7 +88,7 @@ def closed_form_slopes(problem: Problem) -> np.ndarray | None:
     return slopes
 
 
-def _full_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
+def full_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
     """Curves indexed by group over all groups (rows of non-listed groups are placeholders)."""
     sub = noise_curves(problem, indices)
     n = problem.n_groups
@@ -176,77 +100,19 @@ def _full_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
     return NoiseCurves(log_q=sub.log_q, coefficients=coefficients, left_slope=left, rate_cap=cap)
 
 
-# ----------------------------------------------------------------------------- methods
-
-
-def _nonprivate(problem: Problem) -> Design:
-    active = [int(g) for g in np.flatnonzero(problem.active)]
-    pools = [active] + _frozen_pools(problem)
-    return Design(
-        method="nonprivate",
-        pools=pools,
-        rates=_uniform_rates(problem),
-        keep_ratios=[1.0] * len(pools),
-        clip_norms=problem.clip_norms.copy(),
-        noise_rule="none",
-        warnings=["nonprivate: no differential privacy is given to any group (sigma = 0); "
-                  "for non-private baselines only"],
-    )
-
-
-def _split_private(problem: Problem) -> tuple[list[int], list[list[int]]]:
-    private = [int(g) for g in np.flatnonzero(problem.active_private)]
-    opted_out = [[int(g)] for g in np.flatnonzero(problem.active & ~problem.private)]
-    return private, opted_out
-
-
-def _dp_fedavg(problem: Problem) -> Design:
-    private, opted_out = _split_private(problem)
-    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
-    return Design("dp_fedavg", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy())
-
-
-def _gdpfed(problem: Problem) -> Design:
-    pools = [[g] for g in range(problem.n_groups)]
-    return Design("gdpfed", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy())
-
-
-def _idp_scale(problem: Problem) -> Design:
-    private, opted_out = _split_private(problem)
-    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
-    return Design(
-        "idp_scale", pools, _uniform_rates(problem), [1.0] * len(pools), problem.clip_norms.copy(), noise_rule="scale"
-    )
-
-
-def _optimised_separate(problem: Problem, method: str, keep_one: bool) -> Design:
-    """gdpfed_minus / gdpfed_plus: one pool per group, optimised rates (docs/planning.md §4)."""
-    active = np.flatnonzero(problem.active)
-    return _optimise_partition_search(problem, method, [[[int(g)] for g in active]], keep_one)
-
-
-def _pooled_plus(problem: Problem) -> Design:
-    """Contiguous partition of private groups in epsilon order, chosen by J (docs/planning.md §4.4)."""
-    private, _ = _split_private(problem)
-    order = sorted(private, key=lambda g: (problem.epsilons[g], g))
-    opted_out = [[int(g)] for g in np.flatnonzero(problem.active & ~problem.private)]
-    candidates = [partition + opted_out for partition in candidate_partitions(order)] if order else [opted_out]
-    return _optimise_partition_search(problem, "pooled_plus", candidates, keep_one=False)
-
-
-def _optimise_partition_search(
+def optimise_partition_search(
     problem: Problem, method: str, candidates: list[list[list[int]]], keep_one: bool
 ) -> Design:
     """Solve every candidate partition; keep the one with the smallest J."""
     private = np.flatnonzero(problem.active_private)
     m = problem.scenario.min_clients_per_pool
-    curves = _full_curves(problem, private) if private.size else None
-    lo, hi = private_rate_bounds(problem, _sub(curves, private), private)
+    curves = full_curves(problem, private) if private.size else None
+    lo, hi = private_rate_bounds(problem, subset_of(curves, private), private)
     _check_minimum_total(problem, candidates, lo)
     slopes = closed_form_slopes(problem)
     constants = objective_constants(problem)
     labels = [problem.label(g) for g in range(problem.n_groups)]
-    best: tuple[float, list[list[int]], PoolSolution, object] | None = None
+    best: tuple[float, list[list[int]], PoolSolution, PoolSet] | None = None
     errors: list[str] = []
     for partition in candidates:
         try:
@@ -272,24 +138,24 @@ def _optimise_partition_search(
                               "no pooling of the groups is feasible: " + "; ".join(sorted(set(errors))[:3]))
     _, partition, solution, pools = best
     rates = np.zeros(problem.n_groups)
-    rates_active = pools.member_rates(solution.expected)  # type: ignore[attr-defined]
+    rates_active = pools.member_rates(solution.expected)
     rates[problem.active] = rates_active[problem.active]
     if curves is not None:
         for p, members in enumerate(partition):
             if len(members) > 1:
                 rates[members] = equalise_exact(problem, members, float(solution.expected[p]), rates[members], lo, hi)
-    pools_all = [list(p) for p in partition] + _frozen_pools(problem)
+    pools_all = [list(p) for p in partition] + frozen_pools(problem)
     keep = list(solution.keep_ratios) + [1.0] * (len(pools_all) - len(partition))
     warnings = []
     if not keep_one:
-        for p in partition:
-            note = pool_keep_setting(problem, p)[1]
+        for members in partition:
+            note = pool_keep_setting(problem, members)[1]
             if note:
                 warnings.append(note)
     return Design(method, pools_all, rates, keep, problem.clip_norms.copy(), history=solution.history, warnings=warnings)
 
 
-def _sub(curves: NoiseCurves | None, indices: np.ndarray) -> NoiseCurves | None:
+def subset_of(curves: NoiseCurves | None, indices: np.ndarray) -> NoiseCurves | None:
     if curves is None:
         return None
     from planner.curves import subset_curves
@@ -305,33 +171,6 @@ def _check_minimum_total(problem: Problem, candidates: list[list[list[int]]], lo
             f"expected_clients K={problem.expected_clients:g} is below the {need:.6g} clients that the "
             "groups' min_sampling_rate values already require"
         )
-
-
-def _idp_sample(problem: Problem) -> Design:
-    """One pool; per-group rates so one shared sigma meets every budget; minimise sigma.
-
-    docs/planning.md §4.3. Opted-out groups run at the uniform rate in pools of their own;
-    the private pool delivers the rest of K. Rates come from an exact 1-D search on the
-    shared noise std with ``accounting.sampling_rate`` per group.
-    """
-    private, opted_out = _split_private(problem)
-    rates = _uniform_rates(problem)
-    pools = ([private] if private else []) + opted_out + _frozen_pools(problem)
-    if private:
-        idx = np.array(private)
-        total = float(np.dot(problem.num_clients[idx], rates[idx]))
-        curves = _full_curves(problem, idx)
-        lo, hi = private_rate_bounds(problem, _sub(curves, idx), idx)
-        labels = [problem.label(g) for g in range(problem.n_groups)]
-        pool_set = build_pool_set([private], problem.private, problem.num_clients, lo, hi, curves, 1, labels)
-        if total < pool_set.lower[0] - 1e-9 * total:
-            raise InfeasibleError(
-                f"idp_sample: the private pool's share of K ({total:.6g}) is below what the groups' "
-                f"min_sampling_rate values require ({pool_set.lower[0]:.6g})"
-            )
-        approx = pool_set.member_rates(np.array([total]))
-        rates[idx] = equalise_exact(problem, private, total, approx[idx], lo, hi)
-    return Design("idp_sample", pools, rates, [1.0] * len(pools), problem.clip_norms.copy())
 
 
 def equalise_exact(
