@@ -53,6 +53,24 @@ def register(subparsers: Any) -> None:
     source.add_argument("--plan", type=Path, help="plan document (JSON) to execute")
     source.add_argument("--scenario", type=Path, help="scenario (JSON) to plan first with --method")
     parser.add_argument("--method", help="planning method for --scenario (e.g. gdpfed_plus)")
+    add_run_options(parser)
+    parser.add_argument("--out", type=Path, help="run directory (default runs/<method>-<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
+    parser.add_argument(
+        "--report-to", metavar="URL",
+        help="gdpfed service URL: claim and report every round in its ledger, following re-plans "
+        "(with --plan-id and no --plan, the plan is fetched from the service)",
+    )
+    parser.add_argument("--api-key", help="operator API key for --report-to (default: $GDPFED_API_KEY)")
+    parser.add_argument("--api-key-file", type=Path, help="file holding the API key for --report-to")
+    parser.add_argument("--plan-id", help="the service's plan id (default: the plan file's 'id')")
+    parser.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    parser.set_defaults(handler=handle_train)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``."""
     parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
     parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
     parser.add_argument(
@@ -77,19 +95,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--secagg", dest="secagg_mode", choices=["full", "sparse"], help="secure aggregation graph (default full; sparse = SecAgg+)")
     parser.add_argument("--eval-every", type=int, help="evaluate every N rounds (and at the last; default 1)")
     parser.add_argument("--checkpoint-every", type=int, help="checkpoint every N rounds (and at the last; default 1)")
-    parser.add_argument("--out", type=Path, help="run directory (default runs/<method>-<time>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
-    parser.add_argument(
-        "--report-to", metavar="URL",
-        help="gdpfed service URL: claim and report every round in its ledger, following re-plans "
-        "(with --plan-id and no --plan, the plan is fetched from the service)",
-    )
-    parser.add_argument("--api-key", help="operator API key for --report-to (default: $GDPFED_API_KEY)")
-    parser.add_argument("--api-key-file", type=Path, help="file holding the API key for --report-to")
-    parser.add_argument("--plan-id", help="the service's plan id (default: the plan file's 'id')")
-    parser.add_argument("--json", action="store_true", help="print the run summary as JSON")
-    parser.set_defaults(handler=handle_train)
 
 
 def read_json_file(path: Path, field: str) -> Any:
@@ -136,7 +141,7 @@ def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | No
     return None
 
 
-def _config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
+def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
     from trainer.run.runner import TrainConfig
 
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
@@ -195,34 +200,11 @@ def _link(args: argparse.Namespace, url: str) -> Any:
     return ServiceLink(url, key, log=_warn)
 
 
-def _service_plan(link: Any, plan_id: str, given: tuple[Any, dict[str, Any]] | None) -> tuple[Any, dict[str, Any]]:
-    """The service's plan ``plan_id``; a given --plan must be that plan (same content fingerprint)."""
-    from planner.schema import load_plan
-    from trainer.run.checkpoint import fingerprint
-
-    ledger = link.preflight(plan_id)
-    if ledger.get("superseded_by"):
-        raise InvalidInputError(
-            "plan-id", f"plan {plan_id} was re-planned as {ledger['superseded_by']}; train that plan instead"
-        )
-    if ledger.get("rounds_counted", 0) > 0:
-        raise InvalidInputError(
-            "plan-id",
-            f"the service's ledger already counts {ledger['rounds_counted']} round(s) of plan {plan_id}: another "
-            "run trained on it (continue that run with --resume, or plan again)",
-        )
-    document = link.fetch_plan(plan_id)
-    plan = load_plan(document)
-    if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(plan.model_dump(mode="json")):
-        raise InvalidInputError("plan", f"is not the service's plan {plan_id} (their content differs)")
-    return plan, document
-
-
 def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path]:
     """The plan, its document, the run configuration and the run directory, all validated."""
     from planner.schema import load_plan
-    from trainer.run.checkpoint import fingerprint
-    from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
+    from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
+    from trainer.run.reporting import fetch_service_plan
 
     given = _plan_from_args(args)
     if args.resume:
@@ -235,20 +217,20 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
             stored_plan.model_dump(mode="json")
         ):
             raise InvalidInputError("plan", f"differs from the plan of the run in {args.out}")
-        config = _config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
+        config = config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
         return stored_plan, stored_document, config, args.out
     if link is not None:
         if not args.plan_id and given is not None and isinstance(given[1].get("id"), str):
             args.plan_id = given[1]["id"]
         if not args.plan_id:
             raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan to train)")
-        given = _service_plan(link, args.plan_id, given)
+        given = fetch_service_plan(link, args.plan_id, given)
     if given is None:
         raise InvalidInputError(
             "plan", "give --plan PLAN.json, --scenario SCENARIO.json --method METHOD, or --plan-id ID --report-to URL"
         )
     plan, document = given
-    config = _config_from_args(args, None, plan.rounds)
+    config = config_from_args(args, None, plan.rounds)
     out = args.out or Path("runs") / f"{plan.method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_new_run_directory(out)
     return plan, document, config, out

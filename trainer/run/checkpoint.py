@@ -15,9 +15,7 @@ tensors and plain Python values, never arbitrary pickled objects.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +25,6 @@ from accounting.errors import InvalidInputError
 from trainer.run.directory import atomic_write_bytes
 
 CHECKPOINT_FORMAT = 1
-
-
-def fingerprint(value: Any) -> str:
-    """SHA-256 of the canonical JSON of ``value`` (ties a checkpoint to its plan and config)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ either the old or the new version, never a torn one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -24,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from accounting.errors import InvalidInputError
+
+
+def fingerprint(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value`` (ties a checkpoint to its plan and config)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

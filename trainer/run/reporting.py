@@ -159,6 +159,35 @@ def _message(response: httpx.Response) -> str:
     return str(body.get("message", body)) if isinstance(body, dict) else str(body)[:200]
 
 
+def fetch_service_plan(
+    link: ServiceLink, plan_id: str, given: tuple[Any, dict[str, Any]] | None
+) -> tuple[Any, dict[str, Any]]:
+    """The service's plan ``plan_id`` for a new run; a given plan must be that plan (same content fingerprint).
+
+    Refuses (``InvalidInputError``) a plan that was re-planned or whose ledger already
+    counts rounds (another run trained on it).
+    """
+    from planner.schema import load_plan
+    from trainer.run.directory import fingerprint
+
+    ledger = link.preflight(plan_id)
+    if ledger.get("superseded_by"):
+        raise InvalidInputError(
+            "plan-id", f"plan {plan_id} was re-planned as {ledger['superseded_by']}; train that plan instead"
+        )
+    if ledger.get("rounds_counted", 0) > 0:
+        raise InvalidInputError(
+            "plan-id",
+            f"the service's ledger already counts {ledger['rounds_counted']} round(s) of plan {plan_id}: another "
+            "run trained on it (continue that run with --resume, or plan again)",
+        )
+    document = link.fetch_plan(plan_id)
+    plan = load_plan(document)
+    if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(plan.model_dump(mode="json")):
+        raise InvalidInputError("plan", f"is not the service's plan {plan_id} (their content differs)")
+    return plan, document
+
+
 class RoundReporter:
     """Claims and completes rounds of the current plan; queues completions it could not deliver."""
 

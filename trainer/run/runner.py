@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -33,8 +33,8 @@ from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.schema import Plan
 from trainer.rounds import RoundEngine, RoundOutcome
-from trainer.run.checkpoint import fingerprint, load_checkpoint, save_checkpoint
-from trainer.run.directory import RunDirectory, atomic_write_json
+from trainer.run.checkpoint import load_checkpoint, save_checkpoint
+from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
 from trainer.run.plots import plot_run
@@ -99,6 +99,19 @@ class RunSummary(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+class RoundRunner(Protocol):
+    """What ``execute_run`` drives: the simulator's ``RoundEngine``, or another executor of the
+    same round (the Flower scale-out's ``trainer.flower.engine.FlowerRoundEngine``)."""
+
+    dim: int
+
+    def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]: ...
+
+
+# (plan, strategy, population, model dim, config, rounds) -> the round executor for that plan.
+EngineFactory = Callable[[Plan, Strategy, Population, int, "TrainConfig", int], RoundRunner]
+
+
 @dataclass
 class PreparedRun:
     """A validated run, ready to execute; nothing has been written yet."""
@@ -114,9 +127,10 @@ class PreparedRun:
     population: Population
     initial_params: torch.Tensor
     strategy: Strategy
-    engine: RoundEngine
+    engine: RoundRunner
     warnings: list[str]
     build_strategy: Callable[[Plan], Strategy]
+    engine_factory: EngineFactory | None = None  # None: the simulator's RoundEngine (build_engine)
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
     plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
@@ -140,6 +154,7 @@ def prepare_run(
     device: str = "auto",
     strategy_factory: Callable[..., Strategy] | None = None,
     dataset: Any = None,
+    engine_factory: EngineFactory | None = None,
 ) -> PreparedRun:
     """Validate the plan, config, data and model; build the strategy and round engine.
 
@@ -148,7 +163,8 @@ def prepare_run(
     would spend more privacy than planned), a plan without rounds, unknown data, a model
     that does not fit the data, a population larger than the data can split into.
     ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
-    **options)`` replaces ``PlanStrategy``.
+    **options)`` replaces ``PlanStrategy``; ``engine_factory`` replaces the simulator's
+    round engine (``build_engine``), e.g. with the Flower scale-out's.
     """
     from planner.verify import verify_executable
     from trainer.data import load_dataset
@@ -209,7 +225,7 @@ def prepare_run(
         )
 
     strategy = build_strategy(plan)
-    engine = build_engine(plan, strategy, population, dim, config, config.rounds)
+    engine = (engine_factory or build_engine)(plan, strategy, population, dim, config, config.rounds)
     initial = flatten_params(model).to(chosen_device)
     return PreparedRun(
         plan=plan,
@@ -226,6 +242,7 @@ def prepare_run(
         engine=engine,
         warnings=warnings,
         build_strategy=build_strategy,
+        engine_factory=engine_factory,
         run_start=plan.start_round,
     )
 
@@ -292,11 +309,13 @@ def switch_plan(
     state = prepared.strategy.state_dict()
     strategy = prepared.build_strategy(successor)
     strategy.load_state_dict(state)
+    engine = (prepared.engine_factory or build_engine)(
+        successor, strategy, prepared.population, prepared.engine.dim, prepared.config, end - global_round
+    )
     prepared.plan = successor
     prepared.current_document = document
     prepared.strategy = strategy
-    prepared.engine = build_engine(successor, strategy, prepared.population, prepared.engine.dim,
-                                   prepared.config, end - global_round)
+    prepared.engine = engine
     return PrivacyLedger(successor, epsilon_fn)
 
 
