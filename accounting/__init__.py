@@ -1,33 +1,58 @@
-"""Privacy accountants and noise calibration for the Poisson-subsampled Gaussian mechanism.
+"""Privacy events, accountants and noise calibration.
 
 No torch, no FastAPI: this package imports nothing of the project and is the bottom of
-the dependency graph. The maths is in docs/accounting.md.
+the dependency graph. Events (:mod:`accounting.events`) record what was released;
+accountants (:mod:`accounting.accountants`, one registry) turn them into epsilon and
+answer the inverse questions; metric leakage, a different notion, adds up in
+:mod:`accounting.metric`. The maths is in docs/accounting.md.
 """
 
+# accounting.accountants first: it defines the accountant names that accounting.results imports.
+from accounting.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, AccountantName, get_accountant
 from accounting.calibration import (
     closed_form_noise_multiplier,
     noise_multiplier,
+    noise_multipliers_batch,
     noise_multipliers_rdp,
     rounds,
     sampling_rate,
 )
-from accounting.epsilon import epsilon, epsilon_of_phases
+from accounting.epsilon import epsilon, epsilon_of_events, epsilon_of_phases
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
-from accounting.mechanism import Phase
-from accounting.results import Accountant, Calibration, EpsilonReport
+from accounting.events import (
+    ComposedEvent,
+    MetricLeakage,
+    Phase,
+    PoissonSampledGaussian,
+    PrivacyEvent,
+    ZeroConcentratedDp,
+)
+from accounting.metric import metric_leakage
+from accounting.results import Calibration, EpsilonReport
 
 __all__ = [
-    "Accountant",
+    "ACCOUNTANTS",
+    "ACCOUNTANT_NAMES",
+    "AccountantName",
     "Calibration",
+    "ComposedEvent",
     "EpsilonReport",
     "GdpfedError",
     "InfeasibleError",
     "InvalidInputError",
+    "MetricLeakage",
     "Phase",
+    "PoissonSampledGaussian",
+    "PrivacyEvent",
+    "ZeroConcentratedDp",
     "closed_form_noise_multiplier",
     "epsilon",
+    "epsilon_of_events",
     "epsilon_of_phases",
+    "get_accountant",
+    "metric_leakage",
     "noise_multiplier",
+    "noise_multipliers_batch",
     "noise_multipliers_rdp",
     "rounds",
     "sampling_rate",

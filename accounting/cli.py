@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accounting.accountants import ACCOUNTANT_NAMES, DEFAULT_ACCOUNTANT
 from accounting.results import Calibration, EpsilonReport
 
 
@@ -25,23 +26,23 @@ def register(subparsers: Any) -> None:
 
     sub = questions.add_parser("epsilon", help="epsilon spent by T rounds")
     _add(sub, "--sampling-rate", "--noise-multiplier", "--rounds", "--delta")
-    _accountant(sub, ("rdp", "prv", "closed_form"))
+    _accountant(sub)
     sub.set_defaults(handler=_handle, request="epsilon")
 
     sub = questions.add_parser("noise-multiplier", help="smallest noise multiplier meeting a target epsilon")
     _add(sub, "--sampling-rate", "--rounds", "--epsilon", "--delta")
-    _accountant(sub, ("rdp", "prv", "closed_form"))
+    _accountant(sub)
     sub.add_argument("--raw", action="store_true", help="closed_form: return the formula's sigma even if rdp rejects it")
     sub.set_defaults(handler=_handle, request="noise_multiplier")
 
     sub = questions.add_parser("sampling-rate", help="largest sampling rate meeting a target epsilon")
     _add(sub, "--noise-multiplier", "--rounds", "--epsilon", "--delta")
-    _accountant(sub, ("rdp", "prv"))
+    _accountant(sub)
     sub.set_defaults(handler=_handle, request="sampling_rate")
 
     sub = questions.add_parser("rounds", help="most rounds meeting a target epsilon")
     _add(sub, "--sampling-rate", "--noise-multiplier", "--epsilon", "--delta")
-    _accountant(sub, ("rdp", "prv"))
+    _accountant(sub)
     sub.set_defaults(handler=_handle, request="rounds")
 
 
@@ -53,8 +54,11 @@ def _add(parser: argparse.ArgumentParser, *flags: str) -> None:
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
 
 
-def _accountant(parser: argparse.ArgumentParser, choices: tuple[str, ...]) -> None:
-    parser.add_argument("--accountant", choices=choices, default="rdp", help="default: rdp")
+def _accountant(parser: argparse.ArgumentParser) -> None:
+    # Every question takes every accountant: the choices are the registry's names.
+    parser.add_argument(
+        "--accountant", choices=ACCOUNTANT_NAMES, default=DEFAULT_ACCOUNTANT, help=f"default: {DEFAULT_ACCOUNTANT}"
+    )
 
 
 def _handle(args: argparse.Namespace) -> tuple[EpsilonReport | Calibration, str]:
@@ -65,12 +69,13 @@ def _handle(args: argparse.Namespace) -> tuple[EpsilonReport | Calibration, str]
         for name in ("sampling_rate", "noise_multiplier", "rounds", "epsilon", "delta", "accountant")
         if getattr(args, name, None) is not None
     }
-    model: type[requests._Request] = {
+    models: dict[str, type[requests.AccountingRequest]] = {
         "epsilon": requests.EpsilonRequest,
         "noise_multiplier": requests.NoiseMultiplierRequest,
         "sampling_rate": requests.SamplingRateRequest,
         "rounds": requests.RoundsRequest,
-    }[args.request]
+    }
+    model = models[args.request]
     if args.request == "noise_multiplier":
         fields["raw"] = bool(args.raw)
     result = requests.answer(model.model_validate(fields))
@@ -101,6 +106,8 @@ def _text(result: EpsilonReport | Calibration) -> str:
         ]
         if not result.sound:
             lines.append("WARNING: the closed form misses its target under rdp (not sound)")
+        elif result.replaced:
+            lines.append("the closed form missed its target under rdp; this is the rdp answer instead")
     if result.reason:
         lines.append(f"note: {result.reason}")
     return "\n".join(lines)

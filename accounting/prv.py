@@ -99,7 +99,7 @@ def safe_domain_size(phases: Phases, max_steps: Sequence[int], eps_error: float,
             values = curve - np.log(delta * orders) / (orders - 1.0) + np.log1p(-1.0 / orders)
         return float(np.nanmin(values))
 
-    composed = sum(n * c for n, c in zip(max_steps, curves))
+    composed = sum((n * c for n, c in zip(max_steps, curves)), np.zeros(orders.size))
     size = rdp_epsilon(composed, delta_error / 4.0)
     for curve in curves:
         size = max(size, rdp_epsilon(curve, delta_error / 8.0 / total_steps))
@@ -241,7 +241,9 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: fl
     child, a crash, or the deadline becomes a PrvFailure with the reason.
     """
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
+    if method == "fork":
+        preload()
+    context: Any = multiprocessing.get_context(method)  # typeshed's BaseContext lacks Process
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_child_main, args=(sender, fn, args), daemon=True)
     started = time.monotonic()
@@ -263,6 +265,20 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: fl
     if status != "ok":
         raise PrvFailure(payload)
     return payload
+
+
+def preload() -> None:
+    """Import ``prv_accountant`` here, in the parent, so that every forked child inherits it.
+
+    Otherwise each PRV job imports it (and scipy.stats behind it) in its fresh child, which
+    took 5-6 s of every call on a loaded machine, against about 0.5 s for the computation
+    itself. Python imports a module once, so later calls cost a dictionary lookup. An
+    import that fails is left to the child, which reports it as a :class:`PrvFailure`.
+    """
+    try:
+        import prv_accountant  # noqa: F401
+    except Exception:  # reported by the child, where it counts
+        return
 
 
 def _child_main(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -136,7 +136,9 @@ def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return (peak + np.log(np.add.reduceat(shifted, flat_starts))).reshape(points, starts.size)
 
 
-def log_a_fractional(sampling_rates: np.ndarray, noise_multipliers: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+def log_a_fractional(
+    sampling_rates: np.ndarray | float, noise_multipliers: np.ndarray | float, alphas: np.ndarray
+) -> np.ndarray:
     """log A_alpha for non-integer orders, one (q, sigma, alpha) per entry (docs/accounting.md §2.2).
 
     A_alpha = A0 + A1, the two integrals of (mu1/mu0)^alpha dmu0 split at

@@ -8,25 +8,26 @@ out-of-domain values with the field named; :func:`answer` runs the request.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import pydantic
 
 from accounting import calibration
-from accounting.epsilon import epsilon_of_phases
-from accounting.mechanism import Phase
+from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
+from accounting.epsilon import epsilon_of_events
+from accounting.events import AnyEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
 from accounting.validation import Delta, Epsilon, NoiseMultiplier, SamplingRate, Steps
-
-AnyAccountant = Literal["rdp", "prv", "closed_form"]
 
 
 class _Request(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     delta: Delta
-    accountant: AnyAccountant = "rdp"
-    spent: list[Phase] = pydantic.Field(default_factory=list)
+    accountant: AccountantName = DEFAULT_ACCOUNTANT
+    spent: list[AnyEvent] = pydantic.Field(
+        default_factory=list,
+        description="events already spent, composed before the question's phase; an event without "
+        "'kind' is a poisson_sampled_gaussian phase {sampling_rate, noise_multiplier, steps}",
+    )
 
 
 class EpsilonRequest(_Request):
@@ -75,13 +76,14 @@ AccountingRequest = EpsilonRequest | NoiseMultiplierRequest | SamplingRateReques
 def answer(request: AccountingRequest) -> EpsilonReport | Calibration:
     """Run a validated request (docs/accounting.md §8, §10)."""
     if isinstance(request, EpsilonRequest):
-        phases = [
+        get_accountant(request.accountant).accepted_events(request.spent, "spent")  # errors name spent[i]
+        events = [
             *request.spent,
-            Phase(
+            PoissonSampledGaussian(
                 sampling_rate=request.sampling_rate, noise_multiplier=request.noise_multiplier, steps=request.rounds
             ),
         ]
-        return epsilon_of_phases(phases, request.delta, request.accountant)
+        return epsilon_of_events(events, request.delta, request.accountant)
     if isinstance(request, NoiseMultiplierRequest):
         return calibration.noise_multiplier(
             request.sampling_rate,

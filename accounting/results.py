@@ -10,12 +10,11 @@ from typing import Literal
 
 import pydantic
 
-Accountant = Literal["rdp", "prv", "closed_form"]
-ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv", "closed_form")
+from accounting.accountants import AccountantName
 
 
 class EpsilonReport(pydantic.BaseModel):
-    """The privacy spent by a history of phases at ``delta``.
+    """The privacy spent by a history of events at ``delta``.
 
     ``epsilon`` is the value one may claim: never optimistic. rdp: the RDP bound. prv: the
     PRV upper bound (``lower``/``estimate``/``upper`` are reported too). closed_form: the
@@ -25,8 +24,8 @@ class EpsilonReport(pydantic.BaseModel):
 
     epsilon: float
     delta: float
-    accountant: str
-    accountant_used: str
+    accountant: AccountantName
+    accountant_used: AccountantName
     estimate: float | None = None
     lower: float | None = None
     upper: float | None = None
@@ -38,10 +37,13 @@ class EpsilonReport(pydantic.BaseModel):
 class Calibration(pydantic.BaseModel):
     """The answer to an inverse question (noise multiplier, sampling rate or rounds).
 
-    ``epsilon`` is the epsilon achieved by (spent phases + the returned phase), checked
-    under ``accountant_used``; it is <= ``target_epsilon`` whenever ``rounds`` > 0, with
-    one documented exception: ``raw`` closed-form answers that rdp rejects (``sound``
-    false; docs/accounting.md §6.2). ``spent_epsilon`` is the epsilon of the spent phases alone.
+    ``epsilon`` is the epsilon achieved by (spent events + the returned phase), checked
+    under ``accountant_used``. ``sound`` says whether the returned values meet
+    ``target_epsilon`` there; they do whenever ``rounds`` > 0, with one documented
+    exception: ``raw`` closed-form answers that rdp rejects (``sound`` false;
+    docs/accounting.md §6.2). ``replaced``: the formula's value missed the target, and the
+    answer is the (sound) rdp one instead. ``spent_epsilon`` is the epsilon of the spent
+    events alone.
     """
 
     solved_for: Literal["noise_multiplier", "sampling_rate", "rounds"]
@@ -51,9 +53,10 @@ class Calibration(pydantic.BaseModel):
     delta: float
     target_epsilon: float
     epsilon: float
-    accountant: str
-    accountant_used: str
+    accountant: AccountantName
+    accountant_used: AccountantName
     sound: bool = True
+    replaced: bool = False
     fallback: bool = False
     reason: str | None = None
     spent_epsilon: float | None = None

@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
+
 
 class Bracket(NamedTuple):
     lo: float  # g(lo) > 0: infeasible (or the floor, when ``at_floor``)
@@ -308,3 +310,98 @@ def log_ratio(value: float, target: float) -> float:
     if value <= 0:
         return -math.inf
     return math.log(value / target)
+
+
+def integer_search(fits: Callable[[int], bool], upper: int) -> int:
+    """Largest n in [0, upper] with fits(n), for fits monotone (true then false); fits(0) assumed."""
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= upper and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > upper:
+        if fits(upper):
+            return upper
+        hi = upper
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def vector_search(
+    g: Callable[[np.ndarray, np.ndarray], np.ndarray], x0: np.ndarray, x_min: float, x_max: float, xtol: float
+) -> np.ndarray:
+    """:func:`bracket` then :func:`refine`, run for many independent points at once (docs/accounting.md §7.6).
+
+    Bracket (steps that double, away from x0) then the same two-probe regula falsi as
+    :func:`refine`. Returns hi per point: feasible and evaluated; +inf where even
+    x_max is infeasible; x_min where x_min is already feasible.
+    """
+    m = x0.size
+    x0 = np.clip(x0, x_min, x_max)
+    g0 = g(np.arange(m), x0)
+    lo = np.where(g0 > 0, x0, -np.inf)
+    hi = np.where(g0 > 0, np.inf, x0)
+    g_lo = np.where(g0 > 0, g0, np.nan)
+    g_hi = np.where(g0 > 0, np.nan, g0)
+    step = np.maximum(0.25, np.where(np.isfinite(g0), np.abs(g0) * 1.25, 0.25))
+    result_inf = np.zeros(m, dtype=bool)
+    at_floor = np.zeros(m, dtype=bool)
+    # Bracketing: move the missing end until both exist.
+    for _ in range(64):
+        need_up = np.flatnonzero(~np.isfinite(hi) & ~result_inf)
+        need_down = np.flatnonzero(~np.isfinite(lo) & ~at_floor)
+        if need_up.size == 0 and need_down.size == 0:
+            break
+        if need_up.size:
+            x = np.minimum(lo[need_up] + step[need_up], x_max)
+            gx = g(need_up, x)
+            ok = gx <= 0
+            hi[need_up[ok]], g_hi[need_up[ok]] = x[ok], gx[ok]
+            bad = need_up[~ok]
+            lo[bad], g_lo[bad] = x[~ok], gx[~ok]
+            result_inf[bad[x[~ok] >= x_max]] = True
+            step[need_up] *= 2.0
+        if need_down.size:
+            x = np.maximum(hi[need_down] - step[need_down], x_min)
+            gx = g(need_down, x)
+            ok = gx > 0
+            lo[need_down[ok]], g_lo[need_down[ok]] = x[ok], gx[ok]
+            still = need_down[~ok]
+            hi[still], g_hi[still] = x[~ok], gx[~ok]
+            at_floor[still[x[~ok] <= x_min]] = True
+            step[need_down] *= 2.0
+    bisect_next = np.zeros(m, dtype=bool)
+    for _ in range(200):
+        active = np.flatnonzero(~result_inf & ~at_floor & (hi - lo > xtol))
+        if active.size == 0:
+            break
+        a_lo, a_hi, a_glo, a_ghi = lo[active], hi[active], g_lo[active], g_hi[active]
+        width = a_hi - a_lo
+        usable = np.isfinite(a_glo) & np.isfinite(a_ghi) & (a_glo != a_ghi) & ~bisect_next[active]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            estimate = np.where(usable, a_lo + a_glo * width / (a_glo - a_ghi), 0.5 * (a_lo + a_hi))
+        up = np.minimum(np.maximum(estimate + 0.5 * xtol, a_lo + 0.25 * xtol), a_hi - 0.25 * xtol)
+        g_up = g(active, up)
+        infeasible = g_up > 0
+        lo[active[infeasible]], g_lo[active[infeasible]] = up[infeasible], g_up[infeasible]
+        feasible_points = active[~infeasible]
+        hi[feasible_points], g_hi[feasible_points] = up[~infeasible], g_up[~infeasible]
+        down = np.maximum(up[~infeasible] - xtol, lo[feasible_points] + 0.25 * xtol)
+        probe = (down < hi[feasible_points]) & (hi[feasible_points] - lo[feasible_points] > xtol)
+        probe_points = feasible_points[probe]
+        if probe_points.size:
+            g_down = g(probe_points, down[probe])
+            above = g_down > 0
+            lo[probe_points[above]], g_lo[probe_points[above]] = down[probe][above], g_down[above]
+            below = probe_points[~above]
+            hi[below], g_hi[below] = down[probe][~above], g_down[~above]
+        bisect_next[active] = (hi[active] - lo[active]) > 0.5 * width
+    out = hi.copy()
+    out[result_inf] = np.inf
+    out[at_floor] = x_min
+    return out

@@ -2,7 +2,7 @@
 
 Two front doors reach the same rules: Python callers (``validate_*`` functions, which
 raise :class:`~accounting.errors.InvalidInputError` naming the field) and external input
-(the pydantic field types below, used by :mod:`accounting.mechanism` and
+(the pydantic field types below, used by :mod:`accounting.events` and
 :mod:`accounting.requests`). Nothing is clamped: a value outside its domain is an error.
 """
 

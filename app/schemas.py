@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from accounting.mechanism import Phase
+from accounting.accountants import AccountantName
+from accounting.events import Phase
 from app.models import as_utc
 from app.security import Role
 from planner.schema import Changes, Epsilon, GroupSpec, Plan, PlanMethod, RequestedMethod, Scenario
@@ -83,7 +84,7 @@ class PlanSummary(BaseModel):
     id: str
     created_at: UtcDatetime
     method: str
-    accountant: str
+    accountant: AccountantName
     start_round: int
     rounds: int
     parent_plan_id: str | None = None
@@ -149,7 +150,9 @@ class GroupLedger(BaseModel):
 
 class LedgerOut(BaseModel):
     plan_id: str
-    accountant: str = Field(description="accountant of epsilon_spent: the plan's, rdp for closed-form plans")
+    accountant: AccountantName = Field(
+        description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form)"
+    )
     delta: float
     start_round: int
     rounds: int

@@ -17,9 +17,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from accounting.accountants import ACCOUNTANT_NAMES
 from accounting.errors import InvalidInputError
-
-ACCOUNTANTS = ("rdp", "prv", "closed_form")
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +41,9 @@ def register(subparsers: Any) -> None:
         help="planning method (default gdpfed_plus; docs/planning.md §2), or compare; "
         "an unknown name is refused with the list of known ones",
     )
-    parser.add_argument("--accountant", choices=ACCOUNTANTS, default=None, help="override the scenario's accountant")
+    parser.add_argument(
+        "--accountant", choices=ACCOUNTANT_NAMES, default=None, help="override the scenario's accountant"
+    )
     parser.add_argument("--out", default=None, help="also write the plan document (JSON) to this file")
     parser.add_argument("--rounds-done", type=int, default=None, help="replan: rounds of the plan already run")
     parser.add_argument("--changes", default=None, help="replan: budget/membership changes (JSON or YAML)")

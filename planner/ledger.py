@@ -1,14 +1,17 @@
 """The privacy ledger: what a plan's rounds spend, for every package that reports it.
 
 This is the one place that turns "n rounds of plan P have run" into each group's history
-of phases and the epsilon it adds up to (docs/ledger.md §1-§3). The trainer's run ledger
+of privacy events and the epsilon they add up to (docs/ledger.md §1-§3): the events go
+to the plan's accountant from the registry (``accounting.accountants``), which composes
+them. The trainer's run ledger
 (``trainer.run.ledger``) and the service's ledger (``app.services.ledger``) are thin
 wrappers around it: they only decide *how many* rounds count, never *what* a round costs.
 Two copies of this knowledge once drifted into a privacy bug (the service composed each
 group with its pool's multiplier instead of the group's effective one).
 
-The mechanism of one round for a client of group g in pool P is one step of the
-Poisson(q_g)-subsampled Gaussian with multiplier ``sigma_g = noise_std_P / C_g``, the
+The mechanism of one round for a client of group g in pool P (a client-level plan) is one
+step of the Poisson(q_g)-subsampled Gaussian (the ``PoissonSampledGaussian`` event, a
+*phase*) with multiplier ``sigma_g = noise_std_P / C_g``, the
 group's *effective* noise multiplier (``sigma_P`` when every clip norm in the pool is the
 scenario's; docs/ledger.md §1). A group's history after ``n`` rounds of a plan is the
 phases its parents spent (``phases[:spent_phase_count]``) followed by
@@ -21,18 +24,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from accounting.accountants import AccountantName, get_accountant
 from accounting.errors import InvalidInputError
-from accounting.mechanism import Phase
+from accounting.events import Phase, PoissonSampledGaussian, PrivacyEvent
 from planner.schema import GroupPlan, Plan
 
-EpsilonFn = Callable[[Sequence[Phase], float, str], float]
+EpsilonFn = Callable[[Sequence[PrivacyEvent], float, AccountantName], float]
 
 
-def default_epsilon_fn(phases: Sequence[Phase], delta: float, accountant: str) -> float:
-    """``accounting.epsilon_of_phases(phases, delta, accountant).epsilon``."""
-    from accounting import epsilon_of_phases
+def default_epsilon_fn(events: Sequence[PrivacyEvent], delta: float, accountant: AccountantName) -> float:
+    """``accounting.epsilon_of_events(events, delta, accountant).epsilon``: the registry's
+    accountant composes the events (docs/accounting.md §12)."""
+    from accounting import epsilon_of_events
 
-    return float(epsilon_of_phases(list(phases), delta, accountant).epsilon)  # type: ignore[arg-type]
+    return float(epsilon_of_events(list(events), delta, accountant).epsilon)
 
 
 def effective_noise_multiplier(plan: Plan, group: GroupPlan) -> float:
@@ -106,7 +111,7 @@ def merge_phases(phases: Sequence[Phase]) -> list[Phase]:
     return merged
 
 
-def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[Phase]:
+def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[PoissonSampledGaussian]:
     """The group's full history after ``rounds_run`` rounds of ``plan`` (docs/ledger.md §2).
 
     Spent phases of the parents, then ``Phase(q_g, sigma_g, rounds_run)`` if the group is
@@ -118,7 +123,9 @@ def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[Phase]:
     phases = [p for p in spent_history(plan, group) if p.noise_multiplier > 0]
     sigma = effective_noise_multiplier(plan, group)
     if rounds_run > 0 and group.sampling_rate > 0 and sigma > 0:
-        phases.append(Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=rounds_run))
+        phases.append(
+            PoissonSampledGaussian(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=rounds_run)
+        )
     return phases
 
 
@@ -140,20 +147,17 @@ def rounds_sampled(plan: Plan, group: GroupPlan, rounds_run: int) -> int:
     return spent + group.unprotected_rounds + (rounds_run if group.sampling_rate > 0 else 0)
 
 
-def ledger_accountant(plan_accountant: str, *, per_round: bool = False) -> str:
-    """The accountant a ledger uses for a plan of accountant ``plan_accountant``.
+def ledger_accountant(plan_accountant: AccountantName, *, per_round: bool = False) -> AccountantName:
+    """The accountant a ledger uses for a plan of accountant ``plan_accountant`` (docs/ledger.md §3).
 
-    ``closed_form`` -> ``rdp``: the paper's formula describes one phase and can under-state
-    epsilon outside its lemma's conditions (docs/accounting.md §6), so a ledger never uses
-    it. ``per_round`` (progress logs, one value per round) also maps ``prv`` to ``rdp``: a
-    PRV call takes about half a second; rdp is an upper bound too, so neither is
-    optimistic. The figure of record (run summary, service ledger) uses ``per_round=False``.
+    The figure of record (run summary, service ledger) is the accountant's ``verified_by``
+    (closed_form -> rdp: the paper's formula describes one phase and can under-state
+    epsilon outside its lemma's conditions, docs/accounting.md §6). ``per_round`` (progress
+    logs, one value per round) uses its fast sound stand-in (prv -> rdp: a PRV call takes
+    about half a second; rdp is an upper bound too), so neither is optimistic.
     """
-    if plan_accountant == "closed_form":
-        return "rdp"
-    if per_round and plan_accountant == "prv":
-        return "rdp"
-    return plan_accountant
+    accountant = get_accountant(plan_accountant)
+    return accountant.per_round if per_round else accountant.verified_by
 
 
 def epsilon_spent(

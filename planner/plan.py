@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from accounting.accountants import get_accountant
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner.finalize import History, finalize
 from planner.methods import METHODS, Design, design
@@ -114,7 +115,8 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
     warnings = list(main.warnings)
     if ranking is not problem:
         warnings.append(
-            "compare ranks the methods on rdp calibrations (rows with accountant rdp); the recommended "
+            f"compare ranks the methods on {ranking.scenario.accountant} calibrations (rows with accountant "
+            f"{ranking.scenario.accountant}); the recommended "
             f"plan ({main.method}) is calibrated and verified with {problem.scenario.accountant}"
         )
     ordered = sorted(rows.values(), key=lambda r: _row_order(r, rows[main.method]))
@@ -122,10 +124,12 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
 
 
 def _ranking_problem(problem: Problem) -> Problem:
-    """The problem the methods are ranked on: prv plans are ranked on rdp (docs/planning.md §10)."""
-    if problem.scenario.accountant != "prv":
+    """The problem the methods are ranked on: under the accountant that tabulates for the
+    plan's (``tabulated_by``), so prv plans are ranked on rdp (docs/planning.md §10)."""
+    ranking = get_accountant(problem.scenario.accountant).tabulated_by
+    if ranking == problem.scenario.accountant:
         return problem
-    return replace(problem, scenario=problem.scenario.model_copy(update={"accountant": "rdp"}))
+    return replace(problem, scenario=problem.scenario.model_copy(update={"accountant": ranking}))
 
 
 def _row_order(row: ComparisonRow, recommended: ComparisonRow) -> tuple[int, float, int]:

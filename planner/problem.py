@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from accounting.errors import InfeasibleError
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from planner.schema import Scenario
 
 AUTO = -1.0  # keep-ratio setting meaning "auto" in the float array

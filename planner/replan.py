@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from accounting import noise_multiplier
 from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInputError
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from planner import ledger as plan_ledger
 from planner.calibration import verify_group
 from planner.finalize import History
@@ -195,8 +195,7 @@ def _budget_status(
         )
     if not spent:
         return "active", None
-    accountant = "rdp" if scenario.accountant == "closed_form" else scenario.accountant
-    used = float(verify_group(spent, scenario.delta, accountant).epsilon)
+    used = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon)
     if used >= spec.epsilon * (1 - _EXHAUSTED_MARGIN):
         return "exhausted", (
             f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
@@ -204,7 +203,8 @@ def _budget_status(
         )
     probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
     try:
-        noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, "rdp", spent=spent)
+        fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
+        noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, fast, spent=spent)
     except InfeasibleError:
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.4g} of {spec.epsilon:g}; what is left is too little "

@@ -22,11 +22,11 @@ from pydantic import (
 )
 
 from accounting.errors import InvalidInputError
-from accounting.mechanism import Phase
+from accounting.events import Phase
 
 SCHEMA_VERSION = 1
 
-AccountantName = Literal["rdp", "prv", "closed_form"]
+from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
 
 # A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
 PlanMethod = Literal[
@@ -95,7 +95,7 @@ class Scenario(_Strict):
     sampling_rate: UnitInterval | None = Field(
         None, description="global q; K = q * sum N_g. Give this or expected_clients, not both"
     )
-    accountant: AccountantName = "rdp"
+    accountant: AccountantName = DEFAULT_ACCOUNTANT
     keep_ratio: KeepRatio = 1.0
     min_keep_ratio: Fraction = 0.01
     min_clients_per_pool: int = Field(10, ge=1)

@@ -134,8 +134,10 @@ def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | No
     compute = epsilon_fn or plan_ledger.default_epsilon_fn
     limit = group.epsilon * (1 + VERIFY_SLACK)
     accountant = plan_ledger.ledger_accountant(plan.accountant)
-    spent = float(compute(history, plan.scenario.delta, "rdp"))
-    if spent > limit and accountant != "rdp":
+    # The fast sound accountant first (rdp); only a miss there costs the ledger's own (prv).
+    screen = plan_ledger.ledger_accountant(plan.accountant, per_round=True)
+    spent = float(compute(history, plan.scenario.delta, screen))
+    if spent > limit and accountant != screen:
         spent = float(compute(history, plan.scenario.delta, accountant))
     if spent > limit:
         raise InvalidInputError(

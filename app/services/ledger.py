@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from app.db import with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import ServiceError, not_found, superseded

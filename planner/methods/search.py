@@ -77,14 +77,17 @@ def _grid_floor(problem: Problem, indices: np.ndarray) -> float:
 
 
 def closed_form_slopes(problem: Problem) -> np.ndarray | None:
-    """s_g(q) / q for every group under the closed form (None for other accountants or history)."""
+    """s_g(q) / q for every group when the accountant's sigma is linear in q (the closed form);
+    None for other accountants or with history."""
     s = problem.scenario
-    if s.accountant != "closed_form" or problem.has_spent:
+    if problem.has_spent:
+        return None
+    private = np.flatnonzero(problem.active_private)
+    sigma_slopes = calibration.noise_slopes(problem.epsilons[private], problem.rounds, s.delta, s.accountant)
+    if sigma_slopes is None:
         return None
     slopes = np.zeros(problem.n_groups)
-    private = np.flatnonzero(problem.active_private)
-    table = calibration.noise_table(np.array([1.0]), problem.epsilons[private], problem.rounds, s.delta, "closed_form")
-    slopes[private] = table[0] * problem.clip_norms[private]
+    slopes[private] = sigma_slopes * problem.clip_norms[private]
     return slopes
 
 
@@ -206,7 +209,7 @@ def equalise_exact(
 
     try:
         cal = calibration.calibrate_groups(
-            guess, problem.epsilons[idx], problem.rounds, s.delta, "rdp" if accountant == "rdp" else accountant,
+            guess, problem.epsilons[idx], problem.rounds, s.delta, accountant,
             [problem.spent[g] for g in idx], False, [problem.label(g) for g in idx],
         )
     except InfeasibleError:

@@ -23,12 +23,13 @@ def test_formula_under_noises_outside_its_conditions_and_is_replaced() -> None:
     assert accounting.epsilon(0.1, raw, 1, 1e-3).epsilon == pytest.approx(4.3, abs=0.05)
 
     replaced = accounting.noise_multiplier(0.1, 1, 2.0, 1e-3, accountant="closed_form")
-    assert not replaced.sound and replaced.accountant_used == "rdp" and "replaced" in replaced.reason
+    assert replaced.replaced and replaced.accountant_used == "rdp" and "replaced" in replaced.reason
+    assert replaced.sound  # the value returned is rdp's, which meets the target
     assert replaced.noise_multiplier == pytest.approx(accounting.noise_multiplier(0.1, 1, 2.0, 1e-3).noise_multiplier)
     assert replaced.epsilon <= 2.0
 
     kept = accounting.noise_multiplier(0.1, 1, 2.0, 1e-3, accountant="closed_form", raw=True)
-    assert not kept.sound and kept.noise_multiplier == pytest.approx(raw)
+    assert not kept.sound and not kept.replaced and kept.noise_multiplier == pytest.approx(raw)
     assert kept.epsilon > 2.0  # honest: the claimable epsilon of the raw sigma
 
 
@@ -51,8 +52,8 @@ def test_closed_form_sampling_rate_and_rounds_are_checked() -> None:
     assert rate.sound and rate.sampling_rate == pytest.approx(0.1, rel=1e-3)
     rounds = accounting.rounds(0.1, 10.18, 1.0, 1e-3, accountant="closed_form")
     assert rounds.sound and rounds.rounds == 99 or rounds.rounds == 100
-    unsound = accounting.rounds(0.1, 0.53, 2.0, 1e-3, accountant="closed_form")
-    assert not unsound.sound and unsound.epsilon <= 2.0
+    replaced = accounting.rounds(0.1, 0.53, 2.0, 1e-3, accountant="closed_form")
+    assert replaced.replaced and replaced.sound and replaced.epsilon <= 2.0
 
 
 def test_closed_form_refuses_histories() -> None:

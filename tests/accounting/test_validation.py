@@ -86,10 +86,10 @@ def test_spent_phases_are_validated_with_their_index(phase: dict[str, Any], fiel
 def test_phases_list_itself() -> None:
     with pytest.raises(InvalidInputError) as error:
         accounting.epsilon_of_phases([], 1e-5)
-    assert error.value.field == "phases"
+    assert error.value.field == "events"
     with pytest.raises(InvalidInputError) as error:
         accounting.epsilon_of_phases("abc", 1e-5)  # type: ignore[arg-type]
-    assert error.value.field == "phases"
+    assert error.value.field == "events"
 
 
 def test_phase_model_rejects_bad_values() -> None:

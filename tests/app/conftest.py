@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from app.main import create_app
 from app.settings import Settings
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario

@@ -1,27 +1,12 @@
-"""The accounting endpoints answer exactly what ``gdpfed account`` / the library answer."""
+"""The accounting endpoints: reference value and field-level errors (the same answers as
+``gdpfed account`` and the library, for every accountant and question, are in
+``test_accounting_matrix.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, RoundsRequest, SamplingRateRequest, answer
-from tests.app.conftest import TestClient, auth
-
-CASES = [
-    ("epsilon", EpsilonRequest, {"sampling_rate": 0.05, "noise_multiplier": 1.5, "rounds": 500, "delta": 1e-4}),
-    ("noise-multiplier", NoiseMultiplierRequest,
-     {"sampling_rate": 0.01, "rounds": 1000, "epsilon": 2.0, "delta": 1e-5, "accountant": "rdp"}),
-    ("sampling-rate", SamplingRateRequest, {"noise_multiplier": 1.2, "rounds": 100, "epsilon": 3.0, "delta": 1e-5}),
-    ("rounds", RoundsRequest, {"sampling_rate": 0.02, "noise_multiplier": 1.1, "epsilon": 2.0, "delta": 1e-5}),
-]
-
-
-@pytest.mark.parametrize(("path", "model", "body"), CASES)
-def test_same_answer_as_the_library(client: TestClient, planner_token: str, path: str, model: type,
-                                    body: dict) -> None:
-    response = client.post(f"/v1/accounting/{path}", json=body, headers=auth(planner_token))
-    assert response.status_code == 200, response.text
-    assert response.json() == answer(model.model_validate(body)).model_dump(mode="json")
+from tests.app.conftest import TestClient
 
 
 def test_reference_value(client: TestClient) -> None:

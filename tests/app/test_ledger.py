@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from accounting.epsilon import epsilon, epsilon_of_phases
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from app.deps import Principal
 from app.schemas import RoundReport
 from app.services import ledger as ledger_service

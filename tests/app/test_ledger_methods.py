@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from accounting.epsilon import epsilon_of_phases
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from planner.schema import PlanMethod
 from tests.app.conftest import TestClient
 

@@ -68,7 +68,7 @@ def test_prv_plan_meets_budgets_under_pld():
 
 def test_report_prv_bounds_match_epsilon_of_phases_and_share_one_deadline(monkeypatch):
     """report_prv computes all groups in one call; past its deadline the bounds are null with a warning."""
-    from accounting.mechanism import Phase
+    from accounting.events import Phase
     from planner import calibration
 
     histories = [[Phase(sampling_rate=0.1, noise_multiplier=1.2, steps=50)],

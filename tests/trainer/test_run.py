@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accounting.errors import InvalidInputError
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module

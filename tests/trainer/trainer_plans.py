@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from accounting.errors import InvalidInputError
-from accounting.mechanism import Phase
+from accounting.events import Phase
 from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn
 from planner.schema import GroupPlan, Plan
