@@ -123,7 +123,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
     )
     warnings.extend(_bound_warnings(problem, design, rates))
     return Plan(
-        method=design.method,  # type: ignore[arg-type]
+        method=design.method,
         accountant=s.accountant,
         scenario=s,
         rounds=problem.rounds,
@@ -371,7 +371,7 @@ def _bound_warnings(problem: Problem, design: Design, rates: np.ndarray) -> list
         return []
     out = []
     m = problem.scenario.min_clients_per_pool
-    for g in np.flatnonzero(problem.active):
+    for g in np.flatnonzero(problem.active).tolist():
         q = rates[g]
         floor = problem.min_rates[g]
         if method.minimises_objective and problem.private[g] and [g] in design.pools:

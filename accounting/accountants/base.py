@@ -23,7 +23,8 @@ outside ``accounting/`` branches on accountant names:
 - ``runs_in_child``: its work runs in fenced child processes (prv), so a caller may
   overlap several of its questions in threads without contending for the GIL;
 - ``raw_formula``: ``noise_multiplier(..., raw=True)`` returns an unchecked formula;
-- ``supports``: the event kinds it can account for.
+- ``supports``: the event classes it can account for (a base class covers every kind
+  derived from it: rdp takes every :class:`ApproximateDpEvent`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 
 from accounting.accountants import AccountantName
 from accounting.errors import InvalidInputError
-from accounting.events import NOTION_LABELS, ApproximateDpEvent, ComposedEvent, validate_events
+from accounting.events import EVENT_KINDS, NOTION_LABELS, ApproximateDpEvent, ComposedEvent, validate_events
 from accounting.results import Calibration, EpsilonReport
 
 # Search limits (docs/accounting.md §7.1): answers outside them are reported, never clamped silently.
@@ -137,7 +138,7 @@ class Accountant(abc.ABC):
                     f"accounting.metric.metric_leakage",
                 )
             if not isinstance(event, self.supports):
-                kinds = ", ".join(cls.kind_tag() for cls in self.supports)
+                kinds = ", ".join(kind for kind, cls in EVENT_KINDS.items() if issubclass(cls, self.supports))
                 raise InvalidInputError(
                     name, f"accountant {self.name} does not support {event.kind} events (it supports: {kinds})"
                 )

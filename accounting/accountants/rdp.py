@@ -28,7 +28,7 @@ from accounting.accountants.base import (
     rounds_result,
 )
 from accounting.errors import InfeasibleError
-from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, ZeroConcentratedDp
+from accounting.events import ApproximateDpEvent
 from accounting.results import Calibration, EpsilonReport
 
 
@@ -37,7 +37,8 @@ class RdpAccountant(Accountant):
     verified_by: ClassVar[AccountantName] = "rdp"
     per_round: ClassVar[AccountantName] = "rdp"
     tabulated_by: ClassVar[AccountantName] = "rdp"
-    supports: ClassVar[tuple[type[ApproximateDpEvent], ...]] = (PoissonSampledGaussian, ZeroConcentratedDp)
+    # every (epsilon, delta) event has an RDP curve, and curves add (docs/accounting.md §4)
+    supports: ClassVar[tuple[type[ApproximateDpEvent], ...]] = (ApproximateDpEvent,)
 
     def epsilon(
         self, events: list[ApproximateDpEvent], delta: float, *, time_limit_s: float | None = None
