@@ -170,7 +170,7 @@ def epsilon_spent(
 ) -> float | None:
     """Epsilon of the group's history after ``rounds_run`` rounds (``None``: no DP).
 
-    0 when nothing was spent yet; otherwise ``epsilon_of_phases`` of ``group_history``
+    0 when nothing was spent yet; otherwise the epsilon of the events of ``group_history``
     at the plan's delta under ``ledger_accountant`` (docs/ledger.md §3).
     """
     if is_unprotected(plan, group, rounds_run):
