@@ -105,9 +105,9 @@ def plan_times(sizes: list[int]) -> list[dict[str, Any]]:
     for n in sizes:
         scenario = big_scenario(n) if n > 3 else big_scenario(3, seed=3)
         repeats = 5 if n <= 3 else (3 if n <= 100 else 1)
-        seconds = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus"), repeats, warmup=1 if n <= 100 else 0))
-        plus = make_plan(scenario, "gdpfed_plus")
-        uniform = make_plan(scenario, "gdpfed")
+        seconds = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus", clients_needed=False), repeats, warmup=1 if n <= 100 else 0))
+        plus = make_plan(scenario, "gdpfed_plus", clients_needed=False)
+        uniform = make_plan(scenario, "gdpfed", clients_needed=False)
         target = targets.get(n)
         rows.append(
             {

@@ -137,7 +137,7 @@ def _direct_seconds(operation: str, repeats: int) -> float:
         from planner import Scenario, make_plan
 
         scenario = Scenario.model_validate(PLAN_BODY["scenario"])
-        return median(time_calls(lambda: make_plan(scenario, PLAN_BODY["method"]), repeats))
+        return median(time_calls(lambda: make_plan(scenario, PLAN_BODY["method"], clients_needed=False), repeats))
     from accounting import noise_multiplier
 
     body = NOISE_BODY

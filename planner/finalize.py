@@ -17,6 +17,7 @@ from accounting.accountants import AccountantName, get_accountant
 from accounting.events import Phase
 from planner import calibration
 from planner.calibration import GroupCalibration
+from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
 from planner.objective import objective_terms
 from planner.problem import Problem
@@ -122,6 +123,13 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
         bias_weight=s.bias_weight,
     )
     warnings.extend(_bound_warnings(problem, design, rates))
+    ratio = noise_to_signal(group_plans, pool_plans, s.model_dim)
+    if ratio is not None and ratio > 1:
+        warnings.append(
+            f"predicted noise-to-signal ratio {ratio:.3g} > 1: each round's aggregated noise is larger than "
+            "the aggregate of every sampled client's update at its clip norm, so the model is unlikely to "
+            "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
+        )
     return Plan(
         method=design.method,
         accountant=s.accountant,
@@ -135,6 +143,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             noise_energy=terms.noise_energy,
             sparsification_error=terms.sparsification_error,
             objective=terms.objective,
+            noise_to_signal=ratio,
         ),
         warnings=_unique(warnings),
     )

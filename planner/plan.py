@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from accounting.accountants import get_accountant
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
+from planner import learnability
 from planner.finalize import History, finalize
 from planner.methods import METHODS, Design, design
 from planner.problem import Problem, build_problem
@@ -26,8 +27,13 @@ PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
 COMPARE_ORDER: tuple[str, ...] = PLAN_METHODS
 
 
-def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus") -> Plan:
+def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True) -> Plan:
     """Plan ``scenario`` with ``method`` (docs/planning.md §2, §8).
+
+    With ``clients_needed`` (the default) ``predicted.clients_needed`` says how large the
+    federation must be for the noise-to-signal ratio to reach 1 and 0.1 (docs/planning.md
+    §13); that re-plans scaled scenarios a few times, so callers that make many plans
+    (sweeps, benchmarks of the planner, the service) turn it off.
 
     ``compare`` returns the recommended plan (the feasible private method with the
     smallest objective, ``recommendation`` says why) with ``comparison`` filled: one row
@@ -38,10 +44,40 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus") -> Pl
     if not isinstance(scenario, Scenario):
         scenario = Scenario.model_validate(scenario)
     if method == "compare":
-        return compare(scenario)
-    check_method(method, allow_compare=True)
-    problem = build_problem(scenario)
-    return plan_problem(problem, method)
+        plan = compare(scenario)
+    else:
+        check_method(method, allow_compare=True)
+        plan = plan_problem(build_problem(scenario), method)
+    return with_clients_needed(plan) if clients_needed else plan
+
+
+def with_clients_needed(plan: Plan) -> Plan:
+    """``plan`` with ``predicted.clients_needed`` filled by re-planning scaled scenarios (§13).
+
+    Only for a fresh plan (no spent history) with a positive noise-to-signal ratio.
+    """
+    ratio = plan.predicted.noise_to_signal
+    if ratio is None or ratio <= 0 or plan.start_round != 0 or any(g.spent_phase_count for g in plan.groups):
+        return plan
+
+    # prv calibrations cost about a second each: the search re-plans with rdp, whose
+    # multipliers are slightly larger, so the sizes it finds are slightly larger too
+    by_rdp = plan.accountant == "prv"
+
+    def ratio_at(scaled: Scenario) -> float:
+        if by_rdp:
+            scaled = scaled.model_copy(update={"accountant": "rdp"})
+        value = plan_problem(build_problem(scaled), plan.method).predicted.noise_to_signal
+        return float("inf") if value is None else value
+
+    scenario = plan.scenario
+    needed = learnability.clients_needed(scenario, ratio_at(scenario) if by_rdp else ratio, ratio_at)
+    if by_rdp:
+        needed = [
+            n.model_copy(update={"note": "; ".join(filter(None, [n.note, "searched with rdp multipliers (an upper estimate for prv)"]))})
+            for n in needed
+        ]
+    return plan.model_copy(update={"predicted": plan.predicted.model_copy(update={"clients_needed": needed})})
 
 
 def check_method(method: str, *, allow_compare: bool = False) -> None:
@@ -192,4 +228,5 @@ def comparison_row(plan: Plan) -> ComparisonRow:
         sparsification_error=plan.predicted.sparsification_error,
         objective=plan.predicted.objective,
         warnings=list(plan.warnings),
+        noise_to_signal=plan.predicted.noise_to_signal,
     )

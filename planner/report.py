@@ -62,6 +62,7 @@ def plan_text(plan: Plan) -> str:
         f"predicted: noise energy {_num(predicted.noise_energy)}, sparsification error "
         f"{_num(predicted.sparsification_error)}, objective J {_num(predicted.objective)}"
     )
+    lines.extend(learnability_lines(plan))
     if plan.comparison is not None:
         lines.append("")
         lines.append("comparison (one row per method; * = recommended):")
@@ -76,12 +77,33 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def learnability_lines(plan: Plan) -> list[str]:
+    """The noise-to-signal ratio and the sizes that bring it to 1 and 0.1 (docs/planning.md §13)."""
+    predicted = plan.predicted
+    if predicted.noise_to_signal is None:
+        return []
+    lines = [
+        f"noise-to-signal ratio {_num(predicted.noise_to_signal)} (aggregated noise norm over the largest "
+        f"aggregated update, model_dim {plan.scenario.model_dim}; above 1 the model is unlikely to learn)"
+    ]
+    for needed in predicted.clients_needed:
+        if needed.expected_clients is None:
+            lines.append(f"  to reach {needed.target:g}: {needed.note}")
+            continue
+        lines.append(
+            f"  to reach {needed.target:g}: K = {_num(needed.expected_clients)} clients per round, population "
+            f"{needed.total_clients} (same budgets, rounds and method; ratio {_num(needed.noise_to_signal)})"
+            + (f"; {needed.note}" if needed.note else "")
+        )
+    return lines
+
+
 def comparison_text(plan: Plan) -> str:
     rows = []
     for row in plan.comparison or []:
         name = row.method + (" *" if row.recommended else "")
         if not row.feasible:
-            rows.append([name, "infeasible", "", "", "", "", row.error or ""])
+            rows.append([name, "infeasible", "", "", "", "", "", row.error or ""])
             continue
         sigmas = " ".join(f"{p.id}({','.join(p.groups)})={_num(p.noise_multiplier)}" for p in row.pools)
         rates = " ".join(f"{k}={_num(v)}" for k, v in row.sampling_rates.items())
@@ -91,10 +113,13 @@ def comparison_text(plan: Plan) -> str:
             rates = f"{len(row.sampling_rates)} groups"
         rows.append([
             name, row.accountant or "", _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective),
-            sigmas, rates,
+            _num(row.noise_to_signal), sigmas, rates,
         ])
-    return table(["method", "acct", "noise energy", "sparsif. error", "J", "sigma per pool (groups)", "q per group"],
-                 rows)
+    return table(
+        ["method", "acct", "noise energy", "sparsif. error", "J", "noise/signal", "sigma per pool (groups)",
+         "q per group"],
+        rows,
+    )
 
 
 def sweep_text(result: Any) -> str:

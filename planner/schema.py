@@ -216,12 +216,36 @@ class PoolPlan(BaseModel):
     expected_noise_inflation: float = Field(description="E[survivors] / m_P")
 
 
+class ClientsForNoiseToSignal(BaseModel):
+    """How large the federation must be for the plan's noise-to-signal ratio to reach ``target``.
+
+    Every group's size and K scaled by one factor and re-planned with the same method,
+    budgets and rounds (docs/planning.md §13).
+    """
+
+    target: float = Field(description="noise-to-signal ratio to reach")
+    expected_clients: float | None = Field(None, description="K of the smallest scaled plan that reaches it")
+    total_clients: int | None = Field(None, description="its population (all groups scaled alike)")
+    noise_to_signal: float | None = Field(None, description="the ratio that plan predicts (<= target)")
+    note: str | None = Field(None, description="why no size is given, or how the search ended")
+
+
 class Predicted(BaseModel):
-    """The objective's terms at the plan (docs/planning.md §3)."""
+    """The objective's terms at the plan (docs/planning.md §3) and its learnability (§13)."""
 
     noise_energy: float = Field(description="(d C^2 / K^2) * sum_P kappa_P sigma_P^2")
     sparsification_error: float = Field(description="bias_weight U^2 sum_g p_g (1 - kappa_P(g))^beta")
     objective: float
+    noise_to_signal: float | None = Field(
+        None,
+        description="sqrt(d sum_P kappa_P I_P s_P^2) / sum_g q_g N_g C_g: the aggregated noise's norm over "
+        "the largest aggregated update (docs/planning.md §13); above 1 the model is unlikely to learn",
+    )
+    clients_needed: list[ClientsForNoiseToSignal] = Field(
+        default_factory=list,
+        description="for the same budgets and rounds, the smallest K and population whose plan brings the "
+        "ratio to 1 and to 0.1 (empty when not computed: re-plans, comparison rows)",
+    )
 
 
 class ComparisonPool(BaseModel):
@@ -260,6 +284,7 @@ class ComparisonRow(BaseModel):
     sparsification_error: float | None = None
     objective: float | None = None
     warnings: list[str] = Field(default_factory=list)
+    noise_to_signal: float | None = Field(None, description="predicted.noise_to_signal of the method's plan")
 
 
 class Recommendation(BaseModel):

@@ -52,7 +52,7 @@ def sweep(
         groups = [g.model_copy(update={"epsilon": value}) if g.id == group_id else g for g in scenario.groups]
         point = scenario.model_copy(update={"groups": groups})
         try:
-            plan = make_plan(point, method)
+            plan = make_plan(point, method, clients_needed=False)
         except GdpfedError as exc:
             for i in ids:
                 rates[i].append(None)

@@ -43,7 +43,7 @@ def check_size(state: AppState, scenario: Scenario, field: str = "scenario.group
 
 def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -> Plan:
     check_size(state, scenario)
-    return state.compute.run(make_plan, scenario, method)
+    return state.compute.run(make_plan, scenario, method, clients_needed=False)
 
 
 def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,

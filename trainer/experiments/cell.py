@@ -123,7 +123,7 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     dim = num_params(model)
     scenario = Scenario.model_validate({**scenario_data, "model_dim": dim})
     try:
-        plan = make_plan(scenario, spec.plan_method)  # type: ignore[arg-type]
+        plan = make_plan(scenario, spec.plan_method, clients_needed=False)  # type: ignore[arg-type]
     except GdpfedError as exc:
         return CellResult(
             **base, complete=True, status="infeasible", error=exc.message, model_dim=dim,

@@ -1,0 +1,112 @@
+"""The plan's noise-to-signal ratio and the federation size that brings it down (docs/planning.md §13)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.learnability import SCALE_RESOLUTION, scaled_scenario
+from planner.plan import make_plan
+from planner.report import plan_text
+from planner.schema import Plan
+
+from .conftest import worked_scenario
+
+
+def independent_ratio(plan: Plan) -> float:
+    """Written from the definition: expected squared norm of the kept released noise, over
+    the norm of K aligned updates at their groups' clip norms, both divided by K."""
+    k = plan.scenario.participation
+    d = plan.scenario.model_dim
+    noise_sq = 0.0
+    for pool in plan.pools:
+        members = [plan.group(g) for g in pool.groups]
+        std = max((g.clip_norm * (g.effective_noise_multiplier or 0.0) for g in members), default=0.0)
+        variance = std**2 * max(1.0, pool.expected_noise_inflation)  # n s^2 / m_P, n ~ E[survivors]
+        noise_sq += math.ceil(pool.keep_ratio * d) * variance  # top-k keeps ceil(kappa d) coordinates
+    signal = sum(g.sampling_rate * g.num_clients * g.clip_norm for g in plan.groups)
+    return math.sqrt(noise_sq) / k / (signal / k)
+
+
+@pytest.mark.parametrize("method", ["dp_fedavg", "gdpfed", "idp_scale", "nonprivate"])
+def test_ratio_matches_its_definition(method: str) -> None:
+    # idp_scale has per-group clip norms; keep ratios below 1 exercise kappa
+    scenario = worked_scenario(keep_ratio=0.4, model_dim=5_000)
+    plan = make_plan(scenario, method, clients_needed=False)
+    assert plan.predicted.noise_to_signal == pytest.approx(independent_ratio(plan), rel=1e-3)
+    if method == "idp_scale":
+        assert len({g.clip_norm for g in plan.groups}) == 3
+    if method == "nonprivate":
+        assert plan.predicted.noise_to_signal == 0
+
+
+def test_uniform_plan_scaled_up_divides_the_ratio() -> None:
+    # dp_fedavg's rate q = K/N is unchanged when N and K are scaled together, so sigma is
+    # unchanged and the ratio falls as 1/f (up to the secure-aggregation inflation)
+    base = make_plan(worked_scenario(), "dp_fedavg", clients_needed=False)
+    scaled = make_plan(scaled_scenario(worked_scenario(), 10), "dp_fedavg", clients_needed=False)
+    assert scaled.pools[0].noise_multiplier == pytest.approx(base.pools[0].noise_multiplier, rel=1e-6)
+    inflation = math.sqrt(scaled.pools[0].expected_noise_inflation / base.pools[0].expected_noise_inflation)
+    assert scaled.predicted.noise_to_signal == pytest.approx(base.predicted.noise_to_signal / 10 * inflation, rel=1e-6)
+
+
+def test_warning_only_above_one() -> None:
+    loud = make_plan(worked_scenario(), "dp_fedavg", clients_needed=False)
+    quiet = make_plan(worked_scenario(model_dim=10), "dp_fedavg", clients_needed=False)
+    assert loud.predicted.noise_to_signal > 1 > quiet.predicted.noise_to_signal
+    assert any("noise-to-signal ratio" in w for w in loud.warnings)
+    assert not any("noise-to-signal ratio" in w for w in quiet.warnings)
+
+
+@pytest.mark.parametrize("method", ["dp_fedavg", "gdpfed"])
+def test_clients_needed_is_the_smallest_scale_the_planner_confirms(method: str) -> None:
+    scenario = worked_scenario(model_dim=20_000)
+    plan = make_plan(scenario, method)
+    assert [n.target for n in plan.predicted.clients_needed] == [1.0, 0.1]
+    for needed in plan.predicted.clients_needed:
+        assert needed.expected_clients is not None and needed.total_clients is not None
+        factor = needed.expected_clients / scenario.participation
+        # re-planned independently: the reported size meets the target ...
+        at = make_plan(scaled_scenario(scenario, factor), method, clients_needed=False)
+        assert at.predicted.noise_to_signal == pytest.approx(needed.noise_to_signal)
+        assert at.predicted.noise_to_signal <= needed.target
+        assert at.scenario.total_clients == needed.total_clients
+        # ... and a size smaller by the search's resolution does not
+        below = make_plan(scaled_scenario(scenario, factor / SCALE_RESOLUTION), method, clients_needed=False)
+        assert below.predicted.noise_to_signal > needed.target
+    text = plan_text(plan)
+    assert "noise-to-signal ratio" in text and "to reach 0.1: K = " in text
+
+
+def test_met_already_searches_downwards() -> None:
+    scenario = worked_scenario(model_dim=10)
+    plan = make_plan(scenario, "dp_fedavg")
+    first = plan.predicted.clients_needed[0]
+    assert plan.predicted.noise_to_signal < 1
+    assert first.expected_clients is not None and first.expected_clients < scenario.participation
+
+
+def test_compare_rows_carry_each_methods_ratio() -> None:
+    plan = make_plan(worked_scenario(), "compare", clients_needed=False)
+    assert plan.comparison is not None
+    for row in plan.comparison:
+        if row.method not in ("nonprivate", "dp_fedavg", "gdpfed", "idp_scale"):
+            continue  # the optimised methods cost seconds each; the row is copied the same way
+        single = make_plan(worked_scenario(), row.method, clients_needed=False)
+        assert row.noise_to_signal == pytest.approx(single.predicted.noise_to_signal)
+    assert "noise/signal" in plan_text(plan)
+    # the shared pool has less noise than three separate draws: its ratio is lower
+    ratios = {row.method: row.noise_to_signal for row in plan.comparison}
+    assert ratios["pooled_plus"] < ratios["gdpfed"]
+    assert np.isfinite(list(ratios.values())).all()
+
+
+def test_old_plan_documents_without_the_fields_still_load() -> None:
+    plan = make_plan(worked_scenario(), "dp_fedavg", clients_needed=False)
+    document = plan.model_dump(mode="json")
+    del document["predicted"]["noise_to_signal"]
+    del document["predicted"]["clients_needed"]
+    loaded = Plan.model_validate(document)
+    assert loaded.predicted.noise_to_signal is None and loaded.predicted.clients_needed == []
