@@ -17,7 +17,6 @@ from accounting.results import Calibration, EpsilonReport
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "account",
-        help="privacy accounting: epsilon, noise multiplier, sampling rate, rounds",
         description="Privacy accounting of the Poisson-subsampled Gaussian mechanism "
         "(client-level add/remove adjacency). See docs/accounting.md.",
     )

@@ -9,6 +9,12 @@ pydantic's ``ValidationError``) and never print them: this module maps them, onc
 a one-line message on stderr and exit code 2. Heavy imports (torch, uvicorn) happen
 inside handlers so that ``gdpfed account`` works without the trainer's extras.
 
+Subcommand modules are imported lazily: the parser registers only the subcommand named
+on the command line (the others are listed with their one-line help from
+``SUBCOMMAND_HELP``), and this module imports nothing of the project at import time, so
+``gdpfed --help`` loads no planner, scipy or torch and ``gdpfed account ...`` loads only
+the accountant (docs/architecture.md, "Command line"; ``gdpfed bench cli`` times it).
+
 The dispatcher lives in ``app`` because it is the one layer allowed to know every
 package; it reaches the trainer only through ``trainer.cli``, the trainer's public
 command-line entry.
@@ -21,18 +27,17 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pydantic
-
-from accounting.errors import GdpfedError
+if TYPE_CHECKING:
+    import pydantic
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-# Subcommand name -> module with ``register(subparsers)``. Modules are imported when the
-# parser is built; they must keep heavy imports inside their handlers.
+# Subcommand name -> module with ``register(subparsers)``. Only the module of the
+# subcommand being run is imported; it must keep heavy imports inside its handler.
 SUBCOMMAND_MODULES: dict[str, str] = {
     "account": "accounting.cli",
     "plan": "planner.cli",
@@ -40,6 +45,16 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "train": "trainer.cli",
     "bench": "bench.cli",
     "experiment": "trainer.experiments.cli",
+}
+
+# The one-line summary ``gdpfed --help`` lists for each subcommand (without importing it).
+SUBCOMMAND_HELP: dict[str, str] = {
+    "account": "privacy accounting: epsilon, noise multiplier, sampling rate, rounds",
+    "plan": "plan per-group sampling rates, noise and sparsity (GDPFed+ and the methods around it)",
+    "serve": "run the HTTP planning service (uvicorn)",
+    "train": "train a model with a plan's privacy mechanism (PyTorch simulation)",
+    "bench": "run a benchmark suite side by side with its peers",
+    "experiment": "run an experiment configuration (methods x datasets x settings x seeds) and report it",
 }
 
 
@@ -61,14 +76,26 @@ def format_validation_error(exc: pydantic.ValidationError) -> str:
     return f"{location}: {message}{more}"
 
 
-def build_parser(modules: dict[str, str] | None = None) -> OneLineArgumentParser:
+def chosen_subcommand(argv: Sequence[str], names: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs: its first word, if it names one (top-level flags are only -h)."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in names else None
+
+
+def build_parser(modules: dict[str, str] | None = None, argv: Sequence[str] | None = None) -> OneLineArgumentParser:
+    """The ``gdpfed`` parser; with ``argv``, only the subcommand it names is imported and registered."""
     parser = OneLineArgumentParser(
         prog="gdpfed",
         description="Privacy-budget planning for federated learning with heterogeneous "
         "client-level differential privacy.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in (modules or SUBCOMMAND_MODULES).items():
+    modules = modules or SUBCOMMAND_MODULES
+    chosen = None if argv is None else chosen_subcommand(argv, list(modules))
+    for name, module_name in modules.items():
+        if argv is not None and name != chosen:
+            _register_listed(subparsers, name)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -104,17 +131,27 @@ def missing_module_message(exc: ModuleNotFoundError) -> str:
     return f"needs the {extra!r} extra ({module} is not installed): pip install 'gdpfed[{extra}]'"
 
 
+def _register_listed(subparsers: Any, name: str) -> None:
+    """A subcommand that is listed in the help but not run by this command line."""
+    sub = subparsers.add_parser(name, help=SUBCOMMAND_HELP.get(name, ""), add_help=False)
+    sub.add_argument("rest", nargs=argparse.REMAINDER)
+
+
 def _register_unavailable(subparsers: Any, name: str, reason: str) -> None:
     sub = subparsers.add_parser(name, help=f"(unavailable: {reason})", add_help=False)
     sub.add_argument("rest", nargs=argparse.REMAINDER)
 
     def handler(args: argparse.Namespace) -> None:
+        from accounting.errors import GdpfedError
+
         raise GdpfedError(f"'gdpfed {name}' is unavailable here: {reason}")
 
     sub.set_defaults(handler=handler)
 
 
 def _emit(output: tuple[Any, str], as_json: bool) -> None:
+    import pydantic
+
     data, text = output
     if as_json:
         if isinstance(data, pydantic.BaseModel):
@@ -127,6 +164,8 @@ def _emit(output: tuple[Any, str], as_json: bool) -> None:
 
 
 def _json_default(value: Any) -> Any:
+    import pydantic
+
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
     if hasattr(value, "tolist"):
@@ -136,8 +175,13 @@ def _json_default(value: Any) -> Any:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the handler, map errors to exit codes. Returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv=words)
+    args = parser.parse_args(words)
+    import pydantic
+
+    from accounting.errors import GdpfedError
+
     handler: Callable[[argparse.Namespace], tuple[Any, str] | None] = args.handler
     try:
         output = handler(args)

@@ -15,7 +15,6 @@ from app.security import ROLES
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="run the HTTP planning service (uvicorn)",
         description="Run the gdpfed planning service. Settings come from GDPFED_* environment "
         "variables (docs/service.md); the flags here override them.",
     )

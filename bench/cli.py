@@ -18,13 +18,13 @@ SUITES: dict[str, str] = {
     "trainer": "bench.trainer",
     "secagg": "bench.secagg",
     "rounds": "bench.rounds",
+    "cli": "bench.startup",
 }
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench",
-        help="run a benchmark suite side by side with its peers",
         description="Run a benchmark suite; gdpfed and its peer run on the same inputs in one process.",
     )
     parser.add_argument("suite", choices=sorted(SUITES), help="which suite to run")

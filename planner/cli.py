@@ -24,7 +24,6 @@ from accounting.errors import InvalidInputError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="plan per-group sampling rates, noise and sparsity (GDPFed+ and the methods around it)",
         description="Plan a scenario (JSON or YAML), re-plan a running plan ('replan PLAN.json'), "
         "or sweep one group's epsilon ('sweep SCENARIO.json').",
     )

@@ -45,7 +45,6 @@ CONFIG_OPTIONS = (
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="train a model with a plan's privacy mechanism (PyTorch simulation)",
         description="Execute a plan round by round: Poisson sampling per group, clipping, noise "
         "shares, secure aggregation per pool, top-k, fixed-denominator averaging, privacy ledger.",
     )

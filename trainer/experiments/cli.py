@@ -13,7 +13,6 @@ from typing import Any
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "experiment",
-        help="run an experiment configuration (methods x datasets x settings x seeds) and report it",
         description="Run every cell of an experiment configuration (experiments/*.yaml), skipping cells "
         "already complete in --out, then write results.csv, results.md and accuracy.png.",
     )

@@ -1,0 +1,71 @@
+"""``gdpfed bench cli``: wall time of each ``gdpfed`` subcommand against ``python -c pass``.
+
+Every command runs as a fresh process (the installed ``gdpfed`` script beside this
+Python, or ``python -m app.cli``), round-robin, so that load on a shared machine hits
+all of them alike; each row is the median of the repeats and its ratio to the median of
+``python -c pass`` (the interpreter's own start). Subcommands are timed on ``--help``
+(parsing only: what every call of the subcommand pays before its work), and
+``account epsilon`` on a real rdp calculation. The load average is printed in the title.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import median
+
+ACCOUNT_EPSILON = [
+    "account", "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1.1", "--rounds", "1000",
+    "--delta", "1e-5",
+]
+
+
+def gdpfed_command() -> list[str]:
+    """The installed ``gdpfed`` script of this environment, else ``python -m app.cli``."""
+    script = Path(sys.executable).parent / "gdpfed"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "app.cli"]
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    from app.cli import SUBCOMMAND_MODULES
+
+    gdpfed = gdpfed_command()
+    rows = [("python -c pass", [sys.executable, "-c", "pass"]), ("gdpfed --help", [*gdpfed, "--help"])]
+    rows.append(("gdpfed account epsilon ...", [*gdpfed, *ACCOUNT_EPSILON]))
+    rows += [(f"gdpfed {name} --help", [*gdpfed, name, "--help"]) for name in SUBCOMMAND_MODULES]
+    return rows
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+    repeats = 1 if quick else 10
+    timed = commands()
+    seconds: dict[str, list[float]] = {name: [] for name, _ in timed}
+    load = load_average()
+    for _ in range(repeats):
+        for name, argv in timed:
+            start = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            seconds[name].append(time.perf_counter() - start)
+    baseline = median(seconds["python -c pass"])
+    rows = [
+        {
+            "command": name,
+            "median_s": median(values),
+            "min_s": min(values),
+            "ratio_to_python": median(values) / baseline,
+            "repeats": len(values),
+        }
+        for name, values in seconds.items()
+    ]
+    return [(f"CLI start-up: wall seconds per call (load average {load} before the run)", rows)]

@@ -1,0 +1,67 @@
+"""The command line imports only what the subcommand it runs needs (the import graph, not a timing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import cli
+
+PROBE = """
+import json, sys
+from app.cli import run
+try:
+    code = run(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+with open(sys.argv[1], "w") as handle:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+"""
+
+
+def imported(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+    out = tmp_path / "modules.json"
+    subprocess.run([sys.executable, "-c", PROBE, str(out), *argv], capture_output=True, text=True, check=True)
+    result = json.loads(out.read_text())
+    return result["code"], set(result["modules"])
+
+
+def loaded(modules: set[str], package: str) -> list[str]:
+    return sorted(m for m in modules if m == package or m.startswith(package + "."))
+
+
+def test_help_imports_no_subcommand(tmp_path: Path) -> None:
+    code, modules = imported(tmp_path, "--help")
+    assert code == 0
+    for heavy in ("planner", "accounting", "trainer", "torch", "scipy", "numpy", "pydantic", "bench", "fastapi"):
+        assert loaded(modules, heavy) == [], heavy
+
+
+def test_account_epsilon_imports_the_accountant_only(tmp_path: Path) -> None:
+    code, modules = imported(
+        tmp_path, "account", "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1.1",
+        "--rounds", "100", "--delta", "1e-5",
+    )
+    assert code == 0
+    assert "accounting.rdp" in modules
+    for heavy in ("planner", "trainer", "torch", "scipy.signal", "scipy.stats", "scipy.interpolate", "fastapi", "app.main"):
+        assert loaded(modules, heavy) == [], heavy
+
+
+@pytest.mark.parametrize("name", sorted(cli.SUBCOMMAND_MODULES))
+def test_each_subcommand_help_is_its_own_parser(tmp_path: Path, name: str) -> None:
+    code, modules = imported(tmp_path, name, "--help")
+    assert code == 0
+    assert cli.SUBCOMMAND_MODULES[name] in modules
+    others = {m for n, m in cli.SUBCOMMAND_MODULES.items() if n != name}
+    assert not others & modules
+    assert "torch" not in modules  # handlers import torch, parsers never do
+
+
+def test_every_subcommand_has_a_help_line() -> None:
+    assert set(cli.SUBCOMMAND_HELP) == set(cli.SUBCOMMAND_MODULES)
+    assert all(cli.SUBCOMMAND_HELP.values())
