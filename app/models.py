@@ -114,6 +114,8 @@ class PlanRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     method: Mapped[str] = mapped_column(String(32))
+    # whom the plan protects (planner.units); rows from before schema version 2 are "client"
+    privacy_unit: Mapped[str] = mapped_column(String(32), default="client", server_default="client")
     accountant: Mapped[str] = mapped_column(String(16))
     start_round: Mapped[int] = mapped_column(Integer)
     rounds: Mapped[int] = mapped_column(Integer)

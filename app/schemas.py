@@ -84,6 +84,7 @@ class PlanSummary(BaseModel):
     id: str
     created_at: UtcDatetime
     method: str
+    privacy_unit: str = Field(description="whom the plan protects: client (client-level DP per group)")
     accountant: AccountantName
     start_round: int
     rounds: int
@@ -150,6 +151,7 @@ class GroupLedger(BaseModel):
 
 class LedgerOut(BaseModel):
     plan_id: str
+    privacy_unit: str = Field(description="the notion of every epsilon below: client = client-level DP per group")
     accountant: AccountantName = Field(
         description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form)"
     )

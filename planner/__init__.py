@@ -14,10 +14,12 @@ from planner.schema import (
     GroupPlan,
     GroupSpec,
     Plan,
+    PlanDocument,
     PoolPlan,
     Predicted,
     Scenario,
     load_plan,
+    load_plan_document,
 )
 from planner.sweep import SweepResult, sweep
 
@@ -28,11 +30,13 @@ __all__ = [
     "GroupPlan",
     "GroupSpec",
     "Plan",
+    "PlanDocument",
     "PoolPlan",
     "Predicted",
     "Scenario",
     "SweepResult",
     "load_plan",
+    "load_plan_document",
     "load_scenario",
     "make_plan",
     "replan",

@@ -68,14 +68,14 @@ def handle(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
-    from planner.loading import load_scenario
-    from planner.plan import make_plan
-    from planner.report import plan_text
+    """Plan with the planner of the scenario's privacy unit (planner.units)."""
+    from planner.loading import load_scenario_document
+    from planner.units import make_plan, unit_of
 
-    scenario = _with_accountant(load_scenario(path), args.accountant)
-    plan = make_plan(scenario, args.method or "gdpfed_plus")
+    scenario = _with_accountant(load_scenario_document(path), args.accountant)
+    plan = make_plan(scenario, args.method)
     _write(plan, args.out)
-    return plan, plan_text(plan)
+    return plan, unit_of(plan).describe(plan)
 
 
 def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
@@ -124,9 +124,7 @@ def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
 def _with_accountant(scenario: Any, accountant: str | None) -> Any:
     if accountant is None:
         return scenario
-    from planner.schema import Scenario
-
-    return Scenario.model_validate({**scenario.model_dump(), "accountant": accountant})
+    return type(scenario).model_validate({**scenario.model_dump(), "accountant": accountant})
 
 
 def _write(plan: Any, out: str | None) -> None:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from accounting.errors import InvalidInputError
 from planner.schema import Changes, Plan, Scenario, load_plan
 
@@ -43,9 +45,23 @@ def read_document(source: str | Path | dict[str, Any], kind: str) -> dict[str, A
     return data
 
 
+def load_scenario_document(source: str | Path | dict[str, Any]) -> BaseModel:
+    """A validated scenario of the privacy unit it names (``privacy_unit``, default
+    ``client``) from a JSON/YAML file or a dict; an unknown unit is refused by name."""
+    from planner.units import load_scenario_document as validate
+
+    return validate(read_document(source, "scenario"))
+
+
 def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
-    """A validated :class:`Scenario` from a JSON/YAML file or a dict."""
-    return Scenario.model_validate(read_document(source, "scenario"))
+    """A validated client-level :class:`Scenario` from a JSON/YAML file or a dict."""
+    scenario = load_scenario_document(source)
+    if not isinstance(scenario, Scenario):
+        raise InvalidInputError(
+            "privacy_unit",
+            f"this command plans client-level scenarios; this one's privacy_unit is {getattr(scenario, 'privacy_unit', None)!r}",
+        )
+    return scenario
 
 
 def load_changes(source: str | Path | dict[str, Any]) -> Changes:

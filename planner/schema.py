@@ -1,17 +1,25 @@
-"""The plan schema: scenario in, plan out (schema_version 1).
+"""The plan schema: scenario in, plan out (schema_version 2).
 
 This module is the contract between the planner, the HTTP service and the trainer
 (docs/planning.md §8). Everything a user hands in is validated here
-with field-level messages; everything the planner hands out is a ``Plan``.
+with field-level messages; everything the planner hands out is a plan document.
 
-Versioning: a plan carries ``schema_version``. ``load_plan`` reads every version this
-code knows and rejects others with a message naming the version, so a plan written by
-one release is read by the next or refused clearly, never misread.
+Plan kinds: every plan document (``PlanDocument``) names its ``privacy_unit``, whom its
+privacy figures protect. ``Plan`` here is the ``client`` kind (client-level DP for groups
+of clients); other units bring their own scenario and plan models through the
+privacy-unit registry ``planner.units`` (docs/architecture.md §Privacy units), so a
+plan is never read as a kind it is not.
+
+Versioning: a plan carries ``schema_version``. ``load_plan_document`` reads every version
+this code knows and rejects others with a message naming the version, so a plan written
+by one release is read by the next or refused clearly, never misread. Version 1
+documents predate ``privacy_unit``; every one of them is a client-level plan and is read
+as ``privacy_unit: client``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,7 +32,9 @@ from pydantic import (
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 2
+# Versions load_plan_document reads (1: before privacy_unit, read as a client plan).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
 
@@ -84,6 +94,9 @@ class GroupSpec(_Strict):
 class Scenario(_Strict):
     """Everything the planner needs: budgets, population and system parameters."""
 
+    privacy_unit: Literal["client"] = Field(
+        "client", description="whom the budgets protect: client-level DP for each group's clients"
+    )
     groups: list[GroupSpec] = Field(..., min_length=1, max_length=200_000)
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
     rounds: int = Field(..., ge=1, le=10**7)
@@ -295,20 +308,52 @@ class Recommendation(BaseModel):
     reason: str
 
 
-class Plan(BaseModel):
-    """A plan document (schema_version 1): what the trainer executes and the service stores."""
+def read_version_1(data: Any) -> Any:
+    """A schema_version 1 document as version 2: every version-1 plan is client-level
+    (docs/planning.md §8.1)."""
+    if isinstance(data, dict) and data.get("schema_version") == 1:
+        return {**data, "schema_version": SCHEMA_VERSION, "privacy_unit": data.get("privacy_unit", "client")}
+    return data
 
-    schema_version: Literal[1] = SCHEMA_VERSION
-    method: PlanMethod
-    accountant: AccountantName
-    scenario: Scenario
+
+class PlanDocument(BaseModel):
+    """What every kind of plan carries: the contract's common part.
+
+    ``privacy_unit`` says whom the plan's figures protect and selects the model that
+    reads the rest (``planner.units``); each kind narrows it to its own name. Figures of
+    different units are different privacy notions and are never added or compared.
+    """
+
+    schema_version: Literal[2] = SCHEMA_VERSION
+    privacy_unit: str = Field(description="whom the plan protects (a name in the planner.units registry)")
+    method: str
     rounds: int = Field(ge=0, description="rounds this plan covers (scenario.rounds - start_round)")
     start_round: int = Field(0, ge=0, description="global round index this plan starts at")
     parent_plan_id: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_version_1(cls, data: Any) -> Any:
+        return read_version_1(data)
+
+
+class Plan(PlanDocument):
+    """A client-level plan document: what the trainer executes and the service stores.
+
+    Groups of clients with their own budgets, pools with one Gaussian noise draw each,
+    Poisson sampling rates per group (docs/planning.md §8).
+    """
+
+    privacy_unit: Literal["client"] = Field(
+        "client", description="client-level DP: each group's epsilon bounds what one client's data reveals"
+    )
+    method: PlanMethod
+    accountant: AccountantName
+    scenario: Scenario
     groups: list[GroupPlan]
     pools: list[PoolPlan]
     predicted: Predicted
-    warnings: list[str] = Field(default_factory=list)
     comparison: list[ComparisonRow] | None = None
     recommendation: Recommendation | None = None
 
@@ -351,17 +396,42 @@ class Changes(_Strict):
     )
 
 
-def load_plan(data: Any) -> Plan:
-    """Read a plan document of any known schema version, or refuse it clearly."""
+def load_plan_document(data: Any) -> PlanDocument:
+    """Read a plan document of any known schema version and privacy unit, or refuse it
+    clearly (``InvalidInputError`` naming the version or the unit)."""
     if not isinstance(data, dict):
         raise InvalidInputError("plan", "a plan document must be a JSON object")
     version = data.get("schema_version")
     if version is None:
         raise InvalidInputError("schema_version", "missing: this is not a gdpfed plan document")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise InvalidInputError(
             "schema_version",
-            f"plan schema version {version!r} is not supported (this gdpfed reads version "
-            f"{SCHEMA_VERSION}); re-create the plan with this release",
+            f"plan schema version {version!r} is not supported (this gdpfed reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}); re-create the plan with this release",
         )
-    return Plan.model_validate(data)
+    if version == 1 and data.get("privacy_unit", "client") != "client":
+        raise InvalidInputError("privacy_unit", "schema version 1 plans are client-level; this document is inconsistent")
+    data = read_version_1(data)
+    if "privacy_unit" not in data:
+        raise InvalidInputError("privacy_unit", f"missing: a schema version {version} plan names its privacy unit")
+    from planner.units import privacy_unit  # the registry imports this module
+
+    return privacy_unit(data["privacy_unit"]).plan_model.model_validate(data)
+
+
+def load_plan(data: Any) -> Plan:
+    """A client-level plan document (any known schema version), or a clear refusal: a
+    plan of another privacy unit is named, never misread as a client plan."""
+    return require_client_plan(load_plan_document(data))
+
+
+def require_client_plan(plan: PlanDocument, user: str = "this command") -> Plan:
+    """``plan`` if it is client-level; otherwise ``InvalidInputError("privacy_unit")``
+    saying that ``user`` runs client-level plans only."""
+    if isinstance(plan, Plan):
+        return plan
+    raise InvalidInputError(
+        "privacy_unit",
+        f"{user} runs client-level plans only; this plan's privacy_unit is {plan.privacy_unit!r}",
+    )

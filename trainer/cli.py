@@ -120,22 +120,26 @@ def parse_model_options(items: list[str]) -> dict[str, Any]:
 
 
 def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | None:
-    """(Plan, plan document) from --plan or --scenario/--method; None when neither is given."""
-    from planner.schema import load_plan
+    """(plan, plan document) from --plan or --scenario/--method; None when neither is given.
+
+    The plan may be of any privacy unit (``planner.units``); ``prepare_run`` dispatches on it.
+    """
+    from planner.schema import load_plan_document
 
     if args.plan is not None:
         if args.method is not None:
             raise InvalidInputError("method", "--method goes with --scenario, not --plan")
         document = read_json_file(args.plan, "plan")
-        return load_plan(document), document
+        return load_plan_document(document), document
     if args.scenario is not None:
         if not args.method:
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
         if args.method == "compare":
             raise InvalidInputError("method", "compare plans every method side by side; train one method")
-        from planner import load_scenario, make_plan
+        from planner.loading import load_scenario_document
+        from planner.units import make_plan
 
-        plan = make_plan(load_scenario(args.scenario), args.method)
+        plan = make_plan(load_scenario_document(args.scenario), args.method)
         return plan, plan.model_dump(mode="json")
     return None
 
@@ -201,7 +205,7 @@ def _link(args: argparse.Namespace, url: str) -> Any:
 
 def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path]:
     """The plan, its document, the run configuration and the run directory, all validated."""
-    from planner.schema import load_plan
+    from planner.schema import load_plan_document
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
     from trainer.run.reporting import fetch_service_plan
 
@@ -211,7 +215,7 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
             raise InvalidInputError("resume", "--resume needs --out, the run directory to continue")
         run_dir = check_resumable_run_directory(args.out)
         stored_document = read_json_file(run_dir.plan, "plan")
-        stored_plan = load_plan(stored_document)
+        stored_plan = load_plan_document(stored_document)
         if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(
             stored_plan.model_dump(mode="json")
         ):

@@ -50,11 +50,20 @@ class PoolMechanism:
 def pool_mechanisms(plan: Plan, dim: int, rounds: int) -> list[PoolMechanism]:
     """Per-pool clip norms, noise share, grid scale and value bound, after checking the plan.
 
-    Refuses (``InvalidInputError``) a pool whose shares release less than its
-    ``noise_std`` and a private group (``epsilon`` set) in a pool without noise. The
+    Refuses (``InvalidInputError``) a plan of another privacy unit, a pool whose shares
+    release less than its ``noise_std`` and a private group (``epsilon`` set) in a pool
+    without noise. The
     whole plan, its budgets included, is verified before a run starts
     (``planner.verify.verify_executable``, called by ``trainer.run.runner.prepare_run``).
     """
+    if plan.privacy_unit != "client":
+        # Clipping whole updates and Gaussian noise shares protect clients; a plan of another
+        # privacy unit (silo sample-level, metric) needs its own mechanism, never this one.
+        raise InvalidInputError(
+            "privacy_unit",
+            f"the client-level mechanism (clipping, Gaussian noise shares, secure aggregation) runs "
+            f"client plans only; this plan's privacy_unit is {plan.privacy_unit!r}",
+        )
     expected = [group.expected_clients for group in plan.groups]
     z = noise.noise_tail_multiplier(noise.total_draws(dim, expected, rounds))
     mechanisms = []

@@ -194,6 +194,7 @@ def ledger(state: AppState, plan_id: str) -> LedgerOut:
     groups = state.compute.run(group_ledgers, plan, counted)
     return LedgerOut(
         plan_id=record.id,
+        privacy_unit=plan.privacy_unit,
         accountant=plan_ledger.ledger_accountant(plan.accountant),
         delta=plan.scenario.delta,
         start_round=record.start_round,

@@ -23,7 +23,7 @@ from app.models import PlanRecord
 from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan
 from app.services import ledger as ledger_service
 from planner import make_plan, replan
-from planner.schema import Changes, Plan, RequestedMethod, Scenario
+from planner.schema import Changes, Plan, RequestedMethod, Scenario, load_plan
 
 MAX_PAGE = 200
 
@@ -65,7 +65,8 @@ def to_stored(record: PlanRecord) -> StoredPlan:
 
 
 def to_plan(record: PlanRecord) -> Plan:
-    return Plan.model_validate(record.document)
+    """The stored client-level plan (documents of schema version 1 are read as version 2)."""
+    return load_plan(record.document)
 
 
 def store_plan(session: Session, plan: Plan, *, created_by: str | None,
@@ -77,6 +78,7 @@ def store_plan(session: Session, plan: Plan, *, created_by: str | None,
         id=plan_id,
         created_by=created_by,
         method=plan.method,
+        privacy_unit=plan.privacy_unit,
         accountant=plan.accountant,
         start_round=plan.start_round,
         rounds=plan.rounds,
@@ -165,6 +167,7 @@ def summary(record: PlanRecord) -> PlanSummary:
         id=record.id,
         created_at=record.created_at,
         method=record.method,
+        privacy_unit=record.privacy_unit,
         accountant=record.accountant,
         start_round=record.start_round,
         rounds=record.rounds,

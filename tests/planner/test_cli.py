@@ -22,7 +22,7 @@ def test_plan_json_has_schema_version_and_round_trips(capsys, tmp_path):
     out_file = tmp_path / "plan.json"
     assert run(["plan", str(EXAMPLE), "--json", "--out", str(out_file), "--method", "dp_fedavg"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["schema_version"] == 1 and data["method"] == "dp_fedavg"
+    assert (data["schema_version"], data["privacy_unit"], data["method"]) == (2, "client", "dp_fedavg")
     plan = load_plan(data)
     assert load_plan(plan.model_dump(mode="json")) == plan
     assert load_plan(json.loads(out_file.read_text())) == plan

@@ -84,6 +84,7 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
         ("missing_plan", ["No such file"]),
         ("not_json", ["plan", "not valid JSON"]),
         ("other_version", ["schema_version", "99"]),
+        ("unknown_unit", ["privacy_unit", "'silo_sample'"]),
         ("unknown_dataset", ["dataset", "nope"]),
         ("model_misfit", ["model", "lstm"]),
         ("too_many_rounds", ["rounds", "exceeds the plan's 3"]),
@@ -111,6 +112,12 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         document = json.loads(plan_file.read_text())
         document["schema_version"] = 99
         other = tmp_path / "v99.json"
+        other.write_text(json.dumps(document))
+        plan_args = ["--plan", other]
+    elif case == "unknown_unit":
+        document = json.loads(plan_file.read_text())
+        document["privacy_unit"] = "silo_sample"
+        other = tmp_path / "silo.json"
         other.write_text(json.dumps(document))
         plan_args = ["--plan", other]
     elif case == "unknown_dataset":
@@ -173,7 +180,7 @@ def test_scenario_is_planned_then_trained(capsys, tmp_path):
     summary = json.loads(stdout)
     assert summary["method"] == "gdpfed_plus" and summary["rounds_run"] == 2 and summary["complete"]
     stored = json.loads((out / "plan.json").read_text())
-    assert stored["schema_version"] == 1 and stored["rounds"] == 50
+    assert (stored["schema_version"], stored["privacy_unit"], stored["rounds"]) == (2, "client", 50)
     # Two of fifty rounds spend less than the whole budget.
     assert 0 < summary["epsilon_spent"]["s"] < 2.0
     code, _, err = gdpfed(capsys, "train", "--scenario", scenario, "--method", "compare", *TINY, "--out", tmp_path / "x")

@@ -167,7 +167,7 @@ def fetch_service_plan(
     Refuses (``InvalidInputError``) a plan that was re-planned or whose ledger already
     counts rounds (another run trained on it).
     """
-    from planner.schema import load_plan
+    from planner.schema import load_plan_document
     from trainer.run.directory import fingerprint
 
     ledger = link.preflight(plan_id)
@@ -182,7 +182,7 @@ def fetch_service_plan(
             "run trained on it (continue that run with --resume, or plan again)",
         )
     document = link.fetch_plan(plan_id)
-    plan = load_plan(document)
+    plan = load_plan_document(document)  # any privacy unit: prepare_run dispatches on it
     if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(plan.model_dump(mode="json")):
         raise InvalidInputError("plan", f"is not the service's plan {plan_id} (their content differs)")
     return plan, document

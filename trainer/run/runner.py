@@ -31,11 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
-from planner.schema import Plan
+from planner.schema import Plan, PlanDocument
 from trainer.rounds import RoundEngine, RoundOutcome
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
+from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
 from trainer.run.plots import plot_run
 from trainer.run.progress import Progress
@@ -131,6 +132,7 @@ class PreparedRun:
     warnings: list[str]
     build_strategy: Callable[[Plan], Strategy]
     engine_factory: EngineFactory | None = None  # None: the simulator's RoundEngine (build_engine)
+    mechanism: TrainingMechanism = GAUSSIAN_SECAGG  # how the plan's privacy unit is trained
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
     plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
@@ -145,7 +147,7 @@ def build_population(plan: Plan, dataset: Any, seed: int) -> Population:
 
 
 def prepare_run(
-    plan: Plan,
+    plan: PlanDocument,
     plan_document: dict[str, Any],
     config: TrainConfig,
     out: Path,
@@ -156,7 +158,31 @@ def prepare_run(
     dataset: Any = None,
     engine_factory: EngineFactory | None = None,
 ) -> PreparedRun:
-    """Validate the plan, config, data and model; build the strategy and round engine.
+    """Prepare a run with the training mechanism of the plan's privacy unit.
+
+    (``trainer.run.mechanisms``; docs/architecture.md §Privacy units.) A unit without a
+    mechanism in this trainer is refused by name (``InvalidInputError("privacy_unit")``).
+    """
+    prepare: Callable[..., PreparedRun] = mechanism_for(plan).prepare
+    return prepare(
+        plan, plan_document, config, out, resume=resume, device=device, strategy_factory=strategy_factory,
+        dataset=dataset, engine_factory=engine_factory,
+    )
+
+
+def prepare_client_run(
+    plan: PlanDocument,
+    plan_document: dict[str, Any],
+    config: TrainConfig,
+    out: Path,
+    *,
+    resume: bool = False,
+    device: str = "auto",
+    strategy_factory: Callable[..., Strategy] | None = None,
+    dataset: Any = None,
+    engine_factory: EngineFactory | None = None,
+) -> PreparedRun:
+    """Validate a client-level plan, config, data and model; build the strategy and round engine.
 
     Raises ``InvalidInputError`` for anything a user can fix: a plan that is inconsistent
     or overspends (``planner.verify``, docs/ledger.md §5), rounds beyond the plan's (that
@@ -166,12 +192,14 @@ def prepare_run(
     **options)`` replaces ``PlanStrategy``; ``engine_factory`` replaces the simulator's
     round engine (``build_engine``), e.g. with the Flower scale-out's.
     """
+    from planner.schema import require_client_plan
     from planner.verify import verify_executable
     from trainer.data import load_dataset
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
     from trainer.models import build_model
 
+    plan = require_client_plan(plan, f"the {GAUSSIAN_SECAGG.name} mechanism (client-level DP)")
     if plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
     # never trust a plan document: re-derive every mechanism and check every budget
@@ -243,6 +271,7 @@ def prepare_run(
         warnings=warnings,
         build_strategy=build_strategy,
         engine_factory=engine_factory,
+        mechanism=GAUSSIAN_SECAGG,
         run_start=plan.start_round,
     )
 
@@ -316,7 +345,7 @@ def switch_plan(
     prepared.current_document = document
     prepared.strategy = strategy
     prepared.engine = engine
-    return PrivacyLedger(successor, epsilon_fn)
+    return prepared.mechanism.ledger(successor, epsilon_fn)
 
 
 def _same_phases(a: list[Any], b: list[Any]) -> bool:
@@ -370,7 +399,7 @@ def execute_run(
     config, run_dir = prepared.config, prepared.run_dir
     plan_print = fingerprint(prepared.plan_document)
     config_print = fingerprint(config.model_dump(mode="json"))
-    ledger = PrivacyLedger(prepared.plan, epsilon_fn)
+    ledger = prepared.mechanism.ledger(prepared.plan, epsilon_fn)
     params = prepared.initial_params
     next_round = 0
 

@@ -1,0 +1,42 @@
+"""The ``client`` unit: client-level (epsilon, delta)-DP for groups of clients.
+
+Every plan the project made before privacy units is of this kind (docs/planning.md §8):
+groups of clients with their own budgets, Poisson sampling per group, pools with one
+Gaussian noise draw, secure aggregation. Its ledger is ``planner.ledger``'s
+per-group epsilon (docs/ledger.md §1-§3), its verifier ``planner.verify``, its trainer
+mechanism clipping plus Gaussian noise shares under secure aggregation
+(``trainer/rounds.py``).
+"""
+
+from __future__ import annotations
+
+from planner import ledger
+from planner.methods import METHODS
+from planner.plan import make_plan
+from planner.report import plan_text
+from planner.schema import Plan, Scenario
+from planner.units.base import PrivacyUnit
+from planner.verify import verify_executable
+
+
+def _plan(scenario: Scenario, method: str) -> Plan:
+    return make_plan(scenario, method)  # type: ignore[arg-type]  # make_plan checks the name
+
+
+def _spent(plan: Plan, rounds_run: int) -> dict[str, float | None]:
+    return ledger.spent_by_group(plan, rounds_run)
+
+
+UNIT = PrivacyUnit(
+    name="client",
+    notion="client-level (epsilon, delta)-DP per group",
+    scenario_model=Scenario,
+    plan_model=Plan,
+    methods=(*METHODS, "compare"),
+    default_method="gdpfed_plus",
+    make_plan=_plan,
+    describe=plan_text,
+    verify=verify_executable,
+    spent=_spent,
+    mechanism="gaussian_secagg",
+)

@@ -1,0 +1,70 @@
+"""Training mechanisms: how the trainer executes the plans of each privacy unit.
+
+(docs/architecture.md §Privacy units.) A privacy unit (``planner.units``) names the
+mechanism that runs its plans; this registry maps the name to the code: ``prepare``
+validates everything and builds the run (data, model, population, strategy, round
+engine), ``ledger`` counts what its rounds spend. ``gdpfed train`` dispatches here, so a
+plan whose unit has no mechanism in this trainer is refused by name before anything is
+written, and the client-level mechanism never runs a plan of another unit
+(``trainer.mechanism.pool_mechanisms`` refuses it too).
+
+To add a mechanism: define ``MECHANISM = TrainingMechanism(...)`` in its own module and
+add its line to ``MECHANISMS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accounting.errors import InvalidInputError
+from planner.schema import PlanDocument
+from trainer.run.ledger import PrivacyLedger
+
+
+@dataclass(frozen=True)
+class TrainingMechanism:
+    """One entry of the mechanism registry.
+
+    ``prepare(plan, plan_document, config, out, **options) -> PreparedRun`` (the options
+    of ``trainer.run.runner.prepare_run``); ``ledger(plan, epsilon_fn)`` the run's privacy
+    ledger (``record_round``, ``spent``, ``final_spent``, ``state_dict``).
+    """
+
+    name: str
+    summary: str
+    prepare: Callable[..., Any]
+    ledger: Callable[..., PrivacyLedger]
+
+
+def _prepare_client_run(*args: Any, **kwargs: Any) -> Any:
+    from trainer.run.runner import prepare_client_run  # the runner imports this module
+
+    return prepare_client_run(*args, **kwargs)
+
+
+GAUSSIAN_SECAGG = TrainingMechanism(
+    name="gaussian_secagg",
+    summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
+    prepare=_prepare_client_run,
+    ledger=PrivacyLedger,
+)
+
+MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG,)}
+
+
+def mechanism_for(plan: PlanDocument) -> TrainingMechanism:
+    """The mechanism that executes ``plan``'s privacy unit, or ``InvalidInputError`` naming
+    the unit and the mechanism it needs."""
+    from planner.units import unit_of
+
+    unit = unit_of(plan)
+    mechanism = MECHANISMS.get(unit.mechanism)
+    if mechanism is None:
+        raise InvalidInputError(
+            "privacy_unit",
+            f"{unit.name} plans ({unit.notion}) need the {unit.mechanism!r} training mechanism, "
+            f"which this trainer does not have (it has {', '.join(MECHANISMS)})",
+        )
+    return mechanism
