@@ -36,13 +36,23 @@ MAX_PLANS_PER_TARGET = 10
 MAX_GROUP_SIZE = 10**9
 
 
+def summed_noise_norm(pools: Sequence[PoolPlan], model_dim: int) -> float:
+    """sqrt(d sum_P kappa_P I_P s_P^2): the kept noise of one round's pool sums (docs/planning.md §13)."""
+    energy = sum(p.keep_ratio * max(1.0, p.expected_noise_inflation) * p.noise_std**2 for p in pools)
+    return math.sqrt(model_dim * energy)
+
+
+def aggregated_noise_norm(pools: Sequence[PoolPlan], model_dim: int, expected_clients: float) -> float:
+    """The norm of one round's aggregated noise, ``summed_noise_norm / K``."""
+    return summed_noise_norm(pools, model_dim) / expected_clients
+
+
 def noise_to_signal(groups: Sequence[GroupPlan], pools: Sequence[PoolPlan], model_dim: int) -> float | None:
     """rho of docs/planning.md §13; ``None`` when no client is sampled (no signal at all)."""
     signal = sum(g.sampling_rate * g.num_clients * g.clip_norm for g in groups)
     if not signal > 0:
         return None
-    energy = sum(p.keep_ratio * max(1.0, p.expected_noise_inflation) * p.noise_std**2 for p in pools)
-    return math.sqrt(model_dim * energy) / signal
+    return summed_noise_norm(pools, model_dim) / signal
 
 
 def scaled_scenario(scenario: Scenario, factor: float) -> Scenario:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +120,16 @@ def parse_model_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
-def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | None:
-    """(plan, plan document) from --plan or --scenario/--method; None when neither is given.
+def _plan_from_args(
+    args: argparse.Namespace, config_for: Callable[[int], Any]
+) -> tuple[Any, dict[str, Any], Any] | None:
+    """(Plan, plan document, dataset or None) from --plan or --scenario/--method; None when neither is given.
 
-    The plan may be of any privacy unit (``planner.units``); ``prepare_run`` dispatches on it.
+    A scenario is planned for the model this run builds: its ``model_dim`` is the model's
+    parameter count (a ``model_dim`` in the file is not needed, and a different one is
+    replaced with a warning). The plan may be of any privacy unit (``planner.units``);
+    ``prepare_run`` dispatches on it. ``config_for(rounds)`` is the run's configuration; the
+    dataset loaded to build the model is returned so the run does not load it again.
     """
     from planner.schema import load_plan_document
 
@@ -130,17 +137,32 @@ def _plan_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | No
         if args.method is not None:
             raise InvalidInputError("method", "--method goes with --scenario, not --plan")
         document = read_json_file(args.plan, "plan")
-        return load_plan_document(document), document
+        return load_plan_document(document), document, None
     if args.scenario is not None:
         if not args.method:
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
         if args.method == "compare":
             raise InvalidInputError("method", "compare plans every method side by side; train one method")
-        from planner.loading import load_scenario_document
-        from planner.units import make_plan
+        from planner.loading import load_scenario_document, read_document
+        from planner.units import make_plan, privacy_unit
 
-        plan = make_plan(load_scenario_document(args.scenario), args.method)
-        return plan, plan.model_dump(mode="json")
+        data = read_document(args.scenario, "scenario")
+        dataset = None
+        if "model_dim" in privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_fields:
+            from trainer.engines import num_params
+            from trainer.run.runner import build_run_model, load_run_data
+
+            draft: Any = load_scenario_document({**data, "model_dim": data.get("model_dim", 1)})  # validates the rest
+            config = config_for(draft.rounds)
+            dataset = load_run_data(config, draft.total_clients)
+            dim = num_params(build_run_model(config, dataset))
+            if "model_dim" in data and data["model_dim"] != dim:
+                _warn(f"the scenario's model_dim {data['model_dim']} is replaced by the model's {dim} parameters")
+            scenario = draft.model_copy(update={"model_dim": dim})
+        else:
+            scenario = load_scenario_document(data)
+        plan = make_plan(scenario, args.method)
+        return plan, plan.model_dump(mode="json"), dataset
     return None
 
 
@@ -203,43 +225,47 @@ def _link(args: argparse.Namespace, url: str) -> Any:
     return ServiceLink(url, key, log=_warn)
 
 
-def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path]:
-    """The plan, its document, the run configuration and the run directory, all validated."""
+def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path, Any]:
+    """The plan, its document, the run configuration, the run directory and the dataset if
+    one was loaded already (None: the run loads it), all validated."""
     from planner.schema import load_plan_document
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
     from trainer.run.reporting import fetch_service_plan
 
-    given = _plan_from_args(args)
     if args.resume:
         if args.out is None:
             raise InvalidInputError("resume", "--resume needs --out, the run directory to continue")
         run_dir = check_resumable_run_directory(args.out)
         stored_document = read_json_file(run_dir.plan, "plan")
         stored_plan = load_plan_document(stored_document)
+        config = config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
+        given = _plan_from_args(args, lambda rounds: config)
         if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(
             stored_plan.model_dump(mode="json")
         ):
             raise InvalidInputError("plan", f"differs from the plan of the run in {args.out}")
-        config = config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
-        return stored_plan, stored_document, config, args.out
+        return stored_plan, stored_document, config, args.out, None if given is None else given[2]
+    given = _plan_from_args(args, lambda rounds: config_from_args(args, None, rounds))
+    dataset = None if given is None else given[2]
     if link is not None:
         if not args.plan_id and given is not None and isinstance(given[1].get("id"), str):
             args.plan_id = given[1]["id"]
         if not args.plan_id:
             raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan to train)")
-        given = fetch_service_plan(link, args.plan_id, given)
+        given = (*fetch_service_plan(link, args.plan_id, None if given is None else given[:2]), dataset)
     if given is None:
         raise InvalidInputError(
             "plan", "give --plan PLAN.json, --scenario SCENARIO.json --method METHOD, or --plan-id ID --report-to URL"
         )
-    plan, document = given
+    plan, document, dataset = given
     config = config_from_args(args, None, plan.rounds)
     out = args.out or Path("runs") / f"{plan.method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_new_run_directory(out)
-    return plan, document, config, out
+    return plan, document, config, out, dataset
 
 
 def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
+    from trainer.run.divergence import TrainingDivergedError
     from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
     from trainer.run.runner import execute_run, prepare_run
 
@@ -248,7 +274,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
         raise InvalidInputError("api-key", "--api-key goes with --report-to")
     link = _link(args, target[0]) if target is not None else None
     try:
-        plan, document, config, out = _resolve(args, link)
+        plan, document, config, out, dataset = _resolve(args, link)
         plan_id = args.plan_id or (target[1] if target is not None else None) or (
             document.get("id") if isinstance(document.get("id"), str) else None
         )
@@ -259,17 +285,26 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
                     raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
                 link.preflight(plan_id)
             reporter = RoundReporter(link, plan_id or "")
-        prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device)
+        prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset)
         summary = execute_run(prepared, reporter=reporter, plan_id=plan_id)
     finally:
         if link is not None:
             link.close()
-    if summary.reports_pending:
+    diverged = summary.diverged
+    if summary.reports_pending or diverged is not None:
         text = summary.model_dump_json(indent=2) if args.json else format_summary(summary)
         sys.stdout.write(text + "\n")
+    if summary.reports_pending:
+        # undelivered reports come first: the service's ledger is missing rounds that happened
+        stopped = "stopped (diverged)" if diverged is not None else "finished"
         raise ReportsUndeliveredError(
-            f"training finished, {summary.reports_pending} round report(s) were not delivered; rerun with "
+            f"training {stopped}, {summary.reports_pending} round report(s) were not delivered; rerun with "
             f"--out {summary.run_dir} --resume to deliver them"
+        )
+    if diverged is not None:
+        raise TrainingDivergedError(
+            f"training diverged at round {diverged.round} ({diverged.reason}); the rounds that ran are accounted "
+            f"and the checkpoint keeps the parameters from before round {diverged.kept_round}. {diverged.hint}"
         )
     return summary, format_summary(summary)
 
@@ -294,6 +329,9 @@ def format_summary(summary: Any) -> str:
         lines.append(f"followed re-plans: {' -> '.join([*summary.superseded_plans, str(summary.plan_id)])}")
     if summary.reports_pending:
         lines.append(f"{summary.reports_pending} round report(s) could not be delivered (kept in the checkpoint)")
+    if summary.diverged is not None:
+        lines.append(f"DIVERGED at round {summary.diverged.round}: {summary.diverged.reason}")
+        lines.append(f"hint: {summary.diverged.hint}")
     lines.extend(f"warning: {w}" for w in summary.warnings)
     return "\n".join(lines)
 

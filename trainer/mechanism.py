@@ -97,6 +97,17 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int) -> list[PoolMechanism]:
     return mechanisms
 
 
+def finite_update(update: np.ndarray) -> np.ndarray:
+    """The client's update, or zeros when its local training produced a non-finite value.
+
+    The client's own decision (docs/trainer.md §Divergence): it sends a zero update with its
+    noise share as usual, so the pool sum's sensitivity (a zero vector has norm 0 <= C_g)
+    and the released noise are exactly what the plan accounts for, and one diverged
+    client cannot poison the pool's sum with NaN or infinity.
+    """
+    return update if bool(np.isfinite(update).all()) else np.zeros_like(update)
+
+
 def privatize(
     update: np.ndarray,
     clip_norm: float,
@@ -107,7 +118,9 @@ def privatize(
 
     ``x = enc(clip(Delta, C_g)) / scale + round(N(0, s_P^2) scale) / scale``: every value
     is a multiple of ``1/scale`` (a power of two), so secure aggregation encodes it exactly.
+    A non-finite ``Delta`` is sent as zeros (``finite_update``).
     """
+    update = finite_update(update)
     pre_noise = noise.encode_clipped(update, clip_norm, mechanism.scale, rng)
     total = pre_noise + noise.draw_noise_share(update.shape[0], mechanism.share_std, mechanism.scale, rng)
     vector = total / mechanism.scale

@@ -62,6 +62,7 @@ class RoundOutcome:
     dropped_after_masking: int
     timing: dict[str, float]
     pool_sums: dict[str, np.ndarray | None] = field(default_factory=dict)
+    nonfinite_updates: int = 0  # clients that sent zeros because local training diverged
 
 
 class RoundEngine:
@@ -124,6 +125,8 @@ class RoundEngine:
         if updates.shape != (len(trainees), self.dim):
             raise ValueError(f"client_update returned shape {tuple(updates.shape)}, expected {(len(trainees), self.dim)}")
         rows = updates.detach().to("cpu", torch.float64).numpy()
+        # clients whose local training diverged send zeros (trainer.mechanism.finite_update)
+        nonfinite = int(np.count_nonzero(~np.isfinite(rows).all(axis=1))) if rows.size else 0
         timing["train"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
@@ -214,5 +217,6 @@ class RoundEngine:
             dropped_after_masking=len(late),
             timing=timing,
             pool_sums=pool_sums if self.keep_pool_sums else {},
+            nonfinite_updates=nonfinite,
         )
         return new_params, outcome

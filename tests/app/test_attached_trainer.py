@@ -174,3 +174,23 @@ def test_preflight_refuses_before_round_0(server: Any, tmp_path: Path, capsys: A
         assert needle in err, err
     assert not out.exists()
     assert key not in err or case == "wrong_key" and key not in err
+
+
+def test_a_diverging_attached_run_stops_with_the_service_ledger_equal_to_the_trainers(
+    server: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """Issue 14: a run that diverges stops cleanly (exit 4); the rounds that ran are in both ledgers."""
+    api = _api(server)
+    plan = _population_plan(api, "diverging")
+    # server step 1e20: round 0's parameters are huge but finite (not evaluated), round 1's test loss overflows
+    code = app_cli.run(["train", "--plan-id", plan["id"], "--report-to", server.base_url, "--api-key", server.token,
+                        *TINY, "--server-lr", "1e20", "--eval-every", "2", "--out", str(tmp_path / "run"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 4, captured.err
+    assert "Traceback" not in captured.err and "diverged at round 1" in captured.err
+    summary = json.loads(captured.out)
+    assert summary["diverged"]["round"] == 1 and summary["rounds_run"] == 2 and not summary["complete"]
+    assert summary["reports_pending"] == 0
+    ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert ledger["rounds_counted"] == 2 and ledger["rounds_reported"] == 2
+    assert {g["id"]: g["epsilon_spent"] for g in ledger["groups"]} == pytest.approx(summary["epsilon_spent"], rel=1e-12)

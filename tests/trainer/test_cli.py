@@ -168,9 +168,10 @@ def test_importing_the_train_cli_does_not_import_torch():
 
 def test_scenario_is_planned_then_trained(capsys, tmp_path):
     scenario = tmp_path / "scenario.json"
+    # no model_dim: the trainer plans for the model it builds (digits MLP 64-16-10: 1210 parameters)
     scenario.write_text(json.dumps({
         "groups": [{"id": "s", "epsilon": 2.0, "num_clients": 20}, {"id": "r", "epsilon": 8.0, "num_clients": 20}],
-        "delta": 1e-5, "rounds": 50, "model_dim": 600, "expected_clients": 16, "min_clients_per_pool": 2,
+        "delta": 1e-5, "rounds": 50, "expected_clients": 16, "min_clients_per_pool": 2,
     }))
     out = tmp_path / "run"
     code, stdout, err = gdpfed(
@@ -181,8 +182,21 @@ def test_scenario_is_planned_then_trained(capsys, tmp_path):
     assert summary["method"] == "gdpfed_plus" and summary["rounds_run"] == 2 and summary["complete"]
     stored = json.loads((out / "plan.json").read_text())
     assert (stored["schema_version"], stored["privacy_unit"], stored["rounds"]) == (2, "client", 50)
+    assert stored["scenario"]["model_dim"] == summary["model_dim"] == 1210
+    assert "model_dim" not in err  # planned for this model: no mismatch warning
+    assert "noise-to-signal ratio" in err  # printed at the start of the run
     # Two of fifty rounds spend less than the whole budget.
     assert 0 < summary["epsilon_spent"]["s"] < 2.0
     code, _, err = gdpfed(capsys, "train", "--scenario", scenario, "--method", "compare", *TINY, "--out", tmp_path / "x")
     assert_one_line_error(code, err, "method")
     assert not (tmp_path / "x").exists()
+
+    # a model_dim in the scenario that is not the model's is replaced, with a warning
+    document = json.loads(scenario.read_text())
+    scenario.write_text(json.dumps({**document, "model_dim": 600}))
+    code, _, err = gdpfed(
+        capsys, "train", "--scenario", scenario, "--method", "dp_fedavg", *TINY, "--rounds", "1", "--out", tmp_path / "y"
+    )
+    assert code == 0, err
+    assert "model_dim 600 is replaced by the model's 1210 parameters" in err
+    assert json.loads((tmp_path / "y" / "plan.json").read_text())["scenario"]["model_dim"] == 1210

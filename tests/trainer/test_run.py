@@ -226,10 +226,11 @@ def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
     plain = Progress(2, 0, stream=lines)
     plain.round_done(record)
     plain.close()
-    assert lines.getvalue() == "round 1/2  loss 0.5000  acc 0.9000  eps a=1  clients 3/3  ABORTED pb  0.10s\n"
+    # the console's round number is the files' global index (rounds.jsonl says round 0)
+    assert lines.getvalue() == "round 0 [1/2]  loss 0.5000  acc 0.9000  eps a=1  clients 3/3  ABORTED pb  0.10s\n"
     screen = Terminal()
     bar = Progress(2, 0, stream=screen)
     assert bar.use_bar
     bar.round_done(record)
     bar.close()
-    assert "1/2" in screen.getvalue() and "round 1/2" not in screen.getvalue()
+    assert "1/2" in screen.getvalue() and "round 0" not in screen.getvalue()

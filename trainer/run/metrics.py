@@ -36,6 +36,12 @@ class RoundRecord(BaseModel):
     timing: dict[str, float] = Field(
         default_factory=dict, description="seconds per stage: train, privatize, secagg, aggregate, account, evaluate"
     )
+    nonfinite_updates: int = Field(
+        0, description="clients whose local training produced non-finite values and sent a zero update instead"
+    )
+    diverged: bool = Field(
+        False, description="the global parameters or test loss after this round are not finite: the run stopped here"
+    )
 
 
 def append_round(path: Path, record: RoundRecord) -> None:

@@ -13,8 +13,12 @@ from trainer.run.metrics import RoundRecord
 
 
 def describe_round(record: RoundRecord, total_rounds: int) -> str:
-    """One human line for a round: metrics, privacy spent, aborts, time."""
-    parts = [f"round {record.round + 1}/{total_rounds}"]
+    """One human line for a round: metrics, privacy spent, aborts, time.
+
+    ``round N`` is the global round index exactly as in ``rounds.jsonl``, the plots and the
+    service's ledger; ``[k/T]`` counts the rounds done.
+    """
+    parts = [f"round {record.round} [{record.round + 1}/{total_rounds}]"]
     if record.loss is not None:
         parts.append(f"loss {record.loss:.4f}")
     if record.accuracy is not None:
@@ -25,6 +29,10 @@ def describe_round(record: RoundRecord, total_rounds: int) -> str:
     parts.append(f"clients {sum(record.survived.values())}/{sum(record.sampled.values())}")
     if record.aborted_pools:
         parts.append("ABORTED " + ",".join(record.aborted_pools))
+    if record.nonfinite_updates:
+        parts.append(f"non-finite updates sent as zeros: {record.nonfinite_updates}")
+    if record.diverged:
+        parts.append("DIVERGED")
     parts.append(f"{record.seconds:.2f}s")
     return "  ".join(parts)
 

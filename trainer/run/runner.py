@@ -35,6 +35,7 @@ from planner.schema import Plan, PlanDocument
 from trainer.rounds import RoundEngine, RoundOutcome
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
+from trainer.run.divergence import Divergence, divergence_hint, learnability_message
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
@@ -97,6 +98,9 @@ class RunSummary(BaseModel):
     device: str
     seconds: float = Field(description="wall-clock seconds of this process's rounds")
     reports_pending: int = 0
+    diverged: Divergence | None = Field(
+        None, description="set when a round left the model non-finite and the run stopped after it"
+    )
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -133,9 +137,31 @@ class PreparedRun:
     build_strategy: Callable[[Plan], Strategy]
     engine_factory: EngineFactory | None = None  # None: the simulator's RoundEngine (build_engine)
     mechanism: TrainingMechanism = GAUSSIAN_SECAGG  # how the plan's privacy unit is trained
+    learnability: str = ""  # the start-of-run line on the plan's noise-to-signal ratio
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
     plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
+
+
+def load_run_data(config: TrainConfig, total_clients: int) -> Any:
+    """The run's dataset split into ``total_clients`` clients (``trainer.data.load_dataset``)."""
+    from trainer.data import load_dataset
+
+    return load_dataset(
+        config.dataset, num_clients=total_clients, partition=config.partition, alpha=config.alpha, seed=config.seed
+    )
+
+
+def build_run_model(config: TrainConfig, dataset: Any) -> torch.nn.Module:
+    """The run's model for ``dataset`` (on the CPU); bad options are ``InvalidInputError("model-option")``."""
+    from trainer.models import build_model
+
+    try:
+        return build_model(config.model, dataset, seed=config.seed, **config.model_options)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise InvalidInputError("model-option", f"{config.model} cannot be built with {config.model_options}: {exc}") from None
 
 
 def build_population(plan: Plan, dataset: Any, seed: int) -> Population:
@@ -194,10 +220,8 @@ def prepare_client_run(
     """
     from planner.schema import require_client_plan
     from planner.verify import verify_executable
-    from trainer.data import load_dataset
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
-    from trainer.models import build_model
 
     plan = require_client_plan(plan, f"the {GAUSSIAN_SECAGG.name} mechanism (client-level DP)")
     if plan.rounds < 1:
@@ -215,29 +239,20 @@ def prepare_client_run(
         local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
     )
     if dataset is None:
-        dataset = load_dataset(
-            config.dataset,
-            num_clients=plan.scenario.total_clients,
-            partition=config.partition,
-            alpha=config.alpha,
-            seed=config.seed,
-        )
-    try:
-        model = build_model(config.model, dataset, seed=config.seed, **config.model_options)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, InvalidInputError):
-            raise
-        raise InvalidInputError("model-option", f"{config.model} cannot be built with {config.model_options}: {exc}") from None
-    model = model.to(chosen_device)
+        dataset = load_run_data(config, plan.scenario.total_clients)
+    model = build_run_model(config, dataset).to(chosen_device)
     population = build_population(plan, dataset, config.seed)
     dim = num_params(model)
     warnings = []
     if dim != plan.scenario.model_dim:
         warnings.append(
             f"the plan was made for model_dim {plan.scenario.model_dim}, the model has {dim} "
-            "parameters: keep ratios apply as ratios, and the plan's predicted noise energy "
-            "and keep_ratio: auto choices assumed the other dimension"
+            "parameters: keep ratios apply as ratios, and the plan's predicted noise energy, "
+            "noise-to-signal ratio and keep_ratio: auto choices assumed the other dimension"
         )
+    learnability, unlikely = learnability_message(plan, dim)
+    if unlikely:
+        warnings.append(learnability)
     factory = strategy_factory or PlanStrategy
 
     def build_strategy(for_plan: Plan) -> Strategy:
@@ -272,6 +287,7 @@ def prepare_client_run(
         build_strategy=build_strategy,
         engine_factory=engine_factory,
         mechanism=GAUSSIAN_SECAGG,
+        learnability=learnability,
         run_start=plan.start_round,
     )
 
@@ -363,6 +379,7 @@ def round_record(
     metrics: dict[str, float] | None,
     seconds: float,
     timing: dict[str, float],
+    diverged: bool = False,
 ) -> RoundRecord:
     return RoundRecord(
         round=outcome.global_round,
@@ -376,6 +393,8 @@ def round_record(
         dropped_after_masking=outcome.dropped_after_masking,
         seconds=seconds,
         timing=timing,
+        nonfinite_updates=outcome.nonfinite_updates,
+        diverged=diverged,
     )
 
 
@@ -392,6 +411,12 @@ def execute_run(
     With a ``reporter`` (a trainer attached to the service, docs/ledger.md §6) each round
     is claimed before it runs and completed after; a claim answered with ``superseded``
     switches the run to the successor plan (``switch_plan``) before the round runs.
+
+    A round that leaves the global parameters (or the test loss) non-finite is logged,
+    accounted and reported like any other (it happened: its privacy is spent), then the
+    run stops: the checkpoint keeps the parameters from before that round and records the
+    divergence, so ``--resume`` delivers pending reports but trains no further, and the
+    summary's ``diverged`` says where, why and what to change (docs/trainer.md §Divergence).
     """
     from trainer.engines import evaluate
     from trainer.run.reporting import ReportingStoppedError
@@ -402,6 +427,8 @@ def execute_run(
     ledger = prepared.mechanism.ledger(prepared.plan, epsilon_fn)
     params = prepared.initial_params
     next_round = 0
+    divergence: Divergence | None = None
+    kept_params = params  # the parameters the checkpoint keeps once the run diverged
 
     if prepared.resume and run_dir.has_checkpoint():
         state = load_checkpoint(run_dir.checkpoint)
@@ -420,6 +447,9 @@ def execute_run(
             raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
         if reporter is not None:
             reporter.load_state_dict(state.get("reporter", {}))
+        if state.get("diverged") is not None:
+            divergence = Divergence.model_validate(state["diverged"])
+            kept_params = params
     else:
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
@@ -434,7 +464,7 @@ def execute_run(
             {
                 "next_round": rounds_done,
                 "seed": config.seed,
-                "global_params": params.detach().cpu().clone(),
+                "global_params": (params if divergence is None else kept_params).detach().cpu().clone(),
                 "strategy": prepared.strategy.state_dict(),
                 "ledger": ledger.state_dict(),
                 "reporter": reporter.state_dict() if reporter is not None else {},
@@ -442,15 +472,19 @@ def execute_run(
                 "plan_history": list(prepared.plan_history),
                 "plan_fingerprint": plan_print,
                 "config_fingerprint": config_print,
+                "diverged": None if divergence is None else divergence.model_dump(mode="json"),
             },
         )
 
     display = progress or Progress(prepared.run_start + config.rounds, prepared.run_start + next_round)
+    if prepared.learnability and prepared.learnability not in prepared.warnings:
+        display.message(prepared.learnability)
     for warning in prepared.warnings:
         display.message(f"warning: {warning}")
     started = time.perf_counter()
     try:
-        for local_round in range(next_round, config.rounds):
+        # a resumed run that had diverged trains no further (it would diverge again)
+        for local_round in range(next_round, config.rounds if divergence is None else next_round):
             global_round = prepared.run_start + local_round
             if reporter is not None:
                 while (successor := reporter.claim(global_round)) is not None:
@@ -466,6 +500,7 @@ def execute_run(
             plan = prepared.plan
             ctx = RoundContext(round_index=global_round - plan.start_round, global_round=global_round,
                                seed=config.seed)
+            previous = params
             params, outcome = prepared.engine.run(ctx, params)
             timing = dict(outcome.timing)
 
@@ -476,12 +511,28 @@ def execute_run(
 
             metrics = None
             last = local_round + 1 == config.rounds
-            if last or (local_round + 1) % config.eval_every == 0:
+            finite = bool(torch.isfinite(params).all())
+            if finite and (last or (local_round + 1) % config.eval_every == 0):
                 tick = time.perf_counter()
                 metrics = evaluate(prepared.model, params, prepared.dataset.test)
                 timing["evaluate"] = time.perf_counter() - tick
+            reason = None
+            if not finite:
+                reason = "the global parameters are not finite"
+            elif metrics is not None and not math.isfinite(metrics["loss"]):
+                reason = f"the test loss is {metrics['loss']}"
+            if reason is not None:
+                divergence = Divergence(
+                    round=global_round,
+                    reason=reason,
+                    hint=divergence_hint(plan, config, prepared.engine.dim, outcome.nonfinite_updates),
+                    kept_round=global_round,
+                )
+                kept_params = previous
 
-            record = round_record(outcome, ledger, metrics, time.perf_counter() - round_started, timing)
+            record = round_record(
+                outcome, ledger, metrics, time.perf_counter() - round_started, timing, diverged=reason is not None
+            )
             append_round(run_dir.rounds, record)
             records.append(record)
             # Report before the checkpoint so the checkpoint holds the queue after this
@@ -493,11 +544,14 @@ def execute_run(
                     reporter.complete(record.round, record.aborted_pools, report_metrics(record))
                 except ReportingStoppedError as exc:
                     refused = exc
-            if refused is not None or last or (local_round + 1) % config.checkpoint_every == 0:
+            if refused is not None or last or divergence is not None or (local_round + 1) % config.checkpoint_every == 0:
                 checkpoint(local_round + 1)
             display.round_done(record)
             if refused is not None:
                 raise refused
+            if divergence is not None:
+                display.message(f"diverged at round {divergence.round}: {divergence.reason}; stopping")
+                break
         if reporter is not None and reporter.pending:
             reporter.flush()  # a finished run (or a resume of one) delivers what is pending
             if run_dir.has_checkpoint():
@@ -505,7 +559,7 @@ def execute_run(
     finally:
         display.close()
 
-    summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter)
+    summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter, divergence)
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
     plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method)
     return summary
@@ -515,13 +569,16 @@ def report_metrics(record: RoundRecord) -> dict[str, float]:
     """The ``metrics`` posted to the service for a round: a flat name -> finite number map.
 
     ``loss``/``accuracy`` on evaluated rounds, ``epsilon.<group>`` for private groups
-    (names longer than the service's 64 characters are left out), client counts, seconds.
+    (names longer than the service's 64 characters are left out), client counts, seconds,
+    and ``diverged: 1`` on the round that stopped a diverged run.
     """
     metrics: dict[str, float] = {
         "sampled": float(sum(record.sampled.values())),
         "survived": float(sum(record.survived.values())),
         "seconds": float(record.seconds),
     }
+    if record.diverged:
+        metrics["diverged"] = 1.0
     if record.loss is not None and math.isfinite(record.loss):
         metrics["loss"] = float(record.loss)
     if record.accuracy is not None:
@@ -540,6 +597,7 @@ def summarize(
     seconds: float,
     plan_id: str | None,
     reporter: RoundReporter | None,
+    divergence: Divergence | None = None,
 ) -> RunSummary:
     plan = prepared.plan
     evaluated = [r for r in records if r.accuracy is not None]
@@ -552,7 +610,7 @@ def summarize(
         method=plan.method,
         plan_id=reporter.plan_id if reporter is not None else plan_id,
         superseded_plans=list(prepared.plan_history),
-        complete=rounds_run == prepared.config.rounds,
+        complete=rounds_run == prepared.config.rounds and divergence is None,
         rounds_run=rounds_run,
         rounds=prepared.config.rounds,
         start_round=prepared.run_start,
@@ -566,5 +624,6 @@ def summarize(
         device=str(prepared.device),
         seconds=seconds,
         reports_pending=len(reporter.pending) if reporter is not None else 0,
+        diverged=divergence,
         warnings=prepared.warnings,
     )
