@@ -6,7 +6,8 @@ emits ``BEGIN`` itself: read transactions use a plain ``BEGIN`` and write transa
 ``BEGIN IMMEDIATE``, which takes the write lock up front. Every read-check-write sequence
 (is this round already recorded? did the active plan change?) therefore runs against a
 state no other writer can change before it commits. On PostgreSQL the same sequences lock
-the rows they depend on with ``SELECT ... FOR UPDATE``.
+the rows they depend on with ``SELECT ... FOR UPDATE`` (or, where no row exists yet, an
+advisory lock: :func:`serialize`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,7 +58,8 @@ def make_engine(database_url: str, busy_timeout_seconds: float = 30.0) -> Engine
     url = parse_database_url(database_url)
     if url.get_backend_name() != "sqlite":
         try:
-            return create_engine(url, pool_pre_ping=True)
+            # Enough connections for the threads that serve requests (uvicorn's thread pool has 40).
+            return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
         except (ModuleNotFoundError, NoSuchModuleError) as exc:
             hint = " (pip install 'gdpfed[postgres]')" if url.get_backend_name() == "postgresql" else ""
             raise InvalidInputError(
@@ -138,6 +140,25 @@ def with_busy_retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 
             spread = 0.5 + (threading.get_ident() % 97) / 97
             time.sleep(base_delay * (2**attempt) * spread)
     raise AssertionError("unreachable")
+
+
+def serialize(session: Session, name: str) -> None:
+    """Make this write transaction the only one holding ``name`` until it ends.
+
+    PostgreSQL: a transaction-scoped advisory lock (``pg_advisory_xact_lock``), for checks
+    that no single row can be locked for (is there any key yet? is the schema migrated?).
+    SQLite needs nothing: a write transaction already holds the database's write lock
+    (``BEGIN IMMEDIATE``).
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key(name)})
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for ``name`` (PostgreSQL advisory locks take a bigint)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 Row = TypeVar("Row")

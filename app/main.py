@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(state.compute.start)
         yield
         state.compute.shutdown()
         state.engine.dispose()

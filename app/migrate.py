@@ -12,7 +12,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+
+from app.db import advisory_key
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -40,5 +42,9 @@ def upgrade_head(engine: Engine) -> None:
         return
     config = alembic_config()
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # server processes starting together on one database migrate one at a time
+            # (the others then find the schema at head); SQLite's DDL takes its write lock
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key("gdpfed:migrate")})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

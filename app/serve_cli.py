@@ -23,6 +23,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--database-url", default=None,
                         help="SQLAlchemy URL (default sqlite:///./gdpfed.db, GDPFED_DATABASE_URL)")
     parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error", "critical"])
+    parser.add_argument("--workers", type=int, default=None,
+                        help="server processes sharing the port (default 1, GDPFED_WORKERS); the database is "
+                        "their only shared state")
+    parser.add_argument("--compute-workers", type=int, default=None,
+                        help="compute processes per server process (default: the cores divided among the "
+                        "server processes, GDPFED_COMPUTE_WORKERS)")
     parser.add_argument("--create-key", metavar="NAME", default=None,
                         help="create an API key NAME, print its token once, and exit")
     parser.add_argument("--role", choices=ROLES, default="planner", help="role of --create-key (default planner)")
@@ -36,7 +42,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     overrides = {
         name: value
         for name, value in (("host", args.host), ("port", args.port), ("database_url", args.database_url),
-                            ("log_level", args.log_level))
+                            ("log_level", args.log_level), ("workers", args.workers),
+                            ("compute_workers", args.compute_workers))
         if value is not None
     }
     return Settings(**overrides)
@@ -74,22 +81,61 @@ def _serve(settings: Any) -> None:
 
     import uvicorn
 
-    from app.main import create_app
+    from app.main import announce_initial_key, bootstrap, create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     _check_database(settings)
     _check_port(settings.host, settings.port)
-    app = create_app(settings)
+    settings = _share_cores(settings)
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     if ":" in shown_host:
         shown_host = f"[{shown_host}]"
-    sys.stderr.write(
-        f"gdpfed serve: API docs at http://{shown_host}:{settings.port}/docs "
-        f"(database {_redact(settings.database_url)})\n"
-    )
+    where = (f"gdpfed serve: API docs at http://{shown_host}:{settings.port}/docs, operator console at "
+             f"http://{shown_host}:{settings.port}/console (database {_redact(settings.database_url)}; "
+             f"{settings.workers} server process(es) x {settings.compute_workers} compute worker(s))\n")
+    if settings.workers == 1:
+        app = create_app(settings)
+        sys.stderr.write(where)
+        sys.stderr.flush()
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+        return None
+    # Several server processes: migrate and create the first key once, here, then let
+    # uvicorn start the processes, each building its app from the same settings.
+    state, initial_token = bootstrap(settings)
+    state.engine.dispose()
+    if initial_token is not None:
+        announce_initial_key(initial_token)
+    _export(settings)
+    sys.stderr.write(where)
     sys.stderr.flush()
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
+                log_level=settings.log_level, workers=settings.workers)
     return None
+
+
+def _share_cores(settings: Any) -> Any:
+    """Without an explicit compute pool size, the cores are divided among the server processes."""
+    from app.compute import default_workers
+
+    if "compute_workers" in settings.model_fields_set or settings.workers == 1:
+        return settings
+    share = max(1, -(-default_workers() // settings.workers))
+    return settings.model_copy(update={"compute_workers": share})
+
+
+def _export(settings: Any) -> None:
+    """Hand the settings to uvicorn's worker processes through their environment (GDPFED_*)."""
+    import os
+
+    from pydantic import SecretStr
+
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        os.environ[f"GDPFED_{name.upper()}"] = str(value)
 
 
 def _check_database(settings: Any) -> None:

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.compute import default_workers
+
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
@@ -34,7 +36,12 @@ class Settings(BaseSettings):
         "past it the request answers 503 {code: timeout}",
     )
     compute_workers: int = Field(
-        4, ge=1, le=256, description="threads that run accounting and planning computations"
+        default_factory=default_workers, ge=1, le=256,
+        description="worker processes that run accounting and planning (default: one per core)",
+    )
+    workers: int = Field(
+        1, ge=1, le=64,
+        description="server processes (uvicorn workers) sharing the port; the database is their only shared state",
     )
     initial_key: Literal["create", "none"] = Field(
         "create",

@@ -76,7 +76,7 @@ def running_server() -> Iterator[str]:
         )
         base_url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180
             while True:
                 if process.poll() is not None:
                     raise RuntimeError(f"gdpfed serve exited with code {process.returncode}")
@@ -86,7 +86,7 @@ def running_server() -> Iterator[str]:
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError("gdpfed serve did not start within 60 s")
+                    raise RuntimeError("gdpfed serve did not start within 180 s")
                 time.sleep(0.1)
             yield base_url
         finally:

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import with_busy_retry, write_transaction
+from app.db import serialize, with_busy_retry, write_transaction
 from app.errors import conflict, not_found
 from app.models import ApiKey, utc_now
 from app.security import Role, hash_token, new_token, token_matches
@@ -58,6 +58,7 @@ def ensure_initial_key(factory: sessionmaker[Session], token: str | None = None)
 
     def attempt() -> str | None:
         with write_transaction(factory) as session:
+            serialize(session, "gdpfed:initial-key")  # PostgreSQL: no row to lock yet
             if session.scalar(select(func.count()).select_from(ApiKey)):
                 return None
             _, created = create_key(session, INITIAL_KEY_NAME, "operator", None, token=token)
@@ -90,10 +91,12 @@ def revoke_key(session: Session, name: str) -> ApiKey:
         raise not_found("API key", name)
     if key.revoked_at is None:
         if key.role == "operator":
-            operators = session.scalar(
-                select(func.count()).select_from(ApiKey).where(ApiKey.role == "operator", ApiKey.revoked_at.is_(None))
-            )
-            if (operators or 0) <= 1:
+            # Lock every active operator key, so two revocations of different operator keys
+            # cannot each see the other still active and together leave none (PostgreSQL).
+            operators = len(list(session.scalars(
+                select(ApiKey.pk).where(ApiKey.role == "operator", ApiKey.revoked_at.is_(None)).with_for_update()
+            )))
+            if operators <= 1:
                 raise conflict(
                     f"{name!r} is the last active operator key; create another operator key before revoking it",
                     field="name",

@@ -1,7 +1,15 @@
-"""Fixtures for the service tests: every test gets its own SQLite file and app."""
+"""Fixtures for the service tests: every test gets its own SQLite file and app.
+
+Tests that take ``backend_url`` (or override ``db_url`` with it) run on SQLite and on
+PostgreSQL: a fresh database per test on the server named by ``GDPFED_TEST_POSTGRES_URL``
+(``.ci/run`` starts one; by hand: ``source .ci/postgres && start_test_postgres``). Without
+that variable the PostgreSQL cases are skipped and say why.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +36,46 @@ def auth(token: str) -> dict[str, str]:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'gdpfed.db'}"
+
+
+POSTGRES_ENV = "GDPFED_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"{POSTGRES_ENV} is not set, so there is no PostgreSQL server to test against "
+                    "(.ci/run starts one; by hand: source .ci/postgres && start_test_postgres)")
+    return url
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """A new, empty database on the test server, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    from app.db import parse_database_url
+
+    server = parse_database_url(postgres_server_url)
+    name = f"gdpfed_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        yield server.set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test's database on each backend the service supports."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'gdpfed.db'}"
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ class Server:
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -59,27 +59,40 @@ class Server:
         raise RuntimeError("server did not start:\n" + "".join(self.stderr))
 
 
-@contextmanager
-def serve(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[Server]:
-    port = free_port()
+def start_server(database_url: str, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                 initial_api_key: str | None = None, port: int | None = None) -> Server:
+    """A ``gdpfed serve`` process on a loopback port (not yet waited for: ``wait_ready``)."""
+    port = port or free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), **(extra_env or {})}
     env.pop("GDPFED_INITIAL_API_KEY", None)
+    if initial_api_key is not None:
+        env["GDPFED_INITIAL_API_KEY"] = initial_api_key
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--database-url", database_url, "--log-level", "warning"],
+         "--database-url", database_url, "--log-level", "warning", *args],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
-    server = Server(process, f"http://127.0.0.1:{port}")
+    return Server(process, f"http://127.0.0.1:{port}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@contextmanager
+def serve(database_url: str, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+          initial_api_key: str | None = None) -> Iterator[Server]:
+    server = start_server(database_url, extra_env, args, initial_api_key)
     try:
         server.wait_ready()
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(server)
 
 
 def test_service_end_to_end_and_restart(tmp_path: Path) -> None:

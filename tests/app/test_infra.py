@@ -22,8 +22,8 @@ from app.settings import Settings
 from tests.app.conftest import OPERATOR_TOKEN, TestClient, auth
 
 
-def test_migrations_match_the_models(db_url: str) -> None:
-    engine = make_engine(db_url)
+def test_migrations_match_the_models(backend_url: str) -> None:
+    engine = make_engine(backend_url)
     upgrade_head(engine)
     upgrade_head(engine)  # idempotent
     assert current_revision(engine) == head_revision()
@@ -35,12 +35,12 @@ def test_migrations_match_the_models(db_url: str) -> None:
     }
 
 
-def test_downgrade_then_upgrade(db_url: str) -> None:
+def test_downgrade_then_upgrade(backend_url: str) -> None:
     from alembic import command
 
     from app.migrate import alembic_config
 
-    engine = make_engine(db_url)
+    engine = make_engine(backend_url)
     upgrade_head(engine)
     config = alembic_config()
     with engine.begin() as connection:
@@ -209,19 +209,124 @@ def test_body_size_middleware_passes_small_bodies() -> None:
         assert client.post("/echo", json={"a": 1}).json() == {"a": 1}
 
 
-def test_compute_pool_time_limit() -> None:
-    timeouts = []
-    pool = ComputePool(workers=2, timeout_seconds=0.05, on_timeout=lambda: timeouts.append(1))
+def _index_error() -> None:
+    [][1]  # raises IndexError in the worker
+
+
+def _divide_by_zero() -> float:
+    return 1.0 / 0.0
+
+
+def _overflow() -> float:
+    return 10.0 ** 400
+
+
+def _invalid() -> None:
+    from accounting.errors import InvalidInputError
+
+    raise InvalidInputError("sampling_rate", "must be in (0, 1]")
+
+
+def _validation_error() -> None:
+    from planner.schema import Scenario
+
+    Scenario.model_validate({"groups": [], "delta": 2})
+
+
+def _pid_after(seconds: float) -> int:
+    import os
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _start_grandchild_and_hang(pid_file: str) -> None:
+    """A computation that forked a helper (as PRV does) and then overran its time limit."""
+    import subprocess
+
+    helper = subprocess.Popen(["sleep", "60"])
+    Path(pid_file).write_text(str(helper.pid))
+    time.sleep(60)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
     try:
-        assert pool.run(sum, [1, 2, 3]) == 6
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie awaiting its parent's wait() is dead too
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_compute_pool_time_limit_and_errors() -> None:
+    from accounting.errors import InvalidInputError
+
+    timeouts = []
+    pool = ComputePool(workers=2, timeout_seconds=60, on_timeout=lambda: timeouts.append(1))
+    try:
+        assert pool.run(sum, [1, 2, 3]) == 6  # the first call also waits for the workers to start
+        pool.timeout_seconds = 0.2
         with pytest.raises(ServiceError) as caught:
-            pool.run(time.sleep, 0.5)
+            pool.run(time.sleep, 5)
         assert caught.value.status == 503 and caught.value.code == "timeout"
         assert timeouts == [1]
+        pool.timeout_seconds = 30
         with pytest.raises(IndexError):  # the function's own errors pass through
-            pool.run(lambda: [][1])
+            pool.run(_index_error)
+        with pytest.raises(InvalidInputError) as invalid:  # project errors keep their type and field
+            pool.run(_invalid)
+        assert invalid.value.field == "sampling_rate" and "must be in" in invalid.value.message
+        with pytest.raises(InvalidInputError) as validation:
+            pool.run(_validation_error)
+        assert validation.value.field in ("groups", "delta")
+        from accounting import noise_multiplier
+
+        # PRV computes in fenced child processes of its own: a worker may start them
+        calibrated = pool.run(noise_multiplier, 0.1, 100, 1.0, 1e-5, "prv")
+        assert calibrated.accountant_used == "prv" and not calibrated.fallback
     finally:
         pool.shutdown()
+
+
+def test_timed_out_computations_are_killed_with_their_children(tmp_path: Path) -> None:
+    """Issue 15: an abandoned computation must not keep running and slow the requests after it."""
+    pool = ComputePool(workers=1, timeout_seconds=30)
+    try:
+        assert pool.run(_pid_after, 0) > 0  # the worker has imported this module
+        [before] = pool.worker_pids()
+        pid_file = tmp_path / "helper.pid"
+        pool.timeout_seconds = 2.0
+        with pytest.raises(ServiceError):
+            pool.run(_start_grandchild_and_hang, str(pid_file))
+        helper = int(pid_file.read_text())
+        deadline = time.monotonic() + 10
+        while (_alive(before) or _alive(helper)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(before), "the overrunning worker still runs"
+        assert not _alive(helper), "the worker's child still runs"
+        [after] = pool.worker_pids()
+        assert after != before and _alive(after)
+        pool.timeout_seconds = 30
+        assert pool.run(sum, [2, 3]) == 5  # the replacement answers
+    finally:
+        pool.shutdown()
+
+
+def test_compute_runs_in_separate_processes() -> None:
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ComputePool(workers=2, timeout_seconds=30)
+    try:
+        with ThreadPoolExecutor(2) as callers:
+            pids = set(callers.map(lambda _: pool.run(_pid_after, 0.5), range(2)))
+        assert len(pids) == 2 and os.getpid() not in pids
+        workers = pool.worker_pids()
+    finally:
+        pool.shutdown()
+    assert not any(_alive(pid) for pid in workers)
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,7 +352,7 @@ def test_healthz(client: TestClient) -> None:
 
 
 def test_compute_pool_survives_a_restarted_lifespan() -> None:
-    pool = ComputePool(workers=1, timeout_seconds=5)
+    pool = ComputePool(workers=1, timeout_seconds=30)
     assert pool.run(sum, [1, 2]) == 3
     pool.shutdown()
     assert pool.run(sum, [3, 4]) == 7
@@ -257,11 +362,12 @@ def test_compute_pool_survives_a_restarted_lifespan() -> None:
 def test_compute_pool_async_time_limit() -> None:
     import asyncio
 
-    pool = ComputePool(workers=2, timeout_seconds=0.05)
+    pool = ComputePool(workers=2, timeout_seconds=30)
     try:
         assert asyncio.run(pool.run_async(sum, [1, 2])) == 3
+        pool.timeout_seconds = 0.2
         with pytest.raises(ServiceError) as caught:
-            asyncio.run(pool.run_async(time.sleep, 0.5))
+            asyncio.run(pool.run_async(time.sleep, 5))
         assert caught.value.code == "timeout"
     finally:
         pool.shutdown()
@@ -270,12 +376,12 @@ def test_compute_pool_async_time_limit() -> None:
 def test_numeric_range_errors_are_infeasible_not_500() -> None:
     from accounting.errors import InfeasibleError
 
-    pool = ComputePool(workers=1, timeout_seconds=5)
+    pool = ComputePool(workers=1, timeout_seconds=30)
     try:
         with pytest.raises(InfeasibleError, match="ZeroDivisionError"):
-            pool.run(lambda: 1.0 / 0.0)
+            pool.run(_divide_by_zero)
         with pytest.raises(InfeasibleError, match="OverflowError"):
-            pool.run(lambda: 10.0 ** 400)
+            pool.run(_overflow)
     finally:
         pool.shutdown()
 

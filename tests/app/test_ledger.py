@@ -15,6 +15,11 @@ from app.services import ledger as ledger_service
 from tests.app.conftest import TestClient, hand_made_plan, store_plan
 
 
+@pytest.fixture
+def db_url(backend_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return backend_url
+
 def _report(client: TestClient, plan_id: str, round_index: int, **extra: object):
     return client.post(f"/v1/plans/{plan_id}/rounds", json={"round_index": round_index, **extra})
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from tests.app.conftest import SMALL_SCENARIO, TestClient
 
+
+@pytest.fixture
+def db_url(backend_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return backend_url
 
 def _population(client: TestClient, **scenario_overrides: object) -> str:
     scenario = {**copy.deepcopy(SMALL_SCENARIO), **scenario_overrides}
