@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from app.compute import ComputePool
@@ -24,7 +25,7 @@ from app.errors import ErrorBody, install_error_handlers
 from app.limits import BodySizeLimitMiddleware
 from app.metrics import MetricsMiddleware, make_metrics
 from app.migrate import upgrade_head
-from app.routes import accounting, health, keys, ledger, plans, populations
+from app.routes import accounting, console, health, keys, ledger, plans, populations
 from app.services.keys import INITIAL_KEY_NAME, ensure_initial_key
 from app.settings import Settings
 
@@ -108,6 +109,8 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
-    for module in (health, accounting, plans, ledger, populations, keys):
+    for module in (health, accounting, plans, ledger, populations, keys, console):
         app.include_router(module.router)
+    # the console's script, style and vendored chart library, from the installed package
+    app.mount("/console/static", StaticFiles(directory=console.STATIC_DIR), name="console-static")
     return app

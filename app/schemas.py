@@ -18,7 +18,17 @@ from accounting.accountants import AccountantName
 from accounting.events import Phase
 from app.models import as_utc
 from app.security import Role
-from planner.schema import Changes, Epsilon, GroupSpec, Plan, PlanMethod, RequestedMethod, Scenario
+from planner.schema import (
+    Changes,
+    ComparisonRow,
+    Epsilon,
+    GroupSpec,
+    Plan,
+    PlanMethod,
+    Recommendation,
+    RequestedMethod,
+    Scenario,
+)
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
@@ -236,3 +246,57 @@ class PopulationChangeResult(BaseModel):
 
 
 GroupAdd = GroupSpec
+
+
+# --- operator console (docs/service.md §Console) ----------------------------------------
+
+
+class KeyIdentity(BaseModel):
+    name: str
+    role: str
+
+
+class ConsoleGroup(BaseModel):
+    id: str
+    epsilon: float | None = Field(description="the group's budget in the registry; null = opted out")
+    num_clients: int
+    epsilon_spent: float | None = Field(None, description="per the service's ledger of the active plan")
+    epsilon_remaining: float | None = None
+    opted_out: bool = False
+    sampling_rate: float | None = None
+    pool: str | None = None
+
+
+class SpentSeries(BaseModel):
+    rounds: list[int] = Field(description="global round counts (rounds done)")
+    epsilon_spent: dict[str, list[float | None]] = Field(description="group id -> epsilon after each round count")
+    budget: dict[str, list[float | None]] = Field(description="group id -> its budget in the plan covering it")
+
+
+class ConsoleLineage(BaseModel):
+    id: str
+    parent_plan_id: str | None = None
+    superseded_by: str | None = None
+    method: str
+    accountant: str
+    start_round: int
+    rounds: int
+    rounds_counted: int
+    created_at: UtcDatetime
+    created_by: str | None = None
+    active: bool = False
+
+
+class ConsolePopulation(BaseModel):
+    population: PopulationOut
+    unit: str | None = Field(description="what the epsilon figures are: notion, delta, accountant")
+    groups: list[ConsoleGroup]
+    rounds_counted: int = 0
+    series: SpentSeries | None = None
+    lineage: list[ConsoleLineage]
+
+
+class ConsoleComparison(BaseModel):
+    unit: str
+    recommendation: Recommendation | None = None
+    comparison: list[ComparisonRow]

@@ -1,11 +1,14 @@
 """``gdpfed bench service``: load test of the HTTP service on loopback.
 
-Starts a real ``gdpfed serve`` (uvicorn, SQLite in a temporary directory), then drives it
-with 1 and 32 concurrent clients (``httpx.AsyncClient``, keep-alive) for two calls:
-plan creation (3 groups, gdpfed_plus, rdp) and an accounting call (noise multiplier,
-rdp). Reports requests/s and p50/p99 latency, next to the same computation called
-in-process (the "direct" column) so that the HTTP, auth, validation and storage overhead
-is visible. Client and server share the machine's cores, so the numbers are a floor.
+Starts a real ``gdpfed serve`` (uvicorn, SQLite in a temporary directory, its default
+compute pool: one worker process per core), then drives it with 1 and 32 concurrent
+clients (``httpx.AsyncClient``, keep-alive) for three calls: plan creation (3 groups,
+gdpfed_plus, rdp), an accounting call (noise multiplier, rdp) and a prv ``compare`` of
+``examples/scenario.json`` (1 client). Reports requests/s, p50/p99 latency and the
+throughput relative to one client (``x_1_client``: the issue-15 target is 1.8 for plans
+with 32 clients on 2 cores), next to the same computation called in-process (the
+"direct" column) so that the HTTP, auth, validation and storage overhead is visible.
+Client and server share the machine's cores, so the numbers are a floor.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ def running_server() -> Iterator[str]:
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="gdpfed-bench-") as directory:
         port = _free_port()
-        env = {**os.environ, "GDPFED_INITIAL_API_KEY": TOKEN, "PYTHONPATH": str(repo),
-               "GDPFED_COMPUTE_WORKERS": "4"}
+        env = {**os.environ, "GDPFED_INITIAL_API_KEY": TOKEN, "PYTHONPATH": str(repo)}
+        env.pop("GDPFED_COMPUTE_WORKERS", None)  # the default: one compute process per core
         process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
              "--database-url", f"sqlite:///{Path(directory) / 'gdpfed.db'}", "--log-level", "warning"],
@@ -132,7 +135,19 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
+def _compare_body() -> dict[str, Any]:
+    import json
+
+    scenario = json.loads((Path(__file__).resolve().parents[1] / "examples" / "scenario.json").read_text())
+    return {"method": "compare", "scenario": {**scenario, "accountant": "prv"}}
+
+
 def _direct_seconds(operation: str, repeats: int) -> float:
+    if operation == "compare":
+        from planner import Scenario, make_plan
+
+        scenario = Scenario.model_validate(_compare_body()["scenario"])
+        return median(time_calls(lambda: make_plan(scenario, "compare"), repeats))
     if operation == "plan":
         from planner import Scenario, make_plan
 
@@ -150,30 +165,40 @@ def _direct_seconds(operation: str, repeats: int) -> float:
 
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     cells = [
-        ("POST /v1/plans (3 groups, rdp)", "plan", "/v1/plans", PLAN_BODY),
-        ("POST /v1/accounting/noise-multiplier (rdp)", "noise", "/v1/accounting/noise-multiplier", NOISE_BODY),
+        ("POST /v1/plans (3 groups, rdp)", "plan", "/v1/plans", PLAN_BODY, (1, 32)),
+        ("POST /v1/accounting/noise-multiplier (rdp)", "noise", "/v1/accounting/noise-multiplier", NOISE_BODY,
+         (1, 32)),
+        ("POST /v1/plans compare (examples/scenario.json, prv)", "compare", "/v1/plans", _compare_body(), (1,)),
     ]
-    concurrency = (1, 32)
+    if quick:  # a smoke run: the prv compare takes seconds a call
+        cells = cells[:2]
     rows: list[dict[str, Any]] = []
     with running_server() as base_url:
-        for title, operation, path, body in cells:
-            direct = _direct_seconds(operation, 3 if quick else 20)
+        for title, operation, path, body, concurrency in cells:
+            heavy = operation == "compare"
+            direct = _direct_seconds(operation, 1 if (quick or heavy) else 20)
+            single_rate = None
             for clients in concurrency:
                 requests = (4 if quick else 200) * (1 if clients == 1 else 2)
                 requests = max(requests, clients) if not quick else requests
+                if heavy:
+                    requests = 1 if quick else 5
                 latencies, wall, errors = asyncio.run(
-                    _load(base_url, path, body, clients, requests, 10 if quick else 60)
+                    _load(base_url, path, body, clients, requests, 10 if quick else 60 if not heavy else 120)
                 )
                 p50 = _percentile(latencies, 0.5)
+                rate = len(latencies) / wall
+                single_rate = rate if clients == 1 else single_rate
                 rows.append({
                     "call": title,
                     "clients": clients,
                     "requests": len(latencies),
                     "errors": errors,
-                    "req_per_s": len(latencies) / wall,
+                    "req_per_s": rate,
+                    "x_1_client": rate / single_rate if single_rate else None,
                     "p50_ms": p50 * 1e3,
                     "p99_ms": _percentile(latencies, 0.99) * 1e3,
                     "direct_ms": direct * 1e3,
                     "p50_over_direct": p50 / direct,
                 })
-    return [("Service on loopback (gdpfed serve, SQLite)", rows)]
+    return [("Service on loopback (gdpfed serve, SQLite, one compute process per core)", rows)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import OperatorKey, ReadSession, State
-from app.schemas import KeyCreate, KeyCreated, KeyOut
+from app.deps import OperatorKey, PlannerKey, ReadSession, State
+from app.schemas import KeyCreate, KeyCreated, KeyIdentity, KeyOut
 from app.services import keys as key_service
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
@@ -15,6 +15,11 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 def create_key(body: KeyCreate, state: State, caller: OperatorKey) -> KeyCreated:
     key, token = key_service.create_key_committed(state.sessions, body.name, body.role, caller.name)
     return KeyCreated(**KeyOut.model_validate(key, from_attributes=True).model_dump(), token=token)
+
+
+@router.get("/me", response_model=KeyIdentity, summary="the calling key's name and role")
+async def whoami(caller: PlannerKey) -> KeyIdentity:
+    return KeyIdentity(name=caller.name, role=caller.role)
 
 
 @router.get("", response_model=list[KeyOut], summary="list API keys (never their tokens)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from app.deps import OperatorKey, State
+from app.deps import OperatorKey, PlannerKey, State
 from app.schemas import LedgerOut, RoundRecord, RoundReport
 from app.services import ledger as ledger_service
 
@@ -25,5 +25,5 @@ def report_round(plan_id: str, body: RoundReport, state: State, caller: Operator
 
 
 @router.get("/{plan_id}/ledger", response_model=LedgerOut, summary="privacy spent per group")
-def get_ledger(plan_id: str, state: State, _caller: OperatorKey) -> LedgerOut:
+def get_ledger(plan_id: str, state: State, _caller: PlannerKey) -> LedgerOut:
     return ledger_service.ledger(state, plan_id)

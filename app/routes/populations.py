@@ -1,4 +1,4 @@
-"""``/v1/populations``: the budget registry (docs/service.md §Populations). Operators only."""
+"""``/v1/populations``: the budget registry (docs/service.md §Populations). Planners read, operators change."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.deps import OperatorKey, ReadSession, State
+from app.deps import OperatorKey, PlannerKey, ReadSession, State
 from app.schemas import (
     ChangePage,
     GroupAdd,
@@ -31,13 +31,13 @@ def create_population(body: PopulationCreate, state: State, caller: OperatorKey)
 
 
 @router.get("", response_model=PopulationPage, summary="list populations, newest first")
-def list_populations(session: ReadSession, _caller: OperatorKey, limit: Limit = 50,
+def list_populations(session: ReadSession, _caller: PlannerKey, limit: Limit = 50,
                      offset: Offset = 0) -> PopulationPage:
     return population_service.list_populations(session, limit, offset)
 
 
 @router.get("/{population_id}", response_model=PopulationOut, summary="one population")
-def get_population(population_id: str, session: ReadSession, _caller: OperatorKey) -> PopulationOut:
+def get_population(population_id: str, session: ReadSession, _caller: PlannerKey) -> PopulationOut:
     return population_service.get_population(session, population_id)
 
 
@@ -59,7 +59,7 @@ def add_group(population_id: str, body: GroupAdd, state: State, caller: Operator
 
 
 @router.get("/{population_id}/changes", response_model=ChangePage, summary="change history")
-def list_changes(population_id: str, session: ReadSession, _caller: OperatorKey, limit: Limit = 50,
+def list_changes(population_id: str, session: ReadSession, _caller: PlannerKey, limit: Limit = 50,
                  offset: Offset = 0) -> ChangePage:
     return population_service.list_changes(session, population_id, limit, offset)
 

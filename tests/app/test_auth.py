@@ -22,13 +22,16 @@ ENDPOINTS = [
     ("POST", "/v1/accounting/sampling-rate", {}, "planner"),
     ("POST", "/v1/plans/nope/replan", {}, "operator"),
     ("POST", "/v1/plans/nope/rounds", {"round_index": 0}, "operator"),
-    ("GET", "/v1/plans/nope/ledger", None, "operator"),
-    ("GET", "/v1/populations", None, "operator"),
+    ("GET", "/v1/plans/nope/ledger", None, "planner"),
+    ("GET", "/v1/populations", None, "planner"),
     ("POST", "/v1/populations", {}, "operator"),
-    ("GET", "/v1/populations/nope", None, "operator"),
+    ("GET", "/v1/populations/nope", None, "planner"),
     ("PATCH", "/v1/populations/nope/groups/g", {"epsilon": 1}, "operator"),
     ("POST", "/v1/populations/nope/groups", {}, "operator"),
-    ("GET", "/v1/populations/nope/changes", None, "operator"),
+    ("GET", "/v1/populations/nope/changes", None, "planner"),
+    ("GET", "/v1/console/populations/nope", None, "planner"),
+    ("POST", "/v1/console/populations/nope/comparison", None, "planner"),
+    ("GET", "/v1/keys/me", None, "planner"),
     ("POST", "/v1/populations/nope/plans", None, "operator"),
     ("GET", "/v1/keys", None, "operator"),
     ("POST", "/v1/keys", {"name": "x"}, "operator"),
@@ -58,7 +61,7 @@ def test_error_bodies_and_headers(client: TestClient, planner_token: str) -> Non
     missing = client.get("/v1/plans", headers={"Authorization": ""})
     assert missing.json()["code"] == "unauthorized"
     assert missing.headers["www-authenticate"] == "Bearer"
-    forbidden = client.get("/v1/populations", headers=auth(planner_token))
+    forbidden = client.post("/v1/populations/x/plans", headers=auth(planner_token))
     assert forbidden.json()["code"] == "forbidden"
     assert "operator" in forbidden.json()["message"]
 

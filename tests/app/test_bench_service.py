@@ -14,3 +14,4 @@ def test_service_benchmark_runs_quick() -> None:
         ("/v1/accounting/noise-multiplier", 32),
     }
     assert all(row["errors"] == 0 and row["requests"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0 for row in rows)
+    assert all(row["x_1_client"] > 0 for row in rows)

@@ -117,13 +117,17 @@ class ServiceLink:
         if isinstance(health, str) or health.status_code >= 400:
             why = health if isinstance(health, str) else f"HTTP {health.status_code}"
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({why})")
+        # planners may read ledgers (docs/service.md §Auth): ask the service for the key's role
+        whoami = self.request("GET", "/v1/keys/me")
+        if isinstance(whoami, str):
+            raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({whoami})")
+        if whoami.status_code == 401:
+            raise InvalidInputError("api-key", f"the service at {self.url} does not accept this API key")
+        if whoami.status_code == 403 or (whoami.status_code < 400 and whoami.json().get("role") != "operator"):
+            raise InvalidInputError("api-key", "the key lacks the operator role, which reporting rounds needs")
         ledger = self.request("GET", f"/v1/plans/{plan_id}/ledger")
         if isinstance(ledger, str):
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({ledger})")
-        if ledger.status_code == 401:
-            raise InvalidInputError("api-key", f"the service at {self.url} does not accept this API key")
-        if ledger.status_code == 403:
-            raise InvalidInputError("api-key", "the key lacks the operator role, which reporting rounds needs")
         if ledger.status_code == 404:
             raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
         if ledger.status_code >= 400:

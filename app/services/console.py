@@ -1,0 +1,126 @@
+"""What the operator console shows, computed by the service (docs/service.md §Console).
+
+Every privacy figure on the console comes from here, and here from the service's ledger
+(``app.services.ledger``, which counts rounds) and ``planner.ledger`` (what they cost): the
+page's JavaScript only draws numbers, it never computes one. Each figure is labelled with
+its unit: the privacy notion (client-level DP unless the plan names another), the
+accountant and delta.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.deps import AppState
+from app.models import PlanRecord
+from app.schemas import (
+    ConsoleComparison,
+    ConsoleGroup,
+    ConsoleLineage,
+    ConsolePopulation,
+    GroupLedger,
+    SpentSeries,
+)
+from app.services import ledger as ledger_service
+from app.services import plans as plan_service
+from app.services import populations as population_service
+from planner import ledger as plan_ledger
+from planner.schema import Plan
+
+# Points of the epsilon-over-rounds chart: every round up to this many, else evenly spaced.
+SERIES_POINTS = 25
+# PRV costs about half a second an evaluation: its charts get fewer points.
+SERIES_POINTS_PRV = 6
+
+
+def unit_label(plan: Plan) -> str:
+    """How the console names the privacy figures of ``plan``: notion, accountant, delta."""
+    notion = str(plan.model_dump().get("privacy_unit") or "client-level")
+    return f"epsilon ({notion} DP, delta={plan.scenario.delta:g}, {plan_ledger.ledger_accountant(plan.accountant)})"
+
+
+def _chain(session: Session, active: PlanRecord) -> list[PlanRecord]:
+    """The active plan's ancestors, oldest first, then the active plan."""
+    chain = [active]
+    while chain[0].parent_id is not None:
+        parent = session.scalar(select(PlanRecord).where(PlanRecord.id == chain[0].parent_id))
+        if parent is None:
+            break
+        chain.insert(0, parent)
+    return chain
+
+
+def population_view(state: AppState, population_id: str) -> ConsolePopulation:
+    """The population, its groups' budgets and spending, the spending over rounds, the plans."""
+    with state.sessions() as session:
+        population = population_service.get_population(session, population_id)
+        records = list(session.scalars(
+            select(PlanRecord).where(PlanRecord.population_id == population_id).order_by(PlanRecord.pk)
+        ))
+        counted = {r.id: ledger_service.rounds_counted(session, r) for r in records}
+        children = {r.parent_id: r.id for r in records if r.parent_id is not None}
+        active = next((r for r in records if r.id == population.active_plan_id), None)
+        chain = _chain(session, active) if active is not None else []
+    lineage = [
+        ConsoleLineage(id=r.id, parent_plan_id=r.parent_id, superseded_by=children.get(r.id), method=r.method,
+                       accountant=r.accountant, start_round=r.start_round, rounds=r.rounds,
+                       rounds_counted=counted[r.id], created_at=r.created_at, created_by=r.created_by,
+                       active=r.id == population.active_plan_id)
+        for r in records
+    ]
+    budgets = {g.id: g.epsilon for g in population.scenario.groups}
+    if active is None:
+        groups = [ConsoleGroup(id=g.id, epsilon=g.epsilon, num_clients=g.num_clients) for g in population.scenario.groups]
+        return ConsolePopulation(population=population, unit=None, groups=groups, lineage=lineage, series=None)
+    stages = [(plan_service.to_plan(r), r.start_round, counted[r.id]) for r in chain]
+    ledgers, series = state.compute.run(spending, stages)
+    plan = stages[-1][0]
+    groups = [
+        ConsoleGroup(id=g.id, epsilon=budgets.get(g.id), num_clients=g.num_clients, epsilon_spent=row.epsilon_spent,
+                     epsilon_remaining=row.epsilon_remaining, opted_out=row.opted_out,
+                     sampling_rate=g.sampling_rate, pool=g.pool)
+        for g, row in zip(plan.groups, ledgers)
+    ]
+    return ConsolePopulation(population=population, unit=unit_label(plan), groups=groups, lineage=lineage,
+                             series=series, rounds_counted=counted[chain[-1].id] + chain[-1].start_round)
+
+
+def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], SpentSeries]:
+    """The active plan's ledger rows and each group's epsilon after every counted round.
+
+    ``stages`` is the plan chain, oldest first: (plan, its start round, rounds it counts).
+    The epsilon after global round r is ``planner.ledger.epsilon_spent`` of the plan that
+    covers r, after ``r - start`` of its rounds (its history holds its parents' phases), the
+    number the ledger endpoint reports (docs/ledger.md §2-§4). Runs on the compute pool.
+    """
+    plan, _, rounds = stages[-1]
+    rows = ledger_service.group_ledgers(plan, rounds)
+    total = stages[-1][1] + rounds
+    prv = any(stage[0].accountant == "prv" for stage in stages)
+    points = SERIES_POINTS_PRV if prv else SERIES_POINTS
+    wanted = sorted({round(total * k / points) for k in range(points + 1)}) if total > points else list(range(total + 1))
+    series: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
+    budgets: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
+    for global_round in wanted:
+        stage = next(s for s in reversed(stages) if s[1] <= global_round or s is stages[0])
+        stage_plan, start, _ = stage
+        for group_id in series:
+            try:
+                group = stage_plan.group(group_id)
+            except KeyError:  # added later: nothing spent before it existed
+                series[group_id].append(0.0)
+                budgets[group_id].append(None)
+                continue
+            series[group_id].append(plan_ledger.epsilon_spent(stage_plan, group, max(0, global_round - start)))
+            budgets[group_id].append(group.epsilon)
+    return list(rows), SpentSeries(rounds=wanted, epsilon_spent=series, budget=budgets)
+
+
+def comparison(state: AppState, population_id: str) -> ConsoleComparison:
+    """Every method on the population as it is now (not stored): rows and the recommendation."""
+    with state.sessions() as session:
+        population = population_service.get_population(session, population_id)
+    plan = plan_service.compute_plan(state, population.scenario, "compare")
+    return ConsoleComparison(unit=unit_label(plan), recommendation=plan.recommendation,
+                             comparison=plan.comparison or [])

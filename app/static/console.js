@@ -1,0 +1,249 @@
+// gdpfed operator console (docs/service.md §Console).
+// Draws what the service computes: every privacy figure comes from the service's ledger
+// through /v1/console/* and is only formatted here, never computed.
+"use strict";
+
+const state = { key: null, role: null, population: null, charts: {} };
+const $ = (id) => document.getElementById(id);
+
+function fmt(value) {
+  if (value === null || value === undefined) return "-";
+  if (typeof value !== "number") return String(value);
+  if (value === 0) return "0";
+  return Math.abs(value) >= 1e5 || Math.abs(value) < 1e-3 ? value.toExponential(3) : value.toPrecision(4);
+}
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: { Authorization: `Bearer ${state.key}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => ({ code: "error", message: response.statusText }));
+  if (!response.ok) {
+    const error = new Error(data.message || response.statusText);
+    error.status = response.status;
+    error.code = data.code;
+    throw error;
+  }
+  return data;
+}
+
+function say(text, kind) {
+  const message = $("message");
+  message.textContent = text;
+  message.className = kind || "";
+}
+
+function cell(row, text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  row.appendChild(td);
+  return td;
+}
+
+async function login(event) {
+  event.preventDefault();
+  state.key = $("api-key").value.trim();
+  try {
+    const me = await api("GET", "/v1/keys/me");
+    state.role = me.role;
+    sessionStorage.setItem("gdpfed-key", state.key);
+    $("whoami").textContent = `${me.name} (${me.role}${me.role === "planner" ? ": read only" : ""})`;
+    document.body.classList.toggle("read-only", me.role !== "operator");
+    $("login-section").hidden = true;
+    $("main").hidden = false;
+    $("logout").hidden = false;
+    $("login-error").textContent = "";
+    await loadPopulations();
+  } catch (error) {
+    $("login-error").textContent = `${error.message}`;
+    state.key = null;
+  }
+}
+
+function logout() {
+  sessionStorage.removeItem("gdpfed-key");
+  window.location.reload();
+}
+
+async function loadPopulations() {
+  const page = await api("GET", "/v1/populations?limit=200");
+  const body = $("populations").querySelector("tbody");
+  body.replaceChildren();
+  for (const population of page.items) {
+    const row = document.createElement("tr");
+    row.className = "selectable";
+    row.dataset.id = population.id;
+    cell(row, population.name);
+    cell(row, String(population.scenario.groups.length));
+    cell(row, population.method);
+    cell(row, population.active_plan_id || "none");
+    row.addEventListener("click", () => showPopulation(population.id));
+    body.appendChild(row);
+  }
+  if (page.items.length && !state.population) await showPopulation(page.items[0].id);
+}
+
+async function showPopulation(id) {
+  state.population = id;
+  for (const row of $("populations").querySelectorAll("tbody tr")) {
+    row.classList.toggle("selected", row.dataset.id === id);
+  }
+  const view = await api("GET", `/v1/console/populations/${id}`);
+  $("population").hidden = false;
+  $("population-title").textContent = `${view.population.name} (${view.population.method}, version ${view.population.version})`;
+  $("unit").textContent = view.unit
+    ? `Privacy figures: ${view.unit}; ${view.rounds_counted} round(s) counted by the service's ledger.`
+    : "No active plan yet: nothing has been spent.";
+  $("plan-now").hidden = Boolean(view.population.active_plan_id);
+  renderGroups(view);
+  renderSpent(view);
+  renderLineage(view);
+}
+
+function renderGroups(view) {
+  const body = $("groups").querySelector("tbody");
+  body.replaceChildren();
+  for (const group of view.groups) {
+    const row = document.createElement("tr");
+    row.dataset.group = group.id;
+    cell(row, group.id);
+    cell(row, String(group.num_clients));
+    cell(row, group.epsilon === null ? "opted out" : fmt(group.epsilon), "budget");
+    cell(row, group.opted_out ? "no DP" : fmt(group.epsilon_spent), "spent");
+    cell(row, fmt(group.epsilon_remaining), "remaining");
+    cell(row, fmt(group.sampling_rate));
+    cell(row, group.pool || "-");
+    const change = cell(row, "", "change");
+    const form = document.createElement("form");
+    const input = document.createElement("input");
+    input.type = "number";
+    input.step = "any";
+    input.min = "0";
+    input.size = 8;
+    input.name = "epsilon";
+    input.setAttribute("aria-label", `new budget of ${group.id}`);
+    const button = document.createElement("button");
+    button.type = "submit";
+    button.textContent = "Change";
+    form.append(input, button);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      changeBudget(group.id, Number(input.value));
+    });
+    change.appendChild(form);
+    body.appendChild(row);
+  }
+}
+
+async function changeBudget(groupId, epsilon) {
+  say(`Changing ${groupId}'s budget to ${epsilon}...`);
+  try {
+    const result = await api("PATCH", `/v1/populations/${state.population}/groups/${groupId}`, { epsilon });
+    const plan = result.plan ? ` Re-planned: the new active plan is ${result.plan.id}.` : "";
+    await showPopulation(state.population);
+    say(`Budget of ${groupId} changed to ${epsilon}.${plan}`, "ok");
+  } catch (error) {
+    // the service's own explanation, e.g. a budget below what the ledger says was spent
+    say(`Refused (${error.status} ${error.code}): ${error.message}`, "error");
+  }
+}
+
+async function planNow() {
+  try {
+    const plan = await api("POST", `/v1/populations/${state.population}/plans`);
+    await showPopulation(state.population);
+    say(`Planned: the active plan is ${plan.id}.`, "ok");
+    await loadPopulations();
+  } catch (error) {
+    say(`Refused (${error.status} ${error.code}): ${error.message}`, "error");
+  }
+}
+
+const COLOURS = ["#1f5fbf", "#d9661f", "#2e8b3c", "#a23bb0", "#b8860b", "#c0392b", "#008b8b", "#555"];
+
+function chart(id, config) {
+  if (state.charts[id]) state.charts[id].destroy();
+  config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
+  state.charts[id] = new Chart($(id), config);
+}
+
+function renderSpent(view) {
+  if (!view.series) {
+    if (state.charts["spent-chart"]) state.charts["spent-chart"].destroy();
+    return;
+  }
+  const datasets = [];
+  Object.keys(view.series.epsilon_spent).forEach((group, i) => {
+    const colour = COLOURS[i % COLOURS.length];
+    datasets.push({ label: `${group} spent`, data: view.series.epsilon_spent[group], borderColor: colour,
+                    backgroundColor: colour, pointRadius: 2 });
+    datasets.push({ label: `${group} budget`, data: view.series.budget[group], borderColor: colour,
+                    borderDash: [6, 4], pointRadius: 0, stepped: true });
+  });
+  chart("spent-chart", {
+    type: "line",
+    data: { labels: view.series.rounds, datasets },
+    options: { scales: { x: { title: { display: true, text: "rounds done" } },
+                         y: { title: { display: true, text: view.unit }, beginAtZero: true } } },
+  });
+}
+
+function renderLineage(view) {
+  const body = $("lineage").querySelector("tbody");
+  body.replaceChildren();
+  for (const plan of view.lineage.slice().reverse()) {
+    const row = document.createElement("tr");
+    if (plan.active) row.className = "active-plan";
+    cell(row, plan.id + (plan.active ? " (active)" : ""));
+    cell(row, plan.parent_plan_id || "-");
+    cell(row, plan.superseded_by || "-");
+    cell(row, `${plan.method} / ${plan.accountant}`);
+    cell(row, `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`);
+    cell(row, String(plan.rounds_counted));
+    cell(row, new Date(plan.created_at).toISOString().replace("T", " ").slice(0, 19));
+    cell(row, plan.created_by || "-");
+    body.appendChild(row);
+  }
+}
+
+async function compare() {
+  $("recommendation").textContent = "Planning every method...";
+  try {
+    const result = await api("POST", `/v1/console/populations/${state.population}/comparison`);
+    const rows = result.comparison.filter((row) => row.feasible);
+    const rec = result.recommendation;
+    $("recommendation").textContent = rec ? `Recommended: ${rec.method}. ${rec.reason}.` : "No feasible private method.";
+    chart("noise-chart", {
+      type: "bar",
+      data: { labels: rows.map((r) => r.method + (r.recommended ? " *" : "")),
+              datasets: [{ label: "noise energy (objective term)", data: rows.map((r) => r.noise_energy),
+                           backgroundColor: rows.map((r) => (r.recommended ? "#2e8b3c" : "#1f5fbf")) }] },
+      options: { plugins: { title: { display: true, text: "Noise per method (lower is better)" } } },
+    });
+    const groups = Object.keys(rows[0] ? rows[0].sampling_rates : {});
+    chart("rates-chart", {
+      type: "bar",
+      data: { labels: rows.map((r) => r.method),
+              datasets: groups.map((g, i) => ({ label: `q(${g})`, data: rows.map((r) => r.sampling_rates[g]),
+                                                backgroundColor: COLOURS[i % COLOURS.length] })) },
+      options: { plugins: { title: { display: true, text: "Sampling rate per group" } } },
+    });
+  } catch (error) {
+    $("recommendation").textContent = `Refused (${error.status} ${error.code}): ${error.message}`;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
+  $("compare").addEventListener("click", compare);
+  $("plan-now").addEventListener("click", planNow);
+  const saved = sessionStorage.getItem("gdpfed-key");
+  if (saved) {
+    $("api-key").value = saved;
+    $("login-button").click();
+  }
+});

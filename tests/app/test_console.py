@@ -1,0 +1,152 @@
+"""The operator console end to end: a real server, Debian's headless Chromium (issue 15).
+
+Log in with a key, see the groups' budgets and the ledger's spending, change a budget below
+what was spent and read the service's refusal, change it for real (a re-plan appears in the
+lineage), draw the method comparison, and take a screenshot that must not be blank. A
+planner key sees the same page without the controls that change anything.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.conftest import OPERATOR_TOKEN, SMALL_SCENARIO, auth
+from tests.app.test_e2e import serve
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; "
+                    ".ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,2000", "--force-device-scale-factor=1"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, condition: Any, timeout: float = 90) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+
+
+def _text(driver: Any, element_id: str) -> str:
+    return str(driver.find_element("id", element_id).text)
+
+
+def _log_in(driver: Any, base_url: str, token: str) -> None:
+    driver.get(f"{base_url}/console")
+    driver.find_element("id", "api-key").send_keys(token)
+    driver.find_element("id", "login-button").click()
+    _wait(driver, lambda d: len(d.find_elements("css selector", "#groups tbody tr")) == 3)
+
+
+def _group_cell(driver: Any, group: str, column: str) -> str:
+    return str(driver.find_element("css selector", f'#groups tr[data-group="{group}"] td.{column}').text)
+
+
+def _painted_pixels(driver: Any, canvas_id: str) -> int:
+    return int(driver.execute_script(
+        "const c = document.getElementById(arguments[0]);"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let n = 0; for (let i = 3; i < d.length; i += 4) { if (d[i] > 0) n++; } return n;", canvas_id))
+
+
+def _not_blank(png: bytes) -> tuple[int, float]:
+    """(distinct colours, fraction of pixels that are not the page's white) of a screenshot."""
+    import matplotlib.image
+    import numpy as np
+
+    pixels = matplotlib.image.imread(io.BytesIO(png), format="png")[:, :, :3]
+    quantised = np.round(pixels * 255).astype(np.uint8).reshape(-1, 3)
+    colours = len(np.unique(quantised, axis=0))
+    inked = float(np.mean(np.any(quantised < 245, axis=1)))
+    return colours, inked
+
+
+def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
+    with serve(f"sqlite:///{tmp_path / 'gdpfed.db'}", initial_api_key=OPERATOR_TOKEN) as server:
+        api = httpx.Client(base_url=server.base_url, headers=auth(OPERATOR_TOKEN), timeout=120)
+        population_id = api.post("/v1/populations", json={"name": "hospitals", "scenario": SMALL_SCENARIO}).json()["id"]
+        plan_id = api.post(f"/v1/populations/{population_id}/plans").json()["id"]
+        for index in range(10):
+            assert api.post(f"/v1/plans/{plan_id}/rounds", json={"round_index": index}).status_code == 201
+        planner_token = api.post("/v1/keys", json={"name": "viewer", "role": "planner"}).json()["token"]
+        ledger = {g["id"]: g for g in api.get(f"/v1/plans/{plan_id}/ledger").json()["groups"]}
+        strict_spent = ledger["strict"]["epsilon_spent"]
+
+        _log_in(browser, server.base_url, OPERATOR_TOKEN)
+        assert "operator" in _text(browser, "whoami")
+        # the figures are the ledger's, labelled with their unit
+        assert float(_group_cell(browser, "strict", "spent")) == pytest.approx(strict_spent, rel=1e-3)
+        assert float(_group_cell(browser, "strict", "remaining")) == pytest.approx(
+            ledger["strict"]["epsilon_remaining"], rel=1e-3)
+        unit = _text(browser, "unit")
+        assert "client-level DP" in unit and "delta=0.001" in unit and "rdp" in unit and "10 round(s)" in unit
+        _wait(browser, lambda d: _painted_pixels(d, "spent-chart") > 500)
+
+        # below what was spent: the service's own refusal appears on the page
+        refused = api.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": strict_spent / 2})
+        assert refused.status_code == 409
+        form = browser.find_element("css selector", '#groups tr[data-group="strict"] input')
+        form.send_keys(f"{strict_spent / 2:.6f}")
+        browser.find_element("css selector", '#groups tr[data-group="strict"] button').click()
+        _wait(browser, lambda d: "Refused" in _text(d, "message"))
+        message = _text(browser, "message")
+        assert "409 budget_conflict" in message and "spent" in message
+        assert refused.json()["message"].split(" 0.")[0] in message  # the service's explanation, verbatim
+
+        # a real change re-plans: the lineage gains the child, the budget cell the new value
+        form = browser.find_element("css selector", '#groups tr[data-group="strict"] input')
+        form.clear()
+        form.send_keys("1.5")
+        browser.find_element("css selector", '#groups tr[data-group="strict"] button').click()
+        _wait(browser, lambda d: "Re-planned" in _text(d, "message"))
+        assert _group_cell(browser, "strict", "budget") == "1.500"
+        rows = browser.find_elements("css selector", "#lineage tbody tr")
+        assert len(rows) == 2 and "(active)" in rows[0].text and plan_id in rows[0].text  # child names its parent
+
+        # the comparison, drawn from the service's rows
+        browser.find_element("id", "compare").click()
+        _wait(browser, lambda d: _text(d, "recommendation").startswith("Recommended:"), timeout=180)
+        assert _painted_pixels(browser, "noise-chart") > 500 and _painted_pixels(browser, "rates-chart") > 500
+        assert "lowest objective" in _text(browser, "recommendation")
+
+        png = browser.get_screenshot_as_png()
+        shots = Path(os.environ.get("GDPFED_CONSOLE_SCREENSHOTS", str(tmp_path)))
+        shots.mkdir(parents=True, exist_ok=True)
+        (shots / "console-operator.png").write_bytes(png)
+        colours, inked = _not_blank(png)
+        assert colours > 50 and inked > 0.05, (colours, inked)
+
+        # a planner key sees the same figures and no control that changes anything
+        browser.delete_all_cookies()
+        browser.execute_script("sessionStorage.clear();")
+        _log_in(browser, server.base_url, planner_token)
+        assert "read only" in _text(browser, "whoami")
+        assert float(_group_cell(browser, "strict", "budget")) == pytest.approx(1.5)
+        assert not any(e.is_displayed() for e in browser.find_elements("css selector", ".change"))
+        (shots / "console-planner.png").write_bytes(browser.get_screenshot_as_png())
+        api.close()
