@@ -27,6 +27,7 @@ from app.services import plans as plan_service
 from app.services import populations as population_service
 from planner import ledger as plan_ledger
 from planner.schema import Plan
+from planner.units import unit_of
 
 # Points of the epsilon-over-rounds chart: every round up to this many, else evenly spaced.
 SERIES_POINTS = 25
@@ -35,9 +36,9 @@ SERIES_POINTS_PRV = 6
 
 
 def unit_label(plan: Plan) -> str:
-    """How the console names the privacy figures of ``plan``: notion, accountant, delta."""
-    notion = str(plan.model_dump().get("privacy_unit") or "client-level")
-    return f"epsilon ({notion} DP, delta={plan.scenario.delta:g}, {plan_ledger.ledger_accountant(plan.accountant)})"
+    """How the console names the privacy figures of ``plan``: its unit's notion, delta, accountant."""
+    notion = unit_of(plan).notion
+    return f"epsilon: {notion}, delta={plan.scenario.delta:g}, accountant {plan_ledger.ledger_accountant(plan.accountant)}"
 
 
 def _chain(session: Session, active: PlanRecord) -> list[PlanRecord]:
