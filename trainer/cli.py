@@ -40,6 +40,7 @@ CONFIG_OPTIONS = (
     "late_dropout_fraction",
     "secagg_mode",
     "checkpoint_every",
+    "strategy",
 )
 
 
@@ -77,6 +78,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
         help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
     )
+    # The registry (trainer.strategies.registry) checks the name and the options when the
+    # run is prepared: importing it here would import torch just to build the parser.
+    parser.add_argument(
+        "--strategy", metavar="NAME",
+        help="training strategy: plan (default: the plan's own algorithm) or pfa; "
+        "an unknown name is refused with the list of registered ones",
+    )
+    parser.add_argument(
+        "--strategy-option", action="append", metavar="KEY=JSON", dest="strategy_option",
+        help="strategy option, e.g. rank=4 (pfa); values are JSON; repeatable",
+    )
     parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
     parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")
     parser.add_argument("--lr", type=float, help="client learning rate (default 0.05)")
@@ -106,17 +118,18 @@ def read_json_file(path: Path, field: str) -> Any:
         raise InvalidInputError(field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-def parse_model_options(items: list[str]) -> dict[str, Any]:
-    """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``."""
+def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:
+    """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``;
+    errors name ``field`` (``model-option``, ``strategy-option``) and the key."""
     options: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise InvalidInputError("model-option", f"expected KEY=VALUE, got {item!r}")
+            raise InvalidInputError(field, f"expected KEY=JSON, got {item!r}")
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
-            raise InvalidInputError("model-option", f"{key.strip()}: {value!r} is not a JSON value") from None
+            raise InvalidInputError(f"{field} {key.strip()}", f"{value!r} is not a JSON value") from None
     return options
 
 
@@ -171,7 +184,9 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
 
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     if args.model_option:
-        given["model_options"] = parse_model_options(args.model_option)
+        given["model_options"] = parse_json_options(args.model_option, "model-option")
+    if args.strategy_option:
+        given["strategy_options"] = parse_json_options(args.strategy_option, "strategy-option")
     if stored is None:
         for name in ("dataset", "model"):
             if name not in given:

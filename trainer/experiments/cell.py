@@ -13,7 +13,6 @@ import io
 import shlex
 import shutil
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,6 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     from trainer.models import build_model
     from trainer.run.progress import Progress
     from trainer.run.runner import TrainConfig, execute_run, prepare_run
-    from trainer.strategies.pfa import PFAStrategy
 
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
@@ -108,6 +106,8 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         rounds=rounds,
         seed=spec.seed,
         checkpoint_every=rounds,
+        strategy=spec.strategy,
+        strategy_options=spec.strategy_options,
         **train,
     )
     total_clients = sum(int(g["num_clients"]) for g in scenario_data["groups"])
@@ -129,14 +129,11 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
             **base, complete=True, status="infeasible", error=exc.message, model_dim=dim,
             wall_seconds=time.perf_counter() - started,
         )
-    factory = None
-    if spec.method == "pfa":
-        factory = partial(PFAStrategy, rank=spec.pfa.rank, history=spec.pfa.history)
     run_dir = out / "runs" / spec.cell_id
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an interrupted earlier attempt: the cell restarts
     prepared = prepare_run(
-        plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", strategy_factory=factory, dataset=dataset
+        plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset
     )
     summary = execute_run(prepared, progress=Progress(rounds, 0, stream=_Discard(), use_bar=False))
     return CellResult(

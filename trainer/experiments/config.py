@@ -20,15 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from accounting.errors import InvalidInputError
 from planner.methods import METHODS
 from planner.schema import Scenario
-
-TRAIN_METHODS = (*METHODS, "pfa")
-# The planner method whose plan a runner method executes (PFA runs on gdpfed's pools).
-PLAN_METHOD = {m: m for m in TRAIN_METHODS} | {"pfa": "gdpfed"}
 
 SMOKE_ROUNDS = 2
 SMOKE_CLIENTS_PER_GROUP = 8
@@ -77,9 +73,45 @@ class Setting(_Strict):
     )
 
 
-class PFAOptions(_Strict):
-    rank: int = Field(4, ge=1)
-    history: int = Field(8, ge=1)
+class MethodEntry(_Strict):
+    """One method of the grid: a plan method run by a strategy with options.
+
+    In the YAML a method is either this mapping or a name: a planning method's name runs
+    its plan with the ``plan`` strategy; a strategy's name runs that strategy on its
+    default plan method with the options under ``strategies:``.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=+\-]+$", description="the cell's method label")]
+    plan: str = Field(description="planning method (planner.methods.METHODS)")
+    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry)")
+    options: dict[str, Any] = Field(default_factory=dict, description="the strategy's options")
+
+
+def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[str, Any]]) -> MethodEntry:
+    """A method entry with its plan method, strategy and options, checked against the
+    method and strategy registries (names, options, the plans a strategy runs on)."""
+    from trainer.strategies.registry import STRATEGIES, strategy_spec
+
+    if isinstance(entry, str):
+        if entry in METHODS:
+            entry = MethodEntry(name=entry, plan=entry)
+        elif entry in STRATEGIES:
+            spec = STRATEGIES[entry]
+            entry = MethodEntry(
+                name=entry, plan=spec.default_plan_method, strategy=entry, options=strategy_options.get(entry, {})
+            )
+        else:
+            raise ValueError(
+                f"unknown method {entry!r}; a planning method ({', '.join(METHODS)}) or a strategy "
+                f"({', '.join(STRATEGIES)})"
+            )
+    if entry.plan not in METHODS:
+        raise ValueError(f"{entry.name}: unknown plan method {entry.plan!r}; known: {', '.join(METHODS)}")
+    spec = strategy_spec(entry.strategy)
+    if spec.plan_methods is not None and entry.plan not in spec.plan_methods:
+        raise ValueError(f"{entry.name}: strategy {spec.name} runs on plans of {', '.join(spec.plan_methods)}, not {entry.plan}")
+    # the cell records every option, defaults included, so its specification is explicit
+    return entry.model_copy(update={"options": spec.parse_options(entry.options).model_dump(mode="json")})
 
 
 class TrainExperiment(_Strict):
@@ -90,21 +122,37 @@ class TrainExperiment(_Strict):
     description: str = ""
     scenario: dict[str, Any] = Field(description="the base scenario (model_dim is set from the model)")
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields shared by every cell")
-    methods: list[str] = Field(min_length=1)
+    methods: list[str | MethodEntry] = Field(
+        min_length=1, description="planning methods, strategies, or {name, plan, strategy, options} entries"
+    )
     datasets: list[DatasetEntry] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
     settings: list[Setting] = Field(default_factory=lambda: [Setting(name="default")])
-    pfa: PFAOptions = Field(default_factory=PFAOptions)
+    strategies: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="strategy name -> options, for methods given as a strategy's name"
+    )
+    pfa: dict[str, Any] | None = Field(None, description="the options of the pfa strategy (older spelling of strategies.pfa)")
 
-    @field_validator("methods")
-    @classmethod
-    def _known_methods(cls, methods: list[str]) -> list[str]:
-        for method in methods:
-            if method not in TRAIN_METHODS:
-                raise ValueError(f"unknown method {method!r}; known: {', '.join(TRAIN_METHODS)}")
-        if len(set(methods)) != len(methods):
+    @model_validator(mode="after")
+    def _known_methods(self) -> TrainExperiment:
+        if self.pfa is not None:
+            if "pfa" in self.strategies:
+                raise ValueError("give the pfa options under strategies.pfa or pfa, not both")
+            self.strategies = {**self.strategies, "pfa": self.pfa}
+        entries = [resolve_method(method, self.strategies) for method in self.methods]
+        names = [entry.name for entry in entries]
+        if len(set(names)) != len(names):
             raise ValueError("a method is listed twice")
-        return methods
+        self.methods = list(entries)
+        return self
+
+    def method_entries(self) -> list[MethodEntry]:
+        """The methods, resolved (validation replaced every name by its entry)."""
+        return [m for m in self.methods if isinstance(m, MethodEntry)]
+
+    def method_names(self) -> list[str]:
+        """The cells' method labels, in the configuration's order."""
+        return [m.name for m in self.method_entries()]
 
 
 class SweepExperiment(_Strict):
@@ -136,7 +184,8 @@ class CellSpec(_Strict):
     seed: int
     scenario: dict[str, Any]
     train: dict[str, Any]
-    pfa: PFAOptions
+    strategy: str = "plan"
+    strategy_options: dict[str, Any] = Field(default_factory=dict)
     smoke: bool
 
     def fingerprint(self) -> str:
@@ -237,21 +286,22 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
                 Scenario.model_validate(check)
             except Exception as exc:
                 raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc).splitlines()[0] + ": " + str(exc)) from None
-            for method in experiment.methods:
+            for method in experiment.method_entries():
                 for seed in experiment.seeds:
                     cells.append(
                         CellSpec(
-                            cell_id=cell_id(setting.name, dataset.name, method, seed),
+                            cell_id=cell_id(setting.name, dataset.name, method.name, seed),
                             experiment=experiment.name,
                             config_path=str(config_path),
-                            method=method,
-                            plan_method=PLAN_METHOD[method],
+                            method=method.name,
+                            plan_method=method.plan,
                             dataset=cell_dataset,
                             setting=setting.name,
                             seed=seed,
                             scenario=scenario,
                             train=cell_train,
-                            pfa=experiment.pfa,
+                            strategy=method.strategy,
+                            strategy_options=method.options,
                             smoke=smoke,
                         )
                     )

@@ -126,7 +126,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
         lines += [f"## Accuracy: {setting.name}", ""]
         lines.append("| method | " + " | ".join(datasets) + " |")
         lines.append("|---|" + "---|" * len(datasets))
-        for method in experiment.methods:
+        for method in experiment.method_names():
             cells = [_cell_text(by_key.get((setting.name, d, method), [])) for d in datasets]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -137,7 +137,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     lines.append("|---|---|---|---|---|---|---|---|")
     for setting in experiment.settings:
         for d in datasets:
-            for method in experiment.methods:
+            for method in experiment.method_names():
                 runs = sorted(by_key.get((setting.name, d, method), []), key=lambda r: r.seed)
                 if not runs:
                     continue
@@ -166,7 +166,7 @@ def plot_accuracy(experiment: TrainExperiment, results: Sequence[CellResult], pa
 
     datasets = [d.name for d in experiment.datasets]
     settings = [s.name for s in experiment.settings]
-    methods = experiment.methods
+    methods = experiment.method_names()
     figure, axes = plt.subplots(1, len(datasets), figsize=(max(5.0, 1.2 * len(settings) * len(methods) ** 0.5 + 3) * len(datasets) ** 0.8, 4), squeeze=False)
     width = 0.8 / len(methods)
     try:

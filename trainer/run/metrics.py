@@ -42,6 +42,10 @@ class RoundRecord(BaseModel):
     diverged: bool = Field(
         False, description="the global parameters or test loss after this round are not finite: the run stopped here"
     )
+    metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="the strategy's own evaluation on evaluated rounds (Strategy.evaluate), e.g. personal accuracy",
+    )
 
 
 def append_round(path: Path, record: RoundRecord) -> None:

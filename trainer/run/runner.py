@@ -43,7 +43,6 @@ from trainer.run.plots import plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.strategies.base import Population, RoundContext, Strategy
-from trainer.strategies.plan import PlanStrategy
 
 
 class TrainConfig(BaseModel):
@@ -71,6 +70,19 @@ class TrainConfig(BaseModel):
     late_dropout_fraction: float = Field(0.0, ge=0, le=1)
     secagg_mode: Literal["full", "sparse"] = "full"
     checkpoint_every: int = Field(1, ge=1)
+    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict, description="the strategy's options, validated by its options model"
+    )
+
+    def fingerprint_data(self) -> dict[str, Any]:
+        """What a checkpoint's configuration fingerprint covers: every field, except the
+        strategy fields while they are the default, so that a run started before
+        strategies were selectable still resumes."""
+        data = self.model_dump(mode="json")
+        if data["strategy"] == "plan" and not data["strategy_options"]:
+            del data["strategy"], data["strategy_options"]
+        return data
 
 
 class RunSummary(BaseModel):
@@ -102,6 +114,11 @@ class RunSummary(BaseModel):
         None, description="set when a round left the model non-finite and the run stopped after it"
     )
     warnings: list[str] = Field(default_factory=list)
+    privacy_unit: str = Field("client", description="the notion of epsilon_spent: client = client-level DP per group")
+    strategy: str = Field("plan", description="the training strategy that ran")
+    final_metrics: dict[str, float] = Field(
+        default_factory=dict, description="the strategy's own evaluation at the last evaluated round"
+    )
 
 
 class RoundRunner(Protocol):
@@ -215,7 +232,8 @@ def prepare_client_run(
     would spend more privacy than planned), a plan without rounds, unknown data, a model
     that does not fit the data, a population larger than the data can split into.
     ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
-    **options)`` replaces ``PlanStrategy``; ``engine_factory`` replaces the simulator's
+    **options)`` replaces the registry's strategy ``config.strategy``
+    (``trainer.strategies.registry``, options validated here); ``engine_factory`` replaces the simulator's
     round engine (``build_engine``), e.g. with the Flower scale-out's.
     """
     from planner.schema import require_client_plan
@@ -234,6 +252,9 @@ def prepare_client_run(
             f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would spend "
             "more privacy than the plan allows (re-plan for more rounds)",
         )
+    factory = strategy_factory or registered_strategy(config, plan)
+    if strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
+        raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
     chosen_device = choose_device(device)
     local = LocalTrainingConfig(
         local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
@@ -253,7 +274,6 @@ def prepare_client_run(
     learnability, unlikely = learnability_message(plan, dim)
     if unlikely:
         warnings.append(learnability)
-    factory = strategy_factory or PlanStrategy
 
     def build_strategy(for_plan: Plan) -> Strategy:
         return factory(
@@ -290,6 +310,21 @@ def prepare_client_run(
         learnability=learnability,
         run_start=plan.start_round,
     )
+
+
+def registered_strategy(config: TrainConfig, plan: Plan) -> Callable[..., Strategy]:
+    """A factory of the registry's strategy ``config.strategy`` with its options validated
+    and checked against ``plan`` (``InvalidInputError`` naming the strategy or the option)."""
+    from trainer.strategies.registry import strategy_spec
+
+    spec = strategy_spec(config.strategy)
+    options = spec.parse_options(config.strategy_options)
+    spec.check_plan(plan)
+
+    def factory(for_plan: Plan, model: Any, dataset: Any, **common: Any) -> Strategy:
+        return spec.build(for_plan, options, model=model, dataset=dataset, **common)
+
+    return factory
 
 
 def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
@@ -380,6 +415,7 @@ def round_record(
     seconds: float,
     timing: dict[str, float],
     diverged: bool = False,
+    strategy_metrics: dict[str, float] | None = None,
 ) -> RoundRecord:
     return RoundRecord(
         round=outcome.global_round,
@@ -395,6 +431,7 @@ def round_record(
         timing=timing,
         nonfinite_updates=outcome.nonfinite_updates,
         diverged=diverged,
+        metrics={name: float(value) for name, value in (strategy_metrics or {}).items()},
     )
 
 
@@ -423,7 +460,7 @@ def execute_run(
 
     config, run_dir = prepared.config, prepared.run_dir
     plan_print = fingerprint(prepared.plan_document)
-    config_print = fingerprint(config.model_dump(mode="json"))
+    config_print = fingerprint(config.fingerprint_data())
     ledger = prepared.mechanism.ledger(prepared.plan, epsilon_fn)
     params = prepared.initial_params
     next_round = 0
@@ -510,11 +547,13 @@ def execute_run(
             timing["account"] = time.perf_counter() - tick
 
             metrics = None
+            strategy_metrics = None
             last = local_round + 1 == config.rounds
             finite = bool(torch.isfinite(params).all())
             if finite and (last or (local_round + 1) % config.eval_every == 0):
                 tick = time.perf_counter()
                 metrics = evaluate(prepared.model, params, prepared.dataset.test)
+                strategy_metrics = prepared.strategy.evaluate(ctx, params, prepared.dataset)
                 timing["evaluate"] = time.perf_counter() - tick
             reason = None
             if not finite:
@@ -531,7 +570,8 @@ def execute_run(
                 kept_params = previous
 
             record = round_record(
-                outcome, ledger, metrics, time.perf_counter() - round_started, timing, diverged=reason is not None
+                outcome, ledger, metrics, time.perf_counter() - round_started, timing, diverged=reason is not None,
+                strategy_metrics=strategy_metrics,
             )
             append_round(run_dir.rounds, record)
             records.append(record)
@@ -587,6 +627,9 @@ def report_metrics(record: RoundRecord) -> dict[str, float]:
         name = f"epsilon.{group}"
         if spent is not None and math.isfinite(spent) and len(name) <= 64 and len(metrics) < 256:
             metrics[name] = float(spent)
+    for name, value in record.metrics.items():  # the strategy's own; never over the above
+        if name not in metrics and math.isfinite(value) and len(name) <= 64 and len(metrics) < 256:
+            metrics[name] = float(value)
     return metrics
 
 
@@ -626,4 +669,7 @@ def summarize(
         reports_pending=len(reporter.pending) if reporter is not None else 0,
         diverged=divergence,
         warnings=prepared.warnings,
+        privacy_unit=plan.privacy_unit,
+        strategy=prepared.config.strategy,
+        final_metrics=evaluated[-1].metrics if evaluated else {},
     )

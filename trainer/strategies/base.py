@@ -23,8 +23,11 @@ How the roadmap's methods fit this seam (none of them is built here):
   concatenation of the cluster models; a client's update is non-zero only in its
   cluster's block, so one secure-aggregation session per pool still hides membership;
 - per-pool aggregation weights (FedHDP's r): ``aggregate`` weights each pool sum;
-- sample-level DP-SGD inside a client (cross-silo, MR-MTL): ``client_update`` runs
-  per-sample clipping and noise in its local steps;
+- sample-level DP-SGD inside a client (cross-silo, MR-MTL) and local metric privacy:
+  other privacy units, whose plans carry the mechanism's numbers and whose trainer
+  mechanism, not the strategy, draws the noise (docs/architecture.md §Privacy units); a
+  strategy declares the unit it runs on (``StrategySpec.privacy_unit``);
+- its own evaluation (personal models, per-group accuracy): ``evaluate``;
 - opt-out groups: pools with ``noise_multiplier`` 0 are handled by the engine (no noise,
   still secure aggregation); a strategy needs nothing special.
 
@@ -42,14 +45,23 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from planner.schema import Plan
+from accounting.errors import InvalidInputError
+from planner.schema import Plan, PlanDocument
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
 PURPOSE_DROPOUT = 2
 PURPOSE_CLIENT = 3
 PURPOSE_SECAGG = 4
+# Reserved here, once, for the mechanisms the next strategies bring (design notes §1
+# "A4"): per-example DP-SGD noise and Poisson masks, the Laplace (metric-privacy) draw,
+# k-means tie-breaking. A fixed number per purpose keeps every draw a function of
+# (seed, round, purpose, keys), so a resumed run draws what an uninterrupted one would.
+PURPOSE_DPSGD = 7
+PURPOSE_LAPLACE = 8
+PURPOSE_KMEANS = 9
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,13 @@ class Strategy(ABC):
     def server_update(self, ctx: RoundContext, global_params: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         """The next global parameters."""
 
+    def evaluate(self, ctx: RoundContext, global_params: torch.Tensor, dataset: Any) -> dict[str, float] | None:
+        """Numbers of the strategy's own evaluation (personal models, per-group accuracy,
+        ...) on rounds the run evaluates, merged into ``rounds.jsonl`` (``metrics``) and
+        ``summary.json`` (``final_metrics``); ``None`` (the default): nothing beyond the
+        run's evaluation of ``global_params`` on the test set."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state (tensors and plain values only); stateless by default."""
         return {}
@@ -130,3 +149,56 @@ class Strategy(ABC):
         """Restore what ``state_dict`` returned."""
         if state:
             raise ValueError(f"{type(self).__name__} is stateless but the checkpoint holds {sorted(state)}")
+
+
+class NoOptions(BaseModel):
+    """The options model of a strategy without options: any option is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One entry of the strategy registry (``trainer.strategies.registry.STRATEGIES``).
+
+    ``strategy(plan, model, dataset, *, engine, local, device, server_lr,
+    server_momentum, **options)`` builds it; ``options`` is the pydantic model of those
+    extra keywords (``extra="forbid"``, so a misspelt option is an error). It runs on
+    plans of ``privacy_unit`` whose method is in ``plan_methods`` (``None``: any method
+    of that unit); an experiment that names only the strategy plans with
+    ``default_plan_method``.
+    """
+
+    name: str
+    summary: str
+    strategy: type[Strategy]
+    options: type[BaseModel] = NoOptions
+    privacy_unit: str = "client"
+    plan_methods: tuple[str, ...] | None = None
+    default_plan_method: str = "gdpfed_plus"
+
+    def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
+        """``values`` validated by the options model; an error names the option."""
+        try:
+            return self.options.model_validate(dict(values))
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            key = ".".join(str(part) for part in first.get("loc", ())) or "options"
+            raise InvalidInputError(f"strategy-option {key}", f"{first.get('msg', 'invalid')} (strategy {self.name})") from None
+
+    def check_plan(self, plan: PlanDocument) -> None:
+        """Refuse (``InvalidInputError("strategy")``) a plan this strategy does not run on."""
+        if plan.privacy_unit != self.privacy_unit:
+            raise InvalidInputError(
+                "strategy", f"{self.name} runs {self.privacy_unit} plans; this plan's privacy_unit is {plan.privacy_unit!r}"
+            )
+        if self.plan_methods is not None and plan.method not in self.plan_methods:
+            raise InvalidInputError(
+                "strategy", f"{self.name} runs on plans of method {', '.join(self.plan_methods)}; this plan is {plan.method}"
+            )
+
+    def build(self, plan: PlanDocument, options: BaseModel, **common: Any) -> Strategy:
+        """The strategy for ``plan`` with validated ``options`` and the run's ``common`` arguments."""
+        self.check_plan(plan)
+        extra = {name: getattr(options, name) for name in type(options).model_fields}
+        return self.strategy(plan, **common, **extra)  # type: ignore[call-arg]

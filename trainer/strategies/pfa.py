@@ -35,11 +35,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan
 from trainer.sparsify import top_k
-from trainer.strategies.base import RoundContext
+from trainer.strategies.base import RoundContext, StrategySpec
 from trainer.strategies.plan import PlanStrategy
 
 DEFAULT_RANK = 4
@@ -130,3 +131,24 @@ class PFAStrategy(PlanStrategy):
         history = state.get("public_history")
         super().load_state_dict({k: v for k, v in state.items() if k != "public_history"})
         self._history = [] if history is None else [row.clone() for row in history]
+
+
+class PFAOptions(BaseModel):
+    """``--strategy-option rank=4 --strategy-option history=8`` (docs/results.md §PFA)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(DEFAULT_RANK, ge=1, description="dimension of the public subspace")
+    history: int = Field(DEFAULT_HISTORY, ge=1, description="released public pool sums it is estimated from")
+
+
+SPEC = StrategySpec(
+    name="pfa",
+    summary="PFA: project the strictest pool's released sum onto the public (loosest) pool's recent subspace",
+    strategy=PFAStrategy,
+    options=PFAOptions,
+    privacy_unit="client",
+    # one pool per group, so the loosest and the strictest group release separate sums
+    plan_methods=("gdpfed", "gdpfed_minus", "gdpfed_plus"),
+    default_plan_method="gdpfed",
+)

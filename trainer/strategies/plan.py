@@ -24,7 +24,7 @@ from torch import nn
 
 from planner.schema import Plan
 from trainer.sparsify import top_k
-from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, poisson_sample
+from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, StrategySpec, poisson_sample
 
 
 class PlanStrategy(Strategy):
@@ -104,3 +104,13 @@ class PlanStrategy(Strategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         momentum = state.get("momentum")
         self._momentum = None if momentum is None else momentum.to(self.device)
+
+
+SPEC = StrategySpec(
+    name="plan",
+    summary="the plan's own algorithm: Poisson sampling per group, local SGD, top-k per pool, fixed denominator K",
+    strategy=PlanStrategy,
+    privacy_unit="client",
+    plan_methods=None,
+    default_plan_method="gdpfed_plus",
+)

@@ -1,0 +1,62 @@
+"""Experiment configs select methods and strategies through the registries: a planning
+method's name, a strategy's name (its default plan, options under ``strategies:`` or the
+older ``pfa:`` block), or ``{name, plan, strategy, options}``; names, options and plan
+methods are checked when the configuration is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from tests.trainer.experiments.test_runner import TINY
+from trainer.experiments.config import TrainExperiment, expand_cells
+
+
+def experiment(**changes: Any) -> TrainExperiment:
+    data = {**yaml.safe_load(TINY), **changes}
+    return TrainExperiment.model_validate(data)
+
+
+def cells_by_method(exp: TrainExperiment) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    return {c.method: (c.plan_method, c.strategy, c.strategy_options) for c in expand_cells(exp, "tiny.yaml")}
+
+
+def test_names_resolve_to_plan_and_strategy_with_explicit_options():
+    cells = cells_by_method(experiment())
+    assert cells["gdpfed_plus"] == ("gdpfed_plus", "plan", {})
+    assert cells["pfa"] == ("gdpfed", "pfa", {"rank": 4, "history": 8})  # every option recorded
+    assert cells_by_method(experiment(pfa={"rank": 2}))["pfa"] == ("gdpfed", "pfa", {"rank": 2, "history": 8})
+    assert cells_by_method(experiment(strategies={"pfa": {"history": 3}}))["pfa"] == (
+        "gdpfed", "pfa", {"rank": 4, "history": 3}
+    )
+
+
+def test_an_entry_runs_any_strategy_on_any_plan_it_accepts():
+    entry = {"name": "pfa_plus", "plan": "gdpfed_plus", "strategy": "pfa", "options": {"rank": 1}}
+    cells = cells_by_method(experiment(methods=["gdpfed", entry]))
+    assert cells["pfa_plus"] == ("gdpfed_plus", "pfa", {"rank": 1, "history": 8})
+    assert {c.cell_id for c in expand_cells(experiment(methods=[entry]), "t")} == {
+        "default__digits__pfa_plus__s0", "default__digits__pfa_plus__s1"
+    }
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"methods": ["fedsgd"]}, "unknown method 'fedsgd'"),
+        ({"methods": [{"name": "x", "plan": "gdpfed", "strategy": "fedsgd"}]}, "unknown strategy 'fedsgd'"),
+        ({"methods": [{"name": "x", "plan": "gdpfed++", "strategy": "plan"}]}, "unknown plan method 'gdpfed++'"),
+        ({"methods": [{"name": "x", "plan": "dp_fedavg", "strategy": "pfa"}]}, "runs on plans of gdpfed"),
+        ({"pfa": {"rank": 0}}, "strategy-option rank"),
+        ({"strategies": {"pfa": {"depth": 2}}}, "strategy-option depth"),
+        ({"pfa": {"rank": 2}, "strategies": {"pfa": {"rank": 3}}}, "not both"),
+        ({"methods": ["gdpfed", {"name": "gdpfed", "plan": "gdpfed_plus"}]}, "listed twice"),
+    ],
+)
+def test_bad_methods_and_options_are_refused_when_read(changes: dict[str, Any], words: str):
+    with pytest.raises(ValidationError) as exc:
+        experiment(**changes)
+    assert words in str(exc.value)

@@ -1,0 +1,40 @@
+"""The strategy registry: one module per strategy, one line per strategy in ``STRATEGIES``.
+
+(docs/architecture.md §Training strategies.) ``gdpfed train --strategy NAME
+--strategy-option KEY=JSON`` and the experiment configs select a strategy here by name.
+A strategy declares its options model (its constructor's extra keywords, validated with
+pydantic: a bad option is named), the privacy unit of the plans it runs on and the plan
+methods it accepts. To add one: write ``trainer/strategies/NAME.py`` with the class and
+``SPEC = StrategySpec(...)``, and add its line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accounting.errors import InvalidInputError
+from planner.schema import PlanDocument
+from trainer.strategies import pfa, plan
+from trainer.strategies.base import Strategy, StrategySpec
+
+STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (plan.SPEC, pfa.SPEC)}
+
+DEFAULT_STRATEGY = "plan"
+
+
+def strategy_spec(name: str) -> StrategySpec:
+    """The registered strategy ``name``, or ``InvalidInputError("strategy")`` listing the known ones."""
+    spec = STRATEGIES.get(name)
+    if spec is None:
+        raise InvalidInputError("strategy", f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+    return spec
+
+
+def build_strategy(name: str, options: Mapping[str, Any], for_plan: PlanDocument, **common: Any) -> Strategy:
+    """Strategy ``name`` with ``options`` for ``for_plan`` (checked against what it runs on)."""
+    spec = strategy_spec(name)
+    return spec.build(for_plan, spec.parse_options(options), **common)
+
+
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "StrategySpec", "build_strategy", "strategy_spec"]
