@@ -1,9 +1,11 @@
 """All clients at once with ``torch.func`` (``docs/trainer.md``, "Local training engines").
 
 The clients' parameters are one matrix ``W`` of shape ``[n, d]`` (row ``i`` is client
-``i``'s flat parameters, all starting at ``w_global``). One local step for all clients is
+``i``'s flat parameters, each starting at its start point: ``w_global`` or the caller's
+``start`` row). One local step for all clients is
 
     G = per-client gradients of the mean minibatch loss           # [n, d]
+    G = G + prox * (W - A)          (only with a proximal term; A the anchor rows)
     G = G + weight_decay * W;  B = momentum * B + G;  W = W - lr * B
 
 which is exactly ``torch.optim.SGD`` applied to every row separately. The forward pass
@@ -77,8 +79,16 @@ def train_batched(
     seed: int,
     round_index: int,
     max_batch_clients: int | None = None,
+    start: torch.Tensor | None = None,
+    anchor: torch.Tensor | None = None,
+    prox: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Updates ``[n, d]`` (``w_i - w_global``), ``max_batch_clients`` clients per vmap."""
+    """Updates ``[n, d]`` (``w_i - s_i``), ``max_batch_clients`` clients per vmap.
+
+    ``start`` (``[n, d]``) replaces ``w_global`` as the start points; ``prox`` (``[n]``,
+    validated by ``train_clients``) adds ``prox_i (w - a_i)`` to client ``i``'s gradient,
+    ``a_i`` the row of ``anchor`` (``[d]`` or ``[n, d]``).
+    """
     device, dtype = global_flat.device, global_flat.dtype
     shapes = param_shapes(model)
     if getattr(model, "batched_gradients", "vmap") == "summed":
@@ -87,20 +97,34 @@ def train_batched(
         gradients = vmap_gradients(model, shapes)
     chunk = len(clients) if max_batch_clients is None else max_batch_clients
     updates = torch.empty(len(clients), global_flat.numel(), device=device, dtype=dtype)
-    for start in range(0, len(clients), chunk):
-        members = list(clients[start : start + chunk])
+    for start_at in range(0, len(clients), chunk):
+        members = list(clients[start_at : start_at + chunk])
         x, y = gather_batches(
             dataset, members, config, seed=seed, round_index=round_index, device=device, dtype=dtype
         )
-        weights = global_flat.expand(len(members), -1).clone()
+        rows = slice(start_at, start_at + len(members))
+        if start is None:
+            origin = global_flat.expand(len(members), -1)
+        else:
+            origin = start[rows].to(device=device, dtype=dtype)
+        weights = origin.clone()
+        pull: tuple[torch.Tensor, torch.Tensor] | None = None  # (rates [m, 1], anchors)
+        if prox is not None:
+            assert anchor is not None
+            pull = (
+                prox[rows].to(device=device, dtype=dtype).unsqueeze(1),
+                (anchor if anchor.dim() == 1 else anchor[rows]).to(device=device, dtype=dtype),
+            )
         velocity = torch.zeros_like(weights) if config.momentum else None
         for step in range(config.local_steps):
             direction = gradients(weights, x[:, step], y[:, step])
+            if pull is not None:
+                direction = direction.add(pull[0] * (weights - pull[1]))
             if config.weight_decay:
                 direction = direction.add(weights, alpha=config.weight_decay)
             if velocity is not None:
                 velocity.mul_(config.momentum).add_(direction)
                 direction = velocity
             weights.add_(direction, alpha=-config.lr)
-        updates[start : start + len(members)] = weights - global_flat
+        updates[rows] = weights - origin
     return updates

@@ -1,8 +1,9 @@
 """The reference engine: one client at a time (``docs/trainer.md``, "Local training engines").
 
-A private copy of the model is loaded with the global parameters for each client and
-trained with ``torch.optim.SGD`` on the client's minibatches; nothing is shared between
-clients except the starting point.
+A private copy of the model is loaded with the client's start point (the global
+parameters or its ``start`` row) and trained with ``torch.optim.SGD`` on the client's
+minibatches; nothing is shared between clients. A proximal term ``(mu/2)||w - a||^2`` is
+added to the gradient before the optimiser step, where SGD's weight decay is added too.
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ def train_loop(
     *,
     seed: int,
     round_index: int,
+    start: torch.Tensor | None = None,
+    anchor: torch.Tensor | None = None,
+    prox: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Updates ``[n, d]`` (``w_i - w_global``), computed client by client."""
+    """Updates ``[n, d]`` (``w_i - s_i``), computed client by client (arguments as
+    ``train_batched``'s)."""
     device, dtype = global_flat.device, global_flat.dtype
     local = copy.deepcopy(model).to(device=device, dtype=dtype)
     parameters = list(local.parameters())
@@ -39,9 +44,16 @@ def train_loop(
         x, y = gather_batches(
             dataset, [client], config, seed=seed, round_index=round_index, device=device, dtype=dtype
         )
+        origin = global_flat if start is None else start[position].to(device=device, dtype=dtype)
         with torch.no_grad():
-            for parameter, start in zip(parameters, unflatten_params(global_flat, local).values()):
-                parameter.copy_(start)
+            for parameter, value in zip(parameters, unflatten_params(origin, local).values()):
+                parameter.copy_(value)
+        anchors: list[torch.Tensor] = []
+        rate = 0.0 if prox is None else float(prox[position])
+        if rate > 0:
+            assert anchor is not None
+            row = (anchor if anchor.dim() == 1 else anchor[position]).to(device=device, dtype=dtype)
+            anchors = list(unflatten_params(row, local).values())
         optimizer = torch.optim.SGD(
             parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
@@ -49,6 +61,11 @@ def train_loop(
             optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(local(x[0, step]), y[0, step])
             loss.backward()
+            if anchors:
+                with torch.no_grad():
+                    for parameter, target in zip(parameters, anchors):
+                        assert parameter.grad is not None
+                        parameter.grad.add_(rate * (parameter - target))
             optimizer.step()
-        updates[position] = flatten_params(local) - global_flat
+        updates[position] = flatten_params(local) - origin
     return updates

@@ -221,3 +221,83 @@ def test_both_gradient_paths_of_the_batched_engine_agree(digits, name) -> None:
     via_sum = summed_gradients(model, shapes)(weights, x[:, 0], y[:, 0])
     assert via_vmap.abs().max() > 1e-3
     assert (via_vmap - via_sum).abs().max() < 1e-12
+
+
+def _personal_inputs(model, dtype, count):
+    base = flatten_params(model).to(dtype)
+    generator = torch.Generator().manual_seed(7)
+    start = base + 0.05 * torch.randn(count, base.numel(), generator=generator).to(dtype)
+    anchor = base - 0.05 * torch.randn(count, base.numel(), generator=generator).to(dtype)
+    return base, start, anchor
+
+
+@pytest.mark.parametrize(("name", "data"), [("mlp", "synthetic"), ("cnn", "digits")])
+def test_engines_agree_from_personal_starts_with_a_proximal_anchor(name, data, request) -> None:
+    dataset = request.getfixturevalue(data)
+    model = build_model(name, dataset, seed=1)
+    clients = [0, 2, 5]
+    for dtype, tolerance in ((torch.float32, 1e-5), (torch.float64, 1e-10)):
+        base, start, anchor = _personal_inputs(model, dtype, len(clients))
+        prox = torch.tensor([0.0, 0.5, 2.0])
+        kept = start.clone()
+        results = [
+            train_clients(engine, model, base, dataset, clients, CONFIG, seed=3, round_index=2, device="cpu",
+                          start=start, anchor=anchor, prox=prox, **extra)
+            for engine, extra in (("loop", {}), ("batched", {"max_batch_clients": 2}))
+        ]
+        assert torch.equal(start, kept)  # the caller's start rows are not touched
+        assert results[0].abs().max() > 1e-3
+        assert (results[0] - results[1]).abs().max() < tolerance
+        # A shared [d] anchor means the same as that row repeated per client.
+        shared = train_clients("batched", model, base, dataset, clients, CONFIG, seed=3, round_index=2,
+                               device="cpu", start=start, anchor=anchor[1], prox=prox)
+        repeated = train_clients("batched", model, base, dataset, clients, CONFIG, seed=3, round_index=2,
+                                 device="cpu", start=start, anchor=anchor[1].expand(3, -1), prox=prox)
+        assert torch.equal(shared, repeated)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_start_rows_equal_to_the_global_model_change_nothing(engine, digits) -> None:
+    model = build_model("mlp", digits, seed=0)
+    base = flatten_params(model)
+    plain = train_clients(engine, model, base, digits, [1, 4], CONFIG, seed=1, round_index=0, device="cpu")
+    started = train_clients(engine, model, base, digits, [1, 4], CONFIG, seed=1, round_index=0, device="cpu",
+                            start=base.expand(2, -1).clone(), anchor=base + 1.0, prox=0.0)
+    assert torch.equal(plain, started)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_one_proximal_step_moves_by_lr_times_mu_towards_the_anchor(engine, digits) -> None:
+    # One plain SGD step: both runs evaluate the loss gradient at the same start point, so
+    # the proximal run differs by exactly -lr * mu * (s - a).
+    model = build_model("mlp", digits, seed=0)
+    config = LocalTrainingConfig(local_steps=1, batch_size=8, lr=0.1)
+    base, start, anchor = _personal_inputs(model, torch.float64, 2)
+    mu = torch.tensor([0.3, 1.5], dtype=torch.float64)
+    common = dict(seed=2, round_index=1, device="cpu", start=start)
+    plain = train_clients(engine, model, base, digits, [0, 3], config, **common)
+    proximal = train_clients(engine, model, base, digits, [0, 3], config, anchor=anchor, prox=mu, **common)
+    expected = -config.lr * mu.unsqueeze(1) * (start - anchor)
+    assert torch.allclose(proximal - plain, expected, atol=1e-12)
+    # Without an anchor the proximal term pulls towards the global parameters.
+    towards_global = train_clients(engine, model, base, digits, [0, 3], config, prox=mu, **common)
+    assert torch.allclose(towards_global - plain, -config.lr * mu.unsqueeze(1) * (start - base), atol=1e-12)
+
+
+def test_start_anchor_and_prox_are_validated(digits) -> None:
+    model = build_model("mlp", digits, seed=0)
+    base = flatten_params(model)
+    d = base.numel()
+    call = lambda **kw: train_clients("batched", model, base, digits, [0, 1], CONFIG, seed=0,  # noqa: E731
+                                      round_index=0, device="cpu", **kw)
+    with pytest.raises(InvalidInputError, match="start"):
+        call(start=torch.zeros(3, d))
+    with pytest.raises(InvalidInputError, match="anchor"):
+        call(anchor=torch.zeros(d + 1), prox=0.1)
+    with pytest.raises(InvalidInputError, match="prox"):
+        call(prox=[0.1, 0.2, 0.3])
+    with pytest.raises(InvalidInputError, match="prox"):
+        call(prox=-1.0)
+    with pytest.raises(InvalidInputError, match="prox"):
+        call(prox=float("nan"))
+
