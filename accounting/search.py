@@ -6,6 +6,10 @@ function g(x) = log(epsilon(x)) - log(target) that does not increase with x. x i
 both by evaluation (never assumed); :func:`refine` shrinks [lo, hi] to width <= xtol.
 Both return the evaluated, feasible end ``hi``: the answer never depends on an
 extrapolation, so the result meets the target under the function that was evaluated.
+:func:`guided` places the evaluations with a cheap model, :func:`vector_search` runs
+bracket and refinement for many points at once, and :func:`integer_search` finds the
+largest integer that fits (rounds). The accountants (:mod:`accounting.accountants`) use
+these; nothing here knows about privacy.
 """
 
 from __future__ import annotations

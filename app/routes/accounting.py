@@ -18,7 +18,7 @@ from app.services.accounting import run_request
 router = APIRouter(prefix="/v1/accounting", tags=["accounting"])
 
 
-@router.post("/epsilon", response_model=EpsilonReport, summary="epsilon spent (after optional spent phases)")
+@router.post("/epsilon", response_model=EpsilonReport, summary="epsilon spent (after optional spent events)")
 async def epsilon(body: EpsilonRequest, state: State, _caller: PlannerKey) -> EpsilonReport:
     return await run_request(state, body)  # type: ignore[return-value]
 
