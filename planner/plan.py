@@ -60,13 +60,15 @@ def with_clients_needed(plan: Plan) -> Plan:
     if ratio is None or ratio <= 0 or plan.start_round != 0 or any(g.spent_phase_count for g in plan.groups):
         return plan
 
-    # prv calibrations cost about a second each: the search re-plans with rdp, whose
-    # multipliers are slightly larger, so the sizes it finds are slightly larger too
-    by_rdp = plan.accountant == "prv"
+    # prv calibrations cost about a second each: the search re-plans with the accountant that
+    # tabulates for it (rdp), whose multipliers are slightly larger, so the sizes it finds
+    # are slightly larger too
+    searched_with = get_accountant(plan.accountant).tabulated_by
+    by_rdp = searched_with != plan.accountant
 
     def ratio_at(scaled: Scenario) -> float:
         if by_rdp:
-            scaled = scaled.model_copy(update={"accountant": "rdp"})
+            scaled = scaled.model_copy(update={"accountant": searched_with})
         value = plan_problem(build_problem(scaled), plan.method).predicted.noise_to_signal
         return float("inf") if value is None else value
 
@@ -74,7 +76,7 @@ def with_clients_needed(plan: Plan) -> Plan:
     needed = learnability.clients_needed(scenario, ratio_at(scenario) if by_rdp else ratio, ratio_at)
     if by_rdp:
         needed = [
-            n.model_copy(update={"note": "; ".join(filter(None, [n.note, "searched with rdp multipliers (an upper estimate for prv)"]))})
+            n.model_copy(update={"note": "; ".join(filter(None, [n.note, f"searched with {searched_with} multipliers (an upper estimate for {plan.accountant})"]))})
             for n in needed
         ]
     return plan.model_copy(update={"predicted": plan.predicted.model_copy(update={"clients_needed": needed})})
