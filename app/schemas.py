@@ -278,7 +278,7 @@ class ConsoleLineage(BaseModel):
     parent_plan_id: str | None = None
     superseded_by: str | None = None
     method: str
-    accountant: str
+    accountant: AccountantName
     start_round: int
     rounds: int
     rounds_counted: int

@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accounting.accountants import get_accountant
 from app.deps import AppState
 from app.models import PlanRecord
 from app.schemas import (
@@ -31,8 +32,9 @@ from planner.units import unit_of
 
 # Points of the epsilon-over-rounds chart: every round up to this many, else evenly spaced.
 SERIES_POINTS = 25
-# PRV costs about half a second an evaluation: its charts get fewer points.
-SERIES_POINTS_PRV = 6
+# Accountants that run in child processes (PRV) cost about half a second an evaluation:
+# their charts get fewer points.
+SERIES_POINTS_SLOW = 6
 
 
 def unit_label(plan: Plan) -> str:
@@ -98,8 +100,9 @@ def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], Sp
     plan, _, rounds = stages[-1]
     rows = ledger_service.group_ledgers(plan, rounds)
     total = stages[-1][1] + rounds
-    prv = any(stage[0].accountant == "prv" for stage in stages)
-    points = SERIES_POINTS_PRV if prv else SERIES_POINTS
+    # an accountant whose questions run in child processes (prv) costs about a second a point
+    slow = any(get_accountant(stage[0].accountant).runs_in_child for stage in stages)
+    points = SERIES_POINTS_SLOW if slow else SERIES_POINTS
     wanted = sorted({round(total * k / points) for k in range(points + 1)}) if total > points else list(range(total + 1))
     series: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
     budgets: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
