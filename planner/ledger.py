@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 
 from accounting.accountants import AccountantName, get_accountant
 from accounting.errors import InvalidInputError
-from accounting.events import Phase, PoissonSampledGaussian, PrivacyEvent
+from accounting.events import MetricLeakage, Phase, PoissonSampledGaussian, PrivacyEvent
+from accounting.metric import metric_leakage
 from planner.schema import GroupPlan, Plan
 
 EpsilonFn = Callable[[Sequence[PrivacyEvent], float, AccountantName], float]
@@ -189,3 +190,25 @@ def spent_by_group(
     return {
         g.id: epsilon_spent(plan, g, rounds_run, per_round=per_round, epsilon_fn=epsilon_fn) for g in plan.groups
     }
+
+
+# --- metric (d-)privacy: the metric_local unit (docs/metric-privacy.md §4) -------------
+# A different notion from everything above: these figures are leakages, composed by
+# addition (accounting.metric), never epsilons, and never added to or compared with them.
+
+
+def metric_participations_bound(rounds_run: int, max_participations: int | None) -> int:
+    """The most releases one client can have made after ``rounds_run`` rounds: one per
+    round at most, and never beyond its cap (the engine excludes capped clients at selection)."""
+    return rounds_run if max_participations is None else min(rounds_run, max_participations)
+
+
+def metric_client_leakage(model_dim: int, noise_multiplier: float, participations: int) -> float | None:
+    """A client's metric leakage after ``participations`` Laplace releases: ``participations * n / nu``
+    (``accounting.metric.metric_leakage`` of ``MetricLeakage`` events); ``None`` when
+    ``nu = 0`` (the release is the model itself: no guarantee), 0 before any release."""
+    if noise_multiplier == 0:
+        return None
+    if participations == 0:
+        return 0.0
+    return metric_leakage([MetricLeakage.laplace(model_dim, noise_multiplier, participations)])

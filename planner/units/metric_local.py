@@ -1,0 +1,263 @@
+"""The ``metric_local`` unit: local metric (d-)privacy of each client's released model.
+
+(docs/metric-privacy.md §4.) No trusted server: every sampled client releases its whole
+locally trained model plus Laplace noise in R^n with relative noise ``nu``
+(``trainer/metric_mechanism.py``); a release leaks ``n / nu`` within the noise radius,
+and a client's leakage is that times its participations (additive composition). Groups
+of clients may choose their own ``nu`` or a total leakage budget ``L``; a budget becomes a
+participation cap ``floor(L nu / n)`` that the trainer enforces at selection, so the
+ledger's figure is a data-independent upper bound. A leakage is not an epsilon: it has no
+delta, it scales with the distance between secrets, and it is never added to or shown
+beside client-level (epsilon, delta) figures.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from accounting.errors import InvalidInputError
+from planner import ledger
+from planner.schema import GroupId, PlanDocument
+from planner.units.base import PrivacyUnit
+
+NAME = "metric_local"
+NOTION = "local metric (d-)privacy leakage per client (not an epsilon: no delta, scales with distance)"
+METHOD = "metric_laplace"
+# Above this leakage per participation the guarantee says nothing useful (design §4.5):
+# exp(10) ~ 2e4 between neighbours at the noise radius (large models: n / nu ~ 1e5).
+MEANINGLESS_LEAKAGE = 10.0
+
+Leakage = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
+NoiseMultiplier = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricGroupSpec(_Strict):
+    """Clients that chose the same metric-privacy preference: ``noise_multiplier`` nu,
+    a total ``leakage_budget`` L per client, or both (then L only sets the cap).
+    ``noise_multiplier: 0`` opts the group out (no noise, no guarantee)."""
+
+    id: GroupId
+    num_clients: int = Field(..., ge=1, le=10**9)
+    noise_multiplier: NoiseMultiplier | None = Field(None, description="nu: noise norm = nu * radius; 0 = no noise")
+    leakage_budget: Leakage | None = Field(None, description="L: total leakage one client may reach over the run")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> MetricGroupSpec:
+        if self.noise_multiplier is None and self.leakage_budget is None:
+            raise ValueError(f"group {self.id}: give noise_multiplier, leakage_budget or both")
+        if self.noise_multiplier == 0 and self.leakage_budget is not None:
+            raise ValueError(f"group {self.id}: noise_multiplier 0 releases models unchanged and cannot meet a leakage budget")
+        return self
+
+
+class MetricScenario(_Strict):
+    """What the metric planner needs (docs/metric-privacy.md §4)."""
+
+    privacy_unit: Literal["metric_local"] = Field(
+        "metric_local", description="local metric privacy: each client's released model is Laplace-noised on the client"
+    )
+    groups: list[MetricGroupSpec] = Field(..., min_length=1, max_length=10_000)
+    rounds: int = Field(..., ge=1, le=10**7)
+    model_dim: int = Field(..., ge=1, le=10**12, description="n: the dimension of ONE hypothesis (one model)")
+    clients_per_round: int = Field(..., ge=1, description="U: clients sampled uniformly without replacement each round")
+    hypotheses: int = Field(1, ge=1, le=64, description="k: models the server keeps (IFCA); 1 = FedAvg")
+    radius_rule: Literal["public", "own_update"] = Field(
+        "public", description="public: a configured radius (sound); own_update: the client's own update norm (the paper's)"
+    )
+    radius: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] | None = Field(
+        None, description="the public radius r (rule public): noise norm nu * r"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MetricScenario:
+        if len({g.id for g in self.groups}) != len(self.groups):
+            raise ValueError("group ids must be unique")
+        if self.clients_per_round > self.total_clients:
+            raise ValueError(f"clients_per_round {self.clients_per_round} exceeds the {self.total_clients} clients")
+        if self.radius_rule == "public" and self.radius is None:
+            raise ValueError("radius_rule public needs a radius")
+        return self
+
+    @property
+    def total_clients(self) -> int:
+        return sum(g.num_clients for g in self.groups)
+
+
+class MetricGroupPlan(BaseModel):
+    """One group's mechanism and the figures the ledger reports for it."""
+
+    id: str
+    num_clients: int
+    noise_multiplier: float
+    leakage_budget: float | None
+    leakage_per_participation: float | None = Field(description="n / nu; null when nu = 0 (no guarantee)")
+    max_participations: int | None = Field(description="floor(L nu / n): the cap the trainer enforces; null = none")
+    expected_participations: float = Field(description="q T with q = U / N, before the cap")
+    leakage_bound: float | None = Field(description="the most any client of the group can leak over the plan's rounds")
+    expected_noise_norm: float | None = Field(description="E||rho|| = nu r (public radius); null under own_update")
+    noise_std_per_coordinate: float | None = Field(description="sqrt(n + 1) nu r / n (Prop. 3.1); null under own_update")
+
+
+class MetricPlan(PlanDocument):
+    """A ``metric_local`` plan: the trainer's metric mechanism executes it."""
+
+    privacy_unit: Literal["metric_local"] = Field(
+        "metric_local", description="local metric privacy: leakages per client, never epsilons"
+    )
+    method: Literal["metric_laplace"]
+    scenario: MetricScenario
+    sampling_rate: float = Field(description="q = U / N, the chance a client is sampled in a round")
+    groups: list[MetricGroupPlan]
+
+    def group(self, group_id: str) -> MetricGroupPlan:
+        for group in self.groups:
+            if group.id == group_id:
+                return group
+        raise KeyError(group_id)
+
+
+def noise_multiplier_for_budget(model_dim: int, sampling_rate: float, rounds: int, leakage_budget: float) -> float:
+    """``nu = n q T / L``: the relative noise whose expected total leakage ``q T n / nu`` is ``L``
+    (docs/metric-privacy.md §4)."""
+    return model_dim * sampling_rate * rounds / leakage_budget
+
+
+def participation_cap(model_dim: int, noise_multiplier: float, leakage_budget: float) -> int:
+    """``floor(L nu / n)``: the most releases of ``n / nu`` each within ``L``; a relative
+    tolerance of 1e-12 keeps exact quotients (``L nu / n = 3``) from flooring to 2."""
+    quotient = leakage_budget * noise_multiplier / model_dim
+    return math.floor(quotient * (1 + 1e-12))
+
+
+def plan_group(scenario: MetricScenario, spec: MetricGroupSpec) -> MetricGroupPlan:
+    n, rounds = scenario.model_dim, scenario.rounds
+    q = scenario.clients_per_round / scenario.total_clients
+    nu = spec.noise_multiplier
+    if nu is None:
+        assert spec.leakage_budget is not None  # the spec's validator
+        nu = noise_multiplier_for_budget(n, q, rounds, spec.leakage_budget)
+    cap = None if spec.leakage_budget is None else participation_cap(n, nu, spec.leakage_budget)
+    bound = ledger.metric_client_leakage(n, nu, ledger.metric_participations_bound(rounds, cap))
+    public = scenario.radius_rule == "public" and scenario.radius is not None
+    radius = scenario.radius or 0.0
+    return MetricGroupPlan(
+        id=spec.id,
+        num_clients=spec.num_clients,
+        noise_multiplier=nu,
+        leakage_budget=spec.leakage_budget,
+        leakage_per_participation=ledger.metric_client_leakage(n, nu, 1),
+        max_participations=cap,
+        expected_participations=q * rounds,
+        leakage_bound=bound,
+        expected_noise_norm=nu * radius if public else None,
+        noise_std_per_coordinate=math.sqrt(n + 1) * nu * radius / n if public else None,
+    )
+
+
+def plan_metric(scenario: MetricScenario, method: str = METHOD) -> MetricPlan:
+    """The metric plan of ``scenario`` (docs/metric-privacy.md §4): per group nu (given, or
+    ``n q T / L``), leakage ``n / nu`` per participation, the cap ``floor(L nu / n)``, the
+    worst-case leakage bound, the expected noise, and warnings."""
+    if method != METHOD:
+        raise InvalidInputError("method", f"metric_local plans take method {METHOD}, got {method!r}")
+    groups = [plan_group(scenario, spec) for spec in scenario.groups]
+    warnings = []
+    for group in groups:
+        if group.leakage_per_participation is None:
+            warnings.append(f"group {group.id}: noise_multiplier 0 releases models unchanged: no privacy guarantee")
+        elif group.leakage_per_participation > MEANINGLESS_LEAKAGE:
+            warnings.append(
+                f"group {group.id}: n / nu = {group.leakage_per_participation:.4g} per participation "
+                f"(> {MEANINGLESS_LEAKAGE:g}): the guarantee means nothing at this model size"
+            )
+        if group.max_participations == 0:
+            warnings.append(f"group {group.id}: its leakage budget allows no participation (cap 0)")
+    if scenario.radius_rule == "own_update":
+        warnings.append(
+            "radius_rule own_update: the noise scale is each client's own update norm, which depends on its "
+            "private data; the leakage n / nu is the paper's heuristic, not a d-privacy guarantee (use public)"
+        )
+    return MetricPlan(
+        method=METHOD,
+        rounds=scenario.rounds,
+        scenario=scenario,
+        sampling_rate=scenario.clients_per_round / scenario.total_clients,
+        groups=groups,
+        warnings=warnings,
+    )
+
+
+def verify_metric(plan: MetricPlan) -> None:
+    """Re-derive every group's mechanism from the plan's own scenario and refuse a document
+    whose numbers differ (``InvalidInputError`` naming the group): the trainer never trusts
+    a file. A group's leakage bound never exceeds its budget (the cap sees to it)."""
+    if plan.start_round != 0 or plan.rounds != plan.scenario.rounds:
+        raise InvalidInputError("rounds", "metric plans cover their scenario's rounds from round 0 (no re-planning)")
+    expected = plan_metric(plan.scenario)
+    if not math.isclose(plan.sampling_rate, expected.sampling_rate, rel_tol=1e-12):
+        raise InvalidInputError("sampling_rate", f"is {plan.sampling_rate}, the scenario gives {expected.sampling_rate}")
+    if [g.id for g in plan.groups] != [g.id for g in expected.groups]:
+        raise InvalidInputError("groups", "the plan's groups are not its scenario's")
+    for mine, theirs in zip(plan.groups, expected.groups):
+        if mine != theirs:
+            fields = [name for name in MetricGroupPlan.model_fields if getattr(mine, name) != getattr(theirs, name)]
+            raise InvalidInputError(
+                f"groups.{mine.id}", f"{', '.join(fields)} differ from what its scenario gives: the document was changed"
+            )
+        if mine.leakage_budget is not None and mine.leakage_bound is not None and mine.leakage_bound > mine.leakage_budget * (1 + 1e-12):
+            raise InvalidInputError(f"groups.{mine.id}", "the leakage bound exceeds the budget")
+
+
+def spent_metric(plan: MetricPlan, rounds_run: int) -> dict[str, float | None]:
+    """Each group's worst-case client leakage after ``rounds_run`` rounds (``planner.ledger``):
+    ``min(rounds_run, cap) n / nu``, an upper bound whoever was sampled; ``None`` for nu = 0."""
+    return {
+        group.id: ledger.metric_client_leakage(
+            plan.scenario.model_dim,
+            group.noise_multiplier,
+            ledger.metric_participations_bound(rounds_run, group.max_participations),
+        )
+        for group in plan.groups
+    }
+
+
+def describe_metric(plan: MetricPlan) -> str:
+    s = plan.scenario
+    lines = [
+        f"metric_local plan ({NOTION})",
+        f"  {s.rounds} rounds, {s.clients_per_round} of {s.total_clients} clients a round (q = {plan.sampling_rate:.4g}), "
+        f"k = {s.hypotheses} hypotheses of n = {s.model_dim}, radius rule {s.radius_rule}"
+        + (f" (r = {s.radius:g})" if s.radius is not None and s.radius_rule == "public" else ""),
+    ]
+    for g in plan.groups:
+        per = "none (no guarantee)" if g.leakage_per_participation is None else f"{g.leakage_per_participation:.4g}"
+        cap = "no cap" if g.max_participations is None else f"cap {g.max_participations}"
+        bound = "-" if g.leakage_bound is None else f"{g.leakage_bound:.4g}"
+        lines.append(
+            f"  group {g.id}: nu = {g.noise_multiplier:.4g}, leakage per participation {per}, {cap}, "
+            f"expected participations {g.expected_participations:.3g}, worst-case total leakage {bound}"
+        )
+    lines += [f"  warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+UNIT = PrivacyUnit(
+    name=NAME,
+    notion=NOTION,
+    scenario_model=MetricScenario,
+    plan_model=MetricPlan,
+    methods=(METHOD,),
+    default_method=METHOD,
+    make_plan=plan_metric,
+    describe=describe_metric,
+    verify=verify_metric,
+    spent=spent_metric,
+    mechanism="metric_laplace",
+)

@@ -1,0 +1,122 @@
+"""The metric_local unit: plan, cap, ledger and verifier (docs/metric-privacy.md §4)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from accounting.errors import InvalidInputError
+from planner.units.metric_local import (
+    MetricPlan,
+    MetricScenario,
+    participation_cap,
+    plan_metric,
+    spent_metric,
+    verify_metric,
+)
+
+
+def scenario(**changes: object) -> MetricScenario:
+    data: dict[str, object] = {
+        "privacy_unit": "metric_local",
+        "groups": [{"id": "all", "num_clients": 100, "noise_multiplier": 5.0}],
+        "rounds": 50,
+        "model_dim": 2,
+        "clients_per_round": 7,
+        "hypotheses": 2,
+        "radius": 0.5,
+    }
+    data.update(changes)
+    return MetricScenario.model_validate(data)
+
+
+def test_the_papers_synthetic_setting_leaks_0_4_per_participation() -> None:
+    plan = plan_metric(scenario())
+    group = plan.group("all")
+    assert group.leakage_per_participation == pytest.approx(0.4)
+    assert plan.sampling_rate == pytest.approx(0.07)
+    assert group.expected_participations == pytest.approx(3.5)
+    assert group.max_participations is None and group.leakage_bound == pytest.approx(50 * 0.4)
+    # public radius 0.5: E||rho|| = nu r, per coordinate sqrt(n + 1) nu r / n
+    assert group.expected_noise_norm == pytest.approx(2.5)
+    assert group.noise_std_per_coordinate == pytest.approx(math.sqrt(3) * 2.5 / 2)
+    # the ledger sums n / nu per participation: every round may have sampled the client
+    assert spent_metric(plan, 0) == {"all": 0.0}
+    assert spent_metric(plan, 3) == {"all": pytest.approx(1.2)}
+    assert plan.warnings == []
+
+
+@pytest.mark.parametrize(("model_dim", "nu", "budget", "cap"), [(2, 5.0, 2.0, 5), (2, 5.0, 1.99, 4), (11, 1.0, 36.3, 3), (10, 3.0, 10.0, 3)])
+def test_the_cap_is_floor_of_budget_times_nu_over_n(model_dim: int, nu: float, budget: float, cap: int) -> None:
+    assert participation_cap(model_dim, nu, budget) == cap
+    plan = plan_metric(scenario(model_dim=model_dim, groups=[
+        {"id": "g", "num_clients": 100, "noise_multiplier": nu, "leakage_budget": budget}
+    ]))
+    group = plan.group("g")
+    assert group.max_participations == cap
+    per = model_dim / nu
+    for rounds_run in (0, 1, cap, cap + 1, 50):
+        # independent arithmetic: participations never exceed the cap
+        assert spent_metric(plan, rounds_run)["g"] == pytest.approx(min(rounds_run, cap) * per)
+    assert group.leakage_bound is not None and group.leakage_bound <= budget
+    assert group.leakage_bound + per > budget  # one more release would pass it
+
+
+def test_nu_from_a_budget_is_n_q_t_over_l() -> None:
+    plan = plan_metric(scenario(groups=[{"id": "g", "num_clients": 100, "leakage_budget": 1.4}]))
+    group = plan.group("g")
+    assert group.noise_multiplier == pytest.approx(2 * 0.07 * 50 / 1.4)
+    # its expected participations q T then leak exactly L; the cap is floor(q T)
+    assert group.leakage_per_participation is not None
+    assert group.expected_participations * group.leakage_per_participation == pytest.approx(1.4)
+    assert group.max_participations == math.floor(0.07 * 50)
+
+
+def test_groups_choose_their_own_noise_and_opting_out_has_no_guarantee() -> None:
+    plan = plan_metric(scenario(groups=[
+        {"id": "careful", "num_clients": 30, "noise_multiplier": 10.0},
+        {"id": "open", "num_clients": 70, "noise_multiplier": 0.0},
+    ]))
+    assert plan.group("careful").leakage_per_participation == pytest.approx(0.2)
+    assert plan.group("open").leakage_per_participation is None
+    assert spent_metric(plan, 4) == {"careful": pytest.approx(0.8), "open": None}
+    assert any("no privacy guarantee" in w for w in plan.warnings)
+
+
+def test_warnings_large_models_and_own_update_radius() -> None:
+    plan = plan_metric(scenario(model_dim=206_590, radius_rule="own_update", radius=None))
+    text = " ".join(plan.warnings)
+    assert "means nothing" in text and "own_update" in text and "private data" in text
+    assert plan.group("all").expected_noise_norm is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"radius": None}, "needs a radius"),
+        ({"clients_per_round": 101}, "exceeds"),
+        ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both"),
+        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1}, "cannot meet"),
+        ({"epsilon": 1.0}, "Extra inputs"),
+    ],
+)
+def test_bad_scenarios_are_refused(changes: dict[str, object], words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        scenario(**changes)
+
+
+def test_the_verifier_refuses_a_changed_document() -> None:
+    plan = plan_metric(scenario(groups=[{"id": "g", "num_clients": 100, "noise_multiplier": 5.0, "leakage_budget": 2.0}]))
+    verify_metric(MetricPlan.model_validate(plan.model_dump(mode="json")))
+    for field, value in (("leakage_per_participation", 0.1), ("max_participations", 50), ("noise_multiplier", 50.0)):
+        document = plan.model_dump(mode="json")
+        document["groups"][0][field] = value
+        with pytest.raises(InvalidInputError) as exc:
+            verify_metric(MetricPlan.model_validate(document))
+        assert exc.value.field == "groups.g" and field in str(exc.value)
+    document = plan.model_dump(mode="json")
+    document["sampling_rate"] = 0.01
+    with pytest.raises(InvalidInputError, match="sampling_rate"):
+        verify_metric(MetricPlan.model_validate(document))
