@@ -41,6 +41,8 @@ CONFIG_OPTIONS = (
     "secagg_mode",
     "checkpoint_every",
     "strategy",
+    "opt_out_assignment",
+    "skewed_label",
 )
 
 
@@ -95,7 +97,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--momentum", type=float, help="client SGD momentum (default 0)")
     parser.add_argument("--batch-size", type=int, help="client minibatch size (default 32)")
     parser.add_argument("--engine", choices=["batched", "loop"], help="local training engine (default batched)")
-    parser.add_argument("--partition", choices=["iid", "dirichlet", "natural"], help="how data is split into clients (default iid)")
+    parser.add_argument("--partition", choices=["iid", "dirichlet", "one_label", "natural"],
+                        help="how data is split into clients (default iid; one_label: one label per client)")
+    parser.add_argument(
+        "--dataset-option", action="append", metavar="KEY=JSON", dest="dataset_option",
+        help="loader option, e.g. client_test_fraction=0.2 (local test data per client); repeatable",
+    )
+    parser.add_argument(
+        "--opt-out-assignment", choices=["random", "skewed"],
+        help="random (default): clients dealt into groups at random; skewed: opted-out clients all hold --skewed-label",
+    )
+    parser.add_argument("--skewed-label", type=int, help="the label of the skewed opted-out clients (default 7)")
     parser.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet (default 0.5)")
     parser.add_argument("--seed", type=int, help="seed of every random draw (default 0)")
     parser.add_argument("--server-lr", type=float, help="server step size (default 1.0)")
@@ -187,6 +199,8 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
         given["model_options"] = parse_json_options(args.model_option, "model-option")
     if args.strategy_option:
         given["strategy_options"] = parse_json_options(args.strategy_option, "strategy-option")
+    if getattr(args, "dataset_option", None):
+        given["dataset_options"] = parse_json_options(args.dataset_option, "dataset-option")
     if stored is None:
         for name in ("dataset", "model"):
             if name not in given:
@@ -337,6 +351,11 @@ def format_summary(summary: Any) -> str:
             lines.append(f"group {group}: no DP (opted out or no noise)")
         else:
             lines.append(f"group {group}: epsilon spent {spent:.4g} of {target:.4g}")
+    if summary.accuracy_by_group:
+        lines.append("local test accuracy by group (global model): " + _by_group(summary.accuracy_by_group))
+    if summary.personal_accuracy is not None:
+        lines.append(f"personal models: accuracy {summary.personal_accuracy:.4f}"
+                     + (f"; by group {_by_group(summary.personal_accuracy_by_group)}" if summary.personal_accuracy_by_group else ""))
     aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
     if aborted:
         lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))
@@ -349,6 +368,10 @@ def format_summary(summary: Any) -> str:
         lines.append(f"hint: {summary.diverged.hint}")
     lines.extend(f"warning: {w}" for w in summary.warnings)
     return "\n".join(lines)
+
+
+def _by_group(values: dict[str, float | None]) -> str:
+    return ", ".join(f"{group}={'-' if value is None else f'{value:.4f}'}" for group, value in values.items())
 
 
 def _warn(text: str) -> None:

@@ -5,7 +5,7 @@ groups.
 """
 
 from trainer.data.dataset import FederatedDataset, Task
-from trainer.data.groups import UNASSIGNED, assign_groups
+from trainer.data.groups import UNASSIGNED, assign_groups, clients_with_label
 from trainer.data.load import detect_format, load_dataset
 from trainer.data.partition import PARTITIONS
 
@@ -15,6 +15,7 @@ __all__ = [
     "FederatedDataset",
     "Task",
     "assign_groups",
+    "clients_with_label",
     "detect_format",
     "load_dataset",
 ]

@@ -65,6 +65,7 @@ def load_cifar10(
     seed: int,
     test_fraction: float = 0.2,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """The batches in ``directory``; without ``test_batch`` a seeded test split."""
     directory = Path(directory)
@@ -80,6 +81,7 @@ def load_cifar10(
         "cifar10", (train_images, train_labels), test, num_classes=10,
         num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
         test_fraction=test_fraction, max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )
 
 

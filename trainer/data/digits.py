@@ -22,6 +22,7 @@ def load_digits_dataset(
     seed: int,
     test_fraction: float = 0.2,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """The digits split into ``num_clients`` clients."""
     from sklearn.datasets import load_digits
@@ -33,4 +34,5 @@ def load_digits_dataset(
         "digits", (images, labels), None, num_classes=10,
         num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
         test_fraction=test_fraction, max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )

@@ -18,6 +18,7 @@ from trainer.data.partition import (
     dirichlet_partition,
     iid_partition,
     natural_partition,
+    one_label_partition,
 )
 
 
@@ -37,17 +38,33 @@ def federate(
     natural: Sequence[tuple[str, np.ndarray]] | None = None,
     vocab: str | None = None,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
+    natural_tests: Sequence[tuple[str, np.ndarray]] | None = None,
 ) -> FederatedDataset:
     """Split the training rows into clients and package everything.
 
     ``natural`` lists the data's own clients as ``(client_id, row_indices)``; with
-    ``partition`` ``iid`` or ``dirichlet`` the rows of all natural clients (or all rows
-    when there are none) are pooled and re-split into ``num_clients`` clients named
-    ``client-00000``... ``max_test_samples`` keeps a seeded random subset of the test set.
+    ``partition`` ``iid``, ``dirichlet`` or ``one_label`` the rows of all natural clients
+    (or all rows when there are none) are pooled and re-split into ``num_clients`` clients
+    named ``client-00000``... ``max_test_samples`` keeps a seeded random subset of the
+    test set.
+
+    Local test rows (``FederatedDataset.client_test_indices``, docs/trainer.md §Data):
+    ``client_test_fraction`` in (0, 1) holds out that share of every client's rows
+    (``round(f n_i)``, at least one and leaving at least one for training) from a generator
+    seeded by ``seed``; ``natural_tests`` (``(client_id, rows)``, rows outside every
+    client's training rows) are the natural clients' own test records (LEAF's per-user test
+    files), used with ``partition="natural"``. A client without test records then has none.
     """
     if partition not in PARTITIONS:
         raise InvalidInputError(
             "partition", f"unknown partition {partition!r}; use one of {', '.join(PARTITIONS)}"
+        )
+    if not 0 <= client_test_fraction < 1:
+        raise InvalidInputError("client_test_fraction", f"must be in [0, 1), got {client_test_fraction}")
+    if client_test_fraction > 0 and natural_tests is not None and partition == "natural":
+        raise InvalidInputError(
+            "client_test_fraction", f"{name} has its own per-client test records; leave client_test_fraction at 0"
         )
     if partition == "natural":
         if natural is None:
@@ -66,11 +83,21 @@ def federate(
         labels = train_y.numpy()[pooled]
         if partition == "iid":
             positions = iid_partition(pooled.size, num_clients, seed)
+        elif partition == "one_label":
+            positions = one_label_partition(labels, num_clients, seed)
         else:
             positions = dirichlet_partition(labels, num_clients, alpha, seed)
         parts = [pooled[p] for p in positions]
         width = max(5, len(str(num_clients - 1)))
         ids = [f"client-{i:0{width}d}" for i in range(num_clients)]
+    client_tests: list[np.ndarray] | None = None
+    if client_test_fraction > 0:
+        parts, client_tests = hold_out_client_tests(parts, ids, client_test_fraction, seed)
+    elif natural_tests is not None and partition == "natural":
+        own: dict[str, list[np.ndarray]] = {}
+        for client_id, rows in natural_tests:
+            own.setdefault(client_id, []).append(np.asarray(rows, dtype=np.int64))
+        client_tests = [np.concatenate(own.get(client_id, [np.zeros(0, dtype=np.int64)])) for client_id in ids]
     if max_test_samples is not None:
         if max_test_samples < 1:
             raise InvalidInputError(
@@ -96,7 +123,35 @@ def federate(
         num_classes=num_classes,
         input_shape=tuple(train_x.shape[1:]),
         vocab=vocab,
+        client_test_indices=None if client_tests is None else tuple(
+            torch.from_numpy(np.asarray(rows, dtype=np.int64)) for rows in client_tests
+        ),
     )
+
+
+def hold_out_client_tests(
+    parts: Sequence[np.ndarray], ids: Sequence[str], fraction: float, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(training rows, local test rows)`` per client: a seeded ``fraction`` of each client's rows.
+
+    Client ``i`` with ``n_i`` rows keeps ``round(fraction n_i)`` of them for testing,
+    clamped to ``[1, n_i - 1]``; a client with a single row cannot be split and is an
+    ``InvalidInputError`` naming ``client_test_fraction``.
+    """
+    rng = np.random.default_rng([seed, 0xC7E5])
+    training, testing = [], []
+    for client_id, rows in zip(ids, parts):
+        size = int(np.asarray(rows).size)
+        if size < 2:
+            raise InvalidInputError(
+                "client_test_fraction",
+                f"client {client_id} has {size} sample(s); holding out local test data needs at least 2",
+            )
+        count = min(max(int(round(fraction * size)), 1), size - 1)
+        shuffled = rng.permutation(np.asarray(rows))
+        testing.append(np.sort(shuffled[:count]))
+        training.append(np.sort(shuffled[count:]))
+    return training, testing
 
 
 def federate_images(
@@ -111,6 +166,7 @@ def federate_images(
     seed: int,
     test_fraction: float,
     max_test_samples: int | None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """NCHW ``(images, labels)`` arrays -> a classification ``FederatedDataset``.
 
@@ -142,6 +198,7 @@ def federate_images(
         alpha=alpha,
         seed=seed,
         max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )
 
 

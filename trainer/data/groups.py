@@ -2,7 +2,9 @@
 
 A plan fixes how many clients each privacy group holds; the dataset's clients are dealt
 into the groups by a seeded shuffle, so that group membership does not follow data order
-(natural clients are listed by size or appearance).
+(natural clients are listed by size or appearance). ``first`` groups may be filled from
+a chosen set of clients before the others are dealt: FedHDP's *skewed* opt-out, where
+the clients who opt out all hold one label (``clients_with_label``).
 """
 
 from __future__ import annotations
@@ -10,14 +12,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from accounting.errors import InvalidInputError
+from trainer.data.dataset import FederatedDataset
 
 UNASSIGNED = -1
 
 
 def assign_groups(
-    num_clients_per_group: Sequence[int], client_count: int, seed: int
+    num_clients_per_group: Sequence[int],
+    client_count: int,
+    seed: int,
+    *,
+    first: Sequence[int] = (),
+    candidates: np.ndarray | None = None,
 ) -> list[int]:
     """Group index of each of ``client_count`` clients; ``-1`` for clients in no group.
 
@@ -26,6 +35,12 @@ def assign_groups(
     are never sampled). Fewer is an ``InvalidInputError`` naming ``num_clients``: load the
     dataset with ``num_clients`` equal to the plan's population (``iid`` and ``dirichlet``
     split the pooled data into that many clients; a natural split cannot invent clients).
+
+    With ``first`` (group indices) and ``candidates`` (client indices), those groups are
+    filled first, in order, from a seeded permutation of the candidates; every other group
+    is then dealt as above from the clients left. Too few candidates is an
+    ``InvalidInputError`` naming ``skewed_label``. Without ``first`` the result is the plain
+    deal, whatever ``candidates`` is.
     """
     sizes = [int(size) for size in num_clients_per_group]
     if any(size < 0 for size in sizes):
@@ -40,9 +55,39 @@ def assign_groups(
         )
     order = np.random.default_rng([seed, 0x6A0]).permutation(client_count)
     groups = [UNASSIGNED] * client_count
+    if first:
+        pool = np.random.default_rng([seed, 0x5CE]).permutation(np.asarray(candidates, dtype=np.int64))
+        wanted = sum(sizes[g] for g in first)
+        if pool.size < wanted:
+            raise InvalidInputError(
+                "skewed_label",
+                f"only {pool.size} clients hold the chosen label but the skewed groups need {wanted}",
+            )
+        start = 0
+        for group in first:
+            for client in pool[start : start + sizes[group]]:
+                groups[int(client)] = group
+            start += sizes[group]
+        taken = set(pool[:start].tolist())
+        order = np.array([c for c in order.tolist() if c not in taken], dtype=np.int64)
     start = 0
     for group, size in enumerate(sizes):
+        if group in first:
+            continue
         for client in order[start : start + size]:
             groups[int(client)] = group
         start += size
     return groups
+
+
+def clients_with_label(dataset: FederatedDataset, label: int) -> np.ndarray:
+    """Clients whose most frequent training label is ``label`` (ties: the smallest label).
+
+    With the ``one_label`` partition these are exactly the clients holding ``label``.
+    """
+    holders = []
+    for client, rows in enumerate(dataset.client_indices):
+        labels = dataset.train_y[rows]
+        if labels.numel() and int(torch.bincount(labels).argmax()) == label:
+            holders.append(client)
+    return np.asarray(holders, dtype=np.int64)

@@ -76,6 +76,7 @@ def load_idx(
     seed: int,
     test_fraction: float = 0.2,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """MNIST-style IDX files in ``directory``; without a ``t10k`` pair a seeded test split."""
     directory = Path(directory)
@@ -102,4 +103,5 @@ def load_idx(
         num_classes=None,  # IDX files do not say how many classes; the labels do
         num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
         test_fraction=test_fraction, max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )

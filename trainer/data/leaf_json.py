@@ -6,7 +6,10 @@ integer labels, or strings of equal length with one-character labels (Shakespear
 next-character prediction over the fixed printable vocabulary of ``shakespeare.py``).
 The path is a LEAF data directory with ``train/`` and ``test/`` JSON files, a directory
 of JSON files, or one JSON file; without a test part a seeded test split is held out.
-Users are the natural clients.
+Users are the natural clients. With ``partition="natural"`` each user's own test records
+are also its local test data (``FederatedDataset.client_test_indices``): they are
+appended to the client rows outside every user's training rows, and the pooled test
+files stay the server's test set.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def load_leaf(
     seed: int,
     test_fraction: float = 0.2,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """LEAF users as natural clients; see the module docstring for the accepted layouts."""
     path = Path(path)
@@ -101,8 +105,18 @@ def load_leaf(
     for user, xs, _ in train_records:
         natural.append((user, np.arange(start, start + len(xs))))
         start += len(xs)
+    natural_tests = None
     if test_records:
         test_x, test_y = pool(test_records)
+        _check_shapes(train_x, test_x, path)
+        if partition == "natural":
+            # every user's own test records, as client rows after all training rows
+            natural_tests, start = [], train_y.size
+            for user, xs, _ in test_records:
+                natural_tests.append((user, np.arange(start, start + len(xs))))
+                start += len(xs)
+            train_x = np.concatenate([train_x, test_x])
+            train_y = np.concatenate([train_y, test_y])
     else:
         train_rows, test_rows = split_test(train_y.size, test_fraction, seed)
         test_x, test_y = train_x[test_rows], train_y[test_rows]
@@ -110,12 +124,6 @@ def load_leaf(
         position[train_rows] = np.arange(train_rows.size)
         natural = [(user, position[rows][position[rows] >= 0]) for user, rows in natural]
         train_x, train_y = train_x[train_rows], train_y[train_rows]
-    if train_x.shape[1:] != test_x.shape[1:]:
-        raise InvalidInputError(
-            "dataset",
-            f"{str(path)!r}: train samples have shape {train_x.shape[1:]}, test samples "
-            f"{test_x.shape[1:]}",
-        )
     if next_char:
         num_classes = len(VOCAB)
     else:
@@ -135,7 +143,18 @@ def load_leaf(
         natural=natural,
         vocab=VOCAB if next_char else None,
         max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
+        natural_tests=natural_tests,
     )
+
+
+def _check_shapes(train_x: np.ndarray, test_x: np.ndarray, path: Path) -> None:
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise InvalidInputError(
+            "dataset",
+            f"{str(path)!r}: train samples have shape {train_x.shape[1:]}, test samples "
+            f"{test_x.shape[1:]}",
+        )
 
 
 def _numbers(xs: list[Any], ys: list[Any], path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,10 @@
   dropped and ``q_k`` renormalised over the labels left. Small ``alpha`` gives clients few
   labels each, large ``alpha`` approaches ``iid``. Every client gets ``floor(n/N)`` or
   ``ceil(n/N)`` samples, so none is empty.
+* ``one_label``: every client holds samples of a single label (FedHDP's non-IID MNIST).
+  Labels get clients in proportion to their sample counts (rounded by largest remainder;
+  every label gets at least one client when there are at least as many clients as labels), and
+  each label's samples, shuffled, are cut into near-equal parts for its clients.
 * ``natural``: the clients the data came with (roles, LEAF users, synthetic devices);
   the ``num_clients`` largest are kept.
 """
@@ -19,7 +23,7 @@ import numpy as np
 
 from accounting.errors import InvalidInputError
 
-PARTITIONS = ("iid", "dirichlet", "natural")
+PARTITIONS = ("iid", "dirichlet", "one_label", "natural")
 
 
 def iid_partition(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -68,6 +72,38 @@ def dirichlet_partition(
         remaining -= counts
         parts.append(np.sort(np.concatenate(rows)))
     return parts
+
+
+def one_label_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+    """Each client's samples all carry one label; see the module docstring for the counts.
+
+    Clients are listed in a seeded random order, so client index says nothing about the
+    label. With fewer clients than labels, the labels left without a client are unused.
+    """
+    labels = np.asarray(labels)
+    _check_counts(labels.shape[0], num_clients)
+    rng = np.random.default_rng([seed, 0x1AB])
+    classes, encoded = np.unique(labels, return_inverse=True)
+    sizes = np.bincount(encoded, minlength=classes.size)
+    share = num_clients * sizes / sizes.sum()
+    counts = np.floor(share).astype(np.int64)
+    if num_clients >= classes.size:
+        counts = np.maximum(counts, 1)
+    # Hand out the clients floor() left over to the labels furthest below their share;
+    # the one-client minimum can overshoot: take back from those furthest above it.
+    while counts.sum() < num_clients:
+        counts[int(np.argmax(share - counts))] += 1
+    while counts.sum() > num_clients:
+        counts[int(np.argmax(np.where(counts > 1, counts - share, -np.inf)))] -= 1
+    # No label gets more clients than samples: with N <= n, N n_c / n <= n_c, and neither
+    # rounding up nor the one-client minimum can pass the integer n_c >= 1.
+    parts: list[np.ndarray] = []
+    for c in range(classes.size):
+        rows = rng.permutation(np.flatnonzero(encoded == c))
+        if counts[c] > 0:  # with fewer clients than labels, some labels are left out
+            parts.extend(np.sort(part) for part in np.array_split(rows, int(counts[c])))
+    order = rng.permutation(len(parts))
+    return [parts[i] for i in order]
 
 
 def natural_partition(

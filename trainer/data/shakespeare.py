@@ -63,6 +63,7 @@ def load_shakespeare(
     min_samples: int = 64,
     test_fraction: float = 0.1,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """The plays at ``path`` as a next-character dataset.
 
@@ -137,6 +138,7 @@ def load_shakespeare(
         natural=natural,
         vocab=VOCAB,
         max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )
 
 

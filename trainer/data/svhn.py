@@ -50,6 +50,7 @@ def load_svhn(
     seed: int,
     test_fraction: float = 0.2,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """SVHN from a directory (``train_32x32.mat`` [+ ``test_32x32.mat``]) or one ``.mat``."""
     path = Path(path)
@@ -63,4 +64,5 @@ def load_svhn(
         "svhn", (train_images, train_labels), test, num_classes=10,
         num_clients=num_clients, partition=partition, alpha=alpha, seed=seed,
         test_fraction=test_fraction, max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )

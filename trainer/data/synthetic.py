@@ -38,6 +38,7 @@ def load_synthetic(
     test_fraction: float = 0.1,
     max_samples_per_client: int = 2000,
     max_test_samples: int | None = None,
+    client_test_fraction: float = 0.0,
 ) -> FederatedDataset:
     """synthetic(``synthetic_alpha``, ``synthetic_beta``) with one natural client per device.
 
@@ -94,4 +95,5 @@ def load_synthetic(
         seed=seed,
         natural=natural,
         max_test_samples=max_test_samples,
+        client_test_fraction=client_test_fraction,
     )

@@ -46,6 +46,11 @@ class RoundRecord(BaseModel):
         default_factory=dict,
         description="the strategy's own evaluation on evaluated rounds (Strategy.evaluate), e.g. personal accuracy",
     )
+    accuracy_by_group: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="evaluated rounds of data with local test sets: group id -> mean over its clients of the "
+        "global model's accuracy on each client's own test data",
+    )
 
 
 def append_round(path: Path, record: RoundRecord) -> None:

@@ -56,8 +56,18 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="model constructor options, e.g. {\"hidden\": [64]} (see trainer.models)"
     )
     rounds: int = Field(ge=1, description="rounds of the plan to run (<= plan.rounds)")
-    partition: Literal["iid", "dirichlet", "natural"] = "iid"
+    partition: Literal["iid", "dirichlet", "one_label", "natural"] = "iid"
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
+    dataset_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the loader's options, e.g. {\"client_test_fraction\": 0.2} (docs/trainer.md §Data)",
+    )
+    opt_out_assignment: Literal["random", "skewed"] = Field(
+        "random",
+        description="random: clients dealt into groups at random; skewed: the opted-out groups' clients "
+        "all hold skewed_label (FedHDP's skewed setting)",
+    )
+    skewed_label: int = Field(7, ge=0, description="the label every opted-out client holds when opt_out_assignment is skewed")
     local_steps: int = Field(5, ge=1)
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
@@ -77,12 +87,17 @@ class TrainConfig(BaseModel):
 
     def fingerprint_data(self) -> dict[str, Any]:
         """What a checkpoint's configuration fingerprint covers: every field, except the
-        strategy fields while they are the default, so that a run started before
-        strategies were selectable still resumes."""
+        fields added after runs were first checkpointed while they hold their defaults, so
+        that a run started before they existed still resumes."""
         data = self.model_dump(mode="json")
-        if data["strategy"] == "plan" and not data["strategy_options"]:
-            del data["strategy"], data["strategy_options"]
+        for name in LATER_CONFIG_FIELDS:
+            if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+                del data[name]
         return data
+
+
+# TrainConfig fields a checkpoint fingerprint leaves out while they are at their defaults.
+LATER_CONFIG_FIELDS = ("strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label")
 
 
 class RunSummary(BaseModel):
@@ -118,6 +133,17 @@ class RunSummary(BaseModel):
     strategy: str = Field("plan", description="the training strategy that ran")
     final_metrics: dict[str, float] = Field(
         default_factory=dict, description="the strategy's own evaluation at the last evaluated round"
+    )
+    accuracy_by_group: dict[str, float | None] | None = Field(
+        None,
+        description="group id -> mean over its clients of the global model's accuracy on each client's own test "
+        "data, last evaluated round (null without local test data; docs/trainer.md §Evaluation)",
+    )
+    personal_accuracy_by_group: dict[str, float | None] | None = Field(
+        None, description="group id -> the same for the clients' personal models (strategies that keep them)"
+    )
+    personal_accuracy: float | None = Field(
+        None, description="mean over all clients of their personal model's accuracy on their own test data"
     )
 
 
@@ -165,7 +191,8 @@ def load_run_data(config: TrainConfig, total_clients: int) -> Any:
     from trainer.data import load_dataset
 
     return load_dataset(
-        config.dataset, num_clients=total_clients, partition=config.partition, alpha=config.alpha, seed=config.seed
+        config.dataset, num_clients=total_clients, partition=config.partition, alpha=config.alpha, seed=config.seed,
+        **config.dataset_options,
     )
 
 
@@ -181,12 +208,41 @@ def build_run_model(config: TrainConfig, dataset: Any) -> torch.nn.Module:
         raise InvalidInputError("model-option", f"{config.model} cannot be built with {config.model_options}: {exc}") from None
 
 
-def build_population(plan: Plan, dataset: Any, seed: int) -> Population:
-    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``)."""
-    from trainer.data import assign_groups
+def build_population(
+    plan: Plan, dataset: Any, seed: int, *, opt_out_assignment: str = "random", skewed_label: int = 7
+) -> Population:
+    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``).
 
-    labels = np.asarray(assign_groups([g.num_clients for g in plan.groups], dataset.num_clients, seed))
+    ``skewed``: the groups that opted out in the scenario (``epsilon: null``; a
+    ``dp_fedavg_all`` plan gives them an epsilon, but they are the same clients) are
+    filled first with clients holding ``skewed_label`` (docs/trainer.md §Clients and groups).
+    """
+    from trainer.data import assign_groups, clients_with_label
+
+    first: list[int] = []
+    candidates = None
+    if opt_out_assignment == "skewed":
+        opted_out = {g.id for g in plan.scenario.groups if g.epsilon is None}
+        first = [index for index, g in enumerate(plan.groups) if g.id in opted_out]
+        if not first:
+            raise InvalidInputError("opt_out_assignment", "skewed needs a group that opted out (epsilon null)")
+        candidates = clients_with_label(dataset, skewed_label)
+    labels = np.asarray(
+        assign_groups([g.num_clients for g in plan.groups], dataset.num_clients, seed, first=first, candidates=candidates)
+    )
     return Population({g.id: np.flatnonzero(labels == index) for index, g in enumerate(plan.groups)})
+
+
+def accuracy_by_group(model: torch.nn.Module, params: torch.Tensor, dataset: Any,
+                      population: Population) -> dict[str, float | None]:
+    """Group id -> mean over the group's clients of ``params``' accuracy on each client's own
+    test rows (``trainer.engines.evaluate_clients``; ``None`` for a group without any)."""
+    from trainer.engines import evaluate_clients
+
+    out: dict[str, float | None] = {}
+    for group_id, clients in population.group_clients.items():
+        out[group_id] = evaluate_clients(model, params, dataset, clients.tolist()).mean_accuracy() if clients.size else None
+    return out
 
 
 def prepare_run(
@@ -262,7 +318,9 @@ def prepare_client_run(
     if dataset is None:
         dataset = load_run_data(config, plan.scenario.total_clients)
     model = build_run_model(config, dataset).to(chosen_device)
-    population = build_population(plan, dataset, config.seed)
+    population = build_population(
+        plan, dataset, config.seed, opt_out_assignment=config.opt_out_assignment, skewed_label=config.skewed_label
+    )
     dim = num_params(model)
     warnings = []
     if dim != plan.scenario.model_dim:
@@ -416,6 +474,7 @@ def round_record(
     timing: dict[str, float],
     diverged: bool = False,
     strategy_metrics: dict[str, float] | None = None,
+    accuracy_by_group: dict[str, float | None] | None = None,
 ) -> RoundRecord:
     return RoundRecord(
         round=outcome.global_round,
@@ -432,6 +491,7 @@ def round_record(
         nonfinite_updates=outcome.nonfinite_updates,
         diverged=diverged,
         metrics={name: float(value) for name, value in (strategy_metrics or {}).items()},
+        accuracy_by_group=dict(accuracy_by_group or {}),
     )
 
 
@@ -548,11 +608,14 @@ def execute_run(
 
             metrics = None
             strategy_metrics = None
+            local_accuracy: dict[str, float | None] = {}
             last = local_round + 1 == config.rounds
             finite = bool(torch.isfinite(params).all())
             if finite and (last or (local_round + 1) % config.eval_every == 0):
                 tick = time.perf_counter()
                 metrics = evaluate(prepared.model, params, prepared.dataset.test)
+                if prepared.dataset.has_client_tests:
+                    local_accuracy = accuracy_by_group(prepared.model, params, prepared.dataset, prepared.population)
                 strategy_metrics = prepared.strategy.evaluate(ctx, params, prepared.dataset)
                 timing["evaluate"] = time.perf_counter() - tick
             reason = None
@@ -571,7 +634,7 @@ def execute_run(
 
             record = round_record(
                 outcome, ledger, metrics, time.perf_counter() - round_started, timing, diverged=reason is not None,
-                strategy_metrics=strategy_metrics,
+                strategy_metrics=strategy_metrics, accuracy_by_group=local_accuracy,
             )
             append_round(run_dir.rounds, record)
             records.append(record)
@@ -623,6 +686,10 @@ def report_metrics(record: RoundRecord) -> dict[str, float]:
         metrics["loss"] = float(record.loss)
     if record.accuracy is not None:
         metrics["accuracy"] = float(record.accuracy)
+    for group, value in record.accuracy_by_group.items():
+        name = f"accuracy.{group}"
+        if value is not None and len(name) <= 64 and len(metrics) < 256:
+            metrics[name] = float(value)
     for group, spent in record.epsilon_spent.items():
         name = f"epsilon.{group}"
         if spent is not None and math.isfinite(spent) and len(name) <= 64 and len(metrics) < 256:
@@ -672,4 +739,24 @@ def summarize(
         privacy_unit=plan.privacy_unit,
         strategy=prepared.config.strategy,
         final_metrics=evaluated[-1].metrics if evaluated else {},
+        **personal_fields(evaluated[-1] if evaluated else None),
     )
+
+
+def personal_fields(record: RoundRecord | None) -> dict[str, Any]:
+    """The summary's by-group and personal accuracies from the last evaluated round.
+
+    ``accuracy_by_group`` is the run's own evaluation (``RoundRecord.accuracy_by_group``);
+    the personal ones are the strategy's metrics named ``personal_accuracy`` and
+    ``personal_accuracy.<group id>`` (``Strategy.evaluate``'s convention for strategies
+    with personal models, docs/trainer.md §Strategies).
+    """
+    if record is None:
+        return {}
+    prefix = "personal_accuracy."
+    personal = {name[len(prefix):]: value for name, value in record.metrics.items() if name.startswith(prefix)}
+    return {
+        "accuracy_by_group": dict(record.accuracy_by_group) or None,
+        "personal_accuracy_by_group": personal or None,
+        "personal_accuracy": record.metrics.get("personal_accuracy"),
+    }

@@ -4,7 +4,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data import PARTITIONS, assign_groups, load_dataset
-from trainer.data.partition import dirichlet_partition, iid_partition
+from trainer.data.partition import dirichlet_partition, iid_partition, one_label_partition
 
 
 def _same(a, b) -> bool:
@@ -125,7 +125,7 @@ def test_max_test_samples_subsamples_the_test_set() -> None:
 
 
 def test_partitions_listed() -> None:
-    assert PARTITIONS == ("iid", "dirichlet", "natural")
+    assert PARTITIONS == ("iid", "dirichlet", "one_label", "natural")
 
 
 def test_assign_groups_sizes_and_seed() -> None:
@@ -141,3 +141,81 @@ def test_assign_groups_leaves_extra_clients_out_and_refuses_too_few() -> None:
     with pytest.raises(InvalidInputError) as info:
         assign_groups([4, 4], 7, seed=0)
     assert info.value.field == "num_clients" and "num_clients=8" in info.value.message
+
+
+@pytest.mark.parametrize("num_clients", [10, 37, 200])
+def test_one_label_partition_gives_every_client_one_label(num_clients: int) -> None:
+    labels = np.repeat(np.arange(10), [300, 250, 200, 200, 150, 150, 100, 100, 50, 33])
+    parts = one_label_partition(labels, num_clients, seed=3)
+    assert len(parts) == num_clients and all(p.size > 0 for p in parts)
+    rows = np.concatenate(parts)
+    assert np.array_equal(np.sort(rows), np.arange(labels.size))  # a partition of all samples
+    assert all(np.unique(labels[p]).size == 1 for p in parts)
+    per_label = np.bincount([labels[p[0]] for p in parts], minlength=10)
+    assert per_label.min() >= 1  # every label has a client
+    expected = num_clients * np.bincount(labels) / labels.size
+    assert np.abs(per_label - expected).max() <= 1  # clients in proportion to label counts
+    for label in range(10):  # a label's clients hold near-equal shares
+        sizes = [p.size for p in parts if labels[p[0]] == label]
+        assert max(sizes) - min(sizes) <= 1
+    again = one_label_partition(labels, num_clients, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    first_labels = [labels[p[0]] for p in parts]
+    assert first_labels != sorted(first_labels)  # client order does not follow labels
+
+
+def test_one_label_partition_at_the_edges() -> None:
+    # a rare label still gets a client of its own, and no label more clients than samples
+    labels = np.array([0] * 50 + [1] * 2)
+    parts = one_label_partition(labels, 51, seed=0)
+    assert sum(labels[p[0]] == 1 for p in parts) in (1, 2) and all(p.size >= 1 for p in parts)
+    with pytest.raises(InvalidInputError) as info:
+        one_label_partition(labels, 53, seed=0)
+    assert info.value.field == "num_clients"
+    # fewer clients than labels: the labels left without a client are unused
+    parts = one_label_partition(np.repeat(np.arange(5), 10), 3, seed=0)
+    assert len(parts) == 3 and sum(p.size for p in parts) == 30
+
+
+def test_one_label_digits_with_local_test_splits() -> None:
+    data = load_dataset("digits", num_clients=40, partition="one_label", seed=1, client_test_fraction=0.25)
+    assert data.has_client_tests and data.client_test_indices is not None
+    for client in range(data.num_clients):
+        train, test = data.client_indices[client], data.client_test_indices[client]
+        assert set(train.tolist()).isdisjoint(test.tolist())
+        size = train.numel() + test.numel()
+        assert test.numel() == min(max(round(0.25 * size), 1), size - 1)
+        labels = torch.cat([data.train_y[train], data.train_y[test]]).unique()
+        assert labels.numel() == 1  # its local test data has its own label
+    everything = torch.cat([*data.client_indices, *data.client_test_indices])
+    assert torch.equal(everything.sort().values, torch.arange(data.train_y.shape[0]))
+    x, y = data.client_test_data(3)
+    assert x.shape[0] == data.client_test_indices[3].numel() and y.unique().numel() == 1
+
+
+@pytest.mark.parametrize("partition", ["iid", "dirichlet"])
+def test_client_test_fraction_holds_out_a_seeded_share(partition: str) -> None:
+    data = load_dataset("digits", num_clients=8, partition=partition, seed=2, client_test_fraction=0.2)
+    plain = load_dataset("digits", num_clients=8, partition=partition, seed=2)
+    assert plain.client_test_indices is None and not plain.has_client_tests
+    assert data.client_test_indices is not None
+    for mine, theirs, test in zip(data.client_indices, plain.client_indices, data.client_test_indices):
+        # the same clients, each split into its training and local test rows
+        assert sorted(mine.tolist() + test.tolist()) == theirs.tolist()
+    assert torch.equal(data.test_y, plain.test_y)  # the server's test set is unchanged
+    again = load_dataset("digits", num_clients=8, partition=partition, seed=2, client_test_fraction=0.2)
+    assert again.client_test_indices is not None
+    assert all(torch.equal(a, b) for a, b in zip(data.client_test_indices, again.client_test_indices))
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5])
+def test_client_test_fraction_out_of_range_is_refused(fraction: float) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        load_dataset("digits", num_clients=4, seed=0, client_test_fraction=fraction)
+    assert info.value.field == "client_test_fraction"
+
+
+def test_client_test_fraction_needs_two_samples_per_client() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        load_dataset("digits", num_clients=1437, seed=0, client_test_fraction=0.5)
+    assert info.value.field == "client_test_fraction"

@@ -171,6 +171,20 @@ def test_leaf_directory_with_train_and_test(tmp_path: Path) -> None:
     assert torch.allclose(x, torch.tensor(users["f_2"][0], dtype=torch.float32))
     assert y.tolist() == users["f_2"][1]
     assert data.test_y.tolist() == [1, 3] and data.num_classes == 4
+    # natural users keep their own test records as local test data
+    assert data.client_test_indices is not None
+    x, y = data.client_test_data(0)
+    assert y.tolist() == [1, 3] and torch.allclose(x, torch.tensor(test["f_0"][0], dtype=torch.float32))
+    assert data.client_test_indices[1].numel() == 0  # f_2 has no test records
+    training = torch.cat(data.client_indices)
+    assert set(training.tolist()).isdisjoint(data.client_test_indices[0].tolist())
+    with pytest.raises(InvalidInputError) as info:
+        load_dataset(str(tmp_path), num_clients=2, partition="natural", seed=0, client_test_fraction=0.2)
+    assert info.value.field == "client_test_fraction"
+    # pooled and re-split, the users' own test files no longer match clients: a held-out share does
+    pooled = load_dataset(str(tmp_path), num_clients=3, partition="iid", seed=0, client_test_fraction=0.3)
+    assert pooled.client_test_indices is not None and pooled.train_y.shape[0] == 15
+    assert sum(int(t.numel()) for t in pooled.client_test_indices) == 3 * round(0.3 * 5)
 
 
 def test_leaf_shakespeare_strings(tmp_path: Path) -> None:
