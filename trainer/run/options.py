@@ -1,0 +1,175 @@
+"""The run settings a command line sets (``TrainConfig`` fields) and the run summary it prints.
+
+Shared by ``gdpfed train`` (``trainer/cli.py``) and ``gdpfed flower app`` (``trainer/flower/cli.py``):
+argparse and JSON only, so building either parser imports neither torch nor the other's module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import InvalidInputError
+
+# Run options (TrainConfig fields) that the command line can set; on --resume any that is
+# given must equal the stored value.
+CONFIG_OPTIONS = (
+    "dataset",
+    "model",
+    "rounds",
+    "partition",
+    "alpha",
+    "local_steps",
+    "lr",
+    "momentum",
+    "batch_size",
+    "engine",
+    "seed",
+    "eval_every",
+    "server_lr",
+    "server_momentum",
+    "late_dropout_fraction",
+    "secagg_mode",
+    "checkpoint_every",
+    "strategy",
+    "opt_out_assignment",
+    "skewed_label",
+)
+
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``."""
+    parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
+    parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
+    parser.add_argument(
+        "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
+        help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
+    )
+    # The registry (trainer.strategies.registry) checks the name and the options when the
+    # run is prepared: importing it here would import torch just to build the parser.
+    parser.add_argument(
+        "--strategy", metavar="NAME",
+        help="training strategy: plan (default: the plan's own algorithm) or pfa; "
+        "an unknown name is refused with the list of registered ones",
+    )
+    parser.add_argument(
+        "--strategy-option", action="append", metavar="KEY=JSON", dest="strategy_option",
+        help="strategy option, e.g. rank=4 (pfa); values are JSON; repeatable",
+    )
+    parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
+    parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")
+    parser.add_argument("--lr", type=float, help="client learning rate (default 0.05)")
+    parser.add_argument("--momentum", type=float, help="client SGD momentum (default 0)")
+    parser.add_argument("--batch-size", type=int, help="client minibatch size (default 32)")
+    parser.add_argument("--engine", choices=["batched", "loop"], help="local training engine (default batched)")
+    parser.add_argument("--partition", choices=["iid", "dirichlet", "one_label", "natural"],
+                        help="how data is split into clients (default iid; one_label: one label per client)")
+    parser.add_argument(
+        "--dataset-option", action="append", metavar="KEY=JSON", dest="dataset_option",
+        help="loader option, e.g. client_test_fraction=0.2 (local test data per client); repeatable",
+    )
+    parser.add_argument(
+        "--opt-out-assignment", choices=["random", "skewed"],
+        help="random (default): clients dealt into groups at random; skewed: opted-out clients all hold --skewed-label",
+    )
+    parser.add_argument("--skewed-label", type=int, help="the label of the skewed opted-out clients (default 7)")
+    parser.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet (default 0.5)")
+    parser.add_argument("--seed", type=int, help="seed of every random draw (default 0)")
+    parser.add_argument("--server-lr", type=float, help="server step size (default 1.0)")
+    parser.add_argument("--server-momentum", type=float, help="server momentum (default 0)")
+    parser.add_argument(
+        "--late-dropout-fraction", type=float,
+        help="share of dropouts that happen after masking (recovered by secure aggregation; default 0)",
+    )
+    parser.add_argument("--secagg", dest="secagg_mode", choices=["full", "sparse"], help="secure aggregation graph (default full; sparse = SecAgg+)")
+    parser.add_argument("--eval-every", type=int, help="evaluate every N rounds (and at the last; default 1)")
+    parser.add_argument("--checkpoint-every", type=int, help="checkpoint every N rounds (and at the last; default 1)")
+
+
+def read_json_file(path: Path, field: str) -> Any:
+    """Parse a JSON file; a file that is not JSON is an ``InvalidInputError`` naming ``field``."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:
+    """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``;
+    errors name ``field`` (``model-option``, ``strategy-option``) and the key."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInputError(field, f"expected KEY=JSON, got {item!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            raise InvalidInputError(f"{field} {key.strip()}", f"{value!r} is not a JSON value") from None
+    return options
+
+
+def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
+    from trainer.run.runner import TrainConfig
+
+    given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
+    if args.model_option:
+        given["model_options"] = parse_json_options(args.model_option, "model-option")
+    if args.strategy_option:
+        given["strategy_options"] = parse_json_options(args.strategy_option, "strategy-option")
+    if getattr(args, "dataset_option", None):
+        given["dataset_options"] = parse_json_options(args.dataset_option, "dataset-option")
+    if stored is None:
+        for name in ("dataset", "model"):
+            if name not in given:
+                raise InvalidInputError(name, f"--{name} is required")
+        given.setdefault("rounds", plan_rounds)
+        return TrainConfig(**given)
+    config = TrainConfig.model_validate(stored)
+    for name, value in given.items():
+        if getattr(config, name) != value:
+            raise InvalidInputError(
+                name.replace("_", "-"),
+                f"{value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
+            )
+    return config
+
+
+def format_summary(summary: Any) -> str:
+    lines = [
+        f"run: {summary.run_dir} ({summary.method}, {summary.rounds_run}/{summary.rounds} rounds"
+        f"{'' if summary.complete else ', incomplete'})",
+    ]
+    if summary.final_accuracy is not None:
+        lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
+    for group, spent in summary.epsilon_spent.items():
+        target = summary.epsilon_target.get(group)
+        if spent is None:
+            lines.append(f"group {group}: no DP (opted out or no noise)")
+        else:
+            lines.append(f"group {group}: epsilon spent {spent:.4g} of {target:.4g}")
+    if summary.accuracy_by_group:
+        lines.append("local test accuracy by group (global model): " + _by_group(summary.accuracy_by_group))
+    if summary.personal_accuracy is not None:
+        lines.append(f"personal models: accuracy {summary.personal_accuracy:.4f}"
+                     + (f"; by group {_by_group(summary.personal_accuracy_by_group)}" if summary.personal_accuracy_by_group else ""))
+    aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
+    if aborted:
+        lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))
+    if summary.superseded_plans:
+        lines.append(f"followed re-plans: {' -> '.join([*summary.superseded_plans, str(summary.plan_id)])}")
+    if summary.reports_pending:
+        lines.append(f"{summary.reports_pending} round report(s) could not be delivered (kept in the checkpoint)")
+    if summary.diverged is not None:
+        lines.append(f"DIVERGED at round {summary.diverged.round}: {summary.diverged.reason}")
+        lines.append(f"hint: {summary.diverged.hint}")
+    lines.extend(f"warning: {w}" for w in summary.warnings)
+    return "\n".join(lines)
+
+
+def _by_group(values: dict[str, float | None]) -> str:
+    return ", ".join(f"{group}={'-' if value is None else f'{value:.4f}'}" for group, value in values.items())
