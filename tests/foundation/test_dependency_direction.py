@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: who may import whom.
 
 accounting <- planner <- app; trainer imports planner and accounting, never app;
-torch only under trainer/. A static check (AST) sees imports inside functions too.
+torch only under trainer/; flwr only under trainer/flower/. A static check (AST) sees imports inside functions too.
 """
 
 from __future__ import annotations
@@ -60,6 +60,17 @@ def test_torch_is_imported_only_under_trainer(package):
         str(path.relative_to(ROOT))
         for path in package_files(package)
         if "torch" in imported_top_levels(path)
+    ]
+    assert not offenders
+
+
+def test_flwr_is_imported_only_under_trainer_flower():
+    """The ``flower`` extra is optional: only ``trainer/flower/`` (and the Flower bench) import flwr."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in package_files(package)
+        if "flwr" in imported_top_levels(path) and "flower" not in path.relative_to(ROOT).parts
     ]
     assert not offenders
 

@@ -9,7 +9,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
-from tests.trainer.trainer_plans import NullStream, hand_plan, quiet_progress
+from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, quiet_progress
 from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module
 from trainer.run import runner as runner_module
@@ -59,22 +59,6 @@ def run(plan, digits, out, *, resume=False, progress=None, cfg=None):
 
 
 
-class InterruptAfter(Progress):
-    def __init__(self, rounds_done: int) -> None:
-        super().__init__(ROUNDS, 0, stream=NullStream(), use_bar=False)
-        self.remaining = rounds_done
-
-    def round_done(self, record):
-        super().round_done(record)
-        self.remaining -= 1
-        if self.remaining == 0:
-            raise KeyboardInterrupt
-
-
-def comparable(records):
-    return [r.model_dump(exclude={"seconds", "timing"}) for r in records]
-
-
 def final_state(out):
     return load_checkpoint(out / "checkpoint.pt")
 
@@ -92,7 +76,7 @@ def test_same_seed_same_run_and_other_seed_differs(plan, digits, tmp_path):
 def test_resume_after_interrupt_equals_uninterrupted(plan, digits, tmp_path):
     whole = run(plan, digits, tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        run(plan, digits, tmp_path / "split", progress=InterruptAfter(2))
+        run(plan, digits, tmp_path / "split", progress=interrupt_after(ROUNDS, 2))
     partial = final_state(tmp_path / "split")
     assert partial["next_round"] == 2
     assert len(read_rounds(tmp_path / "split" / "rounds.jsonl")) == 2

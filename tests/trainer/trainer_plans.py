@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO, cast
 
 from accounting.events import Phase
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted, Scenario
@@ -124,4 +124,26 @@ class NullStream:
 def quiet_progress(total_rounds: int) -> Any:
     from trainer.run.progress import Progress
 
-    return Progress(total_rounds, 0, stream=NullStream(), use_bar=False)
+    return Progress(total_rounds, 0, stream=cast(TextIO, NullStream()), use_bar=False)
+
+
+def interrupt_after(total_rounds: int, rounds_done: int) -> Any:
+    """Quiet progress that raises ``KeyboardInterrupt`` once ``rounds_done`` rounds are done
+    (an interrupted run, to check that ``--resume`` continues it exactly)."""
+    from trainer.run.progress import Progress
+
+    class InterruptAfter(Progress):
+        remaining = rounds_done
+
+        def round_done(self, record: Any) -> None:
+            super().round_done(record)
+            self.remaining -= 1
+            if self.remaining == 0:
+                raise KeyboardInterrupt
+
+    return InterruptAfter(total_rounds, 0, stream=cast(TextIO, NullStream()), use_bar=False)
+
+
+def comparable(records: Any) -> list[dict[str, Any]]:
+    """Round records without their timings (equal across runs of the same seed)."""
+    return [r.model_dump(exclude={"seconds", "timing"}) for r in records]

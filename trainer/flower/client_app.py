@@ -1,0 +1,301 @@
+"""The ClientApp: a node's side of a plan round (docs/flower.md §2).
+
+``build_client_app(bundle_dir)`` returns the ``flwr.clientapp.ClientApp`` a bundle's
+``client_app.py`` assigns to ``app``. Per message (Flower runs each in a new process):
+
+- ``HELLO``: the node's group and the fingerprint of its plan.
+- ``KEYS``: refuse a session of a pool the node's group is not in, of another plan, or
+  whose threshold, grid scale or value bound differ from the node's own plan; then train
+  locally (``trainer.flower.training``, the only step that imports torch), privatise with
+  the node's own plan (``trainer.mechanism.privatize``: clip to ``C_g``, grid rounding,
+  noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
+- ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
+  ``Context.state``, one protocol round each, refusing any other session.
+
+Replies carry protocol messages only: no metrics, no example count, no plaintext update.
+The noise comes from ``os.urandom`` (the server cannot know it) except on a node
+configured ``gdpfed-simulation = true`` (``trainer.flower.settings``).
+
+Start-up cost matters: each message is a new process. The module imports flwr, numpy and
+``trainer.secagg``; ``HELLO`` and ``KEYS`` add the plan schema and the mechanism, and
+only ``KEYS`` adds torch (local training).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from accounting.errors import InvalidInputError
+from trainer.flower import messages
+from trainer.flower.settings import NODE_GROUP, NodeSettings, split_run_config
+from trainer.run.directory import fingerprint
+from trainer.secagg import Client, ProtocolError
+
+if TYPE_CHECKING:
+    from planner.schema import Plan
+    from trainer.mechanism import PoolMechanism
+
+# When this module finished loading (the benchmark's split of a message's process time).
+_LOADED_AT = time.time()
+# A directory on the node where each message's process appends its timings (benchmark
+# instrumentation, docs/benchmarks.md "Flower"); they stay on the node, never in a reply.
+PROFILE_ENV = "GDPFED_FLOWER_PROFILE"
+
+
+def _process_started_at() -> float | None:
+    """Wall-clock start of this process (Linux /proc), or None where unavailable."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+
+
+def _profile(step: str, node: int, started: float, extra: dict[str, float]) -> None:
+    directory = os.environ.get(PROFILE_ENV)
+    if not directory:
+        return
+    record = {"step": step, "node": node, "pid": os.getpid(), "process_start": _process_started_at(),
+              "module_loaded": _LOADED_AT, "handler_start": started, "handler_end": time.time(), **extra}
+    with open(Path(directory) / f"node-{node}.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+@lru_cache(maxsize=8)
+def _read_plan(path: str) -> tuple[Plan, dict[str, Any], str]:
+    from planner.schema import load_plan
+
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidInputError("gdpfed-plan", f"cannot read the plan {path}: {exc}") from None
+    plan = load_plan(document)
+    return plan, document, plan_fingerprint(plan)
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """SHA-256 of the plan's canonical JSON: server and nodes must hold the same plan."""
+    return fingerprint(plan.model_dump(mode="json"))
+
+
+# (workspace settings, client index, group id, global round, global params) -> raw update Delta.
+LocalUpdate = Callable[[Any, int, str, int, np.ndarray], np.ndarray]
+# Called with (node id, pool id, the privatised vector handed to secure aggregation): tests.
+Observer = Callable[[int, str, np.ndarray], None]
+
+
+class NodeClient:
+    """The protocol logic of one node, independent of how Flower delivers the messages.
+
+    ``local_update`` replaces local training (tests: fixed updates) and ``observe`` sees
+    each privatised vector before it is masked (tests: audits); a bundle uses neither.
+    """
+
+    def __init__(self, bundle_dir: Path, *, local_update: LocalUpdate | None = None,
+                 observe: Observer | None = None) -> None:
+        self.bundle_dir = bundle_dir
+        self.local_update = local_update
+        self.observe = observe
+        self.timings: dict[str, float] = {}  # of the message being handled (benchmark profile)
+
+    def own_plan(self, node: NodeSettings) -> tuple[Plan, dict[str, Any], str]:
+        """The node's copy of the plan: its pinned ``gdpfed-plan`` file, else the bundle's."""
+        return _read_plan(str(node.plan_path or self.bundle_dir / "plan.json"))
+
+    def group_of(self, node: NodeSettings, plan: Plan, context: Context) -> str:
+        if node.simulation and node.group is None:
+            # Simulation only: deal the node's client index into a group as `gdpfed train` does.
+            from trainer.data.groups import assign_groups
+
+            seed = int(split_run_config(context.run_config)[1].get("seed", 0))
+            labels = assign_groups([g.num_clients for g in plan.groups], plan.scenario.total_clients, seed)
+            index = labels[node.require_partition()]
+            if index < 0:
+                raise InvalidInputError("partition-id", f"client {node.partition_id} is in no group of the plan")
+            return plan.groups[index].id
+        if node.group is None:
+            raise InvalidInputError(NODE_GROUP, "the node config needs gdpfed-group (this node's privacy group)")
+        if node.group not in {g.id for g in plan.groups}:
+            raise InvalidInputError(NODE_GROUP, f"{node.group!r} is not a group of the plan")
+        return node.group
+
+    def hello(self, content: RecordDict, context: Context) -> RecordDict:
+        node = NodeSettings.from_node_config(context.node_config)
+        plan, _, plan_print = self.own_plan(node)
+        return RecordDict(
+            {
+                messages.REPLY: ConfigRecord(
+                    {
+                        "group": self.group_of(node, plan, context),
+                        "plan_fingerprint": plan_print,
+                        "gdpfed_version": version("gdpfed"),
+                        "flwr_version": version("flwr"),
+                    }
+                )
+            }
+        )
+
+    def keys(self, content: RecordDict, context: Context) -> RecordDict:
+        node = NodeSettings.from_node_config(context.node_config)
+        plan, document, plan_print = self.own_plan(node)
+        session = messages.session_of(content)
+        if session.plan_fingerprint != plan_print:
+            raise ProtocolError("the session belongs to another plan than this node's copy")
+        group_id = self.group_of(node, plan, context)
+        group = plan.group(group_id)
+        if group.pool != session.pool_id:
+            raise ProtocolError(
+                f"this node is in group {group_id} (pool {group.pool}) and refuses a session of pool {session.pool_id}"
+            )
+        index = session.index_of(context.node_id)
+        self.check_round(plan, session, context)
+        self.timings["round"] = session.global_round
+        global_params = messages.global_params_of(content)
+        mechanism = self.mechanism(plan, group.pool, global_params.shape[0])
+        self.check_params(session, mechanism)
+
+        from trainer.flower.settings import train_config
+
+        config = train_config(context.run_config)
+        client_index = node.require_partition()
+        training_started = time.time()
+        if self.local_update is not None:
+            update = self.local_update(config, client_index, group_id, session.global_round, global_params)
+        else:
+            from trainer.flower.training import local_update, workspace
+
+            space = workspace(document, config, node.device)
+            self.timings["setup_s"] = time.time() - training_started  # torch, data, model (once per process)
+            training_started = time.time()
+            update = local_update(space, client_index, group_id, session.global_round, global_params)
+        self.timings["train_s"] = time.time() - training_started
+        from trainer.mechanism import privatize
+
+        rng = self.noise_rng(node, config, session, client_index)
+        vector, _ = privatize(update, mechanism.clip_norms[group_id], mechanism, rng)
+        if self.observe is not None:
+            self.observe(context.node_id, session.pool_id, vector)
+        client = Client(index, vector, session.params, session.setup, None)
+        keys = client.advertise_keys()
+        self.save(context, session, client)
+        messages.record_joined_round(context.state, session.global_round)
+        return messages.keys_reply(keys)
+
+    def shares(self, content: RecordDict, context: Context) -> RecordDict:
+        session, client = self.load(content, context)
+        shares = client.share_keys(messages.roster_of(content))
+        self.save(context, session, client)
+        return messages.shares_reply(shares)
+
+    def masked(self, content: RecordDict, context: Context) -> RecordDict:
+        session, client = self.load(content, context)
+        masked = client.masked_input(messages.inbox_of(content))
+        self.save(context, session, client)
+        return messages.masked_reply(masked)
+
+    def unmask(self, content: RecordDict, context: Context) -> RecordDict:
+        session, client = self.load(content, context)
+        shares = client.unmask(messages.survivors_of(content))
+        # The session is over for this node: its secrets are no longer needed.
+        for key in (messages.STATE, messages.STATE_INPUT):
+            if key in context.state:
+                del context.state[key]
+        return messages.unmask_reply(shares)
+
+    @staticmethod
+    def check_round(plan: Plan, session: messages.Session, context: Context) -> None:
+        """One session per round, rounds of the plan only, in increasing order.
+
+        A second session in a round would release this node's update twice with
+        independent noise shares (their average has less noise than the plan's), and a
+        round beyond the plan's would spend privacy the plan does not allow. The node
+        remembers the last round it joined in its ``Context.state`` for the run.
+        """
+        end = plan.start_round + plan.rounds
+        if not plan.start_round <= session.global_round < end:
+            raise ProtocolError(f"round {session.global_round} is outside the plan's rounds [{plan.start_round}, {end})")
+        last = messages.last_joined_round(context.state)
+        if last is not None and session.global_round <= last:
+            raise ProtocolError(f"this node already took part in round {last}; it joins each round once, in order")
+
+    @staticmethod
+    def mechanism(plan: Plan, pool_id: str, dim: int) -> PoolMechanism:
+        from trainer.mechanism import pool_mechanisms
+
+        # plan.rounds sizes the noise tail bound: server and nodes agree without the run's rounds.
+        return next(m for m in pool_mechanisms(plan, dim, plan.rounds) if m.pool_id == pool_id)
+
+    @staticmethod
+    def check_params(session: messages.Session, mechanism: PoolMechanism) -> None:
+        """The server's session must enforce this node's plan: its m_P, grid and value bound."""
+        params = session.params
+        problems = []
+        if params.threshold != mechanism.threshold:
+            problems.append(f"threshold {params.threshold} (the plan's m_P is {mechanism.threshold})")
+        if params.scale != mechanism.scale:
+            problems.append(f"grid scale {params.scale:g} (the plan's is {mechanism.scale:g})")
+        if params.value_bound != mechanism.value_bound:
+            problems.append(f"value bound {params.value_bound:g} (the plan's is {mechanism.value_bound:g})")
+        if problems:
+            raise ProtocolError(f"pool {session.pool_id}'s session has " + ", ".join(problems))
+
+    @staticmethod
+    def noise_rng(node: NodeSettings, config: Any, session: messages.Session, client: int) -> np.random.Generator:
+        """The node's secret generator for rounding and noise; the run seed's only in simulation."""
+        if node.simulation:
+            from trainer.strategies.base import PURPOSE_CLIENT, RoundContext
+
+            return RoundContext(0, session.global_round, config.seed).rng(PURPOSE_CLIENT, client)
+        return np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(32), "big")))
+
+    @staticmethod
+    def save(context: Context, session: messages.Session, client: Client) -> None:
+        record, encoded = messages.state_to_records(session, client.state())
+        context.state[messages.STATE] = record
+        context.state[messages.STATE_INPUT] = encoded
+
+    def load(self, content: RecordDict, context: Context) -> tuple[messages.Session, Client]:
+        if messages.STATE not in context.state:
+            raise ProtocolError("this node has not joined a session (no KEYS request reached it)")
+        session, state = messages.state_from_records(
+            context.state.config_records[messages.STATE], context.state.array_records[messages.STATE_INPUT]
+        )
+        messages.check_session_ref(content, session)
+        self.timings["round"] = session.global_round
+        return session, Client.restore(session.params, session.setup, state)
+
+
+def build_client_app(bundle_dir: Path, node_client: NodeClient | None = None) -> ClientApp:
+    """The ClientApp of the bundle in ``bundle_dir`` (its ``plan.json`` is the default plan copy)."""
+    node_client = node_client or NodeClient(bundle_dir)
+    app = ClientApp()
+
+    def handler(step: Any) -> Any:
+        def handle(message: Message, context: Context) -> Message:
+            started = time.time()
+            node_client.timings = {}
+            reply = Message(step(message.content, context), reply_to=message)
+            _profile(message.metadata.message_type, context.node_id, started, node_client.timings)
+            return reply
+
+        return handle
+
+    app.query(messages.HELLO.split(".")[1])(handler(node_client.hello))
+    app.train(messages.KEYS.split(".")[1])(handler(node_client.keys))
+    app.train(messages.SHARES.split(".")[1])(handler(node_client.shares))
+    app.train(messages.MASKED.split(".")[1])(handler(node_client.masked))
+    app.train(messages.UNMASK.split(".")[1])(handler(node_client.unmask))
+    return app

@@ -1,0 +1,372 @@
+"""The server's side of one plan round on a Flower ``Grid`` (docs/flower.md §2).
+
+``FlowerRoundEngine`` has the simulator's ``RoundEngine`` interface (``run(ctx, params)
+-> (next params, RoundOutcome)``), so ``trainer.run.runner.execute_run`` drives it with
+the same ledger, log, checkpoints, evaluation and service reports as ``gdpfed train``.
+One round:
+
+1. **Membership** (``Membership``): nodes the Grid lists that the server has not met are
+   asked ``HELLO``; a node answering with another plan's fingerprint or an unknown group
+   is left out. The population of group g is its known, listed nodes, by node id.
+2. **Sampling**: ``strategy.configure_round`` over that population, Poisson with ``q_g``
+   from a generator seeded by ``(seed, round, group)``, as in the simulator.
+3. **Secure aggregation**, one ``trainer.secagg`` session per pool with ``m_P`` sampled
+   nodes or more, fresh session ids and server randomness (``os.urandom``), the four
+   protocol steps of all pools in one ``send_and_receive`` each (four round trips a
+   round whatever the number of pools). A node that does not answer a step in time, or
+   answers with an error, has dropped out; a pool with fewer than ``m_P`` sampled nodes
+   or survivors releases nothing (``aborted_pools``, with the reason).
+4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
+   ``strategy.server_update`` on the released pool sums only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from planner.schema import Plan
+from trainer.flower import messages
+from trainer.mechanism import PoolMechanism, pool_mechanisms
+from trainer.rounds import RoundOutcome, SecAggMode
+from trainer.run.reporting import ReportingStoppedError
+from trainer.secagg import ProtocolError, Server, choose_params, new_session
+from trainer.secagg.errors import SessionAborted
+from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
+from trainer.strategies.base import Population, RoundContext, Strategy
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Membership:
+    """Which node is in which group: learnt with ``HELLO``, refreshed when new nodes appear."""
+
+    grid: Grid
+    plan: Plan
+    plan_fingerprint: str
+    timeout: float
+    log: Log = print
+    groups: dict[int, str] = field(default_factory=dict)
+    excluded: dict[int, str] = field(default_factory=dict)
+    online: frozenset[int] = frozenset()
+
+    def refresh(self) -> None:
+        """Meet the listed nodes not met yet (those that do not answer are asked again next round)."""
+        listed = frozenset(int(node) for node in self.grid.get_node_ids())
+        self.online = listed
+        new = sorted(listed - set(self.groups) - set(self.excluded))
+        if not new:
+            return
+        request = RecordDict({messages.REPLY: ConfigRecord({"plan_fingerprint": self.plan_fingerprint})})
+        outgoing = [Message(request, node, messages.HELLO, ttl=self.timeout) for node in new]
+        known = {g.id for g in self.plan.groups}
+        for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout):
+            node = int(reply.metadata.src_node_id)
+            if reply.has_error():
+                self.excluded[node] = f"error: {reply.error.reason}"
+            else:
+                record = reply.content.config_records[messages.REPLY]
+                group = str(record["group"])
+                if str(record["plan_fingerprint"]) != self.plan_fingerprint:
+                    self.excluded[node] = "holds another plan"
+                elif group not in known:
+                    self.excluded[node] = f"declares group {group!r}, not in the plan"
+                else:
+                    self.groups[node] = group
+                    continue
+            self.log(f"node {node} left out: {self.excluded[node]}")
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        """Block until ``count`` nodes are listed (or ``timeout`` seconds passed), then meet them."""
+        deadline = time.monotonic() + timeout
+        while len(list(self.grid.get_node_ids())) < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.refresh()
+
+    def population(self) -> Population:
+        return Population(
+            {
+                g.id: np.array(sorted(n for n, group in self.groups.items() if group == g.id and n in self.online),
+                               dtype=np.uint64)
+                for g in self.plan.groups
+            }
+        )
+
+
+@dataclass
+class _PoolSession:
+    mechanism: PoolMechanism
+    session: messages.Session
+    server: Server
+    roster: dict[int, AdvertisedKeys] = field(default_factory=dict)
+    inboxes: dict[int, list[EncryptedShare]] = field(default_factory=dict)
+    survivors: tuple[int, ...] = ()
+    total: np.ndarray | None = None
+    reason: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.reason is None
+
+
+@dataclass
+class ClientFailure:
+    """A node that did not answer a protocol step (timeout or an error it replied with)."""
+
+    global_round: int
+    node_id: int
+    step: str
+    reason: str
+
+
+class FlowerRoundEngine:
+    """Runs rounds of ``strategy`` over the nodes of ``grid`` with the plan's mechanism."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        membership: Membership,
+        plan: Plan,
+        strategy: Strategy,
+        dim: int,
+        *,
+        secagg_mode: SecAggMode = "full",
+        step_timeout: float = 600.0,
+        log: Log = print,
+    ) -> None:
+        self.grid = grid
+        self.membership = membership
+        self.plan = plan
+        self.strategy = strategy
+        self.dim = dim
+        self.secagg_mode: SecAggMode = secagg_mode
+        self.step_timeout = step_timeout
+        self.log = log
+        # plan.rounds sizes the noise tail bound, as on the nodes (client_app.NodeClient.mechanism).
+        self.mechanisms = pool_mechanisms(plan, dim, plan.rounds)
+        self.failures: list[ClientFailure] = []
+        # pool id -> (participants, survivors U3) of the last round, as node ids (audits, logs).
+        self.last_sessions: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self.received: list[Message] = []  # every reply, for audits (tests)
+        self.keep_received = False
+
+    def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
+        timing: dict[str, float] = {}
+        started = time.perf_counter()
+        self.membership.refresh()
+        selection = self.strategy.configure_round(ctx, self.membership.population())
+        sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
+        sessions: dict[str, _PoolSession] = {}
+        reasons: dict[str, str] = {}
+        for mechanism in self.mechanisms:
+            nodes = sorted(int(node) for g in mechanism.group_ids for node in selection[g].tolist())
+            if len(nodes) < max(mechanism.threshold, 1):
+                reasons[mechanism.pool_id] = (
+                    f"{len(nodes)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
+                )
+                continue
+            params = choose_params(len(nodes), mechanism.threshold, mechanism.value_bound,
+                                   scale=mechanism.scale, mode=self.secagg_mode)
+            setup = new_session(range(len(nodes)), params, None)
+            session = messages.Session(
+                pool_id=mechanism.pool_id, global_round=ctx.global_round,
+                plan_fingerprint=self.membership.plan_fingerprint, session_id=setup.session_id,
+                participants=tuple(nodes), params=params, graph=dict(setup.graph),
+            )
+            sessions[mechanism.pool_id] = _PoolSession(mechanism, session, Server(params, setup))
+        timing["select"] = time.perf_counter() - started
+        dropped_before = dropped_after = 0
+
+        # KEYS: every participant trains, privatises and advertises its keys.
+        tick = time.perf_counter()
+        params_np = global_params.detach().to("cpu").numpy()
+        replies = self._exchange(ctx, messages.KEYS, sessions, {
+            pool: dict.fromkeys(range(len(s.session.participants)), messages.keys_request(s.session, params_np))
+            for pool, s in sessions.items()
+        })
+        for pool, s in sessions.items():
+            answered = replies[pool]
+            dropped_before += len(s.session.participants) - len(answered)
+
+            def collect_keys(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
+                s.roster = s.server.collect_keys(messages.keys_from_reply(c, u) for u, c in answered.items())
+            self._step(s, collect_keys)
+        timing["keys"] = time.perf_counter() - tick
+
+        # SHARES: U1 gets the roster and answers with its encrypted shares.
+        tick = time.perf_counter()
+        live = {p: s for p, s in sessions.items() if s.live}
+        replies = self._exchange(ctx, messages.SHARES, sessions, {
+            pool: dict.fromkeys(s.roster, messages.shares_request(s.session, s.roster)) for pool, s in live.items()
+        })
+        for pool, s in live.items():
+            answered = replies[pool]
+            dropped_before += len(s.roster) - len(answered)
+
+            def route(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
+                s.inboxes = s.server.route_shares(
+                    [m for u, c in answered.items() for m in messages.shares_from_reply(c, u)])
+            self._step(s, route)
+        timing["shares"] = time.perf_counter() - tick
+
+        # MASKED: U2 gets its ciphertexts and answers with y_u.
+        tick = time.perf_counter()
+        live = {p: s for p, s in sessions.items() if s.live}
+        replies = self._exchange(ctx, messages.MASKED, sessions, {
+            pool: {u: messages.masked_request(s.session, box) for u, box in s.inboxes.items()} for pool, s in live.items()
+        })
+        for pool, s in live.items():
+            answered = replies[pool]
+            dropped_before += len(s.inboxes) - len(answered)
+
+            def collect(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
+                s.survivors = s.server.collect_masked_inputs(
+                    messages.masked_from_reply(c, u) for u, c in answered.items())
+            self._step(s, collect)
+        timing["masked"] = time.perf_counter() - tick
+
+        # UNMASK: U3 gets the survivors and answers with one share per group member.
+        tick = time.perf_counter()
+        live = {p: s for p, s in sessions.items() if s.live}
+        replies = self._exchange(ctx, messages.UNMASK, sessions, {
+            pool: dict.fromkeys(s.survivors, messages.unmask_request(s.session, s.survivors)) for pool, s in live.items()
+        })
+        for pool, s in live.items():
+            answered = replies[pool]
+            dropped_after += len(s.survivors) - len(answered)
+
+            def unmask(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
+                s.total = s.server.unmask(messages.unmask_from_reply(c, u) for u, c in answered.items())
+            self._step(s, unmask)
+        timing["unmask"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        pool_sums: dict[str, np.ndarray | None] = {}
+        survived: dict[str, int] = {}
+        for mechanism in self.mechanisms:
+            done = sessions.get(mechanism.pool_id)
+            if done is not None and done.reason is not None:
+                reasons[mechanism.pool_id] = done.reason
+            if done is None or done.total is None:
+                pool_sums[mechanism.pool_id] = None
+                survived[mechanism.pool_id] = 0
+                reasons.setdefault(mechanism.pool_id, "aborted")
+                continue
+            if len(done.survivors) < mechanism.threshold:
+                # Never release a sum of fewer than m_P inputs: its noise would be below sigma_P^2 C^2.
+                raise RuntimeError(
+                    f"pool {mechanism.pool_id}: a sum of {len(done.survivors)} < m_P inputs was released")
+            pool_sums[mechanism.pool_id] = done.total
+            survived[mechanism.pool_id] = len(done.survivors)
+        device = global_params.device
+        released = {p: None if t is None else torch.from_numpy(t).to(device) for p, t in pool_sums.items()}
+        update = self.strategy.aggregate(ctx, released, self.dim)
+        new_params = self.strategy.server_update(ctx, global_params, update)
+        timing["aggregate"] = time.perf_counter() - tick
+
+        self.last_sessions = {
+            p: (s.session.participants, tuple(s.session.participants[u] for u in s.survivors))
+            for p, s in sessions.items()
+        }
+        aborted = [m.pool_id for m in self.mechanisms if pool_sums[m.pool_id] is None]
+        outcome = RoundOutcome(
+            global_round=ctx.global_round,
+            sampled=sampled,
+            survived=survived,
+            aborted_pools=aborted,
+            abort_reasons={p: reasons[p] for p in aborted},
+            dropped_before_masking=dropped_before,
+            dropped_after_masking=dropped_after,
+            timing=timing,
+            pool_sums=pool_sums,
+        )
+        return new_params, outcome
+
+    @staticmethod
+    def _step(session: _PoolSession, action: Callable[[], None]) -> None:
+        """Run one server step of a pool's session; an abort or a protocol violation ends it, releasing nothing."""
+        try:
+            action()
+        except SessionAborted as abort:
+            session.reason = abort.reason
+        except ProtocolError as exc:
+            session.reason = f"protocol violation: {exc}"
+
+    def _exchange(
+        self, ctx: RoundContext, step: str, sessions: dict[str, _PoolSession],
+        outgoing: dict[str, dict[int, RecordDict]],
+    ) -> dict[str, dict[int, RecordDict]]:
+        """Send every pool's step-``step`` requests in one round trip; the replies by pool and client index.
+
+        ``outgoing[pool][index]`` is the request to participant ``index`` of the pool's session.
+        """
+        route: dict[int, tuple[str, int]] = {}
+        batch: list[Message] = []
+        group_id = str(ctx.global_round)
+        for pool, requests in outgoing.items():
+            participants = sessions[pool].session.participants
+            for index, content in requests.items():
+                node = participants[index]
+                route[node] = (pool, index)
+                batch.append(Message(content, node, step, ttl=self.step_timeout, group_id=group_id))
+        replies: dict[str, dict[int, RecordDict]] = {pool: {} for pool in outgoing}
+        if not batch:
+            return replies
+        answered: set[int] = set()
+        for reply in self.grid.send_and_receive(batch, timeout=self.step_timeout):
+            node = int(reply.metadata.src_node_id)
+            if node not in route or node in answered:
+                continue
+            answered.add(node)
+            if self.keep_received:
+                self.received.append(reply)
+            if reply.has_error():
+                self._failed(ctx, node, step, f"error: {reply.error.reason}")
+                continue
+            pool, index = route[node]
+            replies[pool][index] = reply.content
+        for node in sorted(set(route) - answered):
+            self._failed(ctx, node, step, f"no reply within {self.step_timeout:g} s")
+        return replies
+
+    def _failed(self, ctx: RoundContext, node: int, step: str, reason: str) -> None:
+        self.failures.append(ClientFailure(ctx.global_round, node, step, reason))
+        self.log(f"round {ctx.global_round}: node {node} dropped out at {step}: {reason}")
+
+
+@dataclass
+class FlowerEngineFactory:
+    """``prepare_run``'s engine factory for one plan on one grid (``trainer.run.runner.EngineFactory``).
+
+    A successor plan (the service re-planned) is refused with ``ReportingStoppedError``:
+    the nodes hold the run's plan in their bundle and would refuse its sessions, and the
+    server cannot hand them another plan (a node's noise must come from its own copy).
+    """
+
+    grid: Grid
+    membership: Membership
+    plan: Plan
+    secagg_mode: SecAggMode = "full"
+    step_timeout: float = 600.0
+    log: Log = print
+    hook: Callable[[FlowerRoundEngine], None] | None = None
+
+    def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, _config: object,
+                 _rounds: int) -> FlowerRoundEngine:
+        if for_plan is not self.plan:
+            raise ReportingStoppedError(
+                "the service re-planned this plan; the nodes carry the old plan in their app bundle: build a "
+                "bundle for the new plan (gdpfed flower app --plan NEW.json ...) and start it with flwr run"
+            )
+        engine = FlowerRoundEngine(self.grid, self.membership, for_plan, strategy, dim, secagg_mode=self.secagg_mode,
+                                   step_timeout=self.step_timeout, log=self.log)
+        if self.hook is not None:
+            self.hook(engine)
+        return engine

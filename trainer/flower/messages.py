@@ -1,0 +1,411 @@
+"""The secure-aggregation protocol as Flower records (docs/flower.md §2).
+
+One round of a plan is four exchanges between the ServerApp and the sampled nodes, all
+pools at once (one ``trainer.secagg`` session per pool):
+
+==================  =====================================  ======================================
+message type        server -> node                         node -> server
+==================  =====================================  ======================================
+``KEYS``            the session (pool, participants,       c_u^PK, s_u^PK
+                    parameters, round) + global model
+``SHARES``          the roster of U1's public keys         one ciphertext per share holder
+``MASKED``          the ciphertexts addressed to the node  y_u (words mod 2^b)
+``UNMASK``          the survivors U3                       shares of b_v or s_v^SK (never both)
+==================  =====================================  ======================================
+
+``HELLO`` (once per node and run) asks a node for its group and its plan's fingerprint.
+
+A reply never names its sender: the server takes it from the message's source node (which
+Flower authenticates), so one node cannot answer for another. Nothing here carries a
+plaintext update, a metric or an example count. The client's secrets stay in its
+``Context.state`` (``state_to_records``), which Flower keeps on the node.
+
+numpy, ``flwr.app`` and ``trainer.secagg`` only: the ClientApp imports this module in
+every message's process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from trainer.secagg import ClientSecrets, ClientState, ProtocolError, SecAggParams
+from trainer.secagg.graph import neighbour_sets
+from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.shamir import Share
+
+HELLO = "query.gdpfed_hello"
+KEYS = "train.gdpfed_keys"
+SHARES = "train.gdpfed_shares"
+MASKED = "train.gdpfed_masked"
+UNMASK = "train.gdpfed_unmask"
+PROTOCOL_STEPS = (KEYS, SHARES, MASKED, UNMASK)
+
+SESSION = "gdpfed.session"
+GLOBAL = "gdpfed.global"
+REPLY = "gdpfed.reply"
+MASKED_VECTOR = "gdpfed.masked"
+STATE = "gdpfed.client"
+STATE_INPUT = "gdpfed.client_input"
+JOINED = "gdpfed.joined"  # the last round this node took part in (kept on the node)
+
+
+@dataclass(frozen=True)
+class Session:
+    """Server -> node with ``KEYS``: which pool session of which round, and its public setup.
+
+    ``participants`` are Flower node ids; a node's index in the tuple is its client id in
+    the session (``trainer.secagg`` ids are small integers). ``graph`` is the share graph
+    over those indices (complete in full mode, Harary in sparse mode).
+    """
+
+    pool_id: str
+    global_round: int
+    plan_fingerprint: str
+    session_id: bytes
+    participants: tuple[int, ...]
+    params: SecAggParams
+    graph: dict[int, tuple[int, ...]]
+
+    @property
+    def setup(self) -> SessionSetup:
+        return SessionSetup(self.session_id, tuple(range(len(self.participants))), self.graph)
+
+    def index_of(self, node_id: int) -> int:
+        try:
+            return self.participants.index(node_id)
+        except ValueError:
+            raise ProtocolError(f"node {node_id} is not a participant of pool {self.pool_id}'s session") from None
+
+
+def session_record(session: Session) -> ConfigRecord:
+    params = session.params
+    record = ConfigRecord(
+        {
+            "pool_id": session.pool_id,
+            "global_round": session.global_round,
+            "plan_fingerprint": session.plan_fingerprint,
+            "session_id": session.session_id,
+            "participants": [str(node) for node in session.participants],
+            "num_clients": params.num_clients,
+            "threshold": params.threshold,
+            "value_bound": params.value_bound,
+            "scale": params.scale,
+            "modulus_bits": params.modulus_bits,
+            "mode": params.mode,
+            "neighbours": params.neighbours if params.neighbours is not None else 0,
+        }
+    )
+    if params.mode == "sparse":
+        # CSR form of the Harary graph: the neighbours of index i are neighbours[offsets[i]:offsets[i+1]].
+        offsets: list[int] = [0]
+        flat: list[int] = []
+        for index in range(len(session.participants)):
+            flat.extend(session.graph[index])
+            offsets.append(len(flat))
+        record["graph_offsets"] = offsets
+        record["graph_neighbours"] = flat
+    return record
+
+
+def session_from_record(record: ConfigRecord) -> Session:
+    mode = _str(record, "mode")
+    if mode not in ("full", "sparse"):
+        raise ProtocolError(f"unknown secure-aggregation mode {mode!r}")
+    params = SecAggParams(
+        num_clients=_int(record, "num_clients"),
+        threshold=_int(record, "threshold"),
+        value_bound=_float(record, "value_bound"),
+        scale=_float(record, "scale"),
+        modulus_bits=_int(record, "modulus_bits"),
+        mode="sparse" if mode == "sparse" else "full",
+        neighbours=_int(record, "neighbours") if mode == "sparse" else None,
+    )
+    participants = tuple(int(node) for node in _strs(record, "participants"))
+    if len(set(participants)) != len(participants) or len(participants) > params.num_clients:
+        raise ProtocolError("the session's participant list repeats a node or exceeds num_clients")
+    if mode == "sparse":
+        offsets = _ints(record, "graph_offsets")
+        flat = _ints(record, "graph_neighbours")
+        if len(offsets) != len(participants) + 1:
+            raise ProtocolError("the session's graph does not match its participants")
+        graph = {i: tuple(flat[offsets[i] : offsets[i + 1]]) for i in range(len(participants))}
+    else:
+        graph = neighbour_sets(range(len(participants)), None, 0)
+    return Session(
+        pool_id=_str(record, "pool_id"),
+        global_round=_int(record, "global_round"),
+        plan_fingerprint=_str(record, "plan_fingerprint"),
+        session_id=_bytes(record, "session_id"),
+        participants=participants,
+        params=params,
+        graph=graph,
+    )
+
+
+def keys_request(session: Session, global_params: np.ndarray) -> RecordDict:
+    return RecordDict(
+        {SESSION: session_record(session), GLOBAL: ArrayRecord({"params": Array(np.ascontiguousarray(global_params))})}
+    )
+
+
+def global_params_of(content: RecordDict) -> np.ndarray:
+    return np.asarray(content.array_records[GLOBAL]["params"].numpy())
+
+
+def session_of(content: RecordDict) -> Session:
+    return session_from_record(content.config_records[SESSION])
+
+
+def session_ref(session: Session) -> ConfigRecord:
+    """What the later steps carry to name the session: its id and pool."""
+    return ConfigRecord({"session_id": session.session_id, "pool_id": session.pool_id})
+
+
+def check_session_ref(content: RecordDict, session: Session) -> None:
+    """Refuse a step addressed to any session but the one this node joined (``KEYS``)."""
+    ref = content.config_records[SESSION]
+    if _bytes(ref, "session_id") != session.session_id or _str(ref, "pool_id") != session.pool_id:
+        raise ProtocolError(
+            f"the request names pool {_str(ref, 'pool_id')}'s session, but this node takes part in "
+            f"pool {session.pool_id}'s session of round {session.global_round}"
+        )
+
+
+# ---- KEYS reply
+
+
+def keys_reply(keys: AdvertisedKeys) -> RecordDict:
+    return RecordDict({REPLY: ConfigRecord({"cipher_public_key": keys.cipher_public_key,
+                                            "mask_public_key": keys.mask_public_key})})
+
+
+def keys_from_reply(content: RecordDict, sender: int) -> AdvertisedKeys:
+    record = content.config_records[REPLY]
+    return AdvertisedKeys(sender, _bytes(record, "cipher_public_key"), _bytes(record, "mask_public_key"))
+
+
+# ---- SHARES
+
+
+def shares_request(session: Session, roster: dict[int, AdvertisedKeys]) -> RecordDict:
+    ids = sorted(roster)
+    record = ConfigRecord(
+        {
+            "roster": ids,
+            "cipher_public_keys": [roster[u].cipher_public_key for u in ids],
+            "mask_public_keys": [roster[u].mask_public_key for u in ids],
+        }
+    )
+    return RecordDict({SESSION: session_ref(session), REPLY: record})
+
+
+def roster_of(content: RecordDict) -> dict[int, AdvertisedKeys]:
+    record = content.config_records[REPLY]
+    ids = _ints(record, "roster")
+    ciphers = _bytes_list(record, "cipher_public_keys")
+    masks = _bytes_list(record, "mask_public_keys")
+    if not len(ids) == len(ciphers) == len(masks):
+        raise ProtocolError("the roster's lists differ in length")
+    return {u: AdvertisedKeys(u, c, m) for u, c, m in zip(ids, ciphers, masks)}
+
+
+def shares_reply(shares: list[EncryptedShare]) -> RecordDict:
+    record = ConfigRecord({"recipients": [s.recipient for s in shares], "ciphertexts": [s.ciphertext for s in shares]})
+    return RecordDict({REPLY: record})
+
+
+def shares_from_reply(content: RecordDict, sender: int) -> list[EncryptedShare]:
+    record = content.config_records[REPLY]
+    recipients = _ints(record, "recipients")
+    ciphertexts = _bytes_list(record, "ciphertexts")
+    if len(recipients) != len(ciphertexts):
+        raise ProtocolError("the shares' lists differ in length")
+    return [EncryptedShare(sender, v, c) for v, c in zip(recipients, ciphertexts)]
+
+
+# ---- MASKED
+
+
+def masked_request(session: Session, inbox: list[EncryptedShare]) -> RecordDict:
+    record = ConfigRecord(
+        {"senders": [m.sender for m in inbox], "recipients": [m.recipient for m in inbox],
+         "ciphertexts": [m.ciphertext for m in inbox]}
+    )
+    return RecordDict({SESSION: session_ref(session), REPLY: record})
+
+
+def inbox_of(content: RecordDict) -> list[EncryptedShare]:
+    record = content.config_records[REPLY]
+    senders = _ints(record, "senders")
+    recipients = _ints(record, "recipients")
+    ciphertexts = _bytes_list(record, "ciphertexts")
+    if not len(senders) == len(recipients) == len(ciphertexts):
+        raise ProtocolError("the inbox's lists differ in length")
+    return [EncryptedShare(u, v, c) for u, v, c in zip(senders, recipients, ciphertexts)]
+
+
+def masked_reply(masked: MaskedInput) -> RecordDict:
+    return RecordDict({MASKED_VECTOR: ArrayRecord({"y": Array(np.ascontiguousarray(masked.masked))})})
+
+
+def masked_from_reply(content: RecordDict, sender: int) -> MaskedInput:
+    return MaskedInput(sender, np.asarray(content.array_records[MASKED_VECTOR]["y"].numpy()))
+
+
+# ---- UNMASK
+
+
+def unmask_request(session: Session, survivors: tuple[int, ...]) -> RecordDict:
+    return RecordDict({SESSION: session_ref(session), REPLY: ConfigRecord({"survivors": list(survivors)})})
+
+
+def survivors_of(content: RecordDict) -> list[int]:
+    return _ints(content.config_records[REPLY], "survivors")
+
+
+def unmask_reply(shares: UnmaskingShares) -> RecordDict:
+    record = ConfigRecord()
+    for kind, chosen in (("self_mask", shares.self_mask_shares), ("mask_key", shares.mask_key_shares)):
+        owners = sorted(chosen)
+        record[f"{kind}_owners"] = owners
+        record[f"{kind}_x"] = [chosen[v].x for v in owners]
+        record[f"{kind}_data"] = [chosen[v].data for v in owners]
+    return RecordDict({REPLY: record})
+
+
+def unmask_from_reply(content: RecordDict, sender: int) -> UnmaskingShares:
+    record = content.config_records[REPLY]
+    parts: list[dict[int, Share]] = []
+    for kind in ("self_mask", "mask_key"):
+        owners = _ints(record, f"{kind}_owners")
+        xs = _ints(record, f"{kind}_x")
+        data = _bytes_list(record, f"{kind}_data")
+        if not len(owners) == len(xs) == len(data):
+            raise ProtocolError("the unmasking shares' lists differ in length")
+        parts.append({v: Share(x, d) for v, x, d in zip(owners, xs, data)})
+    return UnmaskingShares(sender, parts[0], parts[1])
+
+
+# ---- the client's state between messages (kept on the node, never sent)
+
+
+def state_to_records(session: Session, state: ClientState) -> tuple[ConfigRecord, ArrayRecord]:
+    record = session_record(session)
+    secrets = state.secrets
+    roster = sorted(state.roster)
+    inbox = sorted(state.inbox)
+    revealed = sorted(state.revealed)
+    record.update(
+        {
+            "client_id": state.client_id,
+            "cipher_key": secrets.cipher_key,
+            "mask_key": secrets.mask_key,
+            "self_mask_seed": secrets.self_mask_seed,
+            "share_randomness": secrets.share_randomness,
+            "roster": roster,
+            "roster_cipher": [state.roster[u].cipher_public_key for u in roster],
+            "roster_mask": [state.roster[u].mask_public_key for u in roster],
+            "own_share_x": state.own_share.x if state.own_share is not None else 0,
+            "own_share_data": state.own_share.data if state.own_share is not None else b"",
+            "inbox": inbox,
+            "inbox_ciphertexts": [state.inbox[u] for u in inbox],
+            "revealed": revealed,
+            "revealed_kinds": [state.revealed[u] for u in revealed],
+            "masked_sent": state.masked_sent,
+        }
+    )
+    return record, ArrayRecord({"x": Array(np.ascontiguousarray(state.encoded_input))})
+
+
+def state_from_records(record: ConfigRecord, encoded: ArrayRecord) -> tuple[Session, ClientState]:
+    session = session_from_record(record)
+    roster = _ints(record, "roster")
+    ciphers = _bytes_list(record, "roster_cipher")
+    masks = _bytes_list(record, "roster_mask")
+    inbox = _ints(record, "inbox")
+    revealed = _ints(record, "revealed")
+    share_data = _bytes(record, "own_share_data")
+    state = ClientState(
+        client_id=_int(record, "client_id"),
+        secrets=ClientSecrets(
+            _bytes(record, "cipher_key"), _bytes(record, "mask_key"), _bytes(record, "self_mask_seed"),
+            _bytes(record, "share_randomness"),
+        ),
+        encoded_input=np.asarray(encoded["x"].numpy()),
+        roster={u: AdvertisedKeys(u, c, m) for u, c, m in zip(roster, ciphers, masks)},
+        own_share=Share(_int(record, "own_share_x"), share_data) if share_data else None,
+        inbox=dict(zip(inbox, _bytes_list(record, "inbox_ciphertexts"))),
+        revealed=dict(zip(revealed, _strs(record, "revealed_kinds"))),
+        masked_sent=bool(record["masked_sent"]),
+    )
+    return session, state
+
+
+def last_joined_round(state: RecordDict) -> int | None:
+    record = state.config_records.get(JOINED)
+    return None if record is None else _int(record, "last_round")
+
+
+def record_joined_round(state: RecordDict, global_round: int) -> None:
+    state[JOINED] = ConfigRecord({"last_round": global_round})
+
+
+# Typed reads of a record's fields: a field of the wrong type is a protocol violation.
+
+
+def _field(record: ConfigRecord, key: str) -> object:
+    try:
+        return record[key]
+    except KeyError:
+        raise ProtocolError(f"the record lacks the field {key!r}") from None
+
+
+def _int(record: ConfigRecord, key: str) -> int:
+    value = _field(record, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"record field {key!r} is not an integer")
+    return value
+
+
+def _float(record: ConfigRecord, key: str) -> float:
+    value = _field(record, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProtocolError(f"record field {key!r} is not a number")
+    return float(value)
+
+
+def _str(record: ConfigRecord, key: str) -> str:
+    value = _field(record, key)
+    if not isinstance(value, str):
+        raise ProtocolError(f"record field {key!r} is not a string")
+    return value
+
+
+def _bytes(record: ConfigRecord, key: str) -> bytes:
+    value = _field(record, key)
+    if not isinstance(value, bytes):
+        raise ProtocolError(f"record field {key!r} is not bytes")
+    return value
+
+
+def _items(record: ConfigRecord, key: str, kind: type | tuple[type, ...]) -> list[Any]:
+    value = _field(record, key)
+    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, kind) for x in value):
+        raise ProtocolError(f"record field {key!r} is not a list of {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _ints(record: ConfigRecord, key: str) -> list[int]:
+    return _items(record, key, int)
+
+
+def _strs(record: ConfigRecord, key: str) -> list[str]:
+    return _items(record, key, str)
+
+
+def _bytes_list(record: ConfigRecord, key: str) -> list[bytes]:
+    return _items(record, key, bytes)

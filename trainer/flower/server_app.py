@@ -1,0 +1,123 @@
+"""The ServerApp: a plan's run on a Flower Grid, with ``gdpfed train``'s run machinery (docs/flower.md §2-§3).
+
+``build_server_app(bundle_dir)`` returns the ``flwr.serverapp.ServerApp`` a bundle's
+``server_app.py`` assigns to ``app``; its main calls ``run_plan``, which is
+``gdpfed train`` with the round engine replaced:
+
+- the plan (the bundle's ``plan.json``) is verified (``planner.verify``) and the run
+  configuration validated before anything is written; a bad setting stops the run with
+  one line naming it;
+- ``trainer.run.runner.prepare_run`` / ``execute_run`` with ``FlowerRoundEngine``: the
+  same privacy ledger (``planner.ledger``), ``rounds.jsonl``, checkpoints and resume,
+  server-side evaluation, ``summary.json``;
+- with ``report-to``, the rounds are claimed and reported to the service exactly as
+  ``gdpfed train --report-to`` does (the API key comes from ``GDPFED_API_KEY`` on the
+  ServerApp's host, never from the run config, which the SuperLink stores and shows). A
+  re-plan by the service stops the run: the nodes hold the old plan in their bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from accounting.errors import GdpfedError, InvalidInputError
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_plan(
+    grid: Grid,
+    plan_document: dict[str, Any],
+    run_config: Mapping[str, Any],
+    *,
+    dataset: Any = None,
+    api_key: str | None = None,
+    log: Callable[[str], None] = _stderr,
+    progress: Any = None,
+    engine_hook: Callable[[Any], None] | None = None,
+) -> Any:
+    """Execute the plan over ``grid``; returns the ``RunSummary`` (also written to the run directory).
+
+    ``dataset`` may be passed pre-loaded (tests); ``engine_hook`` is called with each
+    ``FlowerRoundEngine`` built (tests audit what it received).
+    """
+    from planner.schema import load_plan
+    from trainer.flower import check_flwr_version
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.flower.engine import FlowerEngineFactory, Membership
+    from trainer.flower.settings import split_run_config, train_config
+    from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
+    from trainer.run.reporting import RoundReporter, ServiceLink, fetch_service_plan
+    from trainer.run.runner import execute_run, prepare_run
+
+    check_flwr_version()
+    plan = load_plan(plan_document)
+    options, _ = split_run_config(run_config)
+    config = train_config(run_config)
+    out = Path(options.out_dir)
+    if options.resume:
+        check_resumable_run_directory(out)
+    else:
+        check_new_run_directory(out)
+    plan_id = options.plan_id or (plan_document.get("id") if isinstance(plan_document.get("id"), str) else None)
+
+    reporter = None
+    link = None
+    if options.report_to:
+        key = api_key or os.environ.get("GDPFED_API_KEY")
+        if not key:
+            raise InvalidInputError("report-to", "reporting needs the operator key in $GDPFED_API_KEY on the ServerApp's host")
+        if not plan_id:
+            raise InvalidInputError("plan-id", "report-to needs plan-id (the service's plan)")
+        link = ServiceLink(options.report_to, key, log=lambda text: log(f"warning: {text}"))
+    try:
+        if link is not None and plan_id is not None:
+            if options.resume:
+                link.preflight(plan_id)
+            else:
+                fetch_service_plan(link, plan_id, (plan, plan_document))
+            reporter = RoundReporter(link, plan_id)
+
+        membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log)
+
+        build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
+                                           step_timeout=options.step_timeout, log=log, hook=engine_hook)
+        prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
+                               dataset=dataset, engine_factory=build_engine)
+        # everything is validated; now wait for the nodes and meet them
+        membership.wait_for(options.min_nodes, options.wait_timeout)
+        log(f"gdpfed: {len(membership.groups)} node(s) joined: "
+            + ", ".join(f"{g.id}={sum(1 for x in membership.groups.values() if x == g.id)}" for g in plan.groups))
+        return execute_run(prepared, reporter=reporter, progress=progress, plan_id=plan_id)
+    finally:
+        if link is not None:
+            link.close()
+
+
+def build_server_app(bundle_dir: Path) -> ServerApp:
+    """The ServerApp of the bundle in ``bundle_dir`` (it runs the bundle's ``plan.json``)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        document = json.loads((bundle_dir / "plan.json").read_text(encoding="utf-8"))
+        try:
+            summary = run_plan(grid, document, context.run_config)
+        except GdpfedError as exc:
+            # One line naming the problem (docs/architecture.md "Errors"), then a failed run.
+            _stderr(f"gdpfed: error: {exc}")
+            raise SystemExit(getattr(exc, "exit_code", 2)) from None
+        _stderr(summary.model_dump_json(indent=2))
+
+    return app

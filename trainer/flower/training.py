@@ -1,0 +1,77 @@
+"""A node's local training: the strategy's ``client_update`` for this one client (imports torch).
+
+(docs/flower.md §2, step 1.) The node builds the same model, data and strategy as
+``gdpfed train`` from the run's settings and runs ``strategy.client_update`` for its own
+client index only. With the same seed this is exactly the row the simulator computes for
+that client (minibatches are fixed by ``(seed, round, client)``, docs/trainer.md
+"Minibatches"). Only the ClientApp's ``KEYS`` step imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from accounting.errors import InvalidInputError
+from planner.schema import Plan
+from trainer.strategies.base import RoundContext, Strategy
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What a node builds once per process: data, model and the strategy."""
+
+    plan: Plan
+    config: Any  # TrainConfig
+    strategy: Strategy
+    dim: int
+    device: torch.device
+
+
+@lru_cache(maxsize=4)
+def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
+    from planner.schema import load_plan
+    from trainer.device import choose_device
+    from trainer.engines import LocalTrainingConfig, num_params
+    from trainer.run.runner import TrainConfig, build_run_model, load_run_data, registered_strategy
+
+    plan = load_plan(json.loads(plan_json))
+    config = TrainConfig.model_validate_json(config_json)
+    chosen = choose_device(device)
+    dataset = load_run_data(config, plan.scenario.total_clients)
+    model = build_run_model(config, dataset).to(chosen)
+    local = LocalTrainingConfig(
+        local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
+    )
+    # the registry's strategy, as gdpfed train builds it (refused unless it runs this plan's unit)
+    factory = registered_strategy(config, plan)
+    built = factory(
+        plan, model, dataset, engine=config.engine, local=local, device=chosen,
+        server_lr=config.server_lr, server_momentum=config.server_momentum,
+    )
+    return Workspace(plan, config, built, num_params(model), chosen)
+
+
+def workspace(plan_document: dict[str, Any], config: Any, device: str) -> Workspace:
+    """The node's data, model and strategy (built once per process, cached by their settings)."""
+    return _workspace(json.dumps(plan_document, sort_keys=True), config.model_dump_json(), device)
+
+
+def local_update(space: Workspace, client: int, group_id: str, global_round: int, global_params: np.ndarray) -> np.ndarray:
+    """This client's raw update ``Delta`` (float64 ``[d]``) from ``global_params``."""
+    if global_params.shape != (space.dim,):
+        raise InvalidInputError(
+            "global_params", f"the server sent {global_params.shape[0]} parameters, the model has {space.dim}"
+        )
+    if not 0 <= client < space.plan.scenario.total_clients:
+        raise InvalidInputError("partition-id", f"{client} is not a client index of the run's dataset")
+    ctx = RoundContext(round_index=global_round - space.plan.start_round, global_round=global_round,
+                       seed=space.config.seed)
+    params = torch.from_numpy(np.array(global_params)).to(space.device)
+    update = space.strategy.client_update(ctx, params, np.array([client]), [group_id])
+    return np.asarray(update.detach().to("cpu", torch.float64).numpy()[0])
