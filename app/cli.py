@@ -45,6 +45,7 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "train": "trainer.cli",
     "bench": "bench.cli",
     "experiment": "trainer.experiments.cli",
+    "flower": "trainer.flower.cli",
 }
 
 # The one-line summary ``gdpfed --help`` lists for each subcommand (without importing it).
@@ -55,6 +56,7 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "train": "train a model with a plan's privacy mechanism (PyTorch simulation)",
     "bench": "run a benchmark suite side by side with its peers",
     "experiment": "run an experiment configuration (methods x datasets x settings x seeds) and report it",
+    "flower": "run a plan on Flower (flwr): app bundle, loopback deployment, in-process dry run",
 }
 
 
@@ -119,6 +121,7 @@ MODULE_EXTRAS: dict[str, str] = {
     "cvxpy": "dev",
     "opacus": "dev",
     "dp_accounting": "dev",
+    "flwr": "flower",
 }
 
 

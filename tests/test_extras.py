@@ -23,6 +23,7 @@ DISTRIBUTION_MODULES = {
     "cvxpy": "cvxpy",
     "opacus": "opacus",
     "dp-accounting": "dp_accounting",
+    "flwr": "flwr",
 }
 
 
@@ -34,14 +35,15 @@ def test_module_extras_match_pyproject() -> None:
 
 
 @pytest.mark.parametrize("command", [["train", "--plan", "x.json"], ["experiment", "experiments/main.yaml"],
-                                     ["bench", "trainer", "--quick"], ["bench", "planner", "--quick"]])
+                                     ["bench", "trainer", "--quick"], ["bench", "planner", "--quick"],
+                                     ["flower", "app", "--plan", "x.json", "--out", "a", "--run-dir", "r"]])
 def test_missing_extra_is_named_in_one_line(command: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     import builtins
 
     real_import = builtins.__import__
 
     def no_torch(name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if name.split(".")[0] in ("torch", "cvxpy", "opacus"):
+        if name.split(".")[0] in ("torch", "cvxpy", "opacus", "flwr"):
             raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}", name=name.split(".")[0])
         return real_import(name, *args, **kwargs)
 

@@ -1,0 +1,76 @@
+"""``gdpfed flower app`` writes a bundle Flower accepts; ``gdpfed flower loopback`` runs it; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from app import cli as app_cli
+from tests.trainer.trainer_plans import hand_plan
+
+TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]", "--local-steps", "1"]
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    plan = hand_plan([("strict", 1.0, 2, 1.0), ("loose", 4.0, 2, 1.0)],
+                     [("p_strict", ["strict"], 1.2, 2, 0.3), ("p_loose", ["loose"], 0.4, 2, 1.0)], rounds=2)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    return path
+
+
+def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(plan_file: Path, tmp_path: Path, capsys) -> None:
+    from flwr.cli.build import build_fab_from_disk
+
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--rounds", "1", "--out",
+                        str(tmp_path / "app"), "--run-dir", str(tmp_path / "run"), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    written = json.loads(out.out)
+    config = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert config == written["run_config"]
+    assert config["out-dir"] == str((tmp_path / "run").resolve()) and config["model-options"] == '{"hidden": [8]}'
+    # Flower's own builder packs it (the FAB carries the plan and the two app modules)
+    import io
+    import zipfile
+
+    names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(tmp_path / "app"))).namelist()
+    assert {"plan.json", "gdpfed_app/server_app.py", "gdpfed_app/client_app.py", "pyproject.toml"} <= set(names)
+
+    code = app_cli.run(["flower", "loopback", str(tmp_path / "app"), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads(out.out)
+    assert summary["complete"] and summary["rounds_run"] == 1
+    assert (tmp_path / "run" / "rounds.jsonl").is_file()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rounds", "3"], "rounds: 3 exceeds the plan's 2 rounds"),
+        (["--strategy", "fedprox"], "strategy: unknown strategy 'fedprox'"),
+        (["--local-steps", "0"], "local_steps"),
+        (["--step-timeout", "0"], "step-timeout"),
+    ],
+)
+def test_app_refuses_bad_settings_in_one_line(plan_file: Path, tmp_path: Path, capsys, extra, message) -> None:
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, *extra, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "app").exists()
+
+
+def test_app_refuses_a_non_empty_directory_and_loopback_a_non_bundle(plan_file: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "notes.txt").write_text("mine")
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    assert code == 2 and "is not an empty directory" in capsys.readouterr().err
+    code = app_cli.run(["flower", "loopback", str(tmp_path / "app")])
+    assert code == 2 and "is not an app directory" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""``gdpfed flower``: build a plan's Flower app and run it (docs/flower.md §3).
+
+- ``gdpfed flower app --plan PLAN.json --dataset D --model M [run options] --out APP_DIR
+  --run-dir RUN_DIR`` writes the app directory (``trainer.flower.bundle``); then
+  ``flwr run APP_DIR <connection>`` runs it on any Flower deployment.
+- ``gdpfed flower local APP_DIR [--nodes N]`` runs it on a SuperLink and N SuperNodes
+  started on 127.0.0.1 (``trainer.flower.local``), nodes dealt into the plan's groups as
+  ``gdpfed train`` deals clients, and prints the run's summary.
+- ``gdpfed flower loopback APP_DIR`` runs it in this process over ``LoopbackGrid``
+  (no processes, no sockets): a dry run of the same ServerApp and ClientApp.
+
+flwr is imported inside the handlers, so ``gdpfed`` works without the ``flower`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import GdpfedError, InvalidInputError
+
+
+def register(subparsers: Any) -> None:
+    from trainer.run.options import add_run_options
+
+    parser = subparsers.add_parser(
+        "flower", help="run a plan on Flower (flwr): app bundle, loopback deployment, dry run",
+        description="Execute a plan on Flower with gdpfed's mechanism (docs/flower.md).",
+    )
+    commands = parser.add_subparsers(dest="flower_command", metavar="COMMAND", required=True)
+
+    app = commands.add_parser("app", help="write the Flower app directory for a plan",
+                              description="Write the app directory `flwr run` takes for a plan.")
+    app.add_argument("--plan", type=Path, required=True, help="plan document (JSON), e.g. the service's plan")
+    add_run_options(app)
+    app.add_argument("--out", type=Path, required=True, help="app directory to write (new or empty)")
+    app.add_argument("--run-dir", type=Path, required=True,
+                     help="run directory on the ServerApp's host (rounds.jsonl, checkpoint, summary)")
+    app.add_argument("--report-to", metavar="URL", default="", help="gdpfed service URL (key: $GDPFED_API_KEY on the SuperLink host)")
+    app.add_argument("--plan-id", default="", help="the service's plan id (default: the plan's 'id')")
+    app.add_argument("--step-timeout", type=float, default=600.0, help="seconds to wait for each protocol step (600)")
+    app.add_argument("--min-nodes", type=int, default=1, help="nodes to wait for before round 0 (1)")
+    app.add_argument("--wait-timeout", type=float, default=300.0, help="seconds to wait for --min-nodes (300)")
+    app.add_argument("--json", action="store_true", help="print the result as JSON")
+    app.set_defaults(handler=handle_app)
+
+    local = commands.add_parser("local", help="run an app on a SuperLink and SuperNodes on 127.0.0.1",
+                                description="Start flower-superlink and one flower-supernode per node on "
+                                "127.0.0.1, flwr run the app, stop them; print the run summary.")
+    local.add_argument("app_dir", type=Path, help="app directory (gdpfed flower app)")
+    local.add_argument("--nodes", type=int, help="SuperNodes (default: the plan's population)")
+    local.add_argument("--port", type=int, default=0, help="SuperLink port on 127.0.0.1 (default: a free one)")
+    local.add_argument("--work", type=Path, help="directory for logs and FLWR_HOME (default: APP_DIR/../flower-local-<time>)")
+    local.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up (3600)")
+    local.add_argument("--json", action="store_true", help="print the summary as JSON")
+    local.set_defaults(handler=handle_local)
+
+    loopback = commands.add_parser("loopback", help="dry-run an app in this process (LoopbackGrid)",
+                                   description="Run the app's ServerApp and ClientApp in this process over an "
+                                   "in-memory Grid, nodes dealt into groups as gdpfed train deals clients.")
+    loopback.add_argument("app_dir", type=Path, help="app directory (gdpfed flower app)")
+    loopback.add_argument("--nodes", type=int, help="nodes (default: the plan's population)")
+    loopback.add_argument("--json", action="store_true", help="print the summary as JSON")
+    loopback.set_defaults(handler=handle_loopback)
+
+
+def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from planner.schema import load_plan
+    from planner.verify import verify_executable
+    from trainer.flower import check_flwr_version
+    from trainer.flower.bundle import write_bundle
+    from trainer.flower.settings import FlowerOptions, run_config_of, train_config
+    from trainer.run.options import config_from_args, read_json_file
+    from trainer.run.runner import registered_strategy
+
+    check_flwr_version()
+    document = read_json_file(args.plan, "plan")
+    plan = load_plan(document)
+    verify_executable(plan)
+    config = config_from_args(args, None, plan.rounds)
+    if config.rounds > plan.rounds:
+        raise InvalidInputError("rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds")
+    options = FlowerOptions.model_validate({
+        "out-dir": str(args.run_dir.resolve()), "report-to": args.report_to, "plan-id": args.plan_id,
+        "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
+    })
+    registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
+    run_config = run_config_of(options, config)
+    train_config(run_config)  # what the ServerApp will read back, checked now
+    out = write_bundle(args.out, document, run_config)
+    text = (
+        f"wrote the Flower app for plan {document.get('id', plan.method)} to {out}\n"
+        f"run it on a deployment:  flwr run {out} <connection> --stream\n"
+        f"or on 127.0.0.1:         gdpfed flower local {out}"
+    )
+    return {"app_dir": str(out), "run_config": run_config}, text
+
+
+def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(plan, plan document, run config) of an app directory."""
+    import tomllib
+
+    from planner.schema import load_plan
+    from trainer.run.options import read_json_file
+
+    if not (app_dir / "pyproject.toml").is_file() or not (app_dir / "plan.json").is_file():
+        raise InvalidInputError("app_dir", f"{app_dir} is not an app directory written by gdpfed flower app")
+    document = read_json_file(app_dir / "plan.json", "plan")
+    run_config = tomllib.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    return load_plan(document), document, run_config
+
+
+def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
+    """Node configs for ``count`` nodes (default the plan's population): node i is client i of the
+    dataset, in the group ``gdpfed train`` deals it into, with real (secret) noise."""
+    from trainer.data.groups import assign_groups
+
+    total = plan.scenario.total_clients
+    count = total if count is None else count
+    if not 1 <= count <= total:
+        raise InvalidInputError("nodes", f"must be in [1, {total}] (the plan's population), got {count}")
+    labels = assign_groups([g.num_clients for g in plan.groups], total, seed)
+    nodes: list[dict[str, str | int | bool]] = []
+    for client in range(total):
+        if labels[client] >= 0 and len(nodes) < count:
+            nodes.append({"gdpfed-group": plan.groups[labels[client]].id, "partition-id": client})
+    return nodes
+
+
+def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
+    from trainer.flower import check_flwr_version
+    from trainer.flower.local import LocalFederation
+    from trainer.run.options import format_summary
+    from trainer.run.runner import RunSummary
+
+    check_flwr_version()
+    plan, _, run_config = _bundle(args.app_dir)
+    nodes = simulation_nodes(plan, args.nodes, int(run_config.get("seed", 0)))
+    work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
+    with LocalFederation(work, nodes, port=args.port) as federation:
+        sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
+        code = federation.run(args.app_dir, {"min-nodes": str(len(nodes))}, timeout_s=args.timeout)
+    summary_path = Path(str(run_config["out-dir"])) / "summary.json"
+    if code != 0 or not summary_path.is_file():
+        raise GdpfedError(f"the Flower run failed (flwr run exit {code}); see {work / 'flwr-run.log'}")
+    summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
+    return summary, format_summary(summary)
+
+
+def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:
+    from trainer.flower import check_flwr_version
+    from trainer.flower.client_app import build_client_app
+    from trainer.flower.server_app import run_plan
+    from trainer.flower.testing import LoopbackGrid
+    from trainer.run.options import format_summary
+
+    check_flwr_version()
+    plan, document, run_config = _bundle(args.app_dir)
+    nodes = simulation_nodes(plan, args.nodes, int(run_config.get("seed", 0)))
+    grid = LoopbackGrid(build_client_app(args.app_dir), {1 + i: n for i, n in enumerate(nodes)}, run_config)
+    summary = run_plan(grid, document, {**run_config, "min-nodes": len(nodes)})
+    return summary, format_summary(summary)

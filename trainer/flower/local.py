@@ -1,0 +1,173 @@
+"""A Flower deployment on loopback: one SuperLink, N SuperNodes, ``flwr run`` (docs/flower.md §3).
+
+``LocalFederation`` starts real ``flower-superlink`` and ``flower-supernode`` processes
+bound to 127.0.0.1 (nothing listens on another interface), writes the ``flwr`` connection
+to a private ``FLWR_HOME``, runs a bundle with ``flwr run --stream`` and stops every
+process it started, by process group, when it is closed. It is what ``gdpfed flower
+local``, the slow end-to-end test and the benchmark use; a real deployment runs the same
+commands on its own hosts (docs/flower.md §3 lists them).
+
+Environment of every process: the Python environment's ``bin`` first on ``PATH`` (the
+SuperLink starts ``flower-superexec`` from ``PATH``), ``FLWR_TELEMETRY_ENABLED=0``,
+``FLWR_DISABLE_UPDATE_CHECK=1``, ``FLWR_HOME`` inside the work directory, and no
+dependency installation at run time (``--disable-runtime-dependency-installation``).
+``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` (default here 0.2 s; Flower's is 1 s) is how often
+a SuperExec looks for a message to start a process for.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from accounting.errors import GdpfedError, InvalidInputError
+
+CONNECTION = "gdpfed-local"
+DEFAULT_POLL_INTERVAL_S = 0.2
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def flower_environment(flwr_home: Path, *, poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+                       extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for Flower's processes: telemetry off, private FLWR_HOME, this Python's bin on PATH."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(os.environ)
+    env.update(
+        {
+            "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
+            "FLWR_HOME": str(flwr_home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(poll_interval_s),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def node_config_text(config: dict[str, str | int | bool]) -> str:
+    """``--node-config`` syntax: space-separated ``key=value``, strings quoted."""
+    parts = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            parts.append(f"{key}={'true' if value else 'false'}")
+        elif isinstance(value, int):
+            parts.append(f"{key}={value}")
+        else:
+            parts.append(f'{key}="{value}"')
+    return " ".join(parts)
+
+
+@dataclass
+class LocalFederation:
+    """SuperLink + SuperNodes on 127.0.0.1 (``node_configs``: one ``--node-config`` map per node)."""
+
+    work: Path
+    node_configs: list[dict[str, str | int | bool]]
+    port: int = 0
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    extra_env: dict[str, str] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    @property
+    def flwr_home(self) -> Path:
+        return self.work / "flwr-home"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return flower_environment(self.flwr_home, poll_interval_s=self.poll_interval_s, extra=self.extra_env)
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start the SuperLink and the SuperNodes; return once the SuperLink answers on its port."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.flwr_home.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port()
+        (self.flwr_home / "config.toml").write_text(
+            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n', encoding="utf-8"
+        )
+        self._spawn("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+                                  "--disable-runtime-dependency-installation"])
+        self._wait_port(self.port, timeout_s)
+        for index, config in enumerate(self.node_configs):
+            self._spawn(f"supernode-{index}", [
+                "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config_text(config),
+            ])
+
+    def run(self, app_dir: Path, run_config: dict[str, str] | None = None, timeout_s: float = 3600.0) -> int:
+        """``flwr run APP gdpfed-local --stream``; its exit code (output in ``work/flwr-run.log``)."""
+        command = ["flwr", "run", str(app_dir), CONNECTION, "--stream"]
+        for key, value in (run_config or {}).items():
+            command += ["--run-config", f"{key}={value}"]
+        with (self.work / "flwr-run.log").open("ab") as log:
+            try:
+                return subprocess.run(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                      timeout=timeout_s, check=False).returncode
+            except subprocess.TimeoutExpired:
+                raise GdpfedError(f"flwr run did not finish within {timeout_s:g} s (see {self.work})") from None
+
+    def stop(self) -> None:
+        """Stop every process this federation started (and their children), SuperNodes first."""
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 20
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        for log in self._logs:
+            log.close()
+        self.processes.clear()
+        self._logs.clear()
+
+    def __enter__(self) -> LocalFederation:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        log = (self.work / f"{name}.log").open("ab")
+        self._logs.append(log)
+        # A new session makes the process the leader of its own group: stop() ends it and the
+        # processes it started (SuperExec, ServerApp, ClientApps) by that group id.
+        self.processes.append(subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               cwd=self.work, start_new_session=True))
+
+    def _wait_port(self, port: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.processes[0].poll() is not None:
+                raise InvalidInputError("port", f"flower-superlink exited (see {self.work / 'superlink.log'})")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise GdpfedError(f"flower-superlink did not listen on 127.0.0.1:{port} within {timeout_s:g} s")
