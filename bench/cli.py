@@ -19,6 +19,7 @@ SUITES: dict[str, str] = {
     "secagg": "bench.secagg",
     "rounds": "bench.rounds",
     "cli": "bench.startup",
+    "flower": "bench.flower",
 }
 
 

@@ -1,0 +1,191 @@
+"""A plan round on Flower against the same round in ``gdpfed train`` (``gdpfed bench flower``).
+
+Same plan (``gdpfed_plus``, two groups), same data and model (``digits``, the default MLP),
+same seed, three executors in one run:
+
+- ``gdpfed train``: the simulator (all clients in one process, batched training);
+- ``flower loopback``: the real ServerApp and ClientApp over ``LoopbackGrid`` (Flower's
+  message serialisation, one client trained at a time, no processes);
+- ``flower processes``: a real ``flower-superlink`` and one ``flower-supernode`` per client
+  on 127.0.0.1, ``flwr run`` (``trainer.flower.local``).
+
+For the processes run each ClientApp process writes its timings on the node
+(``GDPFED_FLOWER_PROFILE``), which splits a protocol step into: *process start* (from the
+process's creation to gdpfed's ClientApp module being loaded: Python, flwr, Flower pulling
+the message and unpacking the app), *setup* (torch, data and model, in KEYS),
+*training* (``client_update``), *protocol* (the rest of the handler: privatisation and
+secure aggregation's client work), and *transport and waiting* (the step's wall time
+less its slowest client process: the SuperNodes' polling of the SuperLink, SuperExec's
+polling, the pushes and pulls of messages and objects). Per-step values are the median
+over the step's clients; the round's are summed over the four steps.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+STEPS = ("keys", "shares", "masked", "unmask")
+
+
+def _plan(total: int, expected: float, rounds: int) -> Any:
+    from planner import make_plan
+    from planner.schema import Scenario
+
+    half = total // 2
+    scenario = Scenario(
+        groups=[{"id": "strict", "epsilon": 4.0, "num_clients": half},
+                {"id": "relaxed", "epsilon": 12.0, "num_clients": total - half}],
+        delta=1e-4, rounds=rounds, clip_norm=1.0, model_dim=55_210, expected_clients=expected, min_clients_per_pool=2,
+    )
+    return make_plan(scenario, "gdpfed_plus", clients_needed=False)
+
+
+def step_breakdown(records: Iterable[dict[str, Any]], step_seconds: dict[str, float]) -> dict[str, float]:
+    """Per-round seconds of process start, setup, training, protocol and transport (see the module docstring).
+
+    ``records``: one round's profile lines (``trainer.flower.client_app._profile``);
+    ``step_seconds``: that round's server-side step times (``rounds.jsonl`` timing).
+    """
+    by_step: dict[str, list[dict[str, Any]]] = {step: [] for step in STEPS}
+    for record in records:
+        step = record["step"].rsplit("_", 1)[-1]
+        if step in by_step:
+            by_step[step].append(record)
+    totals = dict.fromkeys(("process_start_s", "setup_s", "train_s", "protocol_s", "transport_s"), 0.0)
+    for step, items in by_step.items():
+        if not items:
+            continue
+        starts = [r["module_loaded"] - r["process_start"] for r in items]
+        handlers = [r["handler_end"] - r["handler_start"] for r in items]
+        setup = [r.get("setup_s", 0.0) for r in items]
+        train = [r.get("train_s", 0.0) for r in items]
+        totals["process_start_s"] += statistics.median(starts)
+        totals["setup_s"] += statistics.median(setup)
+        totals["train_s"] += statistics.median(train)
+        totals["protocol_s"] += statistics.median(h - s - t for h, s, t in zip(handlers, setup, train))
+        slowest = max(r["handler_end"] - r["process_start"] for r in items)
+        totals["transport_s"] += max(0.0, step_seconds[step] - slowest)
+    return totals
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _simulator(plan: Any, config: Any, dataset: Any, out: Path) -> dict[str, Any]:
+    from trainer.run.metrics import read_rounds
+    from trainer.run.runner import execute_run, prepare_run
+
+    load = _load()
+    execute_run(prepare_run(plan, plan.model_dump(mode="json"), config, out, dataset=dataset), progress=_quiet(config.rounds))
+    records = read_rounds(out / "rounds.jsonl")
+    return _row("gdpfed train", records, load, {"train_s": statistics.median(r.timing["train"] for r in records)})
+
+
+def _quiet(rounds: int) -> Any:
+    import io
+
+    from trainer.run.progress import Progress
+
+    return Progress(rounds, 0, stream=io.StringIO(), use_bar=False)
+
+
+def _row(executor: str, records: list[Any], load: str, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "executor": executor,
+        "clients_per_round": statistics.median(sum(r.sampled.values()) for r in records),
+        "round_s": statistics.median(r.seconds for r in records),
+        "first_round_s": records[0].seconds,
+        **{f"{step}_s": statistics.median(r.timing.get(step, 0.0) for r in records) for step in STEPS},
+        **extra,
+        "loadavg": load,
+    }
+
+
+def _bundle(plan: Any, config: Any, out_dir: Path, app_dir: Path) -> dict[str, Any]:
+    from trainer.flower.bundle import write_bundle
+    from trainer.flower.settings import FlowerOptions, run_config_of
+
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(out_dir)}), config)
+    write_bundle(app_dir, plan.model_dump(mode="json"), run_config)
+    return run_config
+
+
+def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any]:
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.client_app import build_client_app
+    from trainer.flower.server_app import run_plan
+    from trainer.flower.testing import LoopbackGrid
+    from trainer.run.metrics import read_rounds
+
+    run_config = _bundle(plan, config, work / "run", work / "app")
+    nodes = simulation_nodes(plan, None, config.seed)
+    grid = LoopbackGrid(build_client_app(work / "app"), {1 + i: n for i, n in enumerate(nodes)}, run_config)
+    load = _load()
+    run_plan(grid, plan.model_dump(mode="json"), run_config, dataset=dataset, progress=_quiet(config.rounds),
+             log=lambda _text: None)
+    records = read_rounds(work / "run" / "rounds.jsonl")
+    return _row("flower loopback", records, load, {"train_s": grid.client_seconds.get("train.gdpfed_keys", 0.0)
+                                                    / max(1, sum(sum(r.sampled.values()) for r in records))})
+
+
+def _processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.local import LocalFederation
+    from trainer.run.metrics import read_rounds
+
+    _bundle(plan, config, work / "run", work / "app")
+    nodes = simulation_nodes(plan, None, config.seed)
+    profile = work / "profile"
+    profile.mkdir(parents=True)
+    load = _load()
+    started = time.perf_counter()
+    with LocalFederation(work / "flower", nodes, extra_env={"GDPFED_FLOWER_PROFILE": str(profile)}) as federation:
+        code = federation.run(work / "app", {"min-nodes": str(len(nodes))}, timeout_s=7200)
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise RuntimeError(f"flwr run failed; see {work / 'flower'}")
+    records = read_rounds(work / "run" / "rounds.jsonl")
+    lines = [json.loads(line) for path in profile.glob("*.jsonl") for line in path.read_text().splitlines()]
+    breakdowns = []
+    for record in records:
+        per_round = [line for line in lines if line.get("round") == record.round]
+        breakdowns.append(step_breakdown(per_round, {s: record.timing.get(s, 0.0) for s in STEPS}))
+    extra = {name: statistics.median(b[name] for b in breakdowns) for name in breakdowns[0]}
+    row = _row("flower processes", records, load, extra)
+    row["run_wall_s"] = wall
+    row["loadavg_after"] = _load()
+    return row
+
+
+def measure(total: int, expected: float, rounds: int, *, processes: bool = True) -> list[dict[str, Any]]:
+    """The three executors on one plan of ``total`` clients (``expected`` a round) over ``rounds`` rounds."""
+    from trainer.data import load_dataset
+    from trainer.run.runner import TrainConfig
+
+    plan = _plan(total, expected, rounds)
+    config = TrainConfig(dataset="digits", model="mlp", rounds=rounds, local_steps=5, batch_size=32, lr=0.05)
+    dataset = load_dataset("digits", num_clients=total, seed=0)
+    with tempfile.TemporaryDirectory(prefix="gdpfed-bench-flower-") as tmp:
+        work = Path(tmp)
+        rows = [_simulator(plan, config, dataset, work / "sim"), _loopback(plan, config, dataset, work / "loopback")]
+        if processes:
+            rows.append(_processes(plan, config, work / "processes"))
+    for row in rows:
+        row["clients"] = total
+        row["vs_train"] = row["round_s"] / rows[0]["round_s"]
+    return rows
+
+
+def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+    sizes = [(4, 4.0)] if quick else [(10, 8.0), (50, 15.0)]
+    rows = [row for total, expected in sizes for row in measure(total, expected, 1 if quick else 3)]
+    title = ("Flower round vs gdpfed train: digits MLP (d = 55,210), gdpfed_plus, seconds per round "
+             "(median of the rounds; vs_train = round_s / gdpfed train's)")
+    return [(title, rows)]
