@@ -81,6 +81,8 @@ class RoundEngine:
         on_encoded: EncodedHook | None = None,
         keep_pool_sums: bool = False,
     ) -> None:
+        # first: it refuses a plan of another privacy unit before anything reads client fields
+        self.mechanisms = pool_mechanisms(plan, dim, rounds)
         if not 0 <= late_dropout_fraction <= 1:
             raise InvalidInputError("late_dropout_fraction", f"must be in [0, 1], got {late_dropout_fraction}")
         self.plan = plan
@@ -92,7 +94,6 @@ class RoundEngine:
         self.secagg_mode = secagg_mode
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
-        self.mechanisms = pool_mechanisms(plan, dim, rounds)
         self._pool_of_group = {g: m for m in self.mechanisms for g in m.group_ids}
 
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:

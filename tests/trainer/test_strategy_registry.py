@@ -13,7 +13,6 @@ import torch
 
 from accounting.errors import InvalidInputError
 from app import cli as app_cli
-from planner.methods import METHODS
 from planner.units import UNITS
 from tests.trainer.test_cli import TINY, assert_one_line_error, gdpfed
 from tests.trainer.trainer_plans import hand_plan, quiet_progress
@@ -50,8 +49,10 @@ def test_every_registered_strategy_declares_what_it_runs_on():
     for name, spec in STRATEGIES.items():
         assert spec.name == name and spec.summary and issubclass(spec.strategy, Strategy)
         assert spec.privacy_unit in UNITS
-        assert spec.plan_methods is None or set(spec.plan_methods) <= set(METHODS)
-        assert spec.default_plan_method in (spec.plan_methods or METHODS)
+        # plan methods are those of the strategy's own privacy unit
+        unit_methods = UNITS[spec.privacy_unit].methods
+        assert spec.plan_methods is None or set(spec.plan_methods) <= set(unit_methods)
+        assert spec.default_plan_method in (spec.plan_methods or unit_methods)
         with pytest.raises(InvalidInputError) as exc:  # options models forbid unknown keys
             spec.parse_options({"no_such_option": 1})
         assert exc.value.field == "strategy-option no_such_option"

@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-Task = Literal["classification", "next_char"]
+Task = Literal["classification", "next_char", "regression"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,7 +25,8 @@ class FederatedDataset:
     samples; ``client_ids[i]`` is its name (a speaking role for ``shakespeare``).
     Features are float32 (images ``[C, H, W]``, vectors ``[D]``) or, for
     ``task == "next_char"``, uint8 character codes ``[L]`` into ``vocab``; labels are
-    int64 class indices (the next character's code for ``next_char``).
+    int64 class indices (the next character's code for ``next_char``), or float32 targets
+    for ``task == "regression"`` (one output; ``num_classes`` is 1).
 
     ``client_test_indices[i]`` (optional) are client ``i``'s local test rows, also rows of
     ``train_x``/``train_y`` and disjoint from every client's training rows: a held-out

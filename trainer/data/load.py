@@ -18,6 +18,7 @@ from trainer.data.dataset import FederatedDataset
 from trainer.data.digits import load_digits_dataset
 from trainer.data.idx import idx_files, load_idx
 from trainer.data.leaf_json import load_leaf
+from trainer.data.metric_synthetic import load_metric_synthetic
 from trainer.data.shakespeare import load_shakespeare
 from trainer.data.svhn import load_svhn
 from trainer.data.synthetic import load_synthetic
@@ -32,7 +33,7 @@ _PATH_LOADERS: dict[str, Callable[..., FederatedDataset]] = {
     "leaf": load_leaf,
 }
 SPEC_HELP = (
-    "synthetic, synthetic:ALPHA,BETA, digits, shakespeare:PATH, idx:PATH, cifar10:PATH, "
+    "synthetic, synthetic:ALPHA,BETA, metric_synthetic, digits, shakespeare:PATH, idx:PATH, cifar10:PATH, "
     "svhn:PATH, leaf:PATH, or a path to such data"
 )
 
@@ -60,6 +61,8 @@ def load_dataset(
         if argument:
             options.update(_synthetic_parameters(argument))
         return _call(load_synthetic, spec, (), num_clients, partition, alpha, seed, options)
+    if key == "metric_synthetic" and not argument:
+        return _call(load_metric_synthetic, spec, (), num_clients, partition, alpha, seed, options)
     if key == "digits" and not argument:
         return _call(load_digits_dataset, spec, (), num_clients, partition, alpha, seed, options)
     if key in _PATH_LOADERS and argument:

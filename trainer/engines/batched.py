@@ -31,21 +31,21 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
-from torch.nn import functional as F
 
 from trainer.data.dataset import FederatedDataset
 from trainer.engines.batches import gather_batches
 from trainer.engines.config import LocalTrainingConfig
+from trainer.engines.losses import mean_loss, summed_loss
 from trainer.engines.params import flatten_params, param_shapes, unflatten_params
 
 Gradients = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def vmap_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Gradients:
+def vmap_gradients(model: nn.Module, shapes: Mapping[str, torch.Size], task: str = "classification") -> Gradients:
     """``(W [n, d], x [n, B, ...], y [n, B]) -> [n, d]`` by ``vmap(grad(mean loss))``."""
 
     def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, params, (x,)), y)
+        return mean_loss(task, functional_call(model, params, (x,)), y)
 
     per_client = vmap(grad(loss))
 
@@ -55,7 +55,7 @@ def vmap_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Gradie
     return gradients
 
 
-def summed_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Gradients:
+def summed_gradients(model: nn.Module, shapes: Mapping[str, torch.Size], task: str = "classification") -> Gradients:
     """The same as ``vmap_gradients``, as the gradient of ``sum_i L_i(W_i)`` w.r.t. ``W``."""
     forward = vmap(lambda params, x: functional_call(model, params, (x,)))
 
@@ -63,7 +63,7 @@ def summed_gradients(model: nn.Module, shapes: Mapping[str, torch.Size]) -> Grad
         leaf = weights.detach().requires_grad_()
         logits = forward(unflatten_params(leaf, shapes), x)
         # Mean over each client's batch, summed over clients.
-        total = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+        total = summed_loss(task, logits.flatten(0, 1), y.flatten()) / y.shape[1]
         return torch.autograd.grad(total, leaf)[0]
 
     return gradients
@@ -92,9 +92,9 @@ def train_batched(
     device, dtype = global_flat.device, global_flat.dtype
     shapes = param_shapes(model)
     if getattr(model, "batched_gradients", "vmap") == "summed":
-        gradients = summed_gradients(model, shapes)
+        gradients = summed_gradients(model, shapes, dataset.task)
     else:
-        gradients = vmap_gradients(model, shapes)
+        gradients = vmap_gradients(model, shapes, dataset.task)
     chunk = len(clients) if max_batch_clients is None else max_batch_clients
     updates = torch.empty(len(clients), global_flat.numel(), device=device, dtype=dtype)
     for start_at in range(0, len(clients), chunk):

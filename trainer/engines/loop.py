@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from trainer.data.dataset import FederatedDataset
 from trainer.engines.batches import gather_batches
 from trainer.engines.config import LocalTrainingConfig
+from trainer.engines.losses import mean_loss
 from trainer.engines.params import flatten_params, unflatten_params
 
 
@@ -59,7 +59,7 @@ def train_loop(
         )
         for step in range(config.local_steps):
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(local(x[0, step]), y[0, step])
+            loss = mean_loss(dataset.task, local(x[0, step]), y[0, step])
             loss.backward()
             if anchors:
                 with torch.no_grad():

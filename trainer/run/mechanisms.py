@@ -29,13 +29,16 @@ class TrainingMechanism:
 
     ``prepare(plan, plan_document, config, out, **options) -> PreparedRun`` (the options
     of ``trainer.run.runner.prepare_run``); ``ledger(plan, epsilon_fn)`` the run's privacy
-    ledger (``record_round``, ``spent``, ``final_spent``, ``state_dict``).
+    ledger (``record_round``, ``spent``, ``final_spent``, ``state_dict``); ``execute``
+    (``None``: ``trainer.run.runner.execute_run``'s client-level loop) runs a prepared
+    run of this mechanism with ``execute_run``'s arguments.
     """
 
     name: str
     summary: str
     prepare: Callable[..., Any]
-    ledger: Callable[..., PrivacyLedger]
+    ledger: Callable[..., Any]
+    execute: Callable[..., Any] | None = None
 
 
 def _prepare_client_run(*args: Any, **kwargs: Any) -> Any:
@@ -51,7 +54,33 @@ GAUSSIAN_SECAGG = TrainingMechanism(
     ledger=PrivacyLedger,
 )
 
-MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG,)}
+def _prepare_metric_run(*args: Any, **kwargs: Any) -> Any:
+    from trainer.run.metric_run import prepare_metric_run
+
+    return prepare_metric_run(*args, **kwargs)
+
+
+def _execute_metric_run(*args: Any, **kwargs: Any) -> Any:
+    from trainer.run.metric_run import execute_metric_run
+
+    return execute_metric_run(*args, **kwargs)
+
+
+def _metric_ledger(plan: Any, epsilon_fn: Any = None) -> Any:
+    from trainer.run.metric_ledger import MetricLedger
+
+    return MetricLedger(plan, epsilon_fn)
+
+
+METRIC_LAPLACE = TrainingMechanism(
+    name="metric_laplace",
+    summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
+    prepare=_prepare_metric_run,
+    ledger=_metric_ledger,
+    execute=_execute_metric_run,
+)
+
+MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG, METRIC_LAPLACE)}
 
 
 def mechanism_for(plan: PlanDocument) -> TrainingMechanism:

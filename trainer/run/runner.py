@@ -209,9 +209,10 @@ def build_run_model(config: TrainConfig, dataset: Any) -> torch.nn.Module:
 
 
 def build_population(
-    plan: Plan, dataset: Any, seed: int, *, opt_out_assignment: str = "random", skewed_label: int = 7
+    plan: Any, dataset: Any, seed: int, *, opt_out_assignment: str = "random", skewed_label: int = 7
 ) -> Population:
-    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``).
+    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``);
+    any plan whose ``groups`` have ``id`` and ``num_clients`` (client and metric plans).
 
     ``skewed``: the groups that opted out in the scenario (``epsilon: null``; a
     ``dp_fedavg_all`` plan gives them an epsilon, but they are the same clients) are
@@ -370,7 +371,7 @@ def prepare_client_run(
     )
 
 
-def registered_strategy(config: TrainConfig, plan: Plan) -> Callable[..., Strategy]:
+def registered_strategy(config: TrainConfig, plan: PlanDocument) -> Callable[..., Strategy]:
     """A factory of the registry's strategy ``config.strategy`` with its options validated
     and checked against ``plan`` (``InvalidInputError`` naming the strategy or the option)."""
     from trainer.strategies.registry import strategy_spec
@@ -515,6 +516,11 @@ def execute_run(
     divergence, so ``--resume`` delivers pending reports but trains no further, and the
     summary's ``diverged`` says where, why and what to change (docs/trainer.md §Divergence).
     """
+    if prepared.mechanism.execute is not None:  # another unit's own loop (e.g. metric_local)
+        summary: RunSummary = prepared.mechanism.execute(
+            prepared, reporter=reporter, progress=progress, epsilon_fn=epsilon_fn, plan_id=plan_id
+        )
+        return summary
     from trainer.engines import evaluate
     from trainer.run.reporting import ReportingStoppedError
 

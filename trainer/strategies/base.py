@@ -151,6 +151,60 @@ class Strategy(ABC):
             raise ValueError(f"{type(self).__name__} is stateless but the checkpoint holds {sorted(state)}")
 
 
+@dataclass(frozen=True)
+class ClientRelease:
+    """What local-release clients hand the engine: each client's trained model and the
+    point it started from (rows ``[m, n]``, ``n`` one model's size). The engine computes
+    the update ``trained - base`` for the radius rule and releases ``trained + noise``
+    (docs/metric-privacy.md §5)."""
+
+    trained: torch.Tensor
+    base: torch.Tensor
+
+
+class LocalReleaseStrategy(Strategy):
+    """A strategy whose clients release individual noised models (the ``metric_local``
+    unit's mechanism, ``trainer/metric_rounds.py``), not pool sums.
+
+    ``client_release`` trains; the engine noises each row (the strategy never draws the
+    noise); ``aggregate_released`` sees only released rows and returns the next
+    parameters. The sum-based steps of ``Strategy`` do not exist on this path and refuse
+    to run, so the client-level engine can never drive such a strategy.
+    """
+
+    @abstractmethod
+    def initial_params(self) -> torch.Tensor:
+        """The run's first parameter vector (e.g. k hypotheses, concatenated)."""
+
+    @abstractmethod
+    def client_release(
+        self, ctx: RoundContext, global_params: torch.Tensor, clients: np.ndarray, groups: list[str]
+    ) -> ClientRelease:
+        """Each client's trained model and its start point, rows in ``clients`` order."""
+
+    @abstractmethod
+    def aggregate_released(
+        self, ctx: RoundContext, global_params: torch.Tensor, released: torch.Tensor
+    ) -> torch.Tensor:
+        """The next parameters from the released rows (float64 ``[m, n]``)."""
+
+    def _no_pool_sums(self) -> InvalidInputError:
+        return InvalidInputError(
+            "strategy",
+            f"{type(self).__name__} releases individual noised models (local metric privacy); "
+            "it never runs under the client-level mechanism's pool sums",
+        )
+
+    def client_update(self, ctx: RoundContext, global_params: torch.Tensor, clients: np.ndarray, groups: list[str]) -> torch.Tensor:
+        raise self._no_pool_sums()
+
+    def aggregate(self, ctx: RoundContext, pool_sums: Mapping[str, torch.Tensor | None], dim: int) -> torch.Tensor:
+        raise self._no_pool_sums()
+
+    def server_update(self, ctx: RoundContext, global_params: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        raise self._no_pool_sums()
+
+
 class NoOptions(BaseModel):
     """The options model of a strategy without options: any option is an error."""
 

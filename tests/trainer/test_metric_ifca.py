@@ -1,0 +1,213 @@
+"""The metric mechanism and metric_ifca (docs/metric-privacy.md §5-§6).
+
+k-means, the engine's guards (no secure aggregation, no Gaussian code; the client-level
+engine refuses metric plans), the participation cap at selection, the engine-drawn
+Laplace noise, resume, and the paper's synthetic task end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from accounting.errors import InvalidInputError
+from app import cli as app_cli
+from planner.units.metric_local import MetricScenario, plan_metric, spent_metric
+from trainer.data.metric_synthetic import TRUE_PARAMETERS, load_metric_synthetic
+from trainer.engines import LocalTrainingConfig
+from trainer.metric_mechanism import sanitize
+from trainer.metric_rounds import MetricRoundEngine
+from trainer.models import build_model
+from trainer.run.metric_ledger import MetricLedger
+from trainer.strategies.base import PURPOSE_LAPLACE, Population, RoundContext
+from trainer.strategies.metric_ifca import MetricIFCAStrategy, kmeans_from
+
+LOCAL = LocalTrainingConfig(local_steps=1, batch_size=10, lr=0.1)  # the paper's E = 1, s = 0.1, B = 10
+
+
+def metric_plan(k: int = 2, nu: float = 5.0, clients: int = 100, per_round: int = 7, rounds: int = 100,
+                radius: float | None = 0.05, budget: float | None = None):
+    group: dict[str, object] = {"id": "all", "num_clients": clients, "noise_multiplier": nu}
+    if budget is not None:
+        group["leakage_budget"] = budget
+    return plan_metric(MetricScenario.model_validate({
+        "groups": [group], "rounds": rounds, "model_dim": 2, "clients_per_round": per_round, "hypotheses": k,
+        "radius_rule": "public" if radius is not None else "own_update", "radius": radius,
+    }))
+
+
+def setup(plan, seed: int = 0, clients: int = 100):
+    dataset = load_metric_synthetic(num_clients=clients, seed=seed)
+    model = build_model("mlp", dataset, seed=0, hidden=[], bias=False)
+    strategy = MetricIFCAStrategy(plan, model, dataset, engine="batched", local=LOCAL, device=torch.device("cpu"),
+                                  init_seed=seed)
+    ledger = MetricLedger(plan)
+    engine = MetricRoundEngine(plan, strategy, Population({"all": np.arange(clients)}), plan.scenario.hypotheses * 2, ledger)
+    return strategy, ledger, engine
+
+
+def run_rounds(engine, ledger, params, rounds: range, seed: int = 0):
+    for index in rounds:
+        params, _ = engine.run(RoundContext(index, index, seed), params)
+        ledger.record_round()
+    return params
+
+
+def test_kmeans_recovers_separated_clusters_keeps_empty_ones_and_is_deterministic() -> None:
+    rng = np.random.default_rng(0)
+    truth = np.array([[10.0, 0.0], [-10.0, 0.0]])
+    points = torch.from_numpy(np.concatenate([truth[0] + rng.normal(size=(20, 2)), truth[1] + rng.normal(size=(30, 2))]))
+    init = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [0.0, 500.0]], dtype=torch.float64)
+    centers, assignment = kmeans_from(points, init)
+    np.testing.assert_allclose(centers[0], points[:20].mean(0))
+    np.testing.assert_allclose(centers[1], points[20:].mean(0))
+    assert torch.equal(centers[2], init[2])  # empty: kept
+    assert assignment.tolist() == [0] * 20 + [1] * 30
+    again, _ = kmeans_from(points, init)
+    assert torch.equal(centers, again)
+    # initialised at the given centres: the same points from swapped centres swap the labels
+    swapped, _ = kmeans_from(points, init[[1, 0, 2]])
+    assert torch.equal(swapped[0], centers[1]) and torch.equal(swapped[1], centers[0])
+    # no points: every centre kept
+    assert torch.equal(kmeans_from(points[:0], init)[0], init)
+
+
+def test_the_engine_draws_the_laplace_noise_and_never_touches_secure_aggregation(monkeypatch) -> None:
+    import trainer.mechanism
+    import trainer.noise
+    import trainer.rounds
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the metric mechanism called client-level code")
+
+    for module, name in ((trainer.rounds, "secure_sum"), (trainer.rounds, "privatize"), (trainer.rounds, "pool_mechanisms"),
+                         (trainer.mechanism, "privatize"), (trainer.noise, "draw_noise_share")):
+        monkeypatch.setattr(module, name, forbidden)
+    plan = metric_plan(radius=None)  # own_update: the radius is each client's update norm
+    strategy, ledger, engine = setup(plan)
+    params = strategy.initial_params()
+    ctx = RoundContext(0, 0, 0)
+    seen: dict[str, torch.Tensor] = {}
+    aggregate = strategy.aggregate_released
+
+    def spy(ctx, global_params, released):
+        seen["released"] = released.clone()
+        return aggregate(ctx, global_params, released)
+
+    strategy.aggregate_released = spy
+    engine.run(ctx, params)
+    chosen = np.concatenate(list(strategy.configure_round(ctx, Population({"all": np.arange(100)})).values()))
+    release = strategy.client_release(ctx, params, chosen, ["all"] * chosen.size)
+    for row, client in enumerate(chosen.tolist()):
+        expected = sanitize(release.trained[row].numpy(), release.base[row].numpy(), 5.0, ctx.rng(PURPOSE_LAPLACE, client),
+                            radius_rule="own_update")
+        np.testing.assert_allclose(seen["released"][row].numpy(), expected.released, rtol=1e-6)
+        assert np.linalg.norm(expected.released - release.trained[row].numpy()) > 0
+    assert ledger.participations == {int(c): 1 for c in chosen}
+
+
+def test_the_client_level_engine_refuses_metric_plans_and_the_metric_engine_client_plans() -> None:
+    from trainer.rounds import RoundEngine
+
+    plan = metric_plan()
+    strategy, ledger, _ = setup(plan)
+    with pytest.raises(InvalidInputError) as exc:
+        RoundEngine(plan, strategy, Population({"all": np.arange(100)}), 4, rounds=10)
+    assert exc.value.field == "privacy_unit" and "metric_local" in str(exc.value)
+    client_plan = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json").read_text())
+    from planner.schema import load_plan
+
+    with pytest.raises(InvalidInputError, match="metric_local plans only"):
+        MetricRoundEngine(load_plan(client_plan), strategy, Population({}), 4, ledger)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="pool sums"):
+        strategy.aggregate(RoundContext(0, 0, 0), {}, 4)
+
+
+def test_the_cap_stops_each_client_exactly_at_floor_l_nu_over_n() -> None:
+    # every client is sampled every round (U = N); budget 1.0 with n / nu = 0.4: cap 2
+    plan = metric_plan(clients=10, per_round=10, rounds=5, budget=1.0)
+    assert plan.group("all").max_participations == 2
+    strategy, ledger, engine = setup(plan, clients=10)
+    params = strategy.initial_params()
+    sampled = []
+    for index in range(5):
+        params, outcome = engine.run(RoundContext(index, index, 0), params)
+        ledger.record_round()
+        sampled.append(outcome.sampled["all"])
+    assert sampled == [10, 10, 0, 0, 0]
+    assert set(ledger.participations.values()) == {2}
+    assert ledger.spent() == {"all": pytest.approx(0.8)} == spent_metric(plan, 5)
+    assert ledger.summary()["leakage_max"] == pytest.approx(0.8)
+    with pytest.raises(RuntimeError, match="cap"):
+        ledger.record_participations([(0, "all")])
+
+
+def test_a_resumed_run_continues_exactly() -> None:
+    plan = metric_plan(rounds=6)
+    strategy, ledger, engine = setup(plan)
+    straight = run_rounds(engine, ledger, strategy.initial_params(), range(6))
+    strategy, ledger, engine = setup(plan)
+    half = run_rounds(engine, ledger, strategy.initial_params(), range(3))
+    state = json.loads(json.dumps(ledger.state_dict()))
+    strategy, ledger, engine = setup(plan)
+    ledger.load_state_dict(state)
+    assert torch.equal(run_rounds(engine, ledger, half.clone(), range(3, 6)), straight)
+
+
+def nearest_errors(params: torch.Tensor, k: int) -> list[float]:
+    """For each true parameter, the distance to the closest hypothesis."""
+    hypotheses = params.reshape(k, 2).double()
+    return [float(torch.linalg.norm(hypotheses - torch.tensor(t, dtype=torch.float64), dim=1).min()) for t in TRUE_PARAMETERS]
+
+
+def test_synthetic_end_to_end_two_hypotheses_find_both_populations_one_ends_between() -> None:
+    """The paper's synthetic setting: k = 2, nu = 5 (0.4 leakage per participation), U = 7,
+    s = 0.1, B = 10, E = 1; public radius 0.05. Both hypotheses end within 0.5 of the true
+    parameters; k = 1 (FedAvg with metric privacy) is far from both; nu = 0 is IFCA."""
+    plan = metric_plan(k=2)
+    strategy, ledger, engine = setup(plan)
+    params = run_rounds(engine, ledger, strategy.initial_params(), range(100))
+    assert max(nearest_errors(params, 2)) < 0.5
+    assert ledger.summary()["leakage_max"] == pytest.approx(0.4 * max(ledger.participations.values()))
+    metrics = strategy.evaluate(RoundContext(99, 99, 0), params, strategy.dataset)
+    assert metrics is not None and metrics["hypothesis_0_clients"] == metrics["hypothesis_1_clients"] == 50
+
+    plan = metric_plan(k=1)
+    strategy, ledger, engine = setup(plan)
+    single = run_rounds(engine, ledger, strategy.initial_params(), range(100))
+    assert min(nearest_errors(single, 1)) > 2.0
+
+    plan = metric_plan(k=2, nu=0.0, radius=None, rounds=60)
+    strategy, ledger, engine = setup(plan)
+    exact = run_rounds(engine, ledger, strategy.initial_params(), range(60))
+    assert max(nearest_errors(exact, 2)) < 0.2
+    assert ledger.spent() == {"all": None}  # no noise, no guarantee
+
+
+def test_gdpfed_train_runs_a_metric_plan_and_labels_leakage_apart(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
+    plan = metric_plan(rounds=4, budget=1.0)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    argv = ["train", "--plan", str(path), "--dataset", "metric_synthetic", "--partition", "natural", "--model", "mlp",
+            "--model-option", "hidden=[]", "--model-option", "bias=false", "--local-steps", "1", "--batch-size", "10",
+            "--lr", "0.1", "--rounds", "4", "--out", str(tmp_path / "run"), "--json"]
+    code = app_cli.run(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "strategy" in err and "metric_local" in err  # the default strategy runs client plans
+    code = app_cli.run([*argv, "--strategy", "metric_ifca"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["privacy_unit"] == "metric_local" and summary["epsilon_spent"] == {}
+    assert 0 < summary["final_metrics"]["metric_leakage_max"] <= 1.0
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 4 and all(r["epsilon_spent"] == {} and "metric_leakage_max" in r["metrics"] for r in rounds)
+    # a model whose size is not the plan's model_dim is refused: the leakage n / nu would be wrong
+    code = app_cli.run([*argv[:-3], "--strategy", "metric_ifca", "--model-option", "hidden=[4]", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "model_dim" in err
