@@ -19,13 +19,20 @@ from app.settings import Settings
 from tests.app.conftest import OPERATOR_TOKEN, SMALL_SCENARIO, TestClient, auth
 
 _DB_DIR = tempfile.TemporaryDirectory(prefix="gdpfed-schemathesis-")
+# The service answers every computation within its time limit (or 503s, which fails the
+# test). The client waits past that limit instead of schemathesis' 10 s default: a
+# generated compare (2,095,410 rounds, a group at epsilon 1e-13) costs ~5 s of CPU, which a
+# CI box at load 30 stretched past 10 s, a client-side timeout that said nothing about the
+# service.
+COMPUTE_TIMEOUT_SECONDS = 60
+CLIENT_TIMEOUT_SECONDS = COMPUTE_TIMEOUT_SECONDS + 30
 
 
 def _app():  # type: ignore[no-untyped-def]
     settings = Settings(
         database_url=f"sqlite:///{Path(_DB_DIR.name) / 'gdpfed.db'}",
         initial_api_key=OPERATOR_TOKEN,
-        compute_timeout_seconds=60,
+        compute_timeout_seconds=COMPUTE_TIMEOUT_SECONDS,
         max_groups=50,
     )
     app = create_app(settings, announce_key=False)
@@ -48,7 +55,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
           # test stays within its time budget (shrinking re-runs slow planning calls).
           phases=[Phase.explicit, Phase.generate])
 def test_no_server_errors(case: schemathesis.Case) -> None:
-    response = case.call(headers=auth(OPERATOR_TOKEN))
+    response = case.call(headers=auth(OPERATOR_TOKEN), timeout=CLIENT_TIMEOUT_SECONDS)
     assert response.status_code < 500, (response.status_code, response.text[:500])
     if response.status_code >= 400 and case.path != "/metrics":
         body = response.json()
