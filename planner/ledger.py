@@ -176,11 +176,31 @@ def epsilon_spent(
     """
     if is_unprotected(plan, group, rounds_run):
         return None
-    phases = group_history(plan, group, rounds_run)
-    if not phases:
+    return history_epsilon(
+        group_history(plan, group, rounds_run), plan.scenario.delta, plan.accountant,
+        per_round=per_round, epsilon_fn=epsilon_fn,
+    )
+
+
+def history_epsilon(
+    events: Sequence[PrivacyEvent],
+    delta: float,
+    plan_accountant: AccountantName,
+    *,
+    per_round: bool = False,
+    epsilon_fn: EpsilonFn | None = None,
+) -> float:
+    """Epsilon of a history of (epsilon, delta) events at ``delta`` under
+    ``ledger_accountant(plan_accountant)``; 0 for an empty history (docs/ledger.md §3).
+
+    Every unit's ledger composes through here (a client group's phases, a silo's DP-SGD
+    steps and cluster selections), so the choice of accountant for a figure of record
+    lives in one place.
+    """
+    if not events:
         return 0.0
     compute = epsilon_fn or default_epsilon_fn
-    return float(compute(phases, plan.scenario.delta, ledger_accountant(plan.accountant, per_round=per_round)))
+    return float(compute(list(events), delta, ledger_accountant(plan_accountant, per_round=per_round)))
 
 
 def spent_by_group(

@@ -16,10 +16,10 @@ from pydantic import BaseModel
 
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
-from planner.units import client, metric_local
+from planner.units import client, metric_local, silo_sample
 from planner.units.base import PrivacyUnit
 
-UNITS: dict[str, PrivacyUnit] = {unit.name: unit for unit in (client.UNIT, metric_local.UNIT)}
+UNITS: dict[str, PrivacyUnit] = {unit.name: unit for unit in (client.UNIT, metric_local.UNIT, silo_sample.UNIT)}
 
 
 def privacy_unit(name: Any) -> PrivacyUnit:

@@ -83,7 +83,7 @@ def test_new_plans_are_version_2_client_plans() -> None:
     [
         ({"schema_version": 3}, "schema_version", "version 3"),
         ({"schema_version": "2"}, "schema_version", "'2'"),
-        ({"privacy_unit": "silo_sample"}, "privacy_unit", "'silo_sample'"),
+        ({"privacy_unit": "no_such_unit"}, "privacy_unit", "'no_such_unit'"),
         ({"privacy_unit": None}, "privacy_unit", "None"),
         ({"schema_version": 1, "privacy_unit": "metric_local"}, "privacy_unit", "version 1"),
     ],

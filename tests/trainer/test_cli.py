@@ -84,7 +84,7 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
         ("missing_plan", ["No such file"]),
         ("not_json", ["plan", "not valid JSON"]),
         ("other_version", ["schema_version", "99"]),
-        ("unknown_unit", ["privacy_unit", "'silo_sample'"]),
+        ("unknown_unit", ["privacy_unit", "'no_such_unit'"]),
         ("unknown_dataset", ["dataset", "nope"]),
         ("model_misfit", ["model", "lstm"]),
         ("too_many_rounds", ["rounds", "exceeds the plan's 3"]),
@@ -116,7 +116,7 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         plan_args = ["--plan", other]
     elif case == "unknown_unit":
         document = json.loads(plan_file.read_text())
-        document["privacy_unit"] = "silo_sample"
+        document["privacy_unit"] = "no_such_unit"
         other = tmp_path / "silo.json"
         other.write_text(json.dumps(document))
         plan_args = ["--plan", other]

@@ -1,0 +1,368 @@
+"""The ``silo_sample`` unit: silo-specific sample-level (epsilon_k, delta)-DP (cross-silo FL).
+
+(docs/mrmtl.md §1-§2.) Each silo protects its own data subjects: every model silo k
+releases is (epsilon_k, delta)-DP with respect to adding or removing one of silo k's
+examples. Privacy is spent only by queries to a silo's data: its DP-SGD steps
+(Poisson(q_k = B / n_k) sampling of examples, per-example clip ``c``, Gaussian noise
+``sigma_k c`` on the clipped sum) and, for ``ifca_mrmtl``, its private cluster selections
+(exponential mechanism, ``epsilon_sel^2 / 8``-zCDP each). Every silo takes part in every
+round; what the server does with the released models is post-processing.
+
+The planner calibrates ``sigma_k`` per silo on ``rounds * steps_per_round_k`` steps with
+the scenario's accountant (the selections' zCDP included), then verifies each silo's
+final epsilon with the ledger's accountant. ``steps_per_round_k`` is
+``overhead * local_epochs * ceil(n_k / B)`` (overhead 2 for Ditto's two passes, 1
+otherwise) unless the scenario fixes ``steps_per_round``. The figures are a different
+privacy notion from client-level DP and are labelled ``NOTION`` wherever shown.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName
+from accounting.errors import InvalidInputError
+from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
+from planner import ledger
+from planner import mean_estimation as toy
+from planner.ledger import EpsilonFn
+from planner.schema import Epsilon, GroupId, Norm, PlanDocument
+from planner.units.base import PrivacyUnit
+
+NAME: Final = "silo_sample"
+NOTION: Final = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"
+MECHANISM: Final = "dpsgd_silo"
+
+SiloMethod = Literal["mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl"]
+SILO_METHODS: Final[tuple[str, ...]] = ("mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl")
+# DP-SGD passes over the silo's data per round (docs/mrmtl.md §2): Ditto trains a global
+# and a personal model, each with its own DP-SGD steps.
+OVERHEAD: Final[dict[str, int]] = {
+    "mrmtl": 1, "local": 1, "fedavg": 1, "finetune": 1, "ditto": 2, "ifca_mrmtl": 1,
+}
+# The planner's verification slack: rounding of JSON numbers only (as planner.verify).
+VERIFY_SLACK = 1e-9
+Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+Variance = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SiloSpec(_Strict):
+    """One silo: its number of training examples and its own budget."""
+
+    id: GroupId
+    num_samples: int = Field(ge=1, le=10**9, description="n_k: the silo's training examples")
+    epsilon: Epsilon = Field(description="epsilon_k: sample-level budget of this silo's examples")
+
+
+class SiloScenario(_Strict):
+    """A cross-silo scenario: silos with their sizes and budgets, and the DP-SGD settings."""
+
+    privacy_unit: Literal["silo_sample"] = Field(
+        NAME, description="whom the budgets protect: each silo's examples (sample-level DP per silo)"
+    )
+    silos: list[SiloSpec] = Field(min_length=1, max_length=100_000)
+    delta: Delta
+    rounds: int = Field(ge=1, le=10**6)
+    batch_size: int = Field(ge=1, le=10**7, description="B: expected DP-SGD batch; q_k = B / n_k")
+    local_epochs: int = Field(1, ge=1, le=1000, description="DP-SGD epochs per round (steps ceil(n_k/B) each)")
+    steps_per_round: int | None = Field(
+        None, ge=1, le=10**6, description="DP-SGD steps per pass and round for every silo (null: local_epochs * ceil(n_k / B))"
+    )
+    clip_norm: Norm = Field(1.0, description="c: per-example L2 clip norm")
+    accountant: AccountantName = DEFAULT_ACCOUNTANT
+    clusters: int = Field(4, ge=1, le=1000, description="ifca_mrmtl: cluster models")
+    warm_start_fraction: float = Field(
+        0.1, gt=0, le=1, description="ifca_mrmtl: share of rounds (rounded up) with private cluster selection"
+    )
+    selection_epsilon_fraction: float = Field(
+        0.03, gt=0, lt=1, description="ifca_mrmtl: epsilon of one selection as a share of the silo's epsilon"
+    )
+    data_variance: Variance | None = Field(None, description="sigma^2 of the mean-estimation proxy (advisory lambda*)")
+    task_variance: Variance | None = Field(None, description="tau^2 of the mean-estimation proxy (advisory lambda*)")
+
+    @field_validator("silos")
+    @classmethod
+    def _unique(cls, silos: list[SiloSpec]) -> list[SiloSpec]:
+        seen: set[str] = set()
+        for silo in silos:
+            if silo.id in seen:
+                raise ValueError(f"silo id {silo.id!r} appears twice")
+            seen.add(silo.id)
+        return silos
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> SiloScenario:
+        for silo in self.silos:
+            if self.batch_size > silo.num_samples:
+                raise ValueError(
+                    f"batch_size {self.batch_size} exceeds silo {silo.id}'s {silo.num_samples} examples "
+                    "(the sampling rate B / n_k would exceed 1)"
+                )
+        if (self.data_variance is None) != (self.task_variance is None):
+            raise ValueError("give data_variance and task_variance together (or neither)")
+        return self
+
+    def passes_steps(self, silo: SiloSpec) -> int:
+        """DP-SGD steps of one pass over the silo in one round."""
+        if self.steps_per_round is not None:
+            return self.steps_per_round
+        return self.local_epochs * -(-silo.num_samples // self.batch_size)
+
+
+class SiloPlan(BaseModel):
+    """One silo's mechanism: what the DP-SGD engine runs and the ledger counts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: GroupId
+    num_samples: int
+    epsilon: float = Field(description="the silo's sample-level budget")
+    sampling_rate: float = Field(description="q_k = B / n_k: Poisson rate of each example per step")
+    steps_per_round: int = Field(description="DP-SGD steps per round, all passes (overhead included)")
+    noise_multiplier: float = Field(description="sigma_k: noise std of a step's clipped sum is sigma_k * clip_norm")
+    clip_norm: float = Field(description="c: per-example L2 clip norm")
+    selection_epsilon: float | None = Field(None, description="ifca_mrmtl: epsilon of one cluster selection")
+    selection_rounds: int = Field(0, description="rounds with one private cluster selection (the first ones)")
+    epsilon_planned: float = Field(description="epsilon after every round, by the ledger's accountant")
+    random_walk_variance_per_lr2: float = Field(
+        description="(sigma_k c / B)^2 * steps over all rounds: variance of the accumulated DP noise per "
+        "coordinate per unit learning rate squared (a large value is what averaging across silos reduces)"
+    )
+    lambda_star: float | None = Field(None, description="advisory silo-specific lambda_k* of the mean-estimation proxy")
+
+
+class MeanEstimationAdvice(BaseModel):
+    """The advisory lambda* of the mean-estimation proxy (docs/mrmtl.md §3.2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lambda_star_uniform: float = Field(description="sigma_loc^2 / tau^2 at the silos' mean sigma_loc^2")
+    local_variance: dict[str, float] = Field(description="sigma_loc,k^2 per silo")
+    dp_noise_std: dict[str, float] = Field(description="sigma_dp,k: std of the silo's one-shot private sum")
+    note: str
+
+
+class SiloSamplePlan(PlanDocument):
+    """A cross-silo plan: every silo's DP-SGD mechanism and its sample-level guarantee."""
+
+    privacy_unit: Literal["silo_sample"] = Field(NAME, description=NOTION)
+    method: SiloMethod
+    notion: Literal["silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"] = NOTION
+    accountant: AccountantName
+    scenario: SiloScenario
+    overhead: int = Field(ge=1, description="DP-SGD passes per round (2 for ditto)")
+    batch_size: int = Field(description="B: expected batch size of every silo")
+    silos: list[SiloPlan]
+    advice: MeanEstimationAdvice | None = None
+
+    def silo(self, silo_id: str) -> SiloPlan:
+        for silo in self.silos:
+            if silo.id == silo_id:
+                return silo
+        raise KeyError(silo_id)
+
+
+def selection_rounds(scenario: SiloScenario, method: str) -> int:
+    """Rounds with a private cluster selection: ceil(warm_start_fraction * rounds) for ifca_mrmtl."""
+    if method != "ifca_mrmtl":
+        return 0
+    return min(scenario.rounds, math.ceil(scenario.warm_start_fraction * scenario.rounds - 1e-9))
+
+
+def silo_history(plan: SiloSamplePlan, silo: SiloPlan, rounds_run: int) -> list[PrivacyEvent]:
+    """Silo k's events after ``rounds_run`` rounds (docs/mrmtl.md §2): its DP-SGD steps
+    ``Phase(q_k, sigma_k, steps_per_round * rounds_run)`` and, in the first
+    ``selection_rounds`` rounds, one ``epsilon_sel^2/8``-zCDP selection per round."""
+    if not 0 <= rounds_run <= plan.rounds:
+        raise InvalidInputError("rounds_run", f"must be from 0 to the plan's {plan.rounds} rounds, got {rounds_run}")
+    events: list[PrivacyEvent] = []
+    if rounds_run > 0:
+        events.append(PoissonSampledGaussian(
+            sampling_rate=silo.sampling_rate, noise_multiplier=silo.noise_multiplier,
+            steps=silo.steps_per_round * rounds_run,
+        ))
+    selections = min(rounds_run, silo.selection_rounds)
+    if selections > 0 and silo.selection_epsilon is not None:
+        events.append(ZeroConcentratedDp.exponential_mechanism(silo.selection_epsilon, selections))
+    return events
+
+
+def silo_epsilon_spent(
+    plan: SiloSamplePlan, silo: SiloPlan, rounds_run: int, *, per_round: bool = False,
+    epsilon_fn: EpsilonFn | None = None,
+) -> float:
+    """Silo k's sample-level epsilon after ``rounds_run`` rounds (``planner.ledger``'s accountant)."""
+    return ledger.history_epsilon(
+        silo_history(plan, silo, rounds_run), plan.scenario.delta, plan.accountant,
+        per_round=per_round, epsilon_fn=epsilon_fn,
+    )
+
+
+def spent(plan: SiloSamplePlan, rounds_run: int) -> dict[str, float | None]:
+    """Each silo's sample-level epsilon after ``rounds_run`` rounds (the unit's ledger)."""
+    return {silo.id: silo_epsilon_spent(plan, silo, rounds_run) for silo in plan.silos}
+
+
+def _calibrate(scenario: SiloScenario, silo: SiloSpec, method: str) -> tuple[float, int, float | None, int]:
+    """(sigma_k, steps per round, selection epsilon, selection rounds) for one silo."""
+    from accounting import noise_multiplier
+
+    steps = OVERHEAD[method] * scenario.passes_steps(silo)
+    selections = selection_rounds(scenario, method)
+    selection_epsilon = scenario.selection_epsilon_fraction * silo.epsilon if selections else None
+    spent_events = (
+        [ZeroConcentratedDp.exponential_mechanism(selection_epsilon, selections)] if selection_epsilon else []
+    )
+    calibration = noise_multiplier(
+        scenario.batch_size / silo.num_samples, scenario.rounds * steps, silo.epsilon, scenario.delta,
+        scenario.accountant, spent=spent_events,
+    )
+    return float(calibration.noise_multiplier), steps, selection_epsilon, selections
+
+
+def _advice(scenario: SiloScenario) -> tuple[MeanEstimationAdvice | None, dict[str, float]]:
+    """The mean-estimation proxy's lambda* (docs/mrmtl.md §3.2): each silo's one-shot
+    private sum (rate 1, one step, clip c) at its own budget gives sigma_dp,k."""
+    if scenario.data_variance is None or scenario.task_variance is None:
+        return None, {}
+    from accounting import noise_multiplier
+
+    dp_std: dict[str, float] = {}
+    local: dict[str, float] = {}
+    for silo in scenario.silos:
+        sigma = noise_multiplier(1.0, 1, silo.epsilon, scenario.delta, "rdp").noise_multiplier
+        dp_std[silo.id] = float(sigma) * scenario.clip_norm
+        local[silo.id] = toy.local_variance(scenario.data_variance, silo.num_samples, dp_std[silo.id])
+    mean_local = sum(local.values()) / len(local)
+    per_silo: dict[str, float] = {}
+    if len(local) >= 2:
+        stars, _ = toy.silo_optimal_prox(list(local.values()), scenario.task_variance)
+        per_silo = {silo_id: float(value) for silo_id, value in zip(local, stars)}
+    advice = MeanEstimationAdvice(
+        lambda_star_uniform=toy.optimal_prox(mean_local, scenario.task_variance),
+        local_variance=local,
+        dp_noise_std=dp_std,
+        note="advisory: Bayes-optimal prox weight of MR-MTL for personalised mean estimation with these "
+        "variances (paper section 6); lambda_k* assumes the server weights silos by 1/(tau^2 + sigma_loc,k^2)",
+    )
+    return advice, per_silo
+
+
+def make_plan(scenario: SiloScenario, method: str) -> SiloSamplePlan:
+    """Plan every silo's DP-SGD mechanism for ``method`` and verify it (docs/mrmtl.md §2)."""
+    if method not in SILO_METHODS:
+        raise InvalidInputError("method", f"silo_sample plans take one of {', '.join(SILO_METHODS)}, got {method!r}")
+    advice, stars = _advice(scenario)
+    silos: list[SiloPlan] = []
+    for spec in scenario.silos:
+        sigma, steps, selection_epsilon, selections = _calibrate(scenario, spec, method)
+        silos.append(SiloPlan(
+            id=spec.id, num_samples=spec.num_samples, epsilon=spec.epsilon,
+            sampling_rate=scenario.batch_size / spec.num_samples, steps_per_round=steps,
+            noise_multiplier=sigma, clip_norm=scenario.clip_norm,
+            selection_epsilon=selection_epsilon, selection_rounds=selections,
+            epsilon_planned=0.0,  # filled in below by the ledger
+            random_walk_variance_per_lr2=(sigma * scenario.clip_norm / scenario.batch_size) ** 2
+            * steps * scenario.rounds,
+            lambda_star=stars.get(spec.id),
+        ))
+    plan = SiloSamplePlan(
+        method=method,  # checked against SILO_METHODS above
+        rounds=scenario.rounds, accountant=scenario.accountant, scenario=scenario,
+        overhead=OVERHEAD[method], batch_size=scenario.batch_size, silos=silos, advice=advice,
+    )
+    for silo in plan.silos:
+        silo.epsilon_planned = silo_epsilon_spent(plan, silo, plan.rounds)
+    verify(plan)
+    return plan
+
+
+def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None:
+    """Re-derive every silo's mechanism from the scenario and check its budget (docs/mrmtl.md §2).
+
+    Nothing the document says is trusted: the silos must be the scenario's, in order;
+    ``q_k = B / n_k``, ``steps_per_round`` and the selections must be what the method
+    runs; ``sigma_k > 0``; and the silo's epsilon after every round, by the ledger's
+    accountant, must be within ``epsilon_k (1 + 1e-9)``. ``InvalidInputError`` names the field.
+    """
+    scenario = plan.scenario
+    if plan.rounds != scenario.rounds or plan.start_round != 0:
+        raise InvalidInputError("rounds", "a silo plan covers the scenario's rounds from round 0 (re-planning is not supported)")
+    if plan.overhead != OVERHEAD[plan.method] or plan.batch_size != scenario.batch_size:
+        raise InvalidInputError("overhead", f"{plan.method} runs {OVERHEAD[plan.method]} DP-SGD pass(es) per round with batch {scenario.batch_size}")
+    if [s.id for s in plan.silos] != [s.id for s in scenario.silos]:
+        raise InvalidInputError("silos", "the plan's silos are not the scenario's")
+    selections = selection_rounds(scenario, plan.method)
+    for spec, silo in zip(scenario.silos, plan.silos):
+        field = f"silos.{silo.id}"
+        expected = {
+            "num_samples": spec.num_samples, "epsilon": spec.epsilon,
+            "sampling_rate": scenario.batch_size / spec.num_samples,
+            "steps_per_round": OVERHEAD[plan.method] * scenario.passes_steps(spec),
+            "clip_norm": scenario.clip_norm, "selection_rounds": selections,
+        }
+        for name, value in expected.items():
+            if not math.isclose(float(getattr(silo, name)), float(value), rel_tol=1e-12):
+                raise InvalidInputError(f"{field}.{name}", f"is {getattr(silo, name)}, the mechanism runs {value}")
+        want_selection = scenario.selection_epsilon_fraction * spec.epsilon if selections else None
+        if (silo.selection_epsilon is None) != (want_selection is None) or (
+            want_selection is not None and silo.selection_epsilon is not None
+            and not math.isclose(silo.selection_epsilon, want_selection, rel_tol=1e-12)
+        ):
+            raise InvalidInputError(f"{field}.selection_epsilon", f"is {silo.selection_epsilon}, the method selects at {want_selection}")
+        if not silo.noise_multiplier > 0:
+            raise InvalidInputError(f"{field}.noise_multiplier", "must be positive: every silo's DP-SGD steps are noised")
+        final = silo_epsilon_spent(plan, silo, plan.rounds, epsilon_fn=epsilon_fn)
+        if not final <= spec.epsilon * (1 + VERIFY_SLACK):
+            raise InvalidInputError(
+                f"{field}.noise_multiplier",
+                f"silo {silo.id} would spend epsilon {final:.6g} > its budget {spec.epsilon:.6g} ({NOTION})",
+            )
+
+
+def describe(plan: SiloSamplePlan) -> str:
+    """The text ``gdpfed plan`` prints: every silo's sigma_k and its verified epsilon."""
+    lines = [
+        f"{plan.method} plan for {len(plan.silos)} silos, {plan.rounds} rounds, batch {plan.batch_size}, "
+        f"clip {plan.scenario.clip_norm:g}, delta {plan.scenario.delta:g}, accountant {plan.accountant}",
+        f"privacy: {NOTION}",
+        f"{'silo':<12} {'n_k':>8} {'eps_k':>7} {'q_k':>8} {'steps/rd':>8} {'sigma_k':>9} {'eps spent':>10} {'walk var':>10}",
+    ]
+    for silo in plan.silos:
+        lines.append(
+            f"{silo.id:<12} {silo.num_samples:>8} {silo.epsilon:>7.3g} {silo.sampling_rate:>8.4g} "
+            f"{silo.steps_per_round:>8} {silo.noise_multiplier:>9.4g} {silo.epsilon_planned:>10.4g} "
+            f"{silo.random_walk_variance_per_lr2:>10.3g}"
+        )
+    if any(s.selection_rounds for s in plan.silos):
+        first = plan.silos[0]
+        lines.append(f"cluster selection in the first {first.selection_rounds} rounds (exponential mechanism, zCDP, included above)")
+    if plan.advice is not None:
+        lines.append(f"advisory lambda* (mean-estimation proxy): {plan.advice.lambda_star_uniform:.4g}")
+        per = ", ".join(f"{s.id}={s.lambda_star:.3g}" for s in plan.silos if s.lambda_star is not None)
+        if per:
+            lines.append(f"silo-specific lambda_k*: {per}")
+    lines.extend(f"warning: {w}" for w in plan.warnings)
+    return "\n".join(lines)
+
+
+UNIT = PrivacyUnit(
+    name=NAME,
+    notion=NOTION,
+    scenario_model=SiloScenario,
+    plan_model=SiloSamplePlan,
+    methods=SILO_METHODS,
+    default_method="mrmtl",
+    make_plan=make_plan,
+    describe=describe,
+    verify=verify,
+    spent=spent,
+    mechanism=MECHANISM,
+)

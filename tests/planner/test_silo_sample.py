@@ -1,0 +1,151 @@
+"""The silo_sample unit: per-silo calibration, the ledger, the verifier (docs/mrmtl.md §2)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from accounting.errors import InvalidInputError
+from planner.schema import load_plan, load_plan_document
+from planner.units import UNITS, make_plan, spent
+from planner.units.silo_sample import NOTION, SiloSamplePlan, SiloScenario, silo_history, verify
+from tests.planner.conftest import ORDERS
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "silos.json"
+
+
+def scenario(**overrides: Any) -> SiloScenario:
+    data: dict[str, Any] = {
+        "silos": [{"id": "a", "num_samples": 400, "epsilon": 1.0}, {"id": "b", "num_samples": 100, "epsilon": 1.0},
+                  {"id": "c", "num_samples": 400, "epsilon": 4.0}],
+        "delta": 1e-5, "rounds": 20, "batch_size": 16, "clip_norm": 1.0,
+    }
+    data.update(overrides)
+    return SiloScenario.model_validate(data)
+
+
+def dp_accounting_epsilon(events: list[Any], delta: float) -> float:
+    """Google dp-accounting's RDP accountant on the same events (an independent implementation)."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    accountant = dp_accounting.rdp.RdpAccountant(ORDERS)
+    for event in events:
+        if event.kind == "zcdp":
+            accountant.compose(dp_accounting.ZCDpEvent(event.rho), event.steps)
+        else:
+            accountant.compose(dp_accounting.PoissonSampledDpEvent(
+                event.sampling_rate, dp_accounting.GaussianDpEvent(event.noise_multiplier)), event.steps)
+    return float(accountant.get_epsilon(delta))
+
+
+def test_the_unit_is_registered_with_its_label() -> None:
+    unit = UNITS["silo_sample"]
+    assert unit.notion == NOTION and "sample-level" in NOTION
+    assert unit.methods == ("mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl")
+
+
+@pytest.mark.parametrize("method", ["mrmtl", "ditto", "ifca_mrmtl", "finetune"])
+def test_every_silo_ends_within_its_budget_by_the_ledger_and_by_dp_accounting(method: str) -> None:
+    rng = np.random.default_rng(hash(method) % 1000)
+    silos = [{"id": f"s{i}", "num_samples": int(rng.integers(50, 2000)), "epsilon": float(rng.choice([0.5, 1, 2, 4]))}
+             for i in range(5)]
+    plan = make_plan(scenario(silos=silos, rounds=int(rng.integers(5, 40))), method)
+    assert isinstance(plan, SiloSamplePlan)
+    final = spent(plan, plan.rounds)
+    for silo in plan.silos:
+        assert final[silo.id] == pytest.approx(silo.epsilon_planned)
+        assert final[silo.id] <= silo.epsilon * (1 + 1e-9)
+        assert final[silo.id] >= 0.97 * silo.epsilon  # calibrated, not over-noised
+        independent = dp_accounting_epsilon(silo_history(plan, silo, plan.rounds), plan.scenario.delta)
+        assert independent <= silo.epsilon * (1 + 1e-6)
+        assert independent == pytest.approx(final[silo.id], rel=1e-3)
+    # the ledger grows with the rounds run
+    assert all(spent(plan, plan.rounds // 2)[s.id] < final[s.id] for s in plan.silos)
+    assert all(v == 0.0 for v in spent(plan, 0).values())
+
+
+def test_heterogeneous_silos_get_their_own_noise() -> None:
+    plan = make_plan(scenario(), "mrmtl")
+    a, b, c = plan.silos
+    assert b.sampling_rate > a.sampling_rate and b.noise_multiplier > a.noise_multiplier  # smaller n_k
+    assert c.noise_multiplier < a.noise_multiplier  # larger eps_k
+    assert a.steps_per_round == 25 and b.steps_per_round == 7  # ceil(n_k / B), one epoch
+
+
+def test_ditto_needs_more_noise_than_mrmtl_at_equal_epsilon() -> None:
+    mrmtl, ditto = make_plan(scenario(), "mrmtl"), make_plan(scenario(), "ditto")
+    for m, d in zip(mrmtl.silos, ditto.silos):
+        assert d.steps_per_round == 2 * m.steps_per_round
+        assert d.noise_multiplier > m.noise_multiplier
+
+
+def test_ifca_selection_is_accounted_and_raises_sigma() -> None:
+    mrmtl, ifca = make_plan(scenario(), "mrmtl"), make_plan(scenario(), "ifca_mrmtl")
+    for m, i in zip(mrmtl.silos, ifca.silos):
+        assert i.selection_rounds == 2 and i.selection_epsilon == pytest.approx(0.03 * i.epsilon)
+        assert i.noise_multiplier > m.noise_multiplier
+        events = silo_history(ifca, i, ifca.rounds)
+        assert [e.kind for e in events] == ["poisson_sampled_gaussian", "zcdp"]
+        assert events[1].steps == 2 and events[1].rho == pytest.approx(i.selection_epsilon**2 / 8)
+
+
+def test_verify_refuses_a_tampered_plan() -> None:
+    document = make_plan(scenario(), "mrmtl").model_dump(mode="json")
+    for path, value, field in (
+        (("silos", 0, "noise_multiplier"), 0.5, "silos.a.noise_multiplier"),
+        (("silos", 1, "steps_per_round"), 3, "silos.b.steps_per_round"),
+        (("silos", 2, "sampling_rate"), 0.01, "silos.c.sampling_rate"),
+        (("overhead",), 2, "overhead"),
+    ):
+        tampered = json.loads(json.dumps(document))
+        target = tampered
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        with pytest.raises(InvalidInputError) as info:
+            verify(load_plan_document(tampered))  # type: ignore[arg-type]
+        assert info.value.field == field
+
+
+def test_client_level_readers_refuse_a_silo_plan() -> None:
+    document = make_plan(scenario(), "mrmtl").model_dump(mode="json")
+    assert isinstance(load_plan_document(document), SiloSamplePlan)
+    with pytest.raises(InvalidInputError) as info:
+        load_plan(document)
+    assert info.value.field == "privacy_unit" and "silo_sample" in info.value.message
+
+
+def test_scenario_errors_name_the_field() -> None:
+    with pytest.raises(ValidationError, match="batch_size 16 exceeds silo b's 10"):
+        scenario(silos=[{"id": "a", "num_samples": 100, "epsilon": 1}, {"id": "b", "num_samples": 10, "epsilon": 1}])
+    with pytest.raises(ValidationError, match="appears twice"):
+        scenario(silos=[{"id": "a", "num_samples": 100, "epsilon": 1}] * 2)
+    with pytest.raises(InvalidInputError, match="silo_sample plans take one of"):
+        make_plan(scenario(), "gdpfed_plus")
+
+
+def test_advisory_lambda_star() -> None:
+    plan = make_plan(scenario(data_variance=0.16, task_variance=0.0064), "mrmtl")
+    assert plan.advice is not None
+    # tighter budgets and smaller silos want more pull towards the mean
+    stars = {s.id: s.lambda_star for s in plan.silos}
+    assert stars["b"] > stars["a"] > stars["c"]
+    assert make_plan(scenario(), "mrmtl").advice is None
+
+
+def test_cli_plans_a_silo_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import run
+
+    assert run(["plan", str(EXAMPLE), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["privacy_unit"] == "silo_sample" and document["notion"] == NOTION
+    assert [s["id"] for s in document["silos"]] == ["hospital-a", "hospital-b", "bank-c"]
+    assert all(s["epsilon_planned"] <= s["epsilon"] for s in document["silos"])
+    assert run(["plan", str(EXAMPLE), "--method", "ditto"]) == 0
+    assert "sample-level" in capsys.readouterr().out
