@@ -14,10 +14,11 @@ from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
 from trainer.models.cnn import CNN
 from trainer.models.lstm import CharLSTM
+from trainer.models.mean import ScalarMean
 from trainer.models.mlp import MLP
 from trainer.models.resnet import ResNet18GN
 
-MODELS = ("mlp", "cnn", "resnet18", "lstm")
+MODELS = ("mlp", "cnn", "resnet18", "lstm", "mean")
 
 
 def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any) -> nn.Module:
@@ -33,13 +34,21 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
     if key not in MODELS:
         raise InvalidInputError("model", f"unknown model {name!r}; use one of {', '.join(MODELS)}")
     shape = tuple(dataset.input_shape)
-    if key == "lstm":
+    if (key == "mean") != (dataset.task == "regression"):
+        raise InvalidInputError(
+            "model", f"mean estimates the mean of regression data; {dataset.name} is {dataset.task} data and {key} "
+            f"{'needs' if key == 'mean' else 'does not fit'} it"
+        )
+    if key == "mean":
+        factory: Callable[..., nn.Module] = ScalarMean
+        accepted: Callable[..., Any] = ScalarMean.__init__
+    elif key == "lstm":
         if dataset.task != "next_char":
             raise InvalidInputError(
                 "model", f"lstm predicts next characters; {dataset.name} is {dataset.task} data"
             )
-        factory: Callable[..., nn.Module] = functools.partial(CharLSTM, dataset.num_classes)
-        accepted: Callable[..., Any] = CharLSTM.__init__
+        factory = functools.partial(CharLSTM, dataset.num_classes)
+        accepted = CharLSTM.__init__
     elif dataset.task == "next_char":
         raise InvalidInputError(
             "model", f"{key} does not fit next-character data ({dataset.name}); use lstm"

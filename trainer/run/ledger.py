@@ -69,6 +69,10 @@ class PrivacyLedger:
         """Values under the plan's ledger accountant: the figure of record (summary, service)."""
         return {g.id: self.epsilon_spent(g.id, final=True) for g in self.plan.groups}
 
+    def targets(self) -> dict[str, float | None]:
+        """Each group's budget in the plan (None: opted out)."""
+        return {g.id: g.epsilon for g in self.plan.groups}
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "rounds_run": self.rounds_run,

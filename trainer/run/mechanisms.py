@@ -54,6 +54,25 @@ GAUSSIAN_SECAGG = TrainingMechanism(
     ledger=PrivacyLedger,
 )
 
+def _prepare_silo_run(*args: Any, **kwargs: Any) -> Any:
+    from trainer.run.silo import prepare_silo_run
+
+    return prepare_silo_run(*args, **kwargs)
+
+
+def _silo_ledger(*args: Any, **kwargs: Any) -> Any:
+    from trainer.run.silo import SiloLedger
+
+    return SiloLedger(*args, **kwargs)
+
+
+DPSGD_SILO = TrainingMechanism(
+    name="dpsgd_silo",
+    summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
+    prepare=_prepare_silo_run,
+    ledger=_silo_ledger,
+)
+
 def _prepare_metric_run(*args: Any, **kwargs: Any) -> Any:
     from trainer.run.metric_run import prepare_metric_run
 
@@ -80,7 +99,7 @@ METRIC_LAPLACE = TrainingMechanism(
     execute=_execute_metric_run,
 )
 
-MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG, METRIC_LAPLACE)}
+MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG, METRIC_LAPLACE, DPSGD_SILO)}
 
 
 def mechanism_for(plan: PlanDocument) -> TrainingMechanism:

@@ -32,6 +32,7 @@ class RoundRecord(BaseModel):
     survived: dict[str, int] = Field(description="pool id -> clients whose inputs are in the released sum")
     dropped_before_masking: int
     dropped_after_masking: int
+    privacy_unit: str = Field("client", description="whom epsilon_spent protects: client (groups) or silo_sample (silos)")
     seconds: float = Field(description="wall-clock seconds of the round")
     timing: dict[str, float] = Field(
         default_factory=dict, description="seconds per stage: train, privatize, secagg, aggregate, account, evaluate"
@@ -44,7 +45,8 @@ class RoundRecord(BaseModel):
     )
     metrics: dict[str, float] = Field(
         default_factory=dict,
-        description="the strategy's own evaluation on evaluated rounds (Strategy.evaluate), e.g. personal accuracy",
+        description="further evaluation figures on evaluated rounds: the strategy's own (Strategy.evaluate, "
+        "e.g. personal accuracy); silo runs: accuracy.<silo>, loss.<silo>",
     )
     accuracy_by_group: dict[str, float | None] = Field(
         default_factory=dict,

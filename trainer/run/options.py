@@ -146,12 +146,15 @@ def format_summary(summary: Any) -> str:
     ]
     if summary.final_accuracy is not None:
         lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
+    entity = "silo" if summary.privacy_unit == "silo_sample" else "group"
+    if summary.epsilon_spent:
+        lines.append(f"privacy: {summary.notion}")
     for group, spent in summary.epsilon_spent.items():
         target = summary.epsilon_target.get(group)
         if spent is None:
-            lines.append(f"group {group}: no DP (opted out or no noise)")
+            lines.append(f"{entity} {group}: no DP (opted out or no noise)")
         else:
-            lines.append(f"group {group}: epsilon spent {spent:.4g} of {target:.4g}")
+            lines.append(f"{entity} {group}: epsilon spent {spent:.4g} of {target:.4g}")
     if summary.accuracy_by_group:
         lines.append("local test accuracy by group (global model): " + _by_group(summary.accuracy_by_group))
     if summary.personal_accuracy is not None:

@@ -125,6 +125,7 @@ class RunSummary(BaseModel):
     device: str
     seconds: float = Field(description="wall-clock seconds of this process's rounds")
     reports_pending: int = 0
+    notion: str = Field("client-level (epsilon, delta)-DP per group", description="the privacy notion of every epsilon here")
     diverged: Divergence | None = Field(
         None, description="set when a round left the model non-finite and the run stopped after it"
     )
@@ -180,6 +181,8 @@ class PreparedRun:
     build_strategy: Callable[[Plan], Strategy]
     engine_factory: EngineFactory | None = None  # None: the simulator's RoundEngine (build_engine)
     mechanism: TrainingMechanism = GAUSSIAN_SECAGG  # how the plan's privacy unit is trained
+    # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set
+    evaluator: Callable[[torch.Tensor], dict[str, float]] | None = None
     learnability: str = ""  # the start-of-run line on the plan's noise-to-signal ratio
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
@@ -480,8 +483,9 @@ def round_record(
     return RoundRecord(
         round=outcome.global_round,
         loss=None if metrics is None else metrics["loss"],
-        accuracy=None if metrics is None else metrics["accuracy"],
+        accuracy=None if metrics is None else metrics.get("accuracy"),
         epsilon_spent=ledger.spent(),
+        privacy_unit=getattr(ledger, "privacy_unit", "client"),
         aborted_pools=outcome.aborted_pools,
         sampled=outcome.sampled,
         survived=outcome.survived,
@@ -491,7 +495,9 @@ def round_record(
         timing=timing,
         nonfinite_updates=outcome.nonfinite_updates,
         diverged=diverged,
-        metrics={name: float(value) for name, value in (strategy_metrics or {}).items()},
+        # the evaluator's further figures (silo runs: per-silo accuracies) and the strategy's own
+        metrics={name: float(value) for name, value in (metrics or {}).items() if name not in ("loss", "accuracy")}
+        | {name: float(value) for name, value in (strategy_metrics or {}).items()},
         accuracy_by_group=dict(accuracy_by_group or {}),
     )
 
@@ -525,6 +531,10 @@ def execute_run(
     from trainer.run.reporting import ReportingStoppedError
 
     config, run_dir = prepared.config, prepared.run_dir
+    if reporter is not None and prepared.mechanism is not GAUSSIAN_SECAGG:
+        raise InvalidInputError(
+            "report-to", f"reporting rounds to the service is for client-level runs; this is a {prepared.mechanism.name} run"
+        )
     plan_print = fingerprint(prepared.plan_document)
     config_print = fingerprint(config.fingerprint_data())
     ledger = prepared.mechanism.ledger(prepared.plan, epsilon_fn)
@@ -619,10 +629,13 @@ def execute_run(
             finite = bool(torch.isfinite(params).all())
             if finite and (last or (local_round + 1) % config.eval_every == 0):
                 tick = time.perf_counter()
-                metrics = evaluate(prepared.model, params, prepared.dataset.test)
-                if prepared.dataset.has_client_tests:
-                    local_accuracy = accuracy_by_group(prepared.model, params, prepared.dataset, prepared.population)
-                strategy_metrics = prepared.strategy.evaluate(ctx, params, prepared.dataset)
+                if prepared.evaluator is not None:
+                    metrics = prepared.evaluator(params)
+                else:
+                    metrics = evaluate(prepared.model, params, prepared.dataset.test)
+                    if prepared.dataset.has_client_tests:
+                        local_accuracy = accuracy_by_group(prepared.model, params, prepared.dataset, prepared.population)
+                    strategy_metrics = prepared.strategy.evaluate(ctx, params, prepared.dataset)
                 timing["evaluate"] = time.perf_counter() - tick
             reason = None
             if not finite:
@@ -633,7 +646,8 @@ def execute_run(
                 divergence = Divergence(
                     round=global_round,
                     reason=reason,
-                    hint=divergence_hint(plan, config, prepared.engine.dim, outcome.nonfinite_updates),
+                    hint=divergence_hint(plan, config, prepared.engine.dim, outcome.nonfinite_updates)
+                    if isinstance(plan, Plan) else f"lower --lr (now {config.lr:g}) or the plan's clip norm",
                     kept_round=global_round,
                 )
                 kept_params = previous
@@ -716,8 +730,8 @@ def summarize(
     divergence: Divergence | None = None,
 ) -> RunSummary:
     plan = prepared.plan
-    evaluated = [r for r in records if r.accuracy is not None]
-    pool_ids = [pool.id for pool in plan.pools]
+    evaluated = [r for r in records if r.loss is not None]
+    pool_ids = [pool.id for pool in getattr(plan, "pools", [])]
     pool_ids += sorted({p for r in records for p in r.aborted_pools} - set(pool_ids))
     aborted = {pool_id: sum(pool_id in r.aborted_pools for r in records) for pool_id in pool_ids}
     rounds_run = prepared.plan.start_round + ledger.rounds_run - prepared.run_start
@@ -734,7 +748,8 @@ def summarize(
         final_loss=evaluated[-1].loss if evaluated else None,
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
         epsilon_spent=ledger.final_spent(),
-        epsilon_target={g.id: g.epsilon for g in plan.groups},
+        epsilon_target=ledger.targets(),
+        notion=getattr(ledger, "notion", "client-level (epsilon, delta)-DP per group"),
         aborted_rounds=aborted,
         model_dim=prepared.engine.dim,
         device=str(prepared.device),
