@@ -154,7 +154,7 @@ def prepare_silo_run(
     from trainer.models import build_model
     from trainer.run.directory import RunDirectory
     from trainer.run.mechanisms import DPSGD_SILO
-    from trainer.run.runner import PreparedRun, Population
+    from trainer.run.runner import Population, PreparedRun
 
     if not isinstance(plan, SiloSamplePlan):
         raise InvalidInputError(

@@ -1,0 +1,122 @@
+"""Silo runs (docs/mrmtl.md §4-§6): MR-MTL's fixed point on quadratic silos, the ledger
+within every silo's budget, resume equals an uninterrupted run, and the client-level and
+silo mechanisms refuse each other's plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from accounting.errors import InvalidInputError
+from planner import mean_estimation as toy
+from planner.units import make_plan
+from planner.units.silo_sample import SiloSamplePlan, SiloScenario
+from tests.trainer.test_run import InterruptAfter, comparable, final_state
+from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from trainer.data.silos import mean_estimation
+from trainer.run.metrics import read_rounds
+from trainer.run.runner import TrainConfig, execute_run, prepare_client_run, prepare_run
+from trainer.run.silo import prepare_silo_run
+
+
+def plan_for(sizes: list[int], *, method: str = "mrmtl", rounds: int = 4, epsilon: float = 2.0, batch: int = 8,
+             clip: float = 1.0, steps: int | None = None) -> SiloSamplePlan:
+    scenario = SiloScenario.model_validate({
+        "silos": [{"id": f"s{k}", "num_samples": n, "epsilon": epsilon} for k, n in enumerate(sizes)],
+        "delta": 1e-5, "rounds": rounds, "batch_size": batch, "clip_norm": clip, "steps_per_round": steps,
+    })
+    plan = make_plan(scenario, method)
+    assert isinstance(plan, SiloSamplePlan)
+    return plan
+
+
+def config(rounds: int, **overrides: object) -> TrainConfig:
+    base: dict[str, object] = dict(dataset="mean_estimation", model="mean", rounds=rounds, lr=0.1, eval_every=2)
+    base.update(overrides)
+    return TrainConfig.model_validate(base)
+
+
+@pytest.mark.parametrize("prox", [0.0, 2.0])
+def test_mrmtl_reaches_lemma_6_1_on_quadratic_silos(tmp_path, prox: float) -> None:
+    """Loss (w - x)^2 / 2 per example, no clipping (points within c), negligible noise:
+    the personal models settle at alpha m_k + (1 - alpha) m_{-k} (lambda = 0: m_k)."""
+    sizes = [40, 40, 40, 40]
+    rounds = 50
+    plan = plan_for(sizes, rounds=rounds, epsilon=5000.0, batch=40, clip=10.0, steps=1)
+    data = mean_estimation(sizes, seed=1, task_std=1.0, data_std=0.3)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config(rounds, lr=0.3, eval_every=rounds,
+                           strategy_options={"prox": prox}), tmp_path / "run", dataset=data)
+    execute_run(prepared, progress=quiet_progress(rounds))
+    personal = prepared.strategy.personal[:, 0].double().numpy()  # type: ignore[attr-defined]
+    means = np.array([float(data.train.client_data(k)[1].mean()) for k in range(4)])
+    others = (means.sum() - means) / 3
+    expected = toy.mrmtl_estimate(means, others, 4, prox)  # type: ignore[arg-type]
+    # Poisson batches (q = 1 here, every example every step) and sigma ~ 1e-3 leave ~1e-3 jitter
+    assert np.allclose(personal, expected, atol=0.02), (personal, expected)
+    if prox > 0:
+        assert not np.allclose(personal, means, atol=0.05)
+
+
+def run(plan: SiloSamplePlan, data, out, *, resume: bool = False, progress=None, cfg: TrainConfig | None = None):
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg or config(plan.rounds, strategy_options={"prox": 0.5}),
+                           out, resume=resume, dataset=data)
+    return execute_run(prepared, progress=progress or quiet_progress(plan.rounds))
+
+
+@pytest.mark.parametrize("method", ["mrmtl", "ditto", "ifca_mrmtl", "finetune"])
+def test_resume_equals_an_uninterrupted_run_and_the_ledger_stays_within_budget(tmp_path, method: str) -> None:
+    if method == "ifca_mrmtl":
+        from trainer.data.silos import load_silo_data
+
+        sizes = [30, 30, 30, 30]
+        plan = plan_for(sizes, method=method, rounds=4, batch=10)
+        data = load_silo_data("rotated_digits", sizes, seed=0, test_samples=10)
+        cfg = TrainConfig(dataset="rotated_digits", model="mlp", model_options={"hidden": []}, rounds=4, lr=0.1,
+                          eval_every=2, strategy_options={"prox": 0.5})
+    else:
+        sizes = [30, 50, 20]
+        plan = plan_for(sizes, method=method, rounds=4)
+        data = mean_estimation(sizes, seed=0)
+        cfg = config(4, strategy_options={} if method == "finetune" else {"prox": 0.5})
+    whole = run(plan, data, tmp_path / "whole", cfg=cfg)
+    with pytest.raises(KeyboardInterrupt):
+        run(plan, data, tmp_path / "split", progress=InterruptAfter(2), cfg=cfg)
+    resumed = run(plan, data, tmp_path / "split", resume=True, cfg=cfg)
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "split")
+    assert torch.equal(a["global_params"], b["global_params"])
+    for key, value in a["strategy"].items():
+        assert torch.equal(value, b["strategy"][key]), key
+    assert a["ledger"] == b["ledger"]
+    assert comparable(read_rounds(tmp_path / "whole" / "rounds.jsonl")) == comparable(
+        read_rounds(tmp_path / "split" / "rounds.jsonl"))
+    assert resumed.epsilon_spent == whole.epsilon_spent
+    # labelled sample-level, per silo, within each silo's budget
+    assert whole.privacy_unit == "silo_sample" and "sample-level" in whole.notion
+    assert set(whole.epsilon_spent) == {s.id for s in plan.silos}
+    for silo in plan.silos:
+        spent = whole.epsilon_spent[silo.id]
+        assert spent is not None and 0.9 * silo.epsilon < spent <= silo.epsilon * (1 + 1e-9)
+    assert all(r.privacy_unit == "silo_sample" for r in read_rounds(tmp_path / "whole" / "rounds.jsonl"))
+
+
+def test_the_mechanisms_refuse_each_others_plans(tmp_path) -> None:
+    silo = plan_for([30, 30])
+    client = hand_plan([("a", 1.0, 4, 0.5)], [("p", ["a"], 1.0, 1, 1.0)], rounds=2)
+    with pytest.raises(InvalidInputError) as info:
+        prepare_client_run(silo, silo.model_dump(mode="json"), config(2), tmp_path / "a")
+    assert info.value.field == "privacy_unit" and "silo_sample" in info.value.message
+    with pytest.raises(InvalidInputError) as info:
+        prepare_silo_run(client, client.model_dump(mode="json"), config(2), tmp_path / "b")
+    assert info.value.field == "privacy_unit" and "client" in info.value.message
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_more_rounds_than_planned_and_wrong_options_are_refused(tmp_path) -> None:
+    plan = plan_for([30, 30], rounds=2)
+    data = mean_estimation([30, 30], seed=0)
+    with pytest.raises(InvalidInputError, match="exceeds the plan"):
+        prepare_run(plan, plan.model_dump(mode="json"), config(3), tmp_path / "a", dataset=data)
+    with pytest.raises(InvalidInputError, match="takes no option 'lam'"):
+        prepare_run(plan, plan.model_dump(mode="json"), config(2, strategy_options={"lam": 1}), tmp_path / "b",
+                    dataset=data)
