@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError
-from trainer.experiments.config import CellSpec
+from trainer.experiments.config import CellSpec, is_silo_scenario
 
 
 class CellResult(BaseModel):
@@ -44,13 +44,18 @@ class CellResult(BaseModel):
     final_accuracy: float | None = None
     best_accuracy: float | None = None
     final_loss: float | None = None
-    noise_multipliers: dict[str, float] = Field(default_factory=dict, description="pool id -> sigma_P")
+    noise_multipliers: dict[str, float] = Field(
+        default_factory=dict, description="pool id -> sigma_P (silo cells: silo id -> DP-SGD sigma_k)"
+    )
     noise_energy: float | None = Field(None, description="plan's (d C^2 / K^2) sum_P kappa_P sigma_P^2")
     sampling_rates: dict[str, float] = Field(default_factory=dict)
     expected_clients: dict[str, float] = Field(default_factory=dict)
     keep_ratios: dict[str, float] = Field(default_factory=dict, description="pool id -> kappa_P")
     epsilon_spent: dict[str, float | None] = Field(default_factory=dict)
     epsilon_target: dict[str, float | None] = Field(default_factory=dict)
+    privacy_unit: str = Field(
+        "client", description="whom the epsilons protect: client (per group) or silo_sample (per silo); never mixed"
+    )
     aborted_pool_rounds: int = 0
 
 
@@ -110,6 +115,8 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         strategy_options=spec.strategy_options,
         **train,
     )
+    if is_silo_scenario(scenario_data):
+        return _run_silo_cell(spec, out, config, base, started)
     total_clients = sum(int(g["num_clients"]) for g in scenario_data["groups"])
     dataset = load_dataset(
         config.dataset,
@@ -153,6 +160,32 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         epsilon_spent=summary.epsilon_spent,
         epsilon_target=summary.epsilon_target,
         aborted_pool_rounds=sum(summary.aborted_rounds.values()),
+    )
+
+
+def _run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
+    """A silo_sample cell: plan every silo's DP-SGD for the method, then train the method's
+    strategy (docs/mrmtl.md §8); epsilons here are silo sample-level, per silo."""
+    from planner.units import make_plan
+    from planner.units.silo_sample import SiloSamplePlan, SiloScenario
+    from trainer.run.progress import Progress
+    from trainer.run.runner import execute_run, prepare_run
+
+    plan = make_plan(SiloScenario.model_validate(spec.scenario), spec.plan_method)
+    assert isinstance(plan, SiloSamplePlan)
+    run_dir = out / "runs" / spec.cell_id
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an interrupted earlier attempt: the cell restarts
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu")
+    summary = execute_run(prepared, progress=Progress(config.rounds, 0, stream=_Discard(), use_bar=False))
+    return CellResult(
+        **base, complete=summary.complete, status="ok", model_dim=summary.model_dim,
+        wall_seconds=time.perf_counter() - started, final_accuracy=summary.final_accuracy,
+        best_accuracy=summary.best_accuracy, final_loss=summary.final_loss,
+        noise_multipliers={s.id: s.noise_multiplier for s in plan.silos},
+        sampling_rates={s.id: s.sampling_rate for s in plan.silos},
+        epsilon_spent=summary.epsilon_spent, epsilon_target=summary.epsilon_target,
+        privacy_unit=summary.privacy_unit,
     )
 
 

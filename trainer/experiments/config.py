@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from accounting.errors import InvalidInputError
 from planner.methods import METHODS
 from planner.schema import Scenario
+from planner.units.silo_sample import SILO_METHODS, SiloScenario
 
 SMOKE_ROUNDS = 2
 SMOKE_CLIENTS_PER_GROUP = 8
@@ -71,6 +72,9 @@ class Setting(_Strict):
     keep_ratios: list[float] | Literal["auto"] | None = Field(
         None, description="per-group keep ratio (group order), or auto"
     )
+    silo_epsilons: list[float] | None = Field(
+        None, description="silo scenarios: silo k's epsilon is silo_epsilons[k mod len] (a heterogeneous mix)"
+    )
 
 
 class MethodEntry(_Strict):
@@ -92,6 +96,14 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
     method and strategy registries (names, options, the plans a strategy runs on)."""
     from trainer.strategies.registry import STRATEGIES, strategy_spec
 
+    if isinstance(entry, str) and entry in SILO_METHODS:
+        # a silo_sample method is its own strategy (the plan counted its DP-SGD passes);
+        # its options are checked when the run is prepared (trainer.run.silo)
+        return MethodEntry(name=entry, plan=entry, options=strategy_options.get(entry, {}))
+    if isinstance(entry, MethodEntry) and entry.plan in SILO_METHODS:
+        if entry.strategy not in ("plan", entry.plan):
+            raise ValueError(f"{entry.name}: silo plan {entry.plan} runs its own strategy, not {entry.strategy}")
+        return entry.model_copy(update={"strategy": "plan"})
     if isinstance(entry, str):
         if entry in METHODS:
             entry = MethodEntry(name=entry, plan=entry)
@@ -102,8 +114,8 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
             )
         else:
             raise ValueError(
-                f"unknown method {entry!r}; a planning method ({', '.join(METHODS)}) or a strategy "
-                f"({', '.join(STRATEGIES)})"
+                f"unknown method {entry!r}; a planning method ({', '.join(METHODS)}), a strategy "
+                f"({', '.join(STRATEGIES)}) or a silo method ({', '.join(SILO_METHODS)})"
             )
     if entry.plan not in METHODS:
         raise ValueError(f"{entry.name}: unknown plan method {entry.plan!r}; known: {', '.join(METHODS)}")
@@ -208,6 +220,11 @@ def load_experiment(path: str | Path) -> Experiment:
     return TrainExperiment.model_validate(data)
 
 
+def is_silo_scenario(scenario: dict[str, Any]) -> bool:
+    """A ``privacy_unit: silo_sample`` scenario (planner.units.silo_sample)."""
+    return scenario.get("privacy_unit") == "silo_sample"
+
+
 def cell_id(setting: str, dataset: str, method: str, seed: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+\-]", "_", f"{setting}__{dataset}__{method}__s{seed}")
 
@@ -217,8 +234,11 @@ def apply_setting(scenario: dict[str, Any], setting: Setting) -> dict[str, Any]:
     out = json.loads(json.dumps(scenario))
     out.update(json.loads(json.dumps(setting.scenario)))
     groups = out.get("groups", [])
+    if setting.silo_epsilons is not None:
+        for index, silo in enumerate(out.get("silos", [])):
+            silo["epsilon"] = setting.silo_epsilons[index % len(setting.silo_epsilons)]
     if setting.epsilon_scale is not None:
-        for group in groups:
+        for group in [*groups, *out.get("silos", [])]:
             if group.get("epsilon") is not None:
                 group["epsilon"] = group["epsilon"] * setting.epsilon_scale
     if setting.group_shares is not None:
@@ -251,6 +271,10 @@ def shrink_for_smoke(scenario: dict[str, Any], train: dict[str, Any], dataset: D
     scenario = json.loads(json.dumps(scenario))
     train = dict(train)
     scenario["rounds"] = min(int(scenario["rounds"]), SMOKE_ROUNDS)
+    if is_silo_scenario(scenario):
+        scenario["silos"] = scenario["silos"][:SMOKE_CLIENTS_PER_GROUP]
+        train["eval_every"] = 1
+        return scenario, train, dataset
     for group in scenario["groups"]:
         group["num_clients"] = min(int(group["num_clients"]), SMOKE_CLIENTS_PER_GROUP)
     total = sum(g["num_clients"] for g in scenario["groups"])
@@ -283,7 +307,16 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
                 scenario, cell_train, cell_dataset = shrink_for_smoke(base_scenario, train, dataset)
             check = {**scenario, "model_dim": scenario.get("model_dim", 1)}
             try:
-                Scenario.model_validate(check)
+                if is_silo_scenario(scenario):
+                    SiloScenario.model_validate(scenario)
+                    wrong = [m.plan for m in experiment.method_entries() if m.plan not in SILO_METHODS]
+                    if wrong:
+                        raise ValueError(f"silo scenarios train the silo methods ({', '.join(SILO_METHODS)}), not {wrong[0]}")
+                else:
+                    Scenario.model_validate(check)
+                    wrong = [m.plan for m in experiment.method_entries() if m.plan in SILO_METHODS]
+                    if wrong:
+                        raise ValueError(f"{wrong[0]} is a silo method: its scenario needs privacy_unit: silo_sample")
             except Exception as exc:
                 raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc).splitlines()[0] + ": " + str(exc)) from None
             for method in experiment.method_entries():

@@ -37,6 +37,7 @@ CSV_COLUMNS = [
     "expected_clients",
     "keep_ratios",
     "epsilon_spent",
+    "privacy_unit",
     "aborted_pool_rounds",
     "rounds",
     "model_dim",
@@ -80,6 +81,7 @@ def write_csv(results: Sequence[CellResult], path: Path) -> Path:
                     "expected_clients": format_map(r.expected_clients, 6),
                     "keep_ratios": format_map(r.keep_ratios, 6),
                     "epsilon_spent": format_map(r.epsilon_spent, 6),
+                    "privacy_unit": r.privacy_unit,
                     "aborted_pool_rounds": r.aborted_pool_rounds,
                     "rounds": r.rounds,
                     "model_dim": "" if r.model_dim is None else r.model_dim,
@@ -107,6 +109,15 @@ def _cell_text(results: list[CellResult]) -> str:
     return f"{mean:.4f} ± {std:.4f} (n={len(values)})"
 
 
+def _silo_range(values: Mapping[str, float]) -> str:
+    """``silos: 0.81–5.06 (40 silos)``: the per-silo DP-SGD values of a silo cell, compactly."""
+    if not values:
+        return ""
+    low, high = min(values.values()), max(values.values())
+    span = f"{low:.4g}" if low == high else f"{low:.4g}–{high:.4g}"
+    return f"silos: {span} ({len(values)} silos)"
+
+
 def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) -> str:
     """The accuracy table of every setting and the noise table (see the module docstring)."""
     by_key: dict[tuple[str, str, str], list[CellResult]] = {}
@@ -122,6 +133,12 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
         f"Final test accuracy, mean ± std over seeds ({seeds}){' — SMOKE SIZE, not a result' if smoke else ''}.",
         "",
     ]
+    units = sorted({r.privacy_unit for r in results})
+    if units != ["client"] and units:
+        # never let a reader take silo sample-level figures for client-level ones
+        lines += [f"Privacy unit: {', '.join(units)}. Silo cells' epsilons are silo-specific sample-level "
+                  "(each silo's own examples, per silo), not client-level; accuracy is each silo's evaluated "
+                  "model on its own test split, sample-weighted.", ""]
     for setting in experiment.settings:
         lines += [f"## Accuracy: {setting.name}", ""]
         lines.append("| method | " + " | ".join(datasets) + " |")
@@ -146,9 +163,12 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                     lines.append(f"| {setting.name} | {d} | {method} | infeasible: {first.error} | | | | |")
                     continue
                 energy = "" if first.noise_energy is None else f"{first.noise_energy:.4g}"
+                sigmas, rates = format_map(first.noise_multipliers), format_map(first.sampling_rates)
+                if first.privacy_unit == "silo_sample":  # one DP-SGD sigma_k per silo: their range
+                    sigmas, rates = _silo_range(first.noise_multipliers), _silo_range(first.sampling_rates)
                 lines.append(
-                    f"| {setting.name} | {d} | {method} | {format_map(first.noise_multipliers)} | "
-                    f"{format_map(first.sampling_rates)} | {format_map(first.keep_ratios)} | {energy} | "
+                    f"| {setting.name} | {d} | {method} | {sigmas} | "
+                    f"{rates} | {format_map(first.keep_ratios)} | {energy} | "
                     f"{_cell_text(runs)} |"
                 )
     lines.append("")

@@ -60,3 +60,33 @@ def test_bad_methods_and_options_are_refused_when_read(changes: dict[str, Any], 
     with pytest.raises(ValidationError) as exc:
         experiment(**changes)
     assert words in str(exc.value)
+
+
+SILOS = {
+    "privacy_unit": "silo_sample",
+    "silos": [{"id": f"s{k}", "num_samples": 100, "epsilon": 1.0} for k in range(4)],
+    "delta": 1e-5, "rounds": 3, "batch_size": 10, "clip_norm": 1.0,
+}
+
+
+def test_silo_methods_are_their_own_strategies_and_settings_mix_budgets():
+    exp = experiment(
+        scenario=SILOS, methods=["mrmtl", "local", {"name": "mrmtl-l3", "plan": "mrmtl", "options": {"prox": 3.0}}],
+        strategies={"mrmtl": {"prox": 0.3}}, settings=[{"name": "mix", "silo_epsilons": [0.5, 4.0]}],
+    )
+    cells = expand_cells(exp, "silo.yaml")
+    by_method = {c.method: c for c in cells if c.seed == 0}
+    assert (by_method["mrmtl"].plan_method, by_method["mrmtl"].strategy_options) == ("mrmtl", {"prox": 0.3})
+    assert (by_method["mrmtl-l3"].plan_method, by_method["mrmtl-l3"].strategy_options) == ("mrmtl", {"prox": 3.0})
+    assert [s["epsilon"] for s in by_method["local"].scenario["silos"]] == [0.5, 4.0, 0.5, 4.0]
+    smoke = expand_cells(exp, "silo.yaml", smoke=True)
+    assert all(c.scenario["rounds"] <= 2 for c in smoke)
+
+
+def test_silo_and_client_methods_do_not_mix():
+    from accounting.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="silo scenarios train the silo methods"):
+        expand_cells(experiment(scenario=SILOS, methods=["mrmtl", "gdpfed"]), "x.yaml")
+    with pytest.raises(InvalidInputError, match="mrmtl is a silo method"):
+        expand_cells(experiment(methods=["gdpfed", "mrmtl"]), "x.yaml")

@@ -18,7 +18,8 @@ from trainer.experiments.runner import load_results, run_experiment
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
 # Cell counts stated in each config's header comment.
-EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24}
+EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24,
+                  "mrmtl": 72, "mrmtl_lambda": 18}
 
 TINY = """
 name: tiny
@@ -81,6 +82,25 @@ def test_smoke_run_of_a_config(name, tmp_path):
     summary = run_experiment(REPO / "experiments" / f"{name}.yaml", out, smoke=True, log=quiet)
     assert len(summary.ran) == EXPECTED_CELLS[name]
     check_outputs(out, EXPECTED_CELLS[name])
+
+
+@pytest.mark.parametrize("name, setting", [("mrmtl", "eps-mix"), ("mrmtl_lambda", "eps-0.5")])
+def test_smoke_run_of_a_silo_config(name, setting, tmp_path):
+    """The silo configs at smoke size, one setting and one seed (every method), within the
+    smoke budget; their epsilons are labelled silo sample-level in the CSV and the tables."""
+    path = REPO / "experiments" / f"{name}.yaml"
+    experiment = load_experiment(path)
+    assert isinstance(experiment, TrainExperiment)
+    only = [c.cell_id for c in expand_cells(experiment, path, smoke=True) if c.setting == setting and c.seed == 0]
+    assert len(only) == len(experiment.method_names())
+    out = tmp_path / name
+    summary = run_experiment(path, out, smoke=True, only=only, log=quiet)
+    assert len(summary.ran) == len(only)
+    check_outputs(out, len(only))
+    with (out / "results.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["privacy_unit"] for row in rows} == {"silo_sample"}
+    assert "silo-specific sample-level" in (out / "results.md").read_text()
 
 
 def test_smoke_run_of_the_sweep(tmp_path):
