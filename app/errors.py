@@ -100,11 +100,18 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
+SCENARIO_TAGS = ("client", "silo_sample")
+
+
 def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
     """``("body", "scenario", "groups", 1, "epsilon")`` -> ``scenario.groups.1.epsilon``."""
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
+    # a scenario is a union tagged by its privacy unit (app.schemas.PlanCreate): the tag
+    # names the model, not a field, so ``scenario.silo_sample.silos`` is ``scenario.silos``
+    if len(parts) > 1 and parts[0] == "scenario" and parts[1] in SCENARIO_TAGS:
+        parts = [parts[0], *parts[2:]]
     return ".".join(parts) or None
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from accounting.accountants import AccountantName
 from accounting.events import Phase
+from app.errors import SCENARIO_TAGS
 from app.models import as_utc
 from app.security import Role
 from planner.schema import (
@@ -29,6 +30,7 @@ from planner.schema import (
     RequestedMethod,
     Scenario,
 )
+from planner.units.silo_sample import SILO_METHODS, SiloSamplePlan, SiloScenario
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
@@ -69,9 +71,32 @@ class KeyCreated(KeyOut):
 # --- plans ------------------------------------------------------------------------------
 
 
+def _scenario_unit(value: Any) -> str:
+    """The privacy unit a scenario asks for (absent: client), which selects its model."""
+    unit = value.get("privacy_unit", "client") if isinstance(value, dict) else getattr(value, "privacy_unit", "client")
+    return unit if unit in SCENARIO_TAGS else "client"
+
+
 class PlanCreate(_Input):
-    scenario: Scenario
-    method: RequestedMethod = "gdpfed_plus"
+    """A client-level scenario with a planning method, or a silo scenario
+    (``privacy_unit: silo_sample``, docs/mrmtl.md §2) with a silo method."""
+
+    scenario: Annotated[
+        Annotated[Scenario, Tag("client")] | Annotated[SiloScenario, Tag("silo_sample")],
+        Discriminator(_scenario_unit),
+    ]
+    method: str | None = Field(
+        None, description="a planning method (client scenarios, default gdpfed_plus) or a silo method "
+        "(silo scenarios, default mrmtl)"
+    )
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, method: str | None) -> str | None:
+        known = (*get_args(RequestedMethod), *SILO_METHODS)
+        if method is not None and method not in known:
+            raise ValueError(f"unknown method {method!r}; known: {', '.join(known)}")
+        return method
 
 
 class StoredPlan(Plan):
@@ -90,11 +115,27 @@ class StoredPlan(Plan):
     )
 
 
+class StoredSiloPlan(SiloSamplePlan):
+    """A silo_sample plan as stored by the service (docs/mrmtl.md §2): every silo's DP-SGD
+    mechanism and its silo-specific sample-level epsilon, labelled ``notion``; never shown
+    as, or added to, a client-level figure. Silo plans are not re-planned and their runs do
+    not report rounds to the service (the ledger endpoints refuse them)."""
+
+    id: str
+    created_at: UtcDatetime
+    created_by: str | None = None
+    population_id: str | None = None
+    superseded_by: str | None = None
+
+
 class PlanSummary(BaseModel):
     id: str
     created_at: UtcDatetime
     method: str
-    privacy_unit: str = Field(description="whom the plan protects: client (client-level DP per group)")
+    privacy_unit: str = Field(
+        description="whom the plan protects: client (client-level DP per group) or silo_sample "
+        "(silo-specific sample-level DP per silo); different notions, never compared"
+    )
     accountant: AccountantName
     start_round: int
     rounds: int

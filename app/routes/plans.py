@@ -7,14 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.deps import OperatorKey, PlannerKey, ReadSession, State
-from app.schemas import PlanCreate, PlanPage, ReplanRequest, StoredPlan
+from app.schemas import PlanCreate, PlanPage, ReplanRequest, StoredPlan, StoredSiloPlan
 from app.services import plans as plan_service
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
 
-@router.post("", status_code=201, response_model=StoredPlan, summary="compute and store a plan")
-def create_plan(body: PlanCreate, state: State, caller: PlannerKey) -> StoredPlan:
+@router.post("", status_code=201, response_model=StoredPlan | StoredSiloPlan, summary="compute and store a plan")
+def create_plan(body: PlanCreate, state: State, caller: PlannerKey) -> StoredPlan | StoredSiloPlan:
     return plan_service.create_plan(state, body.scenario, body.method, caller)
 
 
@@ -30,8 +30,8 @@ def list_plans(
     return plan_service.list_plans(session, limit, cursor, offset, population_id)
 
 
-@router.get("/{plan_id}", response_model=StoredPlan, summary="one plan document")
-def get_plan(plan_id: str, session: ReadSession, _caller: PlannerKey) -> StoredPlan:
+@router.get("/{plan_id}", response_model=StoredPlan | StoredSiloPlan, summary="one plan document")
+def get_plan(plan_id: str, session: ReadSession, _caller: PlannerKey) -> StoredPlan | StoredSiloPlan:
     return plan_service.get_plan(session, plan_id)
 
 

@@ -20,10 +20,12 @@ from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import conflict
 from app.models import PlanRecord
-from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan
+from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan, StoredSiloPlan
 from app.services import ledger as ledger_service
 from planner import make_plan, replan
 from planner.schema import Changes, Plan, RequestedMethod, Scenario, load_plan
+from planner.units import silo_sample
+from planner.units.silo_sample import SiloSamplePlan, SiloScenario
 
 MAX_PAGE = 200
 
@@ -46,13 +48,25 @@ def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -
     return state.compute.run(make_plan, scenario, method, clients_needed=False)
 
 
+def compute_silo_plan(state: AppState, scenario: SiloScenario, method: str) -> SiloSamplePlan:
+    """Every silo's DP-SGD calibrated and verified (docs/mrmtl.md §2), on the compute pool."""
+    if len(scenario.silos) > state.settings.max_groups:
+        raise InvalidInputError(
+            "scenario.silos", f"at most {state.settings.max_groups} silos per scenario on this server "
+            f"(got {len(scenario.silos)}); raise GDPFED_MAX_GROUPS to allow more"
+        )
+    plan: SiloSamplePlan = state.compute.run(silo_sample.make_plan, scenario, method)
+    return plan
+
+
 def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,
                    parent_plan_id: str) -> Plan:
     return state.compute.run(replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id)
 
 
-def to_stored(record: PlanRecord) -> StoredPlan:
-    return StoredPlan.model_validate(
+def to_stored(record: PlanRecord) -> StoredPlan | StoredSiloPlan:
+    model = StoredSiloPlan if record.privacy_unit == silo_sample.NAME else StoredPlan
+    return model.model_validate(
         {
             **record.document,
             "id": record.id,
@@ -64,12 +78,20 @@ def to_stored(record: PlanRecord) -> StoredPlan:
     )
 
 
+def to_stored_client(record: PlanRecord) -> StoredPlan:
+    """A stored client-level plan (re-plans and populations are client-level only)."""
+    stored = to_stored(record)
+    if not isinstance(stored, StoredPlan):
+        raise InvalidInputError("privacy_unit", f"plan {record.id} is a {record.privacy_unit} plan, not a client-level one")
+    return stored
+
+
 def to_plan(record: PlanRecord) -> Plan:
     """The stored client-level plan (documents of schema version 1 are read as version 2)."""
     return load_plan(record.document)
 
 
-def store_plan(session: Session, plan: Plan, *, created_by: str | None,
+def store_plan(session: Session, plan: Plan | SiloSamplePlan, *, created_by: str | None,
                population_id: str | None = None, parent_id: str | None = None) -> PlanRecord:
     plan_id = new_id()
     document = plan.model_dump(mode="json")
@@ -99,11 +121,19 @@ def child_of(session: Session, plan_id: str) -> PlanRecord | None:
     return session.scalar(select(PlanRecord).where(PlanRecord.parent_id == plan_id))
 
 
-def create_plan(state: AppState, scenario: Scenario, method: RequestedMethod,
-                caller: Principal) -> StoredPlan:
-    plan = compute_plan(state, scenario, method)
+def create_plan(state: AppState, scenario: Scenario | SiloScenario, method: str | None,
+                caller: Principal) -> StoredPlan | StoredSiloPlan:
+    plan: Plan | SiloSamplePlan
+    if isinstance(scenario, SiloScenario):
+        if method is not None and method not in silo_sample.SILO_METHODS:
+            raise InvalidInputError("method", f"silo scenarios take one of {', '.join(silo_sample.SILO_METHODS)}, got {method!r}")
+        plan = compute_silo_plan(state, scenario, method or "mrmtl")
+    else:
+        if method in silo_sample.SILO_METHODS:
+            raise InvalidInputError("method", f"{method} plans silo scenarios (scenario.privacy_unit: silo_sample)")
+        plan = compute_plan(state, scenario, method or "gdpfed_plus")  # type: ignore[arg-type]
 
-    def attempt() -> StoredPlan:
+    def attempt() -> StoredPlan | StoredSiloPlan:
         with write_transaction(state.sessions) as session:
             return to_stored(store_plan(session, plan, created_by=caller.name))
 
@@ -112,7 +142,7 @@ def create_plan(state: AppState, scenario: Scenario, method: RequestedMethod,
     return stored
 
 
-def get_plan(session: Session, plan_id: str) -> StoredPlan:
+def get_plan(session: Session, plan_id: str) -> StoredPlan | StoredSiloPlan:
     record = load_record(session, plan_id)
     child = child_of(session, plan_id)
     stored = to_stored(record)
@@ -205,7 +235,7 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
                 _check_replannable(session, current)
                 if ledger_service.rounds_counted(session, current) != counted:
                     return None
-                return to_stored(store_plan(
+                return to_stored_client(store_plan(
                     session, child, created_by=caller.name, parent_id=plan_id,
                     population_id=current.population_id,
                 ))

@@ -193,7 +193,7 @@ def create_active_plan(state: AppState, population_id: str, caller: Principal,
                                              field="active_plan_id", old_value=None, new_value=record.id,
                                              plan_id=record.id))
                 session.flush()
-                return plan_service.to_stored(record)
+                return plan_service.to_stored_client(record)
 
         stored = _commit_optimistic(attempt)
         if stored is not None:

@@ -61,8 +61,53 @@ def test_a_plan_stored_before_the_migration_is_served_as_a_client_plan(db_url: s
 
 
 def test_another_unit_is_a_422_naming_the_field(client: TestClient) -> None:
-    scenario = {**copy.deepcopy(SMALL_SCENARIO), "privacy_unit": "silo_sample"}
+    scenario = {**copy.deepcopy(SMALL_SCENARIO), "privacy_unit": "metric_local"}
     response = client.post("/v1/plans", json={"scenario": scenario})
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "scenario.privacy_unit"
     assert "client" in response.json()["message"]
+
+
+SILO_SCENARIO = {
+    "privacy_unit": "silo_sample",
+    "silos": [{"id": "a", "num_samples": 400, "epsilon": 1.0}, {"id": "b", "num_samples": 100, "epsilon": 4.0}],
+    "delta": 1e-5, "rounds": 10, "batch_size": 16, "clip_norm": 1.0,
+}
+
+
+def test_a_silo_scenario_is_planned_stored_and_labelled(client: TestClient) -> None:
+    """POST /v1/plans takes a silo scenario (docs/mrmtl.md §2): every silo's sigma_k and its
+    sample-level epsilon, labelled with the notion; the ledger and re-plan refuse it."""
+    from planner.units import spent
+    from planner.units.silo_sample import NOTION, SiloSamplePlan
+
+    created = client.post("/v1/plans", json={"scenario": SILO_SCENARIO, "method": "ditto"})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert (body["privacy_unit"], body["method"], body["notion"]) == ("silo_sample", "ditto", NOTION)
+    assert "groups" not in body and "pools" not in body  # no client-level figure beside it
+    plan = SiloSamplePlan.model_validate({k: v for k, v in body.items()
+                                          if k not in ("id", "created_at", "created_by", "population_id", "superseded_by")})
+    final = spent(plan, plan.rounds)
+    assert all((final[s.id] or 0.0) <= s.epsilon * (1 + 1e-9) for s in plan.silos)
+    assert plan.silos[1].noise_multiplier < plan.silos[0].noise_multiplier  # its own sigma_k: b's looser budget outweighs its larger q_k
+    served = client.get(f"/v1/plans/{body['id']}")
+    assert served.status_code == 200 and served.json()["silos"] == body["silos"]
+    assert client.get("/v1/plans").json()["items"][0]["privacy_unit"] == "silo_sample"
+    assert client.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()["method"] == "mrmtl"
+    for path, payload in ((f"/v1/plans/{body['id']}/replan", {}),
+                          (f"/v1/plans/{body['id']}/rounds", {"round": 0, "status": "claimed"})):
+        refused = client.post(path, json=payload)
+        assert 400 <= refused.status_code < 500, (path, refused.text)
+    ledger = client.get(f"/v1/plans/{body['id']}/ledger")
+    assert 400 <= ledger.status_code < 500, ledger.text
+
+
+def test_silo_and_client_methods_are_not_mixed(client: TestClient) -> None:
+    wrong = client.post("/v1/plans", json={"scenario": SILO_SCENARIO, "method": "gdpfed_plus"})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "method", wrong.text
+    wrong = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO, "method": "mrmtl"})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "method", wrong.text
+    missing = client.post("/v1/plans", json={"scenario": {**SILO_SCENARIO, "silos": []}})
+    assert missing.status_code == 422, missing.text
+    assert missing.json()["field"].startswith("scenario.silos"), missing.text
