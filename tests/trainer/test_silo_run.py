@@ -12,8 +12,8 @@ from accounting.errors import InvalidInputError
 from planner import mean_estimation as toy
 from planner.units import make_plan
 from planner.units.silo_sample import SiloSamplePlan, SiloScenario
-from tests.trainer.test_run import InterruptAfter, comparable, final_state
-from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from tests.trainer.test_run import final_state
+from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, quiet_progress
 from trainer.data.silos import mean_estimation
 from trainer.run.metrics import read_rounds
 from trainer.run.runner import TrainConfig, execute_run, prepare_client_run, prepare_run
@@ -81,7 +81,7 @@ def test_resume_equals_an_uninterrupted_run_and_the_ledger_stays_within_budget(t
         cfg = config(4, strategy_options={} if method == "finetune" else {"prox": 0.5})
     whole = run(plan, data, tmp_path / "whole", cfg=cfg)
     with pytest.raises(KeyboardInterrupt):
-        run(plan, data, tmp_path / "split", progress=InterruptAfter(2), cfg=cfg)
+        run(plan, data, tmp_path / "split", progress=interrupt_after(4, 2), cfg=cfg)
     resumed = run(plan, data, tmp_path / "split", resume=True, cfg=cfg)
     a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "split")
     assert torch.equal(a["global_params"], b["global_params"])
