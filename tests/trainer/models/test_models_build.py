@@ -86,6 +86,36 @@ def test_lstm_matches_torch_lstm_with_copied_weights() -> None:
     assert torch.allclose(ours(x), ours.head(output[:, -1]), atol=1e-6)
 
 
+def test_lstm_fast_path_outside_vmap_is_the_same_function(monkeypatch) -> None:
+    """The loop engine's LSTM runs torch.lstm (cuDNN on a GPU); under vmap the explicit steps run."""
+    from trainer.engines import LocalTrainingConfig, flatten_params, train_clients
+
+    model = build_model("lstm", _chars(), seed=0, hidden_size=16).double()
+    x, y = _chars().train_x[:6], _chars().train_y[:6]
+    calls = []
+    fused = torch.lstm
+    monkeypatch.setattr(torch, "lstm", lambda *args: calls.append(1) or fused(*args))
+    logits = model(x)
+    assert calls  # called directly: the fused kernel
+    F.cross_entropy(logits, y).backward()
+    calls.clear()
+    grads = _vmapped_gradients(model, x, y)  # under vmap(grad): the explicit steps
+    assert not calls
+    for key, parameter in model.named_parameters():
+        assert torch.allclose(grads[key][1], parameter.grad, atol=1e-12), key
+
+    data = _chars()
+    config = LocalTrainingConfig(local_steps=2, batch_size=4, lr=0.5)
+    start = flatten_params(model).float()
+    model = model.float()
+    loop = train_clients("loop", model, start, data, [0, 1], config, seed=0, round_index=0, device="cpu")
+    assert calls
+    calls.clear()
+    batched = train_clients("batched", model, start, data, [0, 1], config, seed=0, round_index=0, device="cpu")
+    assert not calls
+    assert loop.abs().max() > 1e-3 and (loop - batched).abs().max() < 1e-5
+
+
 def test_same_seed_same_weights_and_global_rng_untouched(digits) -> None:
     torch.manual_seed(123)
     expected = torch.rand(1)
