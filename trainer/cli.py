@@ -41,6 +41,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
     parser.add_argument(
+        "--allow-tf32", action="store_true",
+        help="let CUDA run float32 products in TF32: faster, but not reproducible from the seed "
+        "(default: IEEE float32, deterministic cuDNN)",
+    )
+    parser.add_argument(
         "--report-to", metavar="URL",
         help="gdpfed service URL: claim and report every round in its ledger, following re-plans "
         "(with --plan-id and no --plan, the plan is fetched from the service)",
@@ -195,7 +200,10 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
                     raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
                 link.preflight(plan_id)
             reporter = RoundReporter(link, plan_id or "")
-        prepared = prepare_run(plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset)
+        prepared = prepare_run(
+            plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset,
+            allow_tf32=args.allow_tf32,
+        )
         summary = execute_run(prepared, reporter=reporter, plan_id=plan_id)
     finally:
         if link is not None:

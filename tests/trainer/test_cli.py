@@ -200,3 +200,28 @@ def test_scenario_is_planned_then_trained(capsys, tmp_path):
     assert code == 0, err
     assert "model_dim 600 is replaced by the model's 1210 parameters" in err
     assert json.loads((tmp_path / "y" / "plan.json").read_text())["scenario"]["model_dim"] == 1210
+
+
+def test_float32_math_is_ieee_unless_tf32_is_asked_for(capsys, tmp_path, plan_file):
+    """docs/trainer.md §Reproducible GPU math: cuDNN's TF32 default is switched off for a run."""
+    import torch
+
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+    before = [b.fp32_precision for b in backends], torch.backends.cudnn.deterministic
+    try:
+        for backend in backends:
+            backend.fp32_precision = "tf32"  # as cuDNN convolutions default to
+        code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", tmp_path / "a")
+        assert code == 0, err
+        assert [b.fp32_precision for b in backends] == ["ieee"] * 3
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        code, _, err = gdpfed(
+            capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", tmp_path / "b", "--allow-tf32"
+        )
+        assert code == 0, err
+        assert [b.fp32_precision for b in backends] == ["tf32"] * 3
+        assert not torch.backends.cudnn.deterministic
+    finally:
+        for backend, value in zip(backends, before[0]):
+            backend.fp32_precision = value
+        torch.backends.cudnn.deterministic = before[1]

@@ -260,6 +260,7 @@ def prepare_run(
     strategy_factory: Callable[..., Strategy] | None = None,
     dataset: Any = None,
     engine_factory: EngineFactory | None = None,
+    allow_tf32: bool = False,
 ) -> PreparedRun:
     """Prepare a run with the training mechanism of the plan's privacy unit.
 
@@ -269,7 +270,7 @@ def prepare_run(
     prepare: Callable[..., PreparedRun] = mechanism_for(plan).prepare
     return prepare(
         plan, plan_document, config, out, resume=resume, device=device, strategy_factory=strategy_factory,
-        dataset=dataset, engine_factory=engine_factory,
+        dataset=dataset, engine_factory=engine_factory, allow_tf32=allow_tf32,
     )
 
 
@@ -284,6 +285,7 @@ def prepare_client_run(
     strategy_factory: Callable[..., Strategy] | None = None,
     dataset: Any = None,
     engine_factory: EngineFactory | None = None,
+    allow_tf32: bool = False,
 ) -> PreparedRun:
     """Validate a client-level plan, config, data and model; build the strategy and round engine.
 
@@ -294,11 +296,13 @@ def prepare_client_run(
     ``dataset`` may be passed pre-loaded (tests); ``strategy_factory(plan, model, dataset,
     **options)`` replaces the registry's strategy ``config.strategy``
     (``trainer.strategies.registry``, options validated here); ``engine_factory`` replaces the simulator's
-    round engine (``build_engine``), e.g. with the Flower scale-out's.
+    round engine (``build_engine``), e.g. with the Flower scale-out's. Float32 math is IEEE
+    (no TF32) unless ``allow_tf32`` (``trainer.device.configure_float_math``, docs/trainer.md
+    §Reproducible GPU math).
     """
     from planner.schema import require_client_plan
     from planner.verify import verify_executable
-    from trainer.device import choose_device
+    from trainer.device import choose_device, configure_float_math
     from trainer.engines import LocalTrainingConfig, flatten_params, num_params
 
     plan = require_client_plan(plan, f"the {GAUSSIAN_SECAGG.name} mechanism (client-level DP)")
@@ -316,6 +320,7 @@ def prepare_client_run(
     if strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
         raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
     chosen_device = choose_device(device)
+    configure_float_math(allow_tf32)
     local = LocalTrainingConfig(
         local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
     )
