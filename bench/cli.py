@@ -31,18 +31,28 @@ def register(subparsers: Any) -> None:
     parser.add_argument("suite", choices=sorted(SUITES), help="which suite to run")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (smoke run)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--device", help="torch device for suites that train (trainer): cpu, cuda, cuda:N, auto (default cpu)"
+    )
     parser.set_defaults(handler=_handle)
 
 
-def run_suite(name: str, quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+def run_suite(name: str, quick: bool, device: str | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Run suite ``name``; ``device`` only for suites that declare ``TAKES_DEVICE`` (else refused)."""
     module = importlib.import_module(SUITES[name])
-    return module.run(quick=quick)
+    if device is None:
+        return module.run(quick=quick)
+    if not getattr(module, "TAKES_DEVICE", False):
+        from accounting.errors import InvalidInputError
+
+        raise InvalidInputError("device", f"the {name} suite runs on the CPU only; --device is for the trainer suite")
+    return module.run(quick=quick, device=device)
 
 
 def _handle(args: argparse.Namespace) -> tuple[Any, str]:
     from bench.report import format_table
 
-    tables = run_suite(args.suite, args.quick)
+    tables = run_suite(args.suite, args.quick, args.device)
     text = "\n\n".join(format_table(rows, title) for title, rows in tables)
     data = {title: rows for title, rows in tables}
     return data, text
