@@ -40,10 +40,15 @@ def prepare_metric_run(
     strategy_factory: Any = None,
     dataset: Any = None,
     engine_factory: Any = None,
+    allow_tf32: bool = False,
 ) -> Any:
-    """A validated metric run (``PreparedRun`` with the metric engine); nothing written yet."""
+    """A validated metric run (``PreparedRun`` with the metric engine); nothing written yet.
+
+    Float32 math as ``trainer.device.configure_float_math(allow_tf32)`` (docs/trainer.md
+    §Reproducible GPU math).
+    """
     from planner.units.metric_local import MetricPlan, verify_metric
-    from trainer.device import choose_device
+    from trainer.device import choose_device, configure_float_math
     from trainer.engines import LocalTrainingConfig, num_params
     from trainer.run.mechanisms import METRIC_LAPLACE
     from trainer.run.runner import PreparedRun, build_population, build_run_model, load_run_data, registered_strategy
@@ -59,6 +64,7 @@ def prepare_metric_run(
         )
     factory = strategy_factory or registered_strategy(config, plan)
     chosen_device = choose_device(device)
+    configure_float_math(allow_tf32)
     local = LocalTrainingConfig(
         local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
     )
