@@ -17,6 +17,7 @@ from accounting.accountants import AccountantName, get_accountant
 from accounting.events import Phase
 from planner import calibration
 from planner.calibration import GroupCalibration
+from planner.fedhdp import fedhdp_prediction
 from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
 from planner.objective import objective_terms
@@ -144,6 +145,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             sparsification_error=terms.sparsification_error,
             objective=terms.objective,
             noise_to_signal=ratio,
+            fedhdp=fedhdp_prediction(s, group_plans, pool_plans),
         ),
         warnings=_unique(warnings),
     )

@@ -11,7 +11,7 @@ from accounting.accountants import get_accountant
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner import learnability
 from planner.finalize import History, finalize
-from planner.methods import METHODS, Design, design
+from planner.methods import METHODS, Design, design, method_problem
 from planner.problem import Problem, build_problem
 from planner.schema import (
     ComparisonPool,
@@ -23,8 +23,9 @@ from planner.schema import (
 )
 
 PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
-# The order of the comparison table: baselines first, then ours (the registry's order).
-COMPARE_ORDER: tuple[str, ...] = PLAN_METHODS
+# The order of the comparison table: baselines first, then ours (the registry's order);
+# study-only baselines (``PlanningMethod.in_comparison`` false) are left out.
+COMPARE_ORDER: tuple[str, ...] = tuple(name for name in PLAN_METHODS if METHODS[name].in_comparison)
 
 
 def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True) -> Plan:
@@ -91,7 +92,8 @@ def check_method(method: str, *, allow_compare: bool = False) -> None:
 
 
 def plan_problem(problem: Problem, method: str, history: History | None = None) -> Plan:
-    """Design and finalise one method on a prepared problem."""
+    """Design and finalise one method on a prepared problem (the method's own: ``method_problem``)."""
+    problem = method_problem(problem, method)
     return finalize(problem, design(problem, method), history)
 
 

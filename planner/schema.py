@@ -42,6 +42,7 @@ from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E
 PlanMethod = Literal[
     "nonprivate",
     "dp_fedavg",
+    "dp_fedavg_all",
     "gdpfed",
     "gdpfed_minus",
     "gdpfed_plus",
@@ -118,6 +119,11 @@ class Scenario(_Strict):
         None, description="U in the objective; null = clip_norm"
     )
     sparsity_exponent: Annotated[float, Field(ge=0.1, le=10, allow_inf_nan=False)] = Field(2.0, description="beta in (1 - kappa)^beta")
+    update_dispersion: Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)] | None = Field(
+        None,
+        description="V = E||Delta_i - mean Delta||^2 of the clipped client updates, measured on a nonprivate "
+        "proxy run; given, the plan predicts FedHDP's per-pool ratios r* (docs/planning.md §14)",
+    )
     bias_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
     raw_closed_form: bool = Field(
         False,
@@ -243,6 +249,15 @@ class ClientsForNoiseToSignal(BaseModel):
     note: str | None = Field(None, description="why no size is given, or how the search ended")
 
 
+class FedHDPPrediction(BaseModel):
+    """FedHDP's advisory ratios for this plan (docs/planning.md §14): post-processing, no
+    privacy number changes."""
+
+    ratios: dict[str, float] = Field(description="pool id -> r_P* (1 for pools without noise)")
+    aggregation_weights: dict[str, float] = Field(description="group id -> r_P q_g N_g / sum_P r_P K_P")
+    noise_energy: float = Field(description="d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2 with these ratios")
+
+
 class Predicted(BaseModel):
     """The objective's terms at the plan (docs/planning.md §3) and its learnability (§13)."""
 
@@ -258,6 +273,9 @@ class Predicted(BaseModel):
         default_factory=list,
         description="for the same budgets and rounds, the smallest K and population whose plan brings the "
         "ratio to 1 and to 0.1 (empty when not computed: re-plans, comparison rows)",
+    )
+    fedhdp: FedHDPPrediction | None = Field(
+        None, description="FedHDP's ratios r* and their aggregation weights (scenarios with update_dispersion)"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from planner.methods import (
     dp_fedavg,
+    dp_fedavg_all,
     gdpfed,
     gdpfed_minus,
     gdpfed_plus,
@@ -30,6 +31,7 @@ METHODS: dict[str, PlanningMethod] = {
     for method in (
         nonprivate.METHOD,
         dp_fedavg.METHOD,
+        dp_fedavg_all.METHOD,
         gdpfed.METHOD,
         gdpfed_minus.METHOD,
         gdpfed_plus.METHOD,
@@ -40,11 +42,21 @@ METHODS: dict[str, PlanningMethod] = {
 }
 
 
+def method_problem(problem: Problem, method: str) -> Problem:
+    """The problem ``method`` plans and ``finalize`` calibrates: ``problem`` unless the
+    method prepares its own (``PlanningMethod.prepare``)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}")
+    prepare = METHODS[method].prepare
+    return problem if prepare is None else prepare(problem)
+
+
 def design(problem: Problem, method: str) -> Design:
-    """The design of ``method`` for ``problem`` (docs/planning.md §2)."""
+    """The design of ``method`` for ``problem`` (docs/planning.md §2); ``problem`` is the
+    method's own (``method_problem``)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}")
     return METHODS[method].build(problem)
 
 
-__all__ = ["METHODS", "Design", "PlanningMethod", "design"]
+__all__ = ["METHODS", "Design", "PlanningMethod", "design", "method_problem"]

@@ -42,7 +42,10 @@ class PlanningMethod:
     they can end at a bound and ``finalize`` says so. ``minimises_objective``: that search
     minimises the objective J (docs/planning.md §3, §4), so each private pool has the
     secure-aggregation floor of ``min_clients_per_pool`` and opted-out groups, which carry
-    no noise, are the objective's favourites.
+    no noise, are the objective's favourites. ``prepare`` (optional) turns the problem into
+    the one the method plans and ``finalize`` calibrates (``dp_fedavg_all`` makes opted-out
+    groups private); without it the method plans the problem as given. ``in_comparison``
+    false keeps a study-only baseline out of ``compare``'s table and recommendation.
     """
 
     name: str
@@ -50,6 +53,8 @@ class PlanningMethod:
     build: Callable[[Problem], Design]
     optimises_rates: bool = False
     minimises_objective: bool = False
+    prepare: Callable[[Problem], Problem] | None = None
+    in_comparison: bool = True
 
 
 def uniform_rate(problem: Problem) -> float:

@@ -1,0 +1,117 @@
+"""FedHDP's closed forms: the server ratio ``r*`` and Ditto's ``lambda*`` (docs/planning.md §14).
+
+Advisory numbers for ``--strategy fedhdp`` (docs/trainer.md §FedHDP), on the paper's
+federated point-estimation model (../shared/design/fedhdp.md §2.1): client ``j`` of level
+``k`` holds a local mean ``phi_hat_j = phi + p_j + v_j`` with ``p_j ~ N(0, tau2)`` (data
+heterogeneity) and ``v_j ~ N(0, alpha2)`` (sampling noise), and sends ``psi_j = phi_hat_j +
+l_j`` with ``l_j ~ N(0, N_k gamma2_k)`` (its level's noise; ``gamma2 = 0`` for opted-out
+clients). Nothing here is a privacy number: ratios and lambdas are post-processing and a
+local choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from planner.schema import FedHDPPrediction, GroupPlan, PoolPlan, Scenario
+
+
+def optimal_ratio(sigma_c2: float, private_clients: float, gamma2: float) -> float:
+    """Lemma 1: ``r* = sigma_c2 / (sigma_c2 + N_p gamma2)``, the weight of a private client
+    relative to an opted-out one that minimises the server's MSE (``sigma_c2 = alpha2 + tau2``)."""
+    return sigma_c2 / (sigma_c2 + private_clients * gamma2)
+
+
+def server_mse(ratio: float, sigma_c2: float, optout_clients: float, private_clients: float, gamma2: float) -> float:
+    """Variance of ``(sum_np psi + r sum_p psi) / (N_np + r N_p)`` around ``phi``:
+    ``(N_np sigma_c2 + r^2 N_p (sigma_c2 + N_p gamma2)) / (N_np + r N_p)^2``."""
+    private_variance = sigma_c2 + private_clients * gamma2
+    numerator = optout_clients * sigma_c2 + ratio**2 * private_clients * private_variance
+    return numerator / (optout_clients + ratio * private_clients) ** 2
+
+
+def optimal_server_mse(sigma_c2: float, optout_clients: float, private_clients: float, gamma2: float) -> float:
+    """Lemma 1: ``(1/N) sigma_c2 (sigma_c2 + N_p gamma2) / (sigma_c2 + rho N_p gamma2)``, rho = N_np / N."""
+    total = optout_clients + private_clients
+    rho = optout_clients / total
+    return sigma_c2 * (sigma_c2 + private_clients * gamma2) / (total * (sigma_c2 + rho * private_clients * gamma2))
+
+
+def level_ratios(alpha2: float, tau2: float, counts: Sequence[float], gamma2: Sequence[float]) -> np.ndarray:
+    """``r*_k = sigma2_p(1) / sigma2_p(k)`` with ``sigma2_p(k) = alpha2 + tau2 + N_k gamma2_k``:
+    inverse-variance weights relative to the first level (App. A; the first level is
+    usually the opted-out one, ``r = 1``)."""
+    variance = alpha2 + tau2 + np.asarray(counts, dtype=float) * np.asarray(gamma2, dtype=float)
+    return variance[0] / variance
+
+
+def optimal_lambdas(alpha2: float, tau2: float, counts: Sequence[float], gamma2: Sequence[float]) -> np.ndarray:
+    """Ditto's ``lambda*`` per level when the server uses ``level_ratios`` (design note §2.1.4)::
+
+        sigma2_k = alpha2 + tau2 + N_k gamma2_k
+        A_j      = sum_k N_k / sigma2_k - 1 / sigma2_j     (precision of all other clients)
+        w_j      = (1 / sigma2_j) / sum_k N_k / sigma2_k   (own weight in the global model)
+        rho_j    = alpha2 A_j / (1 + tau2 A_j)
+        lambda*_j = rho_j / (1 - w_j (1 + rho_j))
+
+    It reduces to the paper's (17) ``alpha2 / tau2`` for opted-out clients and to (18)
+    (``optimal_lambda_private``) for private ones with two levels (tests). ``nan`` where
+    ``1 - w_j (1 + rho_j) <= 0`` (no finite lambda is optimal).
+    """
+    variance = alpha2 + tau2 + np.asarray(counts, dtype=float) * np.asarray(gamma2, dtype=float)
+    precision = float(np.sum(np.asarray(counts, dtype=float) / variance))
+    others = precision - 1.0 / variance
+    own_weight = (1.0 / variance) / precision
+    bayes = alpha2 * others / (1.0 + tau2 * others)
+    denominator = 1.0 - own_weight * (1.0 + bayes)
+    return np.where(denominator > 0, bayes / np.where(denominator > 0, denominator, 1.0), np.nan)
+
+
+def optimal_lambda_private(alpha2: float, tau2: float, gamma2: float, total: float, optout_share: float) -> float:
+    """The paper's (18): ``lambda*_p`` for two levels (``N_p = (1 - rho) N`` private clients
+    with noise ``N_p gamma2`` each, ``N_np = rho N`` opted out)."""
+    rho = optout_share
+    numerator = alpha2 * (tau2 + alpha2) + rho * (1 - rho) * alpha2 * gamma2 * total
+    denominator = tau2 * (tau2 + alpha2) + (1 - rho) * (alpha2 + tau2) * gamma2 + (1 - rho) * rho * tau2 * gamma2 * total
+    return numerator / denominator
+
+
+def pool_ratio(update_dispersion: float, model_dim: int, noise_std: float, expected_clients: float) -> float:
+    """``r_P* = (V/d) / (V/d + s_P^2 / K_P)`` for a noised pool of the trainer (design note
+    §2.6): ``V = E||Delta_i - mean Delta||^2`` the clipped updates' dispersion across
+    clients, ``s_P = sigma_P C`` the pool sum's noise std, ``K_P`` its expected clients. It
+    minimises the variance of the combined update and ignores the bias between groups,
+    which makes the best ratio larger when opted-out clients are unrepresentative."""
+    per_coordinate = update_dispersion / model_dim
+    if per_coordinate <= 0:
+        return 0.0
+    return per_coordinate / (per_coordinate + noise_std**2 / expected_clients)
+
+
+def fedhdp_prediction(scenario: Scenario, groups: Sequence[GroupPlan], pools: Sequence[PoolPlan]) -> FedHDPPrediction | None:
+    """The plan's FedHDP ratios from ``scenario.update_dispersion`` (``None`` without it):
+    ``pool_ratio`` for pools with noise, 1 for the others; each group's resulting weight
+    ``r_P q_g N_g / sum_P r_P K_P``, and the noise energy of the ratio-weighted combination
+    ``d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2`` (with every ``r = 1`` and
+    ``sum K_P = K`` it is the plan's own noise energy)."""
+    from planner.schema import FedHDPPrediction
+
+    if scenario.update_dispersion is None:
+        return None
+    ratios = {
+        pool.id: pool_ratio(scenario.update_dispersion, scenario.model_dim, pool.noise_std, pool.expected_clients)
+        if pool.noise_std > 0 and pool.expected_clients > 0 else 1.0
+        for pool in pools
+    }
+    denominator = sum(ratios[pool.id] * pool.expected_clients for pool in pools)
+    if denominator <= 0:
+        return None
+    weights = {group.id: ratios[group.pool] * group.expected_clients / denominator for group in groups}
+    energy = scenario.model_dim * sum(
+        pool.keep_ratio * ratios[pool.id] ** 2 * pool.noise_std**2 for pool in pools
+    ) / denominator**2
+    return FedHDPPrediction(ratios=ratios, aggregation_weights=weights, noise_energy=energy)
