@@ -71,14 +71,21 @@ def test_without_local_test_data_there_is_no_accuracy_by_group(plan, tmp_path):
 
 
 def test_skewed_assignment_fills_opted_out_groups_with_one_label(plan, one_label):
-    population = build_population(plan, one_label, seed=3, opt_out_assignment="skewed", skewed_label=7)
+    population, warnings = build_population(plan, one_label, seed=3, opt_out_assignment="skewed", skewed_label=7)
+    assert warnings == []
     sevens = set(clients_with_label(one_label, 7).tolist())
     assert len(sevens) == 4 and set(population.clients("out").tolist()) <= sevens
     assert population.clients("private").size == 36
-    random = build_population(plan, one_label, seed=3)
+    random, _ = build_population(plan, one_label, seed=3)
     labels_out = {int(one_label.train_y[one_label.client_indices[c][0]]) for c in random.clients("out")}
     assert labels_out != {7}  # a random deal draws the opted-out clients from several labels
-    # a label held by too few clients is refused, naming the option
+    # a label held by too few clients: the rest are dealt at random, and the run is told
+    few = hand_plan([("private", 3.0, 30, 1.0), ("out", None, 10, 1.0)],
+                    [("P1", ["private"], 1.0, 4, 1.0), ("P2", ["out"], 0.0, 1, 1.0)], rounds=ROUNDS, model_dim=700)
+    short, warnings = build_population(few, one_label, seed=3, opt_out_assignment="skewed", skewed_label=7)
+    assert sevens <= set(short.clients("out").tolist()) and short.clients("out").size == 10
+    assert len(warnings) == 1 and "only 4 clients hold label 7" in warnings[0]
+    # a label nobody holds is refused, naming the option
     with pytest.raises(InvalidInputError) as info:
         build_population(plan.model_copy(update={"groups": plan.groups}), one_label, seed=3,
                          opt_out_assignment="skewed", skewed_label=11)
@@ -91,6 +98,8 @@ def test_assign_groups_with_first_groups_keeps_the_plain_deal_otherwise():
     skewed = assign_groups([3, 5, 2], 12, seed=4, first=[2], candidates=np.array([0, 1, 2]))
     assert [c for c, g in enumerate(skewed) if g == 2] in ([0, 1], [0, 2], [1, 2])
     assert sorted(skewed) == sorted(plain)
+    topped_up = assign_groups([3, 5, 2], 12, seed=4, first=[2], candidates=np.array([9]))
+    assert topped_up[9] == 2 and topped_up.count(2) == 2 and sorted(topped_up) == sorted(plain)
 
 
 def test_config_fingerprint_ignores_new_fields_at_their_defaults():

@@ -37,10 +37,11 @@ def assign_groups(
     split the pooled data into that many clients; a natural split cannot invent clients).
 
     With ``first`` (group indices) and ``candidates`` (client indices), those groups are
-    filled first, in order, from a seeded permutation of the candidates; every other group
-    is then dealt as above from the clients left. Too few candidates is an
-    ``InvalidInputError`` naming ``skewed_label``. Without ``first`` the result is the plain
-    deal, whatever ``candidates`` is.
+    filled first, in order, from a seeded permutation of the candidates (topped up from the
+    other clients, in the seeded order, when there are too few); every other group is then
+    dealt as above from the clients left. No candidate at all is an ``InvalidInputError``
+    naming ``skewed_label``. Without ``first`` the result is the plain deal, whatever
+    ``candidates`` is.
     """
     sizes = [int(size) for size in num_clients_per_group]
     if any(size < 0 for size in sizes):
@@ -57,19 +58,19 @@ def assign_groups(
     groups = [UNASSIGNED] * client_count
     if first:
         pool = np.random.default_rng([seed, 0x5CE]).permutation(np.asarray(candidates, dtype=np.int64))
-        wanted = sum(sizes[g] for g in first)
-        if pool.size < wanted:
-            raise InvalidInputError(
-                "skewed_label",
-                f"only {pool.size} clients hold the chosen label but the skewed groups need {wanted}",
-            )
+        if pool.size == 0:
+            raise InvalidInputError("skewed_label", "no client holds the chosen label")
+        # candidates first; if there are too few, the first groups are topped up from
+        # the seeded order of the other clients (the caller reports the shortfall)
+        taken = set(pool.tolist())
+        fill = np.concatenate([pool, np.array([c for c in order.tolist() if c not in taken], dtype=np.int64)])
         start = 0
         for group in first:
-            for client in pool[start : start + sizes[group]]:
+            for client in fill[start : start + sizes[group]]:
                 groups[int(client)] = group
             start += sizes[group]
-        taken = set(pool[:start].tolist())
-        order = np.array([c for c in order.tolist() if c not in taken], dtype=np.int64)
+        used = set(fill[:start].tolist())
+        order = np.array([c for c in order.tolist() if c not in used], dtype=np.int64)
     start = 0
     for group, size in enumerate(sizes):
         if group in first:

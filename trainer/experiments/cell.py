@@ -57,6 +57,11 @@ class CellResult(BaseModel):
         "client", description="whom the epsilons protect: client (per group) or silo_sample (per silo); never mixed"
     )
     aborted_pool_rounds: int = 0
+    accuracy_by_group: dict[str, float | None] | None = Field(
+        None, description="global model on each group's clients' local test rows (data with local tests)"
+    )
+    personal_accuracy: float | None = Field(None, description="personal models on their clients' local test rows")
+    personal_accuracy_by_group: dict[str, float | None] | None = None
 
 
 def rerun_command(spec: CellSpec, out: Path) -> str:
@@ -160,6 +165,9 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         epsilon_spent=summary.epsilon_spent,
         epsilon_target=summary.epsilon_target,
         aborted_pool_rounds=sum(summary.aborted_rounds.values()),
+        accuracy_by_group=summary.accuracy_by_group,
+        personal_accuracy=summary.personal_accuracy,
+        personal_accuracy_by_group=summary.personal_accuracy_by_group,
     )
 
 

@@ -92,6 +92,11 @@ class RunDirectory:
     def loss_plot(self) -> Path:
         return self.root / "loss.png"
 
+    @property
+    def local_accuracy_plot(self) -> Path:
+        """Per-group accuracy on the clients' own test data (runs with local test data)."""
+        return self.root / "local_accuracy.png"
+
     def has_checkpoint(self) -> bool:
         return self.checkpoint.is_file()
 

@@ -77,7 +77,7 @@ def prepare_metric_run(
             f"the plan's model_dim is {plan.scenario.model_dim}, the model has {num_params(model)} parameters: "
             "the leakage n / nu is per model size; plan for this model",
         )
-    population = build_population(plan, dataset, config.seed)
+    population, _ = build_population(plan, dataset, config.seed)  # random assignment: no warnings
 
     def build_strategy(for_plan: Any) -> Any:
         return factory(

@@ -213,28 +213,39 @@ def build_run_model(config: TrainConfig, dataset: Any) -> torch.nn.Module:
 
 def build_population(
     plan: Any, dataset: Any, seed: int, *, opt_out_assignment: str = "random", skewed_label: int = 7
-) -> Population:
-    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``);
-    any plan whose ``groups`` have ``id`` and ``num_clients`` (client and metric plans).
+) -> tuple[Population, list[str]]:
+    """Deal the dataset's clients into the plan's groups (``trainer.data.assign_groups``),
+    with warnings for the run; any plan whose ``groups`` have ``id`` and ``num_clients``
+    (client and metric plans).
 
     ``skewed``: the groups that opted out in the scenario (``epsilon: null``; a
     ``dp_fedavg_all`` plan gives them an epsilon, but they are the same clients) are
-    filled first with clients holding ``skewed_label`` (docs/trainer.md §Clients and groups).
+    filled first with clients holding ``skewed_label``; when fewer clients hold it than
+    those groups need, the rest are dealt at random and a warning says how many
+    (docs/trainer.md §Clients and groups).
     """
     from trainer.data import assign_groups, clients_with_label
 
     first: list[int] = []
     candidates = None
+    warnings: list[str] = []
     if opt_out_assignment == "skewed":
         opted_out = {g.id for g in plan.scenario.groups if g.epsilon is None}
         first = [index for index, g in enumerate(plan.groups) if g.id in opted_out]
         if not first:
             raise InvalidInputError("opt_out_assignment", "skewed needs a group that opted out (epsilon null)")
         candidates = clients_with_label(dataset, skewed_label)
+        wanted = sum(plan.groups[index].num_clients for index in first)
+        if 0 < candidates.size < wanted:
+            warnings.append(
+                f"skewed opt-out: only {candidates.size} clients hold label {skewed_label} but the opted-out "
+                f"groups have {wanted}; the other {wanted - candidates.size} were dealt at random"
+            )
     labels = np.asarray(
         assign_groups([g.num_clients for g in plan.groups], dataset.num_clients, seed, first=first, candidates=candidates)
     )
-    return Population({g.id: np.flatnonzero(labels == index) for index, g in enumerate(plan.groups)})
+    population = Population({g.id: np.flatnonzero(labels == index) for index, g in enumerate(plan.groups)})
+    return population, warnings
 
 
 def accuracy_by_group(model: torch.nn.Module, params: torch.Tensor, dataset: Any,
@@ -327,11 +338,10 @@ def prepare_client_run(
     if dataset is None:
         dataset = load_run_data(config, plan.scenario.total_clients)
     model = build_run_model(config, dataset).to(chosen_device)
-    population = build_population(
+    population, warnings = build_population(
         plan, dataset, config.seed, opt_out_assignment=config.opt_out_assignment, skewed_label=config.skewed_label
     )
     dim = num_params(model)
-    warnings = []
     if dim != plan.scenario.model_dim:
         warnings.append(
             f"the plan was made for model_dim {plan.scenario.model_dim}, the model has {dim} "
@@ -689,7 +699,7 @@ def execute_run(
 
     summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter, divergence)
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
-    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method)
+    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method, run_dir.local_accuracy_plot)
     return summary
 
 

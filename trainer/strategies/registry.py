@@ -15,10 +15,10 @@ from typing import Any
 
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
-from trainer.strategies import metric_ifca, pfa, plan
+from trainer.strategies import fedhdp, metric_ifca, pfa, plan
 from trainer.strategies.base import Strategy, StrategySpec
 
-STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (plan.SPEC, pfa.SPEC, metric_ifca.SPEC)}
+STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (plan.SPEC, pfa.SPEC, metric_ifca.SPEC, fedhdp.SPEC)}
 
 DEFAULT_STRATEGY = "plan"
 

@@ -4,6 +4,7 @@ a cell's recorded command reproduces its number, and an interrupted experiment r
 from __future__ import annotations
 
 import csv
+import json
 import shlex
 from pathlib import Path
 
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
 # Cell counts stated in each config's header comment.
 EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24,
-                  "mrmtl": 72, "mrmtl_lambda": 18}
+                  "mrmtl": 72, "mrmtl_lambda": 18, "fedhdp": 42}
 
 TINY = """
 name: tiny
@@ -101,6 +102,28 @@ def test_smoke_run_of_a_silo_config(name, setting, tmp_path):
         rows = list(csv.DictReader(handle))
     assert {row["privacy_unit"] for row in rows} == {"silo_sample"}
     assert "silo-specific sample-level" in (out / "results.md").read_text()
+
+
+FEDHDP_SHORT = ["skewed__digits__fedhdp_r0__s0", "random__digits__dp_fedavg_all_ditto__s1", "skewed__digits__gdpfed_plus__s2"]
+
+
+def test_smoke_run_of_fedhdp_cells(tmp_path):
+    """Three of the fedhdp config's 42 cells at smoke size (the whole config: the slow test below)."""
+    summary = run_experiment(REPO / "experiments" / "fedhdp.yaml", tmp_path, smoke=True, only=FEDHDP_SHORT, log=quiet)
+    assert sorted(summary.ran) == sorted(FEDHDP_SHORT)
+    check_outputs(tmp_path, len(FEDHDP_SHORT))
+    cells = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "cells").glob("*.json")}
+    ditto = cells["random__digits__dp_fedavg_all_ditto__s1"]
+    assert set(ditto["accuracy_by_group"]) == {"private", "out"} and ditto["personal_accuracy"] is not None
+    assert ditto["epsilon_spent"]["out"] is not None  # everyone private, opted-out clients included
+    assert cells["skewed__digits__gdpfed_plus__s2"]["personal_accuracy"] is None
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_whole_fedhdp_config(tmp_path):
+    summary = run_experiment(REPO / "experiments" / "fedhdp.yaml", tmp_path, smoke=True, log=quiet)
+    assert len(summary.ran) == EXPECTED_CELLS["fedhdp"]
+    check_outputs(tmp_path, EXPECTED_CELLS["fedhdp"])
 
 
 def test_smoke_run_of_the_sweep(tmp_path):

@@ -1,0 +1,194 @@
+"""FedHDP strategy (docs/trainer.md §FedHDP): per-pool ratios, Ditto personal models that
+never change what is released, the ledger, checkpoint/resume, option errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from accounting.errors import InvalidInputError
+from tests.trainer.test_strategies import Interrupt
+from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from trainer.data import load_dataset
+from trainer.engines import LocalTrainingConfig, train_clients
+from trainer.run.checkpoint import load_checkpoint
+from trainer.run.metrics import read_rounds
+from trainer.run.plots import local_accuracy_series
+from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.strategies import FedHDPStrategy, PlanStrategy, RoundContext, build_strategy
+
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def plan():
+    # 36 private clients and 4 opted out, sampled at q = 0.5
+    return hand_plan(
+        [("private", 3.0, 36, 0.5), ("out", None, 4, 0.5)],
+        [("P1", ["private"], 1.0, 2, 1.0), ("P2", ["out"], 0.0, 1, 1.0)],
+        rounds=ROUNDS,
+        model_dim=700,
+        method="gdpfed",
+    )
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("digits", num_clients=40, partition="one_label", seed=0, client_test_fraction=0.25)
+
+
+def config(**overrides):
+    base = dict(dataset="digits", model="mlp", model_options={"hidden": [10]}, rounds=ROUNDS, local_steps=2, lr=0.1,
+                batch_size=8, partition="one_label", dataset_options={"client_test_fraction": 0.25}, eval_every=2)
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def run(plan, data, out, strategy="plan", options=None, resume=False, progress=None):
+    cfg = config(strategy=strategy, strategy_options=options or {})
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg, out, resume=resume, dataset=data)
+    summary = execute_run(prepared, progress=progress or quiet_progress(ROUNDS))
+    return prepared, summary
+
+
+def strategy(plan, data, **options):
+    from trainer.models import build_model
+
+    model = build_model("mlp", data, seed=0, hidden=[10])
+    local = LocalTrainingConfig(local_steps=2, batch_size=8, lr=0.1)
+    return build_strategy("fedhdp", options, plan, model=model, dataset=data, engine="batched", local=local,
+                          device=torch.device("cpu"))
+
+
+def pool_sums(dim=700):
+    generator = torch.Generator().manual_seed(1)
+    return {"P1": torch.randn(dim, generator=generator, dtype=torch.float64),
+            "P2": torch.randn(dim, generator=generator, dtype=torch.float64)}
+
+
+def test_ratio_one_is_the_plan_strategys_aggregation_bit_for_bit(plan, data):
+    ctx = RoundContext(0, 0, 0)
+    fedhdp = strategy(plan, data, ratios={"P1": 1.0})
+    plain = PlanStrategy(plan, fedhdp.model, data, engine="batched", local=fedhdp.local, device=torch.device("cpu"))
+    sums = pool_sums()
+    assert torch.equal(fedhdp.aggregate(ctx, sums, 700), plain.aggregate(ctx, sums, 700))
+    assert torch.equal(fedhdp.aggregate(ctx, {"P1": None, "P2": sums["P2"]}, 700),
+                       plain.aggregate(ctx, {"P1": None, "P2": sums["P2"]}, 700))
+
+
+def test_ratios_weight_pools_over_a_fixed_denominator(plan, data):
+    ctx = RoundContext(0, 0, 0)
+    sums = pool_sums()
+    k_private, k_out = plan.pool("P1").expected_clients, plan.pool("P2").expected_clients
+    r = 0.1
+    got = strategy(plan, data, ratios={"P1": r}).aggregate(ctx, sums, 700)
+    assert torch.allclose(got, (r * sums["P1"] + sums["P2"]) / (r * k_private + k_out), rtol=1e-12)
+    # r = 0: only the opted-out pool counts
+    only_out = strategy(plan, data, ratios={"P1": 0.0}).aggregate(ctx, sums, 700)
+    assert torch.allclose(only_out, sums["P2"] / k_out, rtol=1e-12)
+    # an aborted pool adds 0 and the denominator stays
+    aborted = strategy(plan, data, ratios={"P1": r}).aggregate(ctx, {"P1": sums["P1"], "P2": None}, 700)
+    assert torch.allclose(aborted, r * sums["P1"] / (r * k_private + k_out), rtol=1e-12)
+
+
+def test_personal_models_are_ditto_steps_and_leave_the_released_rows_alone(plan, data):
+    ctx = RoundContext(0, 0, 0)
+    fedhdp = strategy(plan, data, lambdas={"private": 0.5, "out": 0.01}, personal_lr=0.05)
+    plain = PlanStrategy(plan, fedhdp.model, data, engine="batched", local=fedhdp.local, device=torch.device("cpu"))
+    params = torch.cat([p.detach().flatten() for p in fedhdp.model.parameters()])
+    clients = np.array([0, 1, 2, 37])
+    groups = ["private", "private", "private", "out"]
+    rows = fedhdp.client_update(ctx, params, clients, groups)
+    assert torch.equal(rows, plain.client_update(ctx, params, clients, groups))
+    # first visit: the personal model starts at the received model, anchored there, lambda per group
+    local = LocalTrainingConfig(local_steps=2, batch_size=8, lr=0.05)
+    expected = params + train_clients("batched", fedhdp.model, params, data, clients.tolist(), local, seed=0,
+                                      round_index=0, device="cpu", prox=[0.5, 0.5, 0.5, 0.01])
+    for row, client in enumerate(clients.tolist()):
+        assert torch.allclose(fedhdp.personal[client], expected[row], atol=1e-6)
+    # a second visit starts from the personal model, not the global one
+    later = RoundContext(1, 1, 0)
+    before = fedhdp.personal[0].clone()
+    fedhdp.client_update(later, params, np.array([0]), ["private"])
+    again = before + train_clients("batched", fedhdp.model, params, data, [0], local, seed=0, round_index=1,
+                                   device="cpu", start=before[None], anchor=params, prox=0.5)[0]
+    assert torch.allclose(fedhdp.personal[0], again, atol=1e-6)
+    assert fedhdp.personal.keys() == {0, 1, 2, 37}  # created lazily: only clients that trained
+
+
+def test_runs_release_and_account_exactly_what_the_plan_strategy_does(plan, data, tmp_path):
+    _, plain = run(plan, data, tmp_path / "plan")
+    prepared, personal = run(plan, data, tmp_path / "fedhdp", "fedhdp", {"lambdas": 0.1})
+    # r = 1 with personal models: the same global model, bit for bit, and the same ledger
+    a = load_checkpoint(tmp_path / "plan" / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "fedhdp" / "checkpoint.pt")
+    assert torch.equal(a["global_params"], b["global_params"])
+    assert a["ledger"] == b["ledger"]
+    assert personal.accuracy_by_group == plain.accuracy_by_group
+    assert personal.personal_accuracy is not None and plain.personal_accuracy is None
+    assert set(personal.personal_accuracy_by_group or {}) == {"private", "out"}
+    stored = json.loads((tmp_path / "fedhdp" / "summary.json").read_text())
+    assert stored["personal_accuracy"] == personal.personal_accuracy
+    assert (tmp_path / "fedhdp" / "local_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = read_rounds(tmp_path / "fedhdp" / "rounds.jsonl")
+    assert set(local_accuracy_series(records)) == {"global, private", "global, out", "personal, private", "personal, out"}
+    # other ratios change the model but never the privacy spent
+    run(plan, data, tmp_path / "small_r", "fedhdp", {"ratios": {"P1": 0.1}, "lambdas": 1.0})
+    c = load_checkpoint(tmp_path / "small_r" / "checkpoint.pt")
+    assert c["ledger"] == a["ledger"]
+    assert not torch.equal(c["global_params"], a["global_params"])
+
+
+def test_personal_models_survive_checkpoint_and_resume(plan, data, tmp_path):
+    whole, _ = run(plan, data, tmp_path / "whole", "fedhdp", {"ratios": {"P1": 0.2}})
+    with pytest.raises(KeyboardInterrupt):
+        run(plan, data, tmp_path / "split", "fedhdp", {"ratios": {"P1": 0.2}}, progress=Interrupt(2))
+    resumed, _ = run(plan, data, tmp_path / "split", "fedhdp", {"ratios": {"P1": 0.2}}, resume=True)
+    assert resumed.strategy.personal.keys() == whole.strategy.personal.keys()
+    assert all(torch.equal(resumed.strategy.personal[c], whole.strategy.personal[c]) for c in whole.strategy.personal)
+    a = load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert torch.equal(a["global_params"], b["global_params"])
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"ratios": {"P9": 0.1}}, ["ratios", "unknown pool 'P9'"]),
+        ({"ratios": {"P1": 1.5}}, ["ratios", "[0, 1]"]),
+        ({"ratios": {"P2": 0.5}}, ["ratios", "no noise"]),
+        ({"lambdas": {"nobody": 0.1}}, ["lambdas", "unknown group 'nobody'"]),
+        ({"lambdas": -1.0}, ["lambdas", ">= 0"]),
+        ({"adaptive_clip": True}, ["adaptive_clip", "not permitted"]),
+    ],
+)
+def test_bad_options_are_named(plan, data, options, words):
+    with pytest.raises(InvalidInputError) as info:
+        strategy(plan, data, **options)
+    text = f"{info.value.field} {info.value}"
+    assert all(word in text for word in words), text
+
+
+def test_fedhdp_is_registered_with_its_options():
+    from trainer.strategies import STRATEGIES
+
+    spec = STRATEGIES["fedhdp"]
+    assert spec.strategy is FedHDPStrategy and spec.default_plan_method == "gdpfed"
+
+
+def test_default_ratios_come_from_the_plan_and_given_ones_override(data):
+    from planner import make_plan
+    from planner.schema import Scenario
+
+    scenario = Scenario(groups=[{"id": "private", "epsilon": 3.6, "num_clients": 36}, {"id": "out", "epsilon": None, "num_clients": 4}],
+                        delta=1e-4, rounds=4, clip_norm=1.0, model_dim=700, expected_clients=20, update_dispersion=0.5,
+                        min_clients_per_pool=1)
+    plan = make_plan(scenario, "gdpfed", clients_needed=False)
+    assert plan.predicted.fedhdp is not None
+    predicted = plan.predicted.fedhdp.ratios
+    assert strategy(plan, data).ratios == predicted
+    private_pool = plan.group("private").pool
+    assert strategy(plan, data, ratios={private_pool: 0.3}).ratios[private_pool] == 0.3
