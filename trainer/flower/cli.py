@@ -68,6 +68,17 @@ def register(subparsers: Any) -> None:
     loopback.set_defaults(handler=handle_loopback)
 
 
+def refuse_client_state(strategy: str) -> None:
+    """A strategy that keeps per-client state between rounds (``StrategySpec.keeps_client_state``)
+    cannot run on Flower nodes, which keep no client object between messages (docs/flower.md §2)."""
+    from trainer.strategies.registry import strategy_spec
+
+    if strategy_spec(strategy).keeps_client_state:
+        raise InvalidInputError(
+            "strategy", f"{strategy} keeps per-client state between rounds (personal models); run it with gdpfed train"
+        )
+
+
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from planner.schema import load_plan
     from planner.verify import verify_executable
@@ -89,6 +100,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
     })
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
+    refuse_client_state(config.strategy)
     run_config = run_config_of(options, config)
     train_config(run_config)  # what the ServerApp will read back, checked now
     out = write_bundle(args.out, document, run_config)

@@ -230,6 +230,9 @@ class StrategySpec:
     privacy_unit: str = "client"
     plan_methods: tuple[str, ...] | None = None
     default_plan_method: str = "gdpfed_plus"
+    # keeps per-client state between rounds (personal models): it runs only where one
+    # process holds every client (gdpfed train), not on Flower nodes (docs/flower.md §2)
+    keeps_client_state: bool = False
 
     def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
         """``values`` validated by the options model; an error names the option."""

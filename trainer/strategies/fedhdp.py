@@ -240,4 +240,5 @@ SPEC = StrategySpec(
     privacy_unit="client",
     plan_methods=None,
     default_plan_method="gdpfed",
+    keeps_client_state=True,
 )

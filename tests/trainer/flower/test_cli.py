@@ -54,6 +54,7 @@ def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(plan_file: Path
     [
         (["--rounds", "3"], "rounds: 3 exceeds the plan's 2 rounds"),
         (["--strategy", "fedprox"], "strategy: unknown strategy 'fedprox'"),
+        (["--strategy", "fedhdp"], "strategy: fedhdp keeps per-client state between rounds"),
         (["--local-steps", "0"], "local_steps"),
         (["--step-timeout", "0"], "step-timeout"),
     ],
