@@ -7,7 +7,13 @@ same seed, three executors in one run:
 - ``flower loopback``: the real ServerApp and ClientApp over ``LoopbackGrid`` (Flower's
   message serialisation, one client trained at a time, no processes);
 - ``flower processes``: a real ``flower-superlink`` and one ``flower-supernode`` per client
-  on 127.0.0.1, ``flwr run`` (``trainer.flower.local``).
+  on 127.0.0.1, ``flwr run`` (``trainer.flower.local``);
+
+and, on each of the two Flower transports, the peer: Flower's own plain ``FedAvg``
+(``bench.flower_fedavg``: the same training on the same nodes, one message per node, no
+clipping, noise or secure aggregation, a fixed-size sample of the expected size).
+``vs_fedavg`` is a gdpfed round over the plain round on the same transport: what gdpfed's
+mechanism costs on Flower.
 
 For the processes run each ClientApp process writes its timings on the node
 (``GDPFED_FLOWER_PROFILE``), which splits a protocol step into: *process start* (from the
@@ -23,6 +29,7 @@ over the step's clients; the round's are summed over the four steps.
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import tempfile
 import time
@@ -117,6 +124,14 @@ def _bundle(plan: Any, config: Any, out_dir: Path, app_dir: Path) -> dict[str, A
     return run_config
 
 
+def _cold_nodes() -> None:
+    """Forget the in-process nodes' data and model (``trainer.flower.training``'s cache), so each
+    loopback executor pays its own first-round setup as a fresh node process does."""
+    from trainer.flower.training import _workspace
+
+    _workspace.cache_clear()
+
+
 def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any]:
     from trainer.flower.cli import simulation_nodes
     from trainer.flower.client_app import build_client_app
@@ -127,6 +142,7 @@ def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any
     run_config = _bundle(plan, config, work / "run", work / "app")
     nodes = simulation_nodes(plan, None, config.seed)
     grid = LoopbackGrid(build_client_app(work / "app"), {1 + i: n for i, n in enumerate(nodes)}, run_config)
+    _cold_nodes()
     load = _load()
     run_plan(grid, plan.model_dump(mode="json"), run_config, dataset=dataset, progress=_quiet(config.rounds),
              log=lambda _text: None)
@@ -164,8 +180,65 @@ def _processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
     return row
 
 
+def _plain_row(executor: str, seconds: list[float], load: str, clients: float) -> dict[str, Any]:
+    return {"executor": executor, "clients_per_round": clients, "round_s": statistics.median(seconds),
+            "first_round_s": seconds[0], "loadavg": load}
+
+
+def _fedavg_loopback(plan: Any, config: Any, work: Path) -> dict[str, Any]:
+    from bench.flower_fedavg import build_client_app, run_fedavg, write_fedavg_bundle
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.settings import FlowerOptions, run_config_of
+    from trainer.flower.testing import LoopbackGrid
+
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(work / "run")}), config)
+    write_fedavg_bundle(work / "app", plan.model_dump(mode="json"), run_config)
+    nodes = simulation_nodes(plan, None, config.seed)
+    grid = LoopbackGrid(build_client_app(work / "app"), {1 + i: n for i, n in enumerate(nodes)}, run_config)
+    _cold_nodes()
+    load = _load()
+    flwr_log = logging.getLogger("flwr")
+    level = flwr_log.level
+    flwr_log.setLevel(logging.WARNING)  # FedAvg logs every round's progress at INFO
+    try:
+        seconds = run_fedavg(grid, plan.model_dump(mode="json"), run_config)
+    finally:
+        flwr_log.setLevel(level)
+    return _plain_row("flower fedavg loopback (plain)", seconds, load, _fedavg_sample(plan))
+
+
+def _fedavg_sample(plan: Any) -> int:
+    # Flower's FedAvg samples int(connected nodes * fraction_train) nodes, at least min_train_nodes (2)
+    total = plan.scenario.total_clients
+    return max(2, int(total * (plan.scenario.participation / total)))
+
+
+def _fedavg_processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
+    from bench.flower_fedavg import write_fedavg_bundle
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.local import LocalFederation
+    from trainer.flower.settings import FlowerOptions, run_config_of
+
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(work / "run")}), config)
+    write_fedavg_bundle(work / "app", plan.model_dump(mode="json"), run_config)
+    nodes = simulation_nodes(plan, None, config.seed)
+    load = _load()
+    started = time.perf_counter()
+    with LocalFederation(work / "flower", nodes) as federation:
+        code = federation.run(work / "app", timeout_s=7200)
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise RuntimeError(f"flwr run (plain FedAvg) failed; see {work / 'flower'}")
+    seconds = json.loads((work / "run" / "fedavg_rounds.json").read_text())
+    row = _plain_row("flower fedavg processes (plain)", seconds, load, _fedavg_sample(plan))
+    row["run_wall_s"] = wall
+    row["loadavg_after"] = _load()
+    return row
+
+
 def measure(total: int, expected: float, rounds: int, *, processes: bool = True) -> list[dict[str, Any]]:
-    """The three executors on one plan of ``total`` clients (``expected`` a round) over ``rounds`` rounds."""
+    """The executors on one plan of ``total`` clients (``expected`` a round) over ``rounds`` rounds,
+    each Flower one beside Flower's plain FedAvg on the same transport."""
     from trainer.data import load_dataset
     from trainer.run.runner import TrainConfig
 
@@ -174,18 +247,25 @@ def measure(total: int, expected: float, rounds: int, *, processes: bool = True)
     dataset = load_dataset("digits", num_clients=total, seed=0)
     with tempfile.TemporaryDirectory(prefix="gdpfed-bench-flower-") as tmp:
         work = Path(tmp)
-        rows = [_simulator(plan, config, dataset, work / "sim"), _loopback(plan, config, dataset, work / "loopback")]
+        simulated = _simulator(plan, config, dataset, work / "sim")
+        pairs = [(_loopback(plan, config, dataset, work / "loopback"), _fedavg_loopback(plan, config, work / "fedavg"))]
         if processes:
-            rows.append(_processes(plan, config, work / "processes"))
+            pairs.append((_processes(plan, config, work / "processes"),
+                          _fedavg_processes(plan, config, work / "fedavg-processes")))
+    for gdpfed, plain in pairs:
+        gdpfed["vs_fedavg"] = gdpfed["round_s"] / plain["round_s"]
+        plain["vs_fedavg"] = 1.0
+    rows = [simulated, *(row for pair in pairs for row in pair)]
     for row in rows:
         row["clients"] = total
-        row["vs_train"] = row["round_s"] / rows[0]["round_s"]
+        row["vs_train"] = row["round_s"] / simulated["round_s"]
     return rows
 
 
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     sizes = [(4, 4.0)] if quick else [(10, 8.0), (50, 15.0)]
     rows = [row for total, expected in sizes for row in measure(total, expected, 1 if quick else 3)]
-    title = ("Flower round vs gdpfed train: digits MLP (d = 55,210), gdpfed_plus, seconds per round "
-             "(median of the rounds; vs_train = round_s / gdpfed train's)")
+    title = ("Flower round vs gdpfed train and Flower's plain FedAvg: digits MLP (d = 55,210), gdpfed_plus, "
+             "seconds per round (median of the rounds; vs_train = round_s / gdpfed train's; vs_fedavg = round_s / "
+             "plain FedAvg's on the same transport)")
     return [(title, rows)]

@@ -27,3 +27,47 @@ def test_step_breakdown_splits_each_step_into_its_parts():
     assert totals["protocol_s"] == pytest.approx(0.25 + 0.5)
     # transport: the step's wall time less its slowest process (8 - 5.25, 4 - 1.5)
     assert totals["transport_s"] == pytest.approx(2.75 + 2.5)
+
+
+def test_the_plain_fedavg_peer_trains_the_sampled_nodes_and_averages_their_models(tmp_path):
+    """The peer is Flower's FedAvg on the same nodes: one train message per sampled node, the
+    node's model and an example count of 1 back, and the new global model their plain mean."""
+    import numpy as np
+    from flwr.serverapp.strategy import FedAvg
+
+    from bench.flower import _fedavg_sample, _plan
+    from bench.flower_fedavg import build_client_app, run_fedavg, write_fedavg_bundle
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.settings import FlowerOptions, run_config_of
+    from trainer.flower.testing import LoopbackGrid
+    from trainer.run.runner import TrainConfig
+
+    plan = _plan(6, 4.0, 1)
+    config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=1, local_steps=1,
+                         batch_size=8, engine="loop")
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "run")}), config)
+    write_fedavg_bundle(tmp_path / "app", plan.model_dump(mode="json"), run_config)
+    nodes = simulation_nodes(plan, None, 0)
+    grid = LoopbackGrid(build_client_app(tmp_path / "app"), {1 + i: n for i, n in enumerate(nodes)}, run_config)
+    released = []
+    real_aggregate = FedAvg.aggregate_train
+
+    def spy(self, server_round, replies):
+        arrays, metrics = real_aggregate(self, server_round, list(replies))
+        released.append(arrays)
+        return arrays, metrics
+
+    FedAvg.aggregate_train = spy  # type: ignore[method-assign]
+    try:
+        seconds = run_fedavg(grid, plan.model_dump(mode="json"), run_config)
+    finally:
+        FedAvg.aggregate_train = real_aggregate  # type: ignore[method-assign]
+    assert len(seconds) == 1 and seconds[0] > 0
+    replies = [m for m in grid.received if m.metadata.message_type == "train"]
+    assert len(replies) == _fedavg_sample(plan) == 4
+    models = []
+    for reply in replies:
+        assert dict(reply.content.metric_records["metrics"]) == {"num-examples": 1}
+        models.append(reply.content.array_records["arrays"].to_numpy_ndarrays()[0])
+    assert released[0] is not None
+    assert np.allclose(released[0].to_numpy_ndarrays()[0], np.mean(models, axis=0))
