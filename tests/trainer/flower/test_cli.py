@@ -10,6 +10,7 @@ import pytest
 
 from app import cli as app_cli
 from tests.trainer.trainer_plans import hand_plan
+from trainer.strategies.registry import STRATEGIES
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]", "--local-steps", "1"]
 
@@ -23,11 +24,18 @@ def plan_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(plan_file: Path, tmp_path: Path, capsys) -> None:
+# Every registered strategy of the client unit runs on Flower (all of them run on this plan's method).
+CLIENT_STRATEGIES = [name for name, spec in STRATEGIES.items() if spec.privacy_unit == "client"]
+
+
+@pytest.mark.parametrize("strategy", CLIENT_STRATEGIES)
+def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(
+    strategy: str, plan_file: Path, tmp_path: Path, capsys
+) -> None:
     from flwr.cli.build import build_fab_from_disk
 
-    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--rounds", "1", "--out",
-                        str(tmp_path / "app"), "--run-dir", str(tmp_path / "run"), "--json"])
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--rounds", "2", "--strategy", strategy,
+                        "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run"), "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
     written = json.loads(out.out)
@@ -45,7 +53,7 @@ def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(plan_file: Path
     out = capsys.readouterr()
     assert code == 0, out.err
     summary = json.loads(out.out)
-    assert summary["complete"] and summary["rounds_run"] == 1
+    assert summary["complete"] and summary["rounds_run"] == 2 and summary["strategy"] == strategy
     assert (tmp_path / "run" / "rounds.jsonl").is_file()
 
 
