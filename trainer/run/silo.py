@@ -139,6 +139,7 @@ def prepare_silo_run(
     strategy_factory: Callable[..., Any] | None = None,
     dataset: SiloData | None = None,
     engine_factory: Any = None,
+    allow_tf32: bool = False,
 ) -> Any:
     """Validate a silo plan, data and model; build the DP-SGD engine and the method's strategy.
 
@@ -148,7 +149,7 @@ def prepare_silo_run(
     engine). The strategy is the plan's method: its DP-SGD passes are what the plan counted.
     """
     from trainer.data.silos import load_silo_data
-    from trainer.device import choose_device
+    from trainer.device import choose_device, configure_float_math
     from trainer.engines import flatten_params, num_params
     from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism
     from trainer.models import build_model
@@ -177,6 +178,7 @@ def prepare_silo_run(
     if not isinstance(prox_inside_clip, bool):
         raise InvalidInputError("strategy-option", "prox_inside_clip must be true or false")
     chosen_device = choose_device(device)
+    configure_float_math(allow_tf32)  # docs/trainer.md §Reproducible GPU math
     sizes = [s.num_samples for s in plan.silos]
     data = dataset if dataset is not None else load_silo_data(config.dataset, sizes, seed=config.seed)
     if data.train.client_sizes() != sizes:
