@@ -147,4 +147,4 @@ def test_unknown_model_option_is_refused(digits) -> None:
 
 
 def test_models_listed() -> None:
-    assert MODELS == ("mlp", "cnn", "resnet18", "lstm")
+    assert MODELS == ("mlp", "cnn", "resnet18", "lstm", "mean")
