@@ -23,7 +23,7 @@ from planner.methods import METHODS, Design
 from planner.objective import objective_terms
 from planner.problem import Problem
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted
-from planner.secagg import secagg_threshold, single_group_thresholds
+from planner.secagg import planned_participants, secagg_graph, secagg_threshold, single_group_thresholds
 
 # Relative slack for comparing a verified epsilon with its target (float round-off only).
 _VERIFY_SLACK = 1e-9
@@ -358,6 +358,7 @@ def _pool_plans(
                 f"pool P{p + 1} ({', '.join(problem.ids[g] for g in members)}) expects "
                 f"{expected[p]:.3g} clients a round, below min_clients_per_pool={s.min_clients_per_pool}"
             )
+        graph = secagg_graph(planned_participants(expected[p]), s.dropout_rate, s.abort_probability)
         plans.append(
             PoolPlan(
                 id=f"P{p + 1}",
@@ -370,6 +371,12 @@ def _pool_plans(
                 noise_share_std=float(pool_std[p] / np.sqrt(m)),
                 abort_probability=float(abort),
                 expected_noise_inflation=float(inflation),
+                secagg_mode=graph.mode,
+                secagg_participants=graph.num_clients,
+                secagg_neighbours=graph.neighbours,
+                secagg_share_threshold=graph.share_threshold,
+                secagg_corrupt_fraction=graph.corrupt_fraction,
+                secagg_dropout_fraction=graph.dropout_fraction,
             )
         )
     return plans, expected

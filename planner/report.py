@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner.schema import Plan
+from planner.schema import Plan, PoolPlan
 
 
 def plan_text(plan: Plan) -> str:
@@ -39,7 +39,7 @@ def plan_text(plan: Plan) -> str:
     lines.append("")
     lines.append(
         table(
-            ["pool", "groups", "sigma", "noise std", "keep", "exp. clients", "m_P", "share std", "abort p"],
+            ["pool", "groups", "sigma", "noise std", "keep", "exp. clients", "m_P", "share std", "abort p", "secagg"],
             [
                 [
                     p.id,
@@ -51,6 +51,7 @@ def plan_text(plan: Plan) -> str:
                     str(p.secagg_threshold),
                     _num(p.noise_share_std),
                     _num(p.abort_probability),
+                    _graph(p),
                 ]
                 for p in plan.pools
             ],
@@ -147,6 +148,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out.append("  ".join("-" * w for w in widths))
     out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
     return "\n".join(out)
+
+
+def _graph(pool: PoolPlan) -> str:
+    """The pool's secure-aggregation graph: ``full``, ``sparse k=32 t=31`` or ``-`` (not stated)."""
+    if pool.secagg_mode == "sparse":
+        return f"sparse k={pool.secagg_neighbours} t={pool.secagg_share_threshold}"
+    return pool.secagg_mode or "-"
 
 
 def _num(value: float | None) -> str:

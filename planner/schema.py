@@ -233,6 +233,16 @@ class PoolPlan(BaseModel):
     noise_share_std: float = Field(ge=0, description="each sampled client adds N(0, noise_share_std^2)")
     abort_probability: float = Field(ge=0, le=1, description="P(survivors < m_P) in one round")
     expected_noise_inflation: float = Field(description="E[survivors] / m_P")
+    # The secure-aggregation graph stated at the expected pool size (planner.secagg.secagg_graph,
+    # docs/secure-aggregation.md §SecAgg). null in plans written before these fields existed.
+    secagg_mode: Literal["full", "sparse"] | None = Field(
+        None, description="full (complete graph) or sparse (SecAgg+), as chosen by --secagg auto"
+    )
+    secagg_participants: int | None = Field(None, description="n: the pool size the graph is stated for")
+    secagg_neighbours: int | None = Field(None, description="SecAgg+ Harary degree k (sparse only)")
+    secagg_share_threshold: int | None = Field(None, description="t: each share group's Shamir threshold (sparse only)")
+    secagg_corrupt_fraction: float | None = Field(None, description="gamma: corrupt clients Bell et al.'s bounds assume")
+    secagg_dropout_fraction: float | None = Field(None, description="delta: dropouts the graph tolerates")
 
 
 class ClientsForNoiseToSignal(BaseModel):

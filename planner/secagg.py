@@ -1,4 +1,4 @@
-"""Secure-aggregation thresholds: how many survivors a pool waits for (docs/planning.md §6).
+"""Secure aggregation per pool: the threshold m_P (docs/planning.md §6) and the graph (SecAgg+ or full).
 
 In one round the survivors of pool P are ``S = sum_g Binomial(N_g, q_g (1 - dropout_rate))``
 over its member groups. Each sampled client adds a noise share ``N(0, sigma_P^2 C^2 / m_P)``
@@ -11,16 +11,28 @@ The distribution of S is computed exactly by convolving the members' binomial pm
 restricted to a window outside which its mass is negligible; the neglected lower-tail mass
 is added back to the CDF, so the reported abort probability is an upper bound), or by a
 normal approximation with continuity correction when the support is too wide to convolve.
+
+The graph (docs/secure-aggregation.md §SecAgg): ``secagg_graph`` decides, for a pool of n
+participants, between the complete graph (full mode) and SecAgg+'s Harary graph with
+Bell et al.'s neighbour count k and share threshold t (``planner.harary``) for the
+corrupt fraction gamma and the pool's dropout bound delta; ``auto`` takes SecAgg+ when
+each share group is at most 1/SPARSE_MIN_SAVING of the pool and n >= SPARSE_MIN_CLIENTS.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 from scipy import signal, stats
+
+from accounting.errors import InvalidInputError
+from planner.harary import harary_parameters
+
+if TYPE_CHECKING:
+    from planner.schema import PoolPlan
 
 # Convolve exactly while the total support of S has at most this many points.
 EXACT_SUPPORT_LIMIT = 2_000_000
@@ -172,3 +184,103 @@ def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
         # below any practical target; clip the tiny negatives it leaves.
         return np.maximum(out, 0.0)
     return np.convolve(left, right)
+
+
+GraphMode = Literal["full", "sparse"]
+RequestedGraph = Literal["full", "sparse", "auto"]
+# gamma: the fraction of clients the server may corrupt (collude with) in SecAgg+'s analysis.
+DEFAULT_CORRUPT_FRACTION = 1 / 3
+# auto: SecAgg+ only where it cuts each client's pairwise work at least this many times...
+SPARSE_MIN_SAVING = 4
+# ...and for pools of at least this many participants (smaller ones run full mode in
+# well under a second at d ~ 5e4; docs/benchmarks.md, "Secure aggregation at scale").
+SPARSE_MIN_CLIENTS = 100
+
+
+class SecaggGraph(NamedTuple):
+    """A pool session's graph: full (complete) or sparse (Harary H(n, k), t-of-k share groups)."""
+
+    mode: GraphMode
+    num_clients: int  # n, the participants the parameters are computed for
+    neighbours: int | None  # k (sparse only)
+    share_threshold: int | None  # t of each share group (sparse only)
+    corrupt_fraction: float  # gamma
+    dropout_fraction: float  # delta
+
+
+def dropout_bound(num_clients: int, dropout_rate: float, abort_probability: float) -> float:
+    """delta = D / n, D the smallest count with P(Binomial(n, dropout_rate) > D) <= abort_probability.
+
+    The dropout fraction SecAgg+'s parameters must tolerate: a round exceeds it with
+    probability at most the scenario's per-round abort probability (docs/secure-aggregation.md §SecAgg).
+    """
+    if num_clients < 1 or dropout_rate <= 0:
+        return 0.0
+    dropped = int(stats.binom.isf(abort_probability, num_clients, dropout_rate))
+    # isf's integer answer may sit one below the boundary; step until the tail is small enough.
+    while dropped < num_clients and stats.binom.sf(dropped, num_clients, dropout_rate) > abort_probability:
+        dropped += 1
+    return dropped / num_clients
+
+
+def secagg_graph(
+    num_clients: int,
+    dropout_rate: float,
+    abort_probability: float,
+    requested: RequestedGraph = "auto",
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
+) -> SecaggGraph:
+    """The graph of a pool session of ``num_clients`` participants (docs/secure-aggregation.md §SecAgg).
+
+    ``sparse`` uses Bell et al.'s (k, t) for (gamma, delta), delta = ``dropout_bound``,
+    and falls back to full mode when no k < n - 1 meets the bounds (the complete graph is
+    then the only secure choice) or gamma + delta is infeasible; ``auto`` is sparse only
+    when n >= SPARSE_MIN_CLIENTS and k + 1 <= n / SPARSE_MIN_SAVING; ``full`` is full.
+    """
+    if requested not in ("full", "sparse", "auto"):
+        raise InvalidInputError("secagg", f"must be full, sparse or auto, got {requested!r}")
+    delta = dropout_bound(num_clients, dropout_rate, abort_probability)
+    full = SecaggGraph("full", num_clients, None, None, corrupt_fraction, delta)
+    if requested == "full":
+        return full
+    try:
+        found = harary_parameters(num_clients, corrupt_fraction, delta)
+    except InvalidInputError:
+        return full  # gamma + delta too large for any sparse graph
+    if found is None:
+        return full
+    if requested == "auto" and (
+        num_clients < SPARSE_MIN_CLIENTS or SPARSE_MIN_SAVING * (found.neighbours + 1) > num_clients
+    ):
+        return full
+    return SecaggGraph("sparse", num_clients, found.neighbours, found.share_threshold, corrupt_fraction, delta)
+
+
+def planned_participants(expected_clients: float) -> int:
+    """The pool size the plan states its graph for: E[participants] rounded (at least 1)."""
+    return max(1, int(round(expected_clients)))
+
+
+def check_stated_graph(pool: PoolPlan, dropout_rate: float, abort_probability: float) -> None:
+    """Refuse a pool whose stated graph is not the one ``secagg_graph`` derives for it.
+
+    Plans written before the fields existed state none (null) and pass; the trainer
+    always derives its graphs itself and never uses the stated values.
+    """
+    if pool.secagg_mode is None:
+        return
+    derived = secagg_graph(planned_participants(pool.expected_clients), dropout_rate, abort_probability)
+    stated = (
+        pool.secagg_mode,
+        pool.secagg_participants,
+        pool.secagg_neighbours,
+        pool.secagg_share_threshold,
+        pool.secagg_corrupt_fraction,
+        pool.secagg_dropout_fraction,
+    )
+    if stated != tuple(derived):
+        raise InvalidInputError(
+            f"pools.{pool.id}.secagg_mode",
+            f"states the graph {stated}, but the pool's size and dropout rate give {tuple(derived)}: "
+            "the document is inconsistent",
+        )

@@ -19,6 +19,8 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    ``epsilon(history after all rounds) <= epsilon_g (1 + 1e-9)`` under the ledger's
    accountant (rdp first; a prv plan whose rdp bound misses is checked with prv).
    Groups marked ``sound: false`` (a raw closed-form plan) are refused.
+5. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
+   one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
 Any violation raises ``InvalidInputError`` naming the field, so ``gdpfed train`` exits 2
 with one line and writes nothing.
@@ -32,6 +34,7 @@ from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn
 from planner.schema import GroupPlan, Plan
+from planner.secagg import check_stated_graph
 
 # The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
 VERIFY_SLACK = 1e-9
@@ -45,6 +48,8 @@ def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> Non
     for group in plan.groups:
         plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
     _check_privacy(plan, epsilon_fn)
+    for pool in plan.pools:
+        check_stated_graph(pool, plan.scenario.dropout_rate, plan.scenario.abort_probability)
 
 
 def _check_structure(plan: Plan) -> None:

@@ -68,6 +68,11 @@ def _unsound(doc: dict[str, Any]) -> None:
     doc["groups"][0]["sound"] = False
 
 
+def _sparse_graph(doc: dict[str, Any]) -> None:
+    # A plan claiming a cheap SecAgg+ graph its pool's size does not support.
+    doc["pools"][0].update(secagg_mode="sparse", secagg_neighbours=2, secagg_share_threshold=2)
+
+
 @pytest.mark.parametrize(
     ("tamper", "field", "words"),
     [
@@ -79,6 +84,7 @@ def _unsound(doc: dict[str, Any]) -> None:
         (_multiplier, "groups.strict.effective_noise_multiplier", "inconsistent"),
         (_own_phase, "groups.strict.phases", "not the one it runs"),
         (_unsound, "plan", "sound: false"),
+        (_sparse_graph, "pools.P1.secagg_mode", "inconsistent"),
     ],
 )
 def test_tampered_plans_are_refused(tamper: Callable[[dict[str, Any]], None], field: str, words: str) -> None:
@@ -103,3 +109,14 @@ def test_overspending_replanned_history_is_refused() -> None:
     strict["phases"][0]["steps"] *= 3  # hides spent rounds
     with pytest.raises(InvalidInputError, match="above its budget"):
         verify_executable(load_plan(document))
+
+
+def test_plans_without_a_stated_graph_still_verify() -> None:
+    """Plans written before PoolPlan stated its secure-aggregation graph (fields null) pass."""
+    document = _document("gdpfed_plus")
+    for pool in document["pools"]:
+        for key in [k for k in pool if k.startswith("secagg_") and k != "secagg_threshold"]:
+            del pool[key]
+    plan = load_plan(document)
+    assert plan.pools[0].secagg_mode is None
+    verify_executable(plan)
