@@ -10,6 +10,8 @@ Public API::
     result = secure_sum({client_id: vector, ...}, params, seed=seed,
                         drop_before_masking=(), drop_before_unmasking=())
     result.sum  # float64 sum of the survivors' inputs, or None when result.aborted
+    secure_sum(..., workers=4)  # the clients in 4 processes; the same result bit for bit
+    exact_sum(...)  # the same result without the cryptography (experiments on learning)
 """
 
 from trainer.secagg.client import Client, ClientSecrets, ClientState
@@ -18,6 +20,7 @@ from trainer.secagg.errors import ProtocolError
 from trainer.secagg.params import SecAggParams, choose_params
 from trainer.secagg.protocol import SecAggResult, new_session, plain_sum, secure_sum
 from trainer.secagg.server import Server
+from trainer.secagg.simulation import exact_sum
 
 __all__ = [
     "Client",
@@ -30,6 +33,7 @@ __all__ = [
     "choose_params",
     "decode_sum",
     "encode",
+    "exact_sum",
     "new_session",
     "plain_sum",
     "required_modulus_bits",

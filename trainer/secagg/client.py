@@ -16,10 +16,10 @@ import numpy as np
 from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import encode, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError
-from trainer.secagg.graph import group_threshold, is_connected, share_group
+from trainer.secagg.graph import share_group
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
 from trainer.secagg.params import SecAggParams
-from trainer.secagg.prg import expand_mask
+from trainer.secagg.prg import add_masks
 
 SECRET_BYTES = keys.KEY_BYTES
 # A share carries 16 limbs of b_u then 16 limbs of s_u^SK, 4 bytes each.
@@ -177,7 +177,7 @@ class Client:
         if len(roster) < self._params.threshold:
             raise ProtocolError(f"only {len(roster)} clients advertised keys, fewer than the threshold")
         self._roster = dict(roster)
-        threshold = group_threshold(self._params.threshold, len(self._group), len(self._setup.participants))
+        threshold = self._params.group_threshold(len(self._group), len(self._setup.participants))
         secret = self._self_mask_seed + keys.private_key_bytes(self._mask_key)
         shares = shamir.split(secret, threshold, range(1, len(self._group) + 1), self._share_randomness)
         messages = []
@@ -192,10 +192,12 @@ class Client:
         return messages
 
     # Round 2: MaskedInputCollection.
-    def masked_input(self, inbox: Sequence[EncryptedShare]) -> MaskedInput:
+    def masked_input(self, inbox: Sequence[EncryptedShare], *, out: np.ndarray | None = None) -> MaskedInput:
         """y_u = x_u + PRG(b_u) + sum_(v in P, v > u) PRG(s_uv) - sum_(v in P, v < u) PRG(s_uv) mod 2^b.
 
         P = the neighbours whose shares reached u (they are in U2), s_uv = HKDF(X25519(s_u^SK, s_v^PK)).
+        ``out`` (a writable vector of the input's dtype and length) receives y_u instead of a
+        new array, e.g. shared memory the server reads (``trainer.secagg.parallel``).
         """
         if self._masked_sent:
             # A second y_u with another peer set would differ from the first by known masks.
@@ -209,14 +211,15 @@ class Client:
         if self._own_share is None:
             raise ProtocolError("masking requested before ShareKeys")
         bits = self._params.modulus_bits
-        masked = self._input.copy()
-        masked += expand_mask(self._self_mask_seed, self.dimension, bits)
-        for peer in sorted(self._inbox):
-            pairwise = expand_mask(self._pairwise_key(peer), self.dimension, bits)
-            if peer > self.client_id:
-                masked += pairwise
-            else:
-                masked -= pairwise
+        if out is None:
+            masked = self._input.copy()
+        else:
+            if out.dtype != self._input.dtype or out.shape != self._input.shape:
+                raise ValueError(f"out must be {self._input.dtype} of shape {self._input.shape}")
+            out[...] = self._input
+            masked = out
+        pairwise = ((self._pairwise_key(peer), 1 if peer > self.client_id else -1) for peer in sorted(self._inbox))
+        add_masks(masked, [(self._self_mask_seed, 1), *pairwise])
         if bits not in (32, 64):
             masked &= word_dtype(bits).type(modulus_mask(bits))
         masked.setflags(write=False)
@@ -243,7 +246,7 @@ class Client:
         unknown = (survivor_set & self._neighbours) - set(self._inbox)
         if unknown:
             raise ProtocolError(f"survivors {sorted(unknown)} never shared keys with this client")
-        if not is_connected(survivor_set, self._setup.graph):
+        if not self._setup.connected(survivor_set):
             raise ProtocolError("the survivors' masking graph is disconnected; a partial sum would leak")
         if self._own_share is None:
             raise ProtocolError("unmasking requested before ShareKeys")

@@ -93,28 +93,34 @@ def encode(
 
     Refuses (``InvalidInputError`` naming ``field``) a non-finite coordinate or one with
     |x| > value_bound: the caller clips and bounds first, this function checks.
+    Draws nothing from ``rng`` when every x s is already an integer (nothing to round).
     Returns words of ``word_dtype(modulus_bits)`` in [0, 2^b).
     (``docs/secure-aggregation.md``, "Fixed-point encoding".)
     """
     values = np.asarray(x, dtype=np.float64)
     if values.ndim != 1:
         raise InvalidInputError(field, f"must be a 1-D vector, got shape {values.shape}")
-    if not np.all(np.isfinite(values)):
-        raise InvalidInputError(field, "contains NaN or infinite values")
     largest = float(np.max(np.abs(values))) if values.size else 0.0
-    if largest > value_bound:
+    if not largest <= value_bound:  # also true for NaN (max propagates it) and infinity
+        if not np.all(np.isfinite(values)):
+            raise InvalidInputError(field, "contains NaN or infinite values")
         raise InvalidInputError(
             field,
             f"a coordinate has |x| = {largest:.6g} beyond the declared value_bound "
             f"{value_bound:.6g}; clip and bound the vector before secure aggregation",
         )
     scaled = values * scale
-    floor = np.floor(scaled)
-    # P(round up) = frac, so E[v] = floor + frac = x * scale exactly.
-    rounded = floor + (rng.random(values.shape[0]) < (scaled - floor))
+    rounded = np.floor(scaled)
+    fraction = np.subtract(scaled, rounded, out=scaled)
+    # P(round up) = frac, so E[v] = floor + frac = x * scale exactly. A vector already on the
+    # grid (every frac 0, as the round engine's are) rounds to itself whatever the draws,
+    # so none are drawn.
+    if fraction.any():
+        rounded += rng.random(values.shape[0]) < fraction
     integers = rounded.astype(np.int64)
+    # |x| <= B gives |v| <= floor(B s) + 1 (max_abs_encoded); the check guards the float math.
     limit = max_abs_encoded(value_bound, scale)
-    if integers.size and int(np.max(np.abs(integers))) > limit:
+    if integers.size and max(-int(integers.min()), int(integers.max())) > limit:
         raise InvalidInputError(field, f"an encoded value exceeds the bound {limit}")
     return to_residues(integers, modulus_bits)
 

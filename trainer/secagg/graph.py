@@ -4,29 +4,18 @@
 clients sit on a ring in a seeded random order and each is joined to the k/2 nearest on
 either side (k even), which is k-regular and k-connected. The order comes from public
 session randomness; the graph is public, both the server and every client compute it.
-A client's share group is itself plus its neighbours; its shares are t_k-of-(k + 1) with
-t_k = max(1, ceil((k + 1) t / n)), the pool threshold scaled to the neighbourhood.
+A client's share group is itself plus its neighbours; its shares are t_k-of-(k + 1), t_k
+from ``SecAggParams.group_threshold`` (Bell et al.'s t, or the pool threshold scaled to the
+group). The survivors' connectivity is checked by every client and by the server
+(``SessionSetup.connected``, which memoises the answer per survivor set).
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
-
-
-def default_neighbours(num_clients: int) -> int:
-    """k = min(n - 1, 2 ceil(2 ln n)): an even degree of about 4 ln n (documented heuristic).
-
-    A random graph stays connected w.h.p. above average degree ln n; 4 ln n leaves that
-    margin after half of the clients drop out. Privacy never rests on it: clients refuse
-    to unmask when the survivors' subgraph is disconnected (``is_connected``).
-    """
-    if num_clients <= 2:
-        return max(0, num_clients - 1)
-    return min(num_clients - 1, 2 * math.ceil(2 * math.log(num_clients)))
 
 
 def neighbour_sets(
@@ -50,8 +39,8 @@ def neighbour_sets(
     return result
 
 
-def group_threshold(pool_threshold: int, group_size: int, num_participants: int) -> int:
-    """t_k = max(1, ceil(group_size * t / n)): Shamir threshold inside one share group (= t when complete)."""
+def scaled_group_threshold(pool_threshold: int, group_size: int, num_participants: int) -> int:
+    """t_k = max(1, ceil(group_size * t / n)): the pool threshold scaled to a share group (= t when complete)."""
     return max(1, min(group_size, -(-group_size * pool_threshold // num_participants)))
 
 

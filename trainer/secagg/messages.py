@@ -8,11 +8,12 @@ the rule that never gives the server both secrets of a client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainer.secagg.graph import is_connected
 from trainer.secagg.shamir import Share
 
 
@@ -23,6 +24,16 @@ class SessionSetup:
     session_id: bytes
     participants: tuple[int, ...]
     graph: Mapping[int, tuple[int, ...]]
+    # Memo of ``connected``: every client checks the same public survivor set, so the
+    # simulated parties that share this object compute it once (it is public information).
+    _connectivity: dict[frozenset[int], bool] = field(default_factory=dict, compare=False, repr=False)
+
+    def connected(self, nodes: Collection[int]) -> bool:
+        """Whether the subgraph of ``graph`` induced on ``nodes`` is connected."""
+        key = frozenset(nodes)
+        if key not in self._connectivity:
+            self._connectivity[key] = is_connected(key, self.graph)
+        return self._connectivity[key]
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,14 @@ from typing import Literal
 
 from accounting.errors import InvalidInputError
 from trainer.secagg.encoding import MAX_SCALED_BOUND, check_modulus, required_modulus_bits
-from trainer.secagg.graph import default_neighbours
+from trainer.secagg.graph import scaled_group_threshold
 
 Mode = Literal["full", "sparse"]
 # The default scale keeps words at 32 bits when that still leaves at least 2^12
 # quantisation steps below the value bound; otherwise it moves to 64-bit words.
 MIN_STEPS_FOR_32_BITS = 2.0**12
+# SecAgg+'s default corrupt fraction, as planner.secagg.DEFAULT_CORRUPT_FRACTION (kept equal by a test).
+DEFAULT_CORRUPT_FRACTION = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,8 @@ class SecAggParams:
     ``threshold`` (the pool's m_P) is the fewest surviving inputs the server may unmask;
     ``modulus_bits`` is b (sums live in Z_(2^b)), checked on construction to be wide enough
     that the sum of ``num_clients`` encodings at ``scale`` never wraps, and at most 64.
-    ``neighbours`` is SecAgg+'s degree k (sparse mode only).
+    ``neighbours`` is SecAgg+'s degree k and ``share_threshold`` the Shamir threshold t of
+    each share group (sparse mode only; ``None``: the pool threshold scaled to the group).
     """
 
     num_clients: int
@@ -36,6 +39,7 @@ class SecAggParams:
     modulus_bits: int
     mode: Mode = "full"
     neighbours: int | None = None
+    share_threshold: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 1:
@@ -57,6 +61,25 @@ class SecAggParams:
             not isinstance(self.neighbours, int) or isinstance(self.neighbours, bool) or self.neighbours < 2
         ):
             raise InvalidInputError("neighbours", f"sparse mode needs an integer >= 2, got {self.neighbours!r}")
+        if self.share_threshold is not None and (
+            self.mode != "sparse"
+            or not isinstance(self.share_threshold, int)
+            or isinstance(self.share_threshold, bool)
+            or not 1 <= self.share_threshold <= (self.neighbours or 0) + 1
+        ):
+            raise InvalidInputError(
+                "share_threshold", f"must be an integer in [1, neighbours + 1] in sparse mode, got {self.share_threshold!r}"
+            )
+
+    def group_threshold(self, group_size: int, num_participants: int) -> int:
+        """Shamir threshold of a share group of ``group_size`` in a session of ``num_participants``.
+
+        The pool threshold t in the complete graph; else ``share_threshold`` (Bell et al.'s t,
+        docs/secure-aggregation.md §SecAgg) or, without one, t scaled to the group.
+        """
+        if group_size >= num_participants or self.share_threshold is None:
+            return scaled_group_threshold(self.threshold, group_size, num_participants)
+        return min(self.share_threshold, group_size)
 
 
 def default_scale(num_clients: int, value_bound: float) -> float:
@@ -83,18 +106,30 @@ def choose_params(
     scale: float | None = None,
     mode: Mode = "full",
     neighbours: int | None = None,
+    share_threshold: int | None = None,
+    dropout_fraction: float = 0.0,
 ) -> SecAggParams:
     """The narrowest safe modulus b = bitlen(2 n (floor(B s) + 1)) + 1 for these clients, bound and scale.
 
     ``scale=None`` picks ``default_scale``; ``mode="sparse"`` with ``neighbours=None`` picks
-    ``graph.default_neighbours(num_clients)``. Raises ``InvalidInputError`` when b > 64.
+    Bell et al.'s k and t for a third of the clients corrupt and at most
+    ``dropout_fraction`` dropping out (``planner.harary``; the complete graph when no
+    sparse one meets the bounds). The
+    trainer passes its own (k, t) per session (``planner.secagg.secagg_graph``).
+    Raises ``InvalidInputError`` when b > 64.
     """
     # Validates num_clients and value_bound before they reach the scale search.
     required_modulus_bits(num_clients, value_bound, 1.0)
     if scale is None:
         scale = default_scale(num_clients, value_bound)
     if mode == "sparse" and neighbours is None:
-        neighbours = max(2, default_neighbours(num_clients))
+        from planner.harary import harary_parameters  # pure math; planner sits below trainer
+
+        found = harary_parameters(num_clients, DEFAULT_CORRUPT_FRACTION, dropout_fraction)
+        if found is None:
+            neighbours = max(2, num_clients - 1)  # complete graph: the pool threshold applies
+        else:
+            neighbours, share_threshold = found.neighbours, found.share_threshold
     bits = required_modulus_bits(num_clients, value_bound, scale)
     return SecAggParams(
         num_clients=num_clients,
@@ -104,6 +139,7 @@ def choose_params(
         modulus_bits=bits,
         mode=mode,
         neighbours=neighbours,
+        share_threshold=share_threshold,
     )
 
 

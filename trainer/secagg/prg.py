@@ -9,6 +9,9 @@ distinct nonces still separate the uses of one key (self mask vs. Shamir coeffic
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
+
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
@@ -36,6 +39,34 @@ def expand_mask(key: bytes, length: int, modulus_bits: int) -> np.ndarray:
     if modulus_bits not in (32, 64):
         words = words & words.dtype.type(modulus_mask(modulus_bits))
     return words
+
+
+def add_masks(total: np.ndarray, masks: Iterable[tuple[bytes, int]]) -> int:
+    """``total += sum_i sign_i PRG(key_i)`` in place, wrapping in ``total``'s unsigned words.
+
+    ``masks`` yields (key, +1 or -1). Each mask is one ChaCha20 call over the whole vector
+    into one reused buffer (the encryption of a reused zero buffer), then one in-place
+    wraparound add or subtract: no per-mask allocation, no Python loop over coordinates.
+    The words are not reduced mod 2^b: the caller ANDs once at the end (2^b divides the
+    word range, so the result mod 2^b is the same). Returns the keystream bytes generated.
+    (``docs/secure-aggregation.md``, "Masking arithmetic".)
+    """
+    if total.dtype not in (np.dtype(np.uint32), np.dtype(np.uint64)) or total.ndim != 1:
+        raise ValueError(f"masks are added to a 1-D uint32 or uint64 vector, got {total.dtype} {total.shape}")
+    scratch = np.empty_like(total)
+    out = scratch.data.cast("B")
+    zeros = bytes(len(out))
+    generated = 0
+    for key, sign in masks:
+        Cipher(algorithms.ChaCha20(key, MASK_NONCE), mode=None).encryptor().update_into(zeros, out)
+        if sys.byteorder != "little":  # the keystream is read as little-endian words
+            scratch.byteswap(inplace=True)
+        if sign > 0:
+            np.add(total, scratch, out=total)
+        else:
+            np.subtract(total, scratch, out=total)
+        generated += len(out)
+    return generated
 
 
 def uniform_below(key: bytes, count: int, modulus: int, nonce: bytes = FIELD_NONCE) -> np.ndarray:

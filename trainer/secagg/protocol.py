@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +25,8 @@ from trainer.secagg.client import Client
 from trainer.secagg.encoding import decode_sum, encode, word_dtype
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.graph import neighbour_sets
-from trainer.secagg.messages import SessionSetup
+from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.parallel import ForkedClients, fork_available
 from trainer.secagg.params import SecAggParams
 from trainer.secagg.server import Server
 
@@ -41,7 +42,8 @@ class SecAggResult:
     the session ``aborted`` (then ``reason`` says why and nothing was released).
     ``survivors`` is U3, the clients whose masked inputs the server accepted (empty when
     the session aborted before that); ``dropped`` are the other participants. ``seconds`` holds the
-    time per phase (client phases summed over all simulated clients) and ``total``.
+    time per phase (wall time of all simulated clients, serial or across ``workers``)
+    and ``total``.
     """
 
     sum: np.ndarray | None
@@ -50,6 +52,7 @@ class SecAggResult:
     dropped: list[int]
     reason: str | None
     seconds: dict[str, float] = field(default_factory=dict)
+    keystream_bytes: int = 0  # mask keystream the clients and the server expanded (0: exact-sum)
 
 
 def new_session(participants: Collection[int], params: SecAggParams, seed: int | None) -> SessionSetup:
@@ -76,12 +79,15 @@ def secure_sum(
     seed: int,
     drop_before_masking: Collection[int] = (),
     drop_before_unmasking: Collection[int] = (),
+    workers: int = 1,
 ) -> SecAggResult:
     """The sum of the clients' vectors as released by the protocol, or an abort.
 
     Each vector must satisfy |x| <= params.value_bound coordinatewise (``InvalidInputError``
     otherwise); at most ``params.num_clients`` clients. The result equals ``plain_sum`` of
     the survivors' vectors with the same seed exactly (the same randomised rounding).
+    ``workers > 1`` runs the clients in that many processes (``trainer.secagg.parallel``);
+    the result is the same bit for bit.
     """
     result, _ = run_session(
         vectors,
@@ -89,8 +95,32 @@ def secure_sum(
         seed=seed,
         drop_before_masking=drop_before_masking,
         drop_before_unmasking=drop_before_unmasking,
+        workers=workers,
     )
     return result
+
+
+class LocalClients:
+    """The session's clients in this process (the serial path; same interface as ``ForkedClients``)."""
+
+    def __init__(self, vectors: Mapping[int, np.ndarray], ids: list[int], params: SecAggParams,
+                 setup: SessionSetup, seed: int) -> None:
+        self._clients = {u: Client(u, vectors[u], params, setup, seed) for u in ids}
+
+    def advertise_keys(self) -> list[AdvertisedKeys]:
+        return [client.advertise_keys() for client in self._clients.values()]
+
+    def share_keys(self, roster: Mapping[int, AdvertisedKeys]) -> list[EncryptedShare]:
+        return [message for u in roster for message in self._clients[u].share_keys(roster)]
+
+    def masked_input(self, inboxes: Mapping[int, Sequence[EncryptedShare]]) -> list[MaskedInput]:
+        return [self._clients[u].masked_input(inbox) for u, inbox in inboxes.items()]
+
+    def unmask(self, survivors: Sequence[int], responders: Sequence[int]) -> list[UnmaskingShares]:
+        return [self._clients[u].unmask(survivors) for u in responders]
+
+    def close(self) -> None:
+        self._clients = {}
 
 
 def run_session(
@@ -100,41 +130,46 @@ def run_session(
     seed: int,
     drop_before_masking: Collection[int] = (),
     drop_before_unmasking: Collection[int] = (),
+    workers: int = 1,
 ) -> tuple[SecAggResult, Server]:
     """``secure_sum`` that also returns the server, whose ``received`` log audits what it saw."""
-    ids = _check_vectors(vectors, params)
-    before_masking = _check_drops(drop_before_masking, ids, "drop_before_masking")
-    before_unmasking = _check_drops(drop_before_unmasking, ids, "drop_before_unmasking")
-    if before_masking & before_unmasking:
-        raise InvalidInputError("drop_before_unmasking", "a client cannot drop out twice")
+    ids = check_vectors(vectors, params)
+    before_masking, before_unmasking = check_drops(ids, drop_before_masking, drop_before_unmasking)
     seconds = dict.fromkeys(PHASES, 0.0)
     started = time.perf_counter()
     clock = _Clock(seconds)
 
     setup = new_session(ids, params, seed)
     with clock("encode"):
-        clients = {u: Client(u, vectors[u], params, setup, seed) for u in ids}
+        if workers > 1 and len(ids) > 1 and fork_available():
+            clients: LocalClients | ForkedClients = ForkedClients(vectors, ids, params, setup, seed, workers)
+        else:
+            clients = LocalClients(vectors, ids, params, setup, seed)
     server = Server(params, setup)
     survivors: tuple[int, ...] = ()
     total: np.ndarray | None = None
     reason: str | None = None
+    client_masks = 0
     try:
         with clock("advertise_keys"):
-            roster = server.collect_keys([clients[u].advertise_keys() for u in ids])
+            roster = server.collect_keys(clients.advertise_keys())
         with clock("share_keys"):
-            outgoing = [message for u in roster for message in clients[u].share_keys(roster)]
-            inboxes = server.route_shares(outgoing)
+            inboxes = server.route_shares(clients.share_keys(roster))
         with clock("masked_input"):
-            masked = [clients[u].masked_input(inboxes[u]) for u in inboxes if u not in before_masking]
-            survivors = server.collect_masked_inputs(masked)
+            sending = {u: inbox for u, inbox in inboxes.items() if u not in before_masking}
+            client_masks = sum(1 + len(inbox) for inbox in sending.values())
+            survivors = server.collect_masked_inputs(clients.masked_input(sending))
         with clock("unmasking_clients"):
-            responses = [clients[u].unmask(survivors) for u in survivors if u not in before_unmasking]
+            responses = clients.unmask(survivors, [u for u in survivors if u not in before_unmasking])
         with clock("unmasking_server"):
             total = server.unmask(responses)
     except SessionAborted as abort:
         reason = abort.reason
+    finally:
+        clients.close()
     seconds["total"] = time.perf_counter() - started
     included = set(survivors)
+    dimension = len(vectors[ids[0]])
     result = SecAggResult(
         sum=total,
         aborted=total is None,
@@ -142,6 +177,7 @@ def run_session(
         dropped=[u for u in ids if u not in included],
         reason=reason,
         seconds=seconds,
+        keystream_bytes=client_masks * dimension * word_dtype(params.modulus_bits).itemsize + server.keystream_bytes,
     )
     return result, server
 
@@ -151,7 +187,7 @@ def plain_sum(vectors: Mapping[int, np.ndarray], params: SecAggParams, *, seed: 
 
     ``secure_sum`` over survivors U3 must equal ``plain_sum`` of U3's vectors bit for bit.
     """
-    ids = _check_vectors(vectors, params)
+    ids = check_vectors(vectors, params)
     bits = params.modulus_bits
     total = np.zeros(len(next(iter(vectors.values()))), dtype=word_dtype(bits))
     for u in ids:
@@ -185,7 +221,7 @@ class _Clock:
         self._seconds[self._phase] += time.perf_counter() - self._start
 
 
-def _check_vectors(vectors: Mapping[int, np.ndarray], params: SecAggParams) -> list[int]:
+def check_vectors(vectors: Mapping[int, np.ndarray], params: SecAggParams) -> list[int]:
     if not vectors:
         raise InvalidInputError("vectors", "at least one client vector is needed")
     if len(vectors) > params.num_clients:
@@ -206,7 +242,18 @@ def _check_vectors(vectors: Mapping[int, np.ndarray], params: SecAggParams) -> l
     return sorted(int(u) for u in vectors)
 
 
-def _check_drops(drops: Collection[int], ids: list[int], field_name: str) -> set[int]:
+def check_drops(
+    ids: list[int], drop_before_masking: Collection[int], drop_before_unmasking: Collection[int]
+) -> tuple[set[int], set[int]]:
+    """The two dropout sets, refused if they name non-participants or overlap."""
+    before_masking = _check_drop_set(drop_before_masking, ids, "drop_before_masking")
+    before_unmasking = _check_drop_set(drop_before_unmasking, ids, "drop_before_unmasking")
+    if before_masking & before_unmasking:
+        raise InvalidInputError("drop_before_unmasking", "a client cannot drop out twice")
+    return before_masking, before_unmasking
+
+
+def _check_drop_set(drops: Collection[int], ids: list[int], field_name: str) -> set[int]:
     chosen = {int(u) for u in drops}
     unknown = chosen - set(ids)
     if unknown:

@@ -5,6 +5,11 @@ built from the public session setup alone and receives only ``messages`` objects
 imports the client module): public keys, ciphertexts it cannot open, masked vectors and,
 at the end, one kind of share per client. Every received message is kept in
 ``received`` so that tests can audit what the server saw.
+
+The server's decisions to abort are the module functions ``require_quorum``,
+``require_connected`` and ``require_shares``; the exact-sum simulation
+(``trainer.secagg.simulation``) applies the same functions to the same sets, so both
+abort in the same rounds with the same reason.
 """
 
 from __future__ import annotations
@@ -16,10 +21,30 @@ import numpy as np
 from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import decode_sum, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError, SessionAborted
-from trainer.secagg.graph import group_threshold, is_connected, share_group
+from trainer.secagg.graph import share_group
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
 from trainer.secagg.params import SecAggParams
-from trainer.secagg.prg import expand_mask
+from trainer.secagg.prg import add_masks
+
+
+def require_quorum(count: int, threshold: int, what: str) -> None:
+    """Abort (release nothing) when fewer than ``threshold`` clients did ``what``."""
+    if count < threshold:
+        raise SessionAborted(f"only {count} clients {what}, fewer than the threshold {threshold}")
+
+
+def require_connected(survivors: tuple[int, ...], setup: SessionSetup) -> None:
+    """Abort when the survivors' masking graph is disconnected (it would reveal each component's sum)."""
+    if not setup.connected(survivors):
+        raise SessionAborted("the survivors' masking graph is disconnected (sparse mode)")
+
+
+def require_shares(owner: int, available: int, params: SecAggParams, setup: SessionSetup, what: str) -> int:
+    """The shares needed to rebuild ``owner``'s ``what``; abort when fewer are ``available``."""
+    needed = params.group_threshold(len(share_group(owner, setup.graph)), len(setup.participants))
+    if available < needed:
+        raise SessionAborted(f"only {available} shares of the {what} of client {owner}, {needed} needed to unmask")
+    return needed
 
 
 class Server:
@@ -34,6 +59,8 @@ class Server:
         self._masked_sum: np.ndarray | None = None
         self._survivors: tuple[int, ...] = ()
         self._dimension: int | None = None
+        self.keystream_bytes = 0  # mask bytes expanded at unmasking (for the benchmarks)
+        self._neighbours = {u: frozenset(peers) for u, peers in setup.graph.items()}
 
     # Round 0.
     def collect_keys(self, messages: Iterable[AdvertisedKeys]) -> dict[int, AdvertisedKeys]:
@@ -52,7 +79,7 @@ class Server:
         inboxes: dict[int, list[EncryptedShare]] = {}
         for message in messages:
             self.received.append(message)
-            if message.sender not in self._roster or message.recipient not in self._setup.graph[message.sender]:
+            if message.sender not in self._roster or message.recipient not in self._neighbours[message.sender]:
                 raise ProtocolError(f"share from {message.sender} to {message.recipient} is not on the graph")
             inboxes.setdefault(message.recipient, []).append(message)
         self._sharers = frozenset({m.sender for box in inboxes.values() for m in box})
@@ -68,7 +95,7 @@ class Server:
         Aborts (nothing released) if |U3| < t, or if U3 is disconnected in the share graph.
         """
         bits = self._params.modulus_bits
-        senders: list[int] = []
+        senders: set[int] = set()
         for message in messages:
             self.received.append(message)
             if message.sender not in self._sharers or message.sender in senders:
@@ -77,17 +104,15 @@ class Server:
             if masked.dtype != word_dtype(bits) or masked.ndim != 1:
                 raise ProtocolError(f"masked input of client {message.sender} has the wrong type")
             if self._masked_sum is None:
-                self._dimension = masked.shape[0]
-                self._masked_sum = np.zeros(self._dimension, dtype=word_dtype(bits))
+                self._dimension = int(masked.shape[0])
+                self._masked_sum = np.zeros(masked.shape[0], dtype=word_dtype(bits))
             if masked.shape[0] != self._dimension:
                 raise ProtocolError(f"masked input of client {message.sender} has the wrong length")
             self._masked_sum += masked
-            senders.append(message.sender)
+            senders.add(message.sender)
         self._survivors = tuple(sorted(senders))
         self._require(len(self._survivors), "sent masked inputs")
-        if not is_connected(self._survivors, self._setup.graph):
-            # Unmasking a disconnected survivor graph would reveal each component's sum.
-            raise SessionAborted("the survivors' masking graph is disconnected (sparse mode)")
+        require_connected(self._survivors, self._setup)
         return self._survivors
 
     # Round 3.
@@ -101,7 +126,7 @@ class Server:
         survivors = set(self._survivors)
         self_mask_shares: dict[int, dict[int, shamir.Share]] = {}
         mask_key_shares: dict[int, dict[int, shamir.Share]] = {}
-        responders: list[int] = []
+        responders: set[int] = set()
         for response in responses:
             self.received.append(response)
             if response.sender not in survivors or response.sender in responders:
@@ -110,7 +135,7 @@ class Server:
                 raise ProtocolError(f"client {response.sender} revealed both secrets of one client")
             if not set(response.self_mask_shares) <= survivors or set(response.mask_key_shares) & survivors:
                 raise ProtocolError(f"client {response.sender} revealed the wrong secret of a client")
-            responders.append(response.sender)
+            responders.add(response.sender)
             for owner, share in response.self_mask_shares.items():
                 self_mask_shares.setdefault(owner, {})[response.sender] = share
             for owner, share in response.mask_key_shares.items():
@@ -120,9 +145,10 @@ class Server:
             raise ProtocolError("unmasking requested before any masked input")
         bits = self._params.modulus_bits
         total = self._masked_sum.copy()
+        removals: list[tuple[bytes, int]] = []
         for owner in self._survivors:
             seed = self._reconstruct(owner, self_mask_shares.get(owner, {}), "self-mask seed")
-            total -= expand_mask(seed, self._dimension, bits)
+            removals.append((seed, -1))
         for dropped in sorted(self._sharers - survivors):
             raw = self._reconstruct(dropped, mask_key_shares.get(dropped, {}), "masking key")
             mask_key = keys.private_key_from_bytes(raw)
@@ -132,22 +158,15 @@ class Server:
                 key = keys.agreed_key(
                     mask_key, self._roster[peer].mask_public_key, self._setup.session_id, keys.PAIRWISE_MASK_INFO
                 )
-                pairwise = expand_mask(key, self._dimension, bits)
                 # The survivor added +PRG(s_uv) when the dropped client's id is larger, else -PRG.
-                if dropped > peer:
-                    total -= pairwise
-                else:
-                    total += pairwise
+                removals.append((key, -1 if dropped > peer else 1))
+        self.keystream_bytes += add_masks(total, removals)
         total &= word_dtype(bits).type(modulus_mask(bits))
         return decode_sum(total, scale=self._params.scale, modulus_bits=bits)
 
     def _reconstruct(self, owner: int, shares: dict[int, shamir.Share], what: str) -> bytes:
         group = share_group(owner, self._setup.graph)
-        needed = group_threshold(self._params.threshold, len(group), len(self._setup.participants))
-        if len(shares) < needed:
-            raise SessionAborted(
-                f"only {len(shares)} shares of the {what} of client {owner}, {needed} needed to unmask"
-            )
+        needed = require_shares(owner, len(shares), self._params, self._setup, what)
         chosen = []
         for holder in sorted(shares)[:needed]:
             share = shares[holder]
@@ -157,5 +176,4 @@ class Server:
         return shamir.combine(chosen)
 
     def _require(self, count: int, what: str) -> None:
-        if count < self._params.threshold:
-            raise SessionAborted(f"only {count} clients {what}, fewer than the threshold {self._params.threshold}")
+        require_quorum(count, self._params.threshold, what)

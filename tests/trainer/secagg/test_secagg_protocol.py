@@ -7,7 +7,7 @@ import pytest
 
 from accounting.errors import InvalidInputError
 from trainer.secagg import SecAggResult, choose_params, plain_sum, secure_sum
-from trainer.secagg.graph import default_neighbours, is_connected, neighbour_sets
+from trainer.secagg.graph import is_connected, neighbour_sets
 
 
 def _vectors(num_clients: int, dimension: int, bound: float, seed: int, first_id: int = 0) -> dict[int, np.ndarray]:
@@ -56,7 +56,7 @@ def test_fewer_clients_than_the_modulus_was_sized_for() -> None:
 
 @pytest.mark.parametrize("mode", ["full", "sparse"])
 def test_dropouts_before_masking_and_before_unmasking_are_recovered(mode: str) -> None:
-    params = choose_params(20, 8, 1.0, mode=mode)
+    params = choose_params(20, 8, 1.0, mode=mode, dropout_fraction=0.35 if mode == "sparse" else 0.0)
     vectors = _vectors(20, 300, 1.0, seed=9)
     ids = sorted(vectors)
     before_masking, before_unmasking = ids[1:5], ids[10:13]
@@ -123,7 +123,8 @@ def test_bad_calls_are_refused() -> None:
 
 def test_sparse_graph_is_regular_symmetric_and_seeded() -> None:
     ids = list(range(0, 300, 3))
-    k = default_neighbours(len(ids))
+    k = choose_params(len(ids), 50, 1.0, mode="sparse").neighbours
+    assert k is not None
     assert k % 2 == 0 and k < len(ids) - 1
     graph = neighbour_sets(ids, k, order_seed=1)
     assert all(len(graph[u]) == k and u not in graph[u] for u in ids)
@@ -134,8 +135,9 @@ def test_sparse_graph_is_regular_symmetric_and_seeded() -> None:
 
 
 def test_sparse_mode_masks_only_with_neighbours() -> None:
-    params = choose_params(40, 20, 1.0, mode="sparse")
-    assert params.neighbours == default_neighbours(40) < 39
+    params = choose_params(40, 20, 1.0, mode="sparse", dropout_fraction=0.125)
+    # Bell et al.'s (k, t) for a third corrupt and no dropouts (planner.harary).
+    assert params.neighbours is not None and params.neighbours < 39 and params.share_threshold is not None
     vectors = _vectors(40, 64, 1.0, seed=8)
     result = secure_sum(vectors, params, seed=8, drop_before_masking=sorted(vectors)[:5])
     _check_sum(result, vectors, params, seed=8)

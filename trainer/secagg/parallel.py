@@ -1,0 +1,233 @@
+"""The simulated clients of a session, spread over worker processes (``docs/secure-aggregation.md`` §Parallel).
+
+A session's client work (encoding, key agreement, Shamir shares, sealed shares, masks,
+unmasking shares) is independent per client, so ``ForkedClients`` runs it in ``workers``
+forked processes, each owning a contiguous slice of the sorted client ids, while the
+driver (``protocol.run_session``) stays the network between them and the server. The
+protocol code is the same ``Client`` class as in the serial path, on the same inputs
+and secrets, so a session's result is bit-identical (tested).
+
+Why processes and fork: ``cryptography``'s X25519 and ChaCha20 calls hold the GIL, so
+threads do not run them in parallel. A forked child inherits the session's vectors,
+parameters and setup without pickling, and writes each masked input straight into one
+shared anonymous memory map that the server reads, so no d-length vector crosses a pipe;
+only keys, ciphertexts and shares do. Children run numpy and ``cryptography`` only (no
+torch, no BLAS thread pool), which keeps fork safe in a multi-threaded parent. Where fork
+is unavailable (not Linux) sessions run serially.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import os
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from accounting.errors import InvalidInputError
+from trainer.secagg.client import Client
+from trainer.secagg.encoding import word_dtype
+from trainer.secagg.errors import ProtocolError
+from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.params import SecAggParams
+
+# Run a session in parallel when its serial client work is at least about this long
+# (docs/benchmarks.md, "Secure aggregation at scale": forking and joining costs ~0.05 s).
+PARALLEL_MIN_SECONDS = 0.25
+# Rough single-core costs for that estimate: ChaCha20 keystream and one X25519 agreement + HKDF.
+_KEYSTREAM_BYTES_PER_SECOND = 2e9
+_AGREEMENT_SECONDS = 60e-6
+
+
+def available_workers() -> int:
+    """The cores this process may run on (1 where worker processes cannot be forked)."""
+    if not fork_available():
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def fork_available() -> bool:
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
+def session_workers(num_clients: int, degree: int, dimension: int, word_bytes: int) -> int:
+    """Workers for a session: all available cores when its client work is worth forking for, else 1.
+
+    The serial estimate: each client expands degree + 1 masks of ``dimension`` words and
+    makes 4 degree key agreements (channel and mask key, both ends of every edge counted
+    once per client: sealing and opening, masking and unmasking).
+    """
+    keystream = num_clients * (degree + 1) * dimension * word_bytes / _KEYSTREAM_BYTES_PER_SECOND
+    agreements = num_clients * degree * 2 * _AGREEMENT_SECONDS
+    if keystream + agreements < PARALLEL_MIN_SECONDS:
+        return 1
+    return min(available_workers(), num_clients)
+
+
+class ForkedClients:
+    """The clients ``ids`` of one session in ``workers`` forked processes, driven round by round."""
+
+    def __init__(
+        self,
+        vectors: Mapping[int, np.ndarray],
+        ids: Sequence[int],
+        params: SecAggParams,
+        setup: SessionSetup,
+        seed: int,
+        workers: int,
+    ) -> None:
+        dimension = len(vectors[ids[0]])
+        self._dtype = word_dtype(params.modulus_bits)
+        self._buffer = mmap.mmap(-1, max(1, len(ids) * dimension * self._dtype.itemsize))
+        self._masked = np.frombuffer(self._buffer, dtype=self._dtype, count=len(ids) * dimension).reshape(
+            len(ids), dimension
+        )
+        self._row = {u: row for row, u in enumerate(ids)}
+        chunks = [[int(u) for u in chunk] for chunk in np.array_split(np.asarray(ids), max(1, workers)) if len(chunk)]
+        self._host_of = {u: index for index, chunk in enumerate(chunks) for u in chunk}
+        self._connections: list[Connection] = []
+        self._processes: list[Any] = []
+        context = multiprocessing.get_context("fork")
+        try:
+            for chunk in chunks:
+                parent, child = context.Pipe()
+                process = context.Process(
+                    target=_host,
+                    args=(child, chunk, vectors, params, setup, seed, self._masked, self._row),
+                    daemon=True,
+                )
+                with warnings.catch_warnings():
+                    # Python >= 3.12 warns on fork in a multi-threaded process (torch's pools).
+                    # The children never touch those threads' state: numpy and cryptography only.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    process.start()
+                child.close()
+                self._connections.append(parent)
+                self._processes.append(process)
+            self._keys: list[AdvertisedKeys] = self._gather()
+        except BaseException:
+            self.close()
+            raise
+
+    def advertise_keys(self) -> list[AdvertisedKeys]:
+        return self._keys
+
+    def share_keys(self, roster: Mapping[int, AdvertisedKeys]) -> list[EncryptedShare]:
+        for connection in self._connections:
+            connection.send(("share_keys", dict(roster)))
+        return self._gather()
+
+    def masked_input(self, inboxes: Mapping[int, Sequence[EncryptedShare]]) -> list[MaskedInput]:
+        per_host: list[dict[int, Sequence[EncryptedShare]]] = [{} for _ in self._connections]
+        for u, inbox in inboxes.items():
+            per_host[self._host_of[u]][u] = inbox
+        for connection, host_inboxes in zip(self._connections, per_host):
+            connection.send(("masked_input", host_inboxes))
+        messages = []
+        for u in self._gather():
+            row = self._masked[self._row[u]]
+            row.setflags(write=False)
+            messages.append(MaskedInput(sender=u, masked=row))
+        return messages
+
+    def unmask(self, survivors: Sequence[int], responders: Sequence[int]) -> list[UnmaskingShares]:
+        per_host: list[list[int]] = [[] for _ in self._connections]
+        for u in responders:
+            per_host[self._host_of[u]].append(u)
+        for connection, ids in zip(self._connections, per_host):
+            connection.send(("unmask", (tuple(survivors), ids)))
+        return self._gather()
+
+    def close(self) -> None:
+        for connection in self._connections:
+            try:
+                connection.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+            connection.close()
+        for process in self._processes:
+            process.join(timeout=10)
+            if process.is_alive():  # pragma: no cover - a stuck child
+                process.kill()
+                process.join()
+        self._connections, self._processes = [], []
+
+    def _gather(self) -> list[Any]:
+        """Every host's answer, concatenated in host order; the first host's error is raised."""
+        answers = []
+        for connection in self._connections:
+            try:
+                answers.append(connection.recv())
+            except EOFError:
+                answers.append(("error", "other", "a secure-aggregation worker process died"))
+        results: list[Any] = []
+        for answer in answers:
+            if answer[0] == "error":
+                _raise(answer[1], answer[2])
+            results.extend(answer[1])
+        return results
+
+
+def _raise(kind: str, payload: Any) -> None:
+    if kind == "invalid":
+        raise InvalidInputError(*payload)
+    if kind == "protocol":
+        raise ProtocolError(payload)
+    raise RuntimeError(f"secure-aggregation worker failed: {payload}")
+
+
+def _host(
+    connection: Connection,
+    ids: list[int],
+    vectors: Mapping[int, np.ndarray],
+    params: SecAggParams,
+    setup: SessionSetup,
+    seed: int,
+    masked: np.ndarray,
+    row: Mapping[int, int],
+) -> None:
+    """A worker: build its clients, then answer the driver's requests until ``close``."""
+    clients: dict[int, Client] = {}
+
+    def answer(work: Any) -> None:
+        try:
+            connection.send(("ok", work()))
+        except InvalidInputError as exc:
+            connection.send(("error", "invalid", (exc.field, exc.reason)))
+        except ProtocolError as exc:
+            connection.send(("error", "protocol", str(exc)))
+        except Exception as exc:
+            connection.send(("error", "other", repr(exc)))
+
+    def start() -> list[AdvertisedKeys]:
+        for u in ids:  # in order: the first bad vector raises, as in the serial path
+            clients[u] = Client(u, vectors[u], params, setup, seed)
+        return [clients[u].advertise_keys() for u in ids]
+
+    answer(start)
+    while True:
+        command, payload = connection.recv()
+        if command == "close":
+            break
+        if command == "share_keys":
+            answer(lambda roster=payload: [m for u in ids if u in roster for m in clients[u].share_keys(roster)])
+        elif command == "masked_input":
+
+            def mask(inboxes: dict[int, Any] = payload) -> list[int]:
+                for u, inbox in inboxes.items():
+                    clients[u].masked_input(inbox, out=masked[row[u]])
+                return list(inboxes)
+
+            answer(mask)
+        elif command == "unmask":
+            survivors, responders = payload
+            answer(lambda s=survivors, r=responders: [clients[u].unmask(s) for u in r])
+    connection.close()

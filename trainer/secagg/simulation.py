@@ -1,0 +1,98 @@
+"""``exact_sum``: what a secure-aggregation session releases, without running its cryptography.
+
+``docs/secure-aggregation.md`` §Exact. For experiments that study learning rather than the
+protocol. The masks of a session cancel in the sum, so what the server releases is
+determined by public facts alone: who took part, who dropped when, the graph, the
+thresholds, and every client's own encoding of its vector. ``exact_sum`` computes exactly
+that: the same validation (``InvalidInputError`` for the same vector), the same session
+setup and graph (``protocol.new_session``), the same abort decisions applied to the same
+sets in the same order (``server.require_quorum``, ``require_connected``,
+``require_shares``), and on success the same value, the decoded sum of the survivors'
+encodings mod 2^b (each client's randomised rounding from its own seed-derived
+generator). No keys, shares or masks are made. ``tests/trainer/secagg/test_exact_sum.py``
+checks bit-identity with ``secure_sum`` on the same seed across dropouts and every kind of
+abort.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+
+import numpy as np
+
+from trainer.secagg import keys
+from trainer.secagg.encoding import decode_sum, encode, word_dtype
+from trainer.secagg.errors import SessionAborted
+from trainer.secagg.graph import share_group
+from trainer.secagg.params import SecAggParams
+from trainer.secagg.protocol import SecAggResult, check_drops, check_vectors, new_session
+from trainer.secagg.server import require_connected, require_quorum, require_shares
+
+
+def exact_sum(
+    vectors: Mapping[int, np.ndarray],
+    params: SecAggParams,
+    *,
+    seed: int,
+    drop_before_masking: Collection[int] = (),
+    drop_before_unmasking: Collection[int] = (),
+) -> SecAggResult:
+    """``secure_sum``'s result (sum, aborted, survivors, dropped, reason) for the same arguments.
+
+    U1 = U2 = the participants (every client advertises keys and shares them before any
+    dropout the caller names), U3 = U2 minus ``drop_before_masking``, U5 = U3 minus
+    ``drop_before_unmasking``; a client's secrets are held by its share group, so the
+    server can rebuild owner v's secret iff its group has enough members in U5.
+    """
+    ids = check_vectors(vectors, params)
+    before_masking, before_unmasking = check_drops(ids, drop_before_masking, drop_before_unmasking)
+    started = time.perf_counter()
+    setup = new_session(ids, params, seed)
+    bits = params.modulus_bits
+    # Every participant encodes its vector first, as each Client does on construction.
+    encoded = {
+        u: encode(
+            vectors[u],
+            scale=params.scale,
+            modulus_bits=bits,
+            value_bound=params.value_bound,
+            rng=keys.rounding_rng(seed, u),
+            field=f"vectors[{u}]",
+        )
+        for u in ids
+    }
+    threshold = params.threshold
+    survivors: tuple[int, ...] = ()
+    total: np.ndarray | None = None
+    reason: str | None = None
+    try:
+        require_quorum(len(ids), threshold, "advertised keys")
+        require_quorum(len(ids), threshold, "shared keys")
+        masked = tuple(u for u in ids if u not in before_masking)
+        require_quorum(len(masked), threshold, "sent masked inputs")
+        require_connected(masked, setup)
+        survivors = masked
+        responders = {u for u in survivors if u not in before_unmasking}
+        require_quorum(len(responders), threshold, "answered the unmasking request")
+        for owner in survivors:
+            require_shares(owner, len(responders.intersection(share_group(owner, setup.graph))), params, setup,
+                           "self-mask seed")
+        for owner in sorted(set(ids) - set(survivors)):
+            require_shares(owner, len(responders.intersection(share_group(owner, setup.graph))), params, setup,
+                           "masking key")
+        words = np.zeros(len(encoded[ids[0]]), dtype=word_dtype(bits))
+        for u in survivors:
+            words += encoded[u]
+        total = decode_sum(words, scale=params.scale, modulus_bits=bits)
+    except SessionAborted as abort:
+        reason = abort.reason
+    included = set(survivors)
+    return SecAggResult(
+        sum=total,
+        aborted=total is None,
+        survivors=list(survivors),
+        dropped=[u for u in ids if u not in included],
+        reason=reason,
+        seconds={"total": time.perf_counter() - started},
+    )
