@@ -42,6 +42,8 @@ CORRECTNESS_BITS = 20.0  # eta: P(a client lacks t surviving neighbours) < 2^-20
 _SMALL = 1e-14
 # Google's finder refuses gamma + delta above 0.9 for an honest-but-curious server.
 MAX_BAD_FRACTION = 0.9
+# gamma: the fraction of clients the server may corrupt (collude with) that our SecAgg+ graphs assume.
+DEFAULT_CORRUPT_FRACTION = 1 / 3
 
 
 class HararyParameters(NamedTuple):

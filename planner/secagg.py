@@ -29,7 +29,7 @@ import numpy as np
 from scipy import signal, stats
 
 from accounting.errors import InvalidInputError
-from planner.harary import harary_parameters
+from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
 
 if TYPE_CHECKING:
     from planner.schema import PoolPlan
@@ -188,8 +188,6 @@ def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 GraphMode = Literal["full", "sparse"]
 RequestedGraph = Literal["full", "sparse", "auto"]
-# gamma: the fraction of clients the server may corrupt (collude with) in SecAgg+'s analysis.
-DEFAULT_CORRUPT_FRACTION = 1 / 3
 # auto: SecAgg+ only where it cuts each client's pairwise work at least this many times...
 SPARSE_MIN_SAVING = 4
 # ...and for pools of at least this many participants (smaller ones run full mode in

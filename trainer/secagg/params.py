@@ -17,8 +17,6 @@ Mode = Literal["full", "sparse"]
 # The default scale keeps words at 32 bits when that still leaves at least 2^12
 # quantisation steps below the value bound; otherwise it moves to 64-bit words.
 MIN_STEPS_FOR_32_BITS = 2.0**12
-# SecAgg+'s default corrupt fraction, as planner.secagg.DEFAULT_CORRUPT_FRACTION (kept equal by a test).
-DEFAULT_CORRUPT_FRACTION = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def choose_params(
     if scale is None:
         scale = default_scale(num_clients, value_bound)
     if mode == "sparse" and neighbours is None:
-        from planner.harary import harary_parameters  # pure math; planner sits below trainer
+        from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters  # pure math, below trainer
 
         found = harary_parameters(num_clients, DEFAULT_CORRUPT_FRACTION, dropout_fraction)
         if found is None:
