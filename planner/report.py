@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner.schema import Plan, PoolPlan
+from planner.schema import Plan
+from planner.secagg import graph_label
 
 
 def plan_text(plan: Plan) -> str:
@@ -51,7 +52,7 @@ def plan_text(plan: Plan) -> str:
                     str(p.secagg_threshold),
                     _num(p.noise_share_std),
                     _num(p.abort_probability),
-                    _graph(p),
+                    graph_label(p.secagg_mode, p.secagg_neighbours, p.secagg_share_threshold),
                 ]
                 for p in plan.pools
             ],
@@ -148,13 +149,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out.append("  ".join("-" * w for w in widths))
     out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
     return "\n".join(out)
-
-
-def _graph(pool: PoolPlan) -> str:
-    """The pool's secure-aggregation graph: ``full``, ``sparse k=32 t=31`` or ``-`` (not stated)."""
-    if pool.secagg_mode == "sparse":
-        return f"sparse k={pool.secagg_neighbours} t={pool.secagg_share_threshold}"
-    return pool.secagg_mode or "-"
 
 
 def _num(value: float | None) -> str:

@@ -254,6 +254,13 @@ def secagg_graph(
     return SecaggGraph("sparse", num_clients, found.neighbours, found.share_threshold, corrupt_fraction, delta)
 
 
+def graph_label(mode: str | None, neighbours: int | None, share_threshold: int | None) -> str:
+    """``full``, ``sparse k=32 t=31`` or ``-`` (no graph stated): a graph in logs, tables and summaries."""
+    if mode == "sparse":
+        return f"sparse k={neighbours} t={share_threshold}"
+    return mode or "-"
+
+
 def planned_participants(expected_clients: float) -> int:
     """The pool size the plan states its graph for: E[participants] rounded (at least 1)."""
     return max(1, int(round(expected_clients)))

@@ -10,7 +10,9 @@
    rounding: the encoded norm is still at most the clip norm),
    adds its noise share ``N(0, s_P^2)``, ``s_P = sigma_P C / sqrt(m_P)``
    (``PoolPlan.noise_share_std``), and hands the vector to the pool's secure-aggregation
-   session (``trainer.secagg.secure_sum``, threshold ``m_P``).
+   session (``trainer.secagg.secure_sum``, threshold ``m_P``; its graph, full or SecAgg+,
+   from ``planner.secagg.secagg_graph``; its clients over the machine's cores; or
+   ``trainer.secagg.exact_sum``, the same release without the cryptography).
 3. A pool sum is released only with at least ``m_P`` survivors; otherwise the pool adds
    nothing this round and the abort is recorded.
 4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
@@ -33,8 +35,11 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan
-from trainer.mechanism import pool_mechanisms, privatize
-from trainer.secagg import choose_params, secure_sum
+from planner.secagg import SecaggGraph, graph_label, planned_participants, secagg_graph
+from trainer.mechanism import PoolMechanism, pool_mechanisms, privatize
+from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
+from trainer.secagg.encoding import word_dtype
+from trainer.secagg.parallel import session_workers
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
     PURPOSE_DROPOUT,
@@ -44,7 +49,9 @@ from trainer.strategies.base import (
     Strategy,
 )
 
-SecAggMode = Literal["full", "sparse"]
+SecAggMode = Literal["full", "sparse", "auto"]
+# protocol: the real secure aggregation; exact_sum: its release without the cryptography.
+SecAggExecution = Literal["protocol", "exact_sum"]
 # Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
 EncodedHook = Callable[[int, str, np.ndarray], None]
 
@@ -63,6 +70,31 @@ class RoundOutcome:
     timing: dict[str, float]
     pool_sums: dict[str, np.ndarray | None] = field(default_factory=dict)
     nonfinite_updates: int = 0  # clients that sent zeros because local training diverged
+    # pool id -> the graph its session ran ("full", "sparse k=32 t=31"); absent when too few sampled
+    secagg: dict[str, str] = field(default_factory=dict)
+    keystream_bytes: int = 0  # mask keystream this round's sessions expanded (0 with exact_sum)
+
+
+def pool_graph_kinds(plan: Plan, secagg_mode: SecAggMode) -> dict[str, SecAggMode]:
+    """Pool id -> the graph kind its sessions use: with ``auto`` the choice the plan states
+    for the pool at its expected size (re-derived, never read from the document), else the
+    forced ``full``/``sparse`` (docs/secure-aggregation.md §Automatic mode)."""
+    scenario = plan.scenario
+    return {
+        pool.id: (
+            secagg_graph(planned_participants(pool.expected_clients), scenario.dropout_rate,
+                         scenario.abort_probability).mode
+            if secagg_mode == "auto"
+            else secagg_mode
+        )
+        for pool in plan.pools
+    }
+
+
+def session_graph(plan: Plan, kind: SecAggMode, participants: int) -> SecaggGraph:
+    """The graph of one session of ``participants`` clients: (k, t) from Bell et al.'s bounds
+    for the plan's dropout rate and abort probability (docs/secure-aggregation.md §SecAgg+ (sparse mode))."""
+    return secagg_graph(participants, float(plan.scenario.dropout_rate), plan.scenario.abort_probability, kind)
 
 
 class RoundEngine:
@@ -77,10 +109,16 @@ class RoundEngine:
         *,
         rounds: int,
         late_dropout_fraction: float = 0.0,
-        secagg_mode: SecAggMode = "full",
+        secagg_mode: SecAggMode = "auto",
+        secagg_execution: SecAggExecution = "protocol",
+        secagg_workers: int | None = None,
         on_encoded: EncodedHook | None = None,
         keep_pool_sums: bool = False,
     ) -> None:
+        """``secagg_mode``: each pool's graph; ``auto`` keeps the one the plan states for the
+        pool (re-derived, never read from the document), ``full``/``sparse`` force it; (k, t)
+        are computed for each session's participants. ``secagg_workers``: processes for a
+        session's clients (``None``: all cores when the session is large enough to pay)."""
         # first: it refuses a plan of another privacy unit before anything reads client fields
         self.mechanisms = pool_mechanisms(plan, dim, rounds)
         if not 0 <= late_dropout_fraction <= 1:
@@ -91,10 +129,17 @@ class RoundEngine:
         self.dim = dim
         self.dropout_rate = float(plan.scenario.dropout_rate)
         self.late_dropout_fraction = late_dropout_fraction
+        if secagg_mode not in ("full", "sparse", "auto"):
+            raise InvalidInputError("secagg", f"must be full, sparse or auto, got {secagg_mode!r}")
+        if secagg_execution not in ("protocol", "exact_sum"):
+            raise InvalidInputError("secagg_execution", f"must be protocol or exact_sum, got {secagg_execution!r}")
         self.secagg_mode = secagg_mode
+        self.secagg_execution = secagg_execution
+        self.secagg_workers = secagg_workers
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m for m in self.mechanisms for g in m.group_ids}
+        self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
 
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
         """One round from ``global_params``; returns the next parameters and what happened."""
@@ -157,6 +202,8 @@ class RoundEngine:
         survived: dict[str, int] = {}
         aborted: list[str] = []
         reasons: dict[str, str] = {}
+        graphs: dict[str, str] = {}
+        keystream_bytes = 0
         for mechanism in self.mechanisms:
             pool_vectors = vectors[mechanism.pool_id]
             if len(pool_vectors) < mechanism.threshold:
@@ -167,20 +214,10 @@ class RoundEngine:
                     f"{len(pool_vectors)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
                 )
                 continue
-            params = choose_params(
-                len(pool_vectors),
-                mechanism.threshold,
-                mechanism.value_bound,
-                scale=mechanism.scale,
-                mode=self.secagg_mode,
-            )
-            result = secure_sum(
-                pool_vectors,
-                params,
-                seed=ctx.seed_for(PURPOSE_SECAGG, mechanism.index),
-                drop_before_masking=[c for c in pool_vectors if c in early],
-                drop_before_unmasking=[c for c in pool_vectors if c in late],
-            )
+            graph = session_graph(self.plan, self.pool_graphs[mechanism.pool_id], len(pool_vectors))
+            graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
+            result = self._aggregate(mechanism, graph, pool_vectors, early, late, ctx)
+            keystream_bytes += result.keystream_bytes
             if result.aborted:
                 pool_sums[mechanism.pool_id] = None
                 survived[mechanism.pool_id] = 0
@@ -219,5 +256,39 @@ class RoundEngine:
             timing=timing,
             pool_sums=pool_sums if self.keep_pool_sums else {},
             nonfinite_updates=nonfinite,
+            secagg=graphs,
+            keystream_bytes=keystream_bytes,
         )
         return new_params, outcome
+
+    def _aggregate(
+        self,
+        mechanism: PoolMechanism,
+        graph: SecaggGraph,
+        pool_vectors: dict[int, np.ndarray],
+        early: set[int],
+        late: set[int],
+        ctx: RoundContext,
+    ) -> SecAggResult:
+        """One pool's session: the protocol (serial or over ``workers``) or its exact-sum simulation."""
+        params = choose_params(
+            len(pool_vectors),
+            mechanism.threshold,
+            mechanism.value_bound,
+            scale=mechanism.scale,
+            mode=graph.mode,
+            neighbours=graph.neighbours,
+            share_threshold=graph.share_threshold,
+        )
+        seed = ctx.seed_for(PURPOSE_SECAGG, mechanism.index)
+        before_masking = [c for c in pool_vectors if c in early]
+        before_unmasking = [c for c in pool_vectors if c in late]
+        if self.secagg_execution == "exact_sum":
+            return exact_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
+                             drop_before_unmasking=before_unmasking)
+        degree = len(pool_vectors) - 1 if graph.neighbours is None else graph.neighbours
+        workers = self.secagg_workers or session_workers(
+            len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize
+        )
+        return secure_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
+                          drop_before_unmasking=before_unmasking, workers=workers)

@@ -48,7 +48,8 @@ def variance_interval(dim, variance, level=0.999):
     return variance * lo, variance * hi
 
 
-def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m():
+@pytest.mark.parametrize("execution", ["protocol", "exact_sum"])
+def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m(execution):
     dim = 4000
     # Three pools of different thresholds and sizes, one with a larger clip norm.
     plan = hand_plan(
@@ -58,7 +59,7 @@ def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m():
         model_dim=dim,
         rounds=3,
     )
-    engine = make_engine(plan, dim)
+    engine = make_engine(plan, dim, secagg_execution=execution)
     checked = 0
     for round_index in range(3):
         _, outcome = engine.run(RoundContext(round_index, round_index, seed=11), torch.zeros(dim))
@@ -195,3 +196,54 @@ def test_round_is_a_function_of_seed_and_round_index():
     assert not torch.equal(first, other)
     # keep ratio 0.25: exactly 16 coordinates move
     assert int((first != 0).sum()) == 16
+
+
+def _outcome_key(outcome):
+    return (outcome.sampled, outcome.survived, outcome.aborted_pools, outcome.abort_reasons,
+            outcome.dropped_before_masking, outcome.dropped_after_masking, outcome.secagg)
+
+
+def test_exact_sum_rounds_are_the_protocol_rounds_bit_for_bit():
+    """Dropouts before and after masking, an SecAgg+ pool, a full pool and an aborting pool."""
+    dim = 40
+    plan = hand_plan(
+        [("a", 1.0, 400, 0.4), ("b", 2.0, 60, 0.4), ("c", 2.0, 20, 0.2)],
+        [("pa", ["a"], 1.0, 120, 1.0), ("pb", ["b"], 1.0, 15, 1.0), ("pc", ["c"], 1.0, 6, 1.0)],
+        model_dim=dim,
+        dropout_rate=0.01,
+    )
+    update = torch.linspace(-0.02, 0.02, dim)
+    runs = {}
+    for execution in ("protocol", "exact_sum"):
+        engine = make_engine(plan, dim, update, late_dropout_fraction=0.5, secagg_execution=execution)
+        params, outcomes = torch.zeros(dim), []
+        for round_index in range(2):
+            params, outcome = engine.run(RoundContext(round_index, round_index, seed=21), params)
+            outcomes.append(outcome)
+        runs[execution] = (params, outcomes)
+    (p1, o1), (p2, o2) = runs["protocol"], runs["exact_sum"]
+    assert torch.equal(p1, p2)
+    for a, b in zip(o1, o2):
+        assert _outcome_key(a) == _outcome_key(b)
+        for pool_id, total in a.pool_sums.items():
+            other = b.pool_sums[pool_id]
+            assert (total is None and other is None) or total.tobytes() == other.tobytes()
+        assert a.keystream_bytes > 0 == b.keystream_bytes
+    # The rounds exercised what they claim: SecAgg+ for the large pool, dropouts of both kinds, an abort.
+    assert o1[0].secagg["pa"].startswith("sparse k=") and o1[0].secagg["pb"] == "full"
+    assert sum(o.dropped_before_masking for o in o1) and sum(o.dropped_after_masking for o in o1)
+    assert any("pc" in o.aborted_pools for o in o1)
+
+
+def test_secagg_mode_auto_follows_the_plan_and_can_be_forced():
+    dim = 8
+    plan = hand_plan([("a", 1.0, 400, 0.4), ("b", 2.0, 60, 0.5)],
+                     [("pa", ["a"], 1.0, 120, 1.0), ("pb", ["b"], 1.0, 15, 1.0)], model_dim=dim)
+    auto = make_engine(plan, dim)
+    assert auto.pool_graphs == {"pa": "sparse", "pb": "full"}
+    assert make_engine(plan, dim, secagg_mode="full").pool_graphs == {"pa": "full", "pb": "full"}
+    small = hand_plan([("b", 2.0, 60, 0.5)], [("pb", ["b"], 1.0, 15, 1.0)], model_dim=dim)
+    _, outcome = make_engine(small, dim, secagg_mode="sparse").run(RoundContext(0, 0, seed=2), torch.zeros(dim))
+    assert outcome.secagg["pb"].startswith("sparse k=")  # 30 clients: a Harary graph still exists
+    with pytest.raises(InvalidInputError, match="secagg"):
+        make_engine(plan, dim, secagg_mode="ring")

@@ -190,6 +190,19 @@ def test_run_directory_files(plan, digits, tmp_path):
     assert all(set(r.epsilon_spent) == {"strict", "loose"} for r in records)
     assert all(r.sampled["strict"] >= 0 and set(r.survived) == {"p_strict", "p_loose"} for r in records)
     assert summary.model_dim > 0 and not list(out.glob(".*.tmp"))
+    # Which secure aggregation ran: the real protocol on the plan's (auto) graphs, in every file.
+    assert summary.secagg_execution == "protocol" and json.loads((out / "config.json").read_text())["secagg_mode"] == "auto"
+    assert summary.secagg_graphs == {"p_strict": ["full"], "p_loose": ["full"]}
+    assert all(set(r.secagg) <= {"p_strict", "p_loose"} and set(r.secagg.values()) <= {"full"} for r in records)
+
+
+def test_exact_sum_run_equals_the_protocol_run(plan, digits, tmp_path):
+    """The simulation mode changes nothing a run records except which mode it says ran."""
+    protocol = run(plan, digits, tmp_path / "p")
+    simulated = run(plan, digits, tmp_path / "s", cfg=config(secagg_execution="exact_sum"))
+    assert simulated.secagg_execution == "exact_sum" and simulated.final_loss == protocol.final_loss
+    assert comparable(read_rounds(tmp_path / "s" / "rounds.jsonl")) == comparable(read_rounds(tmp_path / "p" / "rounds.jsonl"))
+    assert torch.equal(final_state(tmp_path / "s")["global_params"], final_state(tmp_path / "p")["global_params"])
 
 
 def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():

@@ -62,6 +62,10 @@ class CellResult(BaseModel):
     )
     personal_accuracy: float | None = Field(None, description="personal models on their clients' local test rows")
     personal_accuracy_by_group: dict[str, float | None] | None = None
+    secagg_execution: str | None = Field(None, description="protocol (real secure aggregation) or exact_sum")
+    secagg_graphs: dict[str, list[str]] = Field(
+        default_factory=dict, description="pool id -> the secure-aggregation graphs its sessions ran"
+    )
 
 
 def rerun_command(spec: CellSpec, out: Path) -> str:
@@ -168,6 +172,8 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         accuracy_by_group=summary.accuracy_by_group,
         personal_accuracy=summary.personal_accuracy,
         personal_accuracy_by_group=summary.personal_accuracy_by_group,
+        secagg_execution=summary.secagg_execution,
+        secagg_graphs=summary.secagg_graphs,
     )
 
 

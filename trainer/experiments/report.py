@@ -39,6 +39,7 @@ CSV_COLUMNS = [
     "epsilon_spent",
     "privacy_unit",
     "aborted_pool_rounds",
+    "secagg",
     "rounds",
     "model_dim",
     "wall_seconds",
@@ -83,6 +84,7 @@ def write_csv(results: Sequence[CellResult], path: Path) -> Path:
                     "epsilon_spent": format_map(r.epsilon_spent, 6),
                     "privacy_unit": r.privacy_unit,
                     "aborted_pool_rounds": r.aborted_pool_rounds,
+                    "secagg": secagg_text(r),
                     "rounds": r.rounds,
                     "model_dim": "" if r.model_dim is None else r.model_dim,
                     "wall_seconds": f"{r.wall_seconds:.3f}",
@@ -91,6 +93,14 @@ def write_csv(results: Sequence[CellResult], path: Path) -> Path:
                 }
             )
     return path
+
+
+def secagg_text(result: CellResult) -> str:
+    """``protocol: P1=full; P2=sparse k=32 t=31`` (which secure aggregation the cell ran)."""
+    if result.secagg_execution is None:
+        return ""
+    graphs = "; ".join(f"{pool}={', '.join(ran)}" for pool, ran in result.secagg_graphs.items() if ran)
+    return f"{result.secagg_execution}: {graphs}" if graphs else result.secagg_execution
 
 
 def _number(value: float | None) -> str:
@@ -172,6 +182,13 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                     f"{_cell_text(runs)} |"
                 )
     lines.append("")
+    executions = sorted({r.secagg_execution for r in results if r.secagg_execution is not None})
+    if executions:
+        named = {"protocol": "the real protocol", "exact_sum": "its exact-sum simulation (no cryptography)"}
+        lines.append(
+            "Secure aggregation: " + " and ".join(named.get(e, e) for e in executions)
+            + "; each cell's graphs are in the CSV's secagg column."
+        )
     total = sum(r.wall_seconds for r in results)
     lines.append(f"{len(results)} cells, {total:.1f} s of cell wall time in total.")
     return "\n".join(lines) + "\n"

@@ -32,9 +32,10 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from planner.schema import Plan
+from planner.secagg import graph_label
 from trainer.flower import messages
 from trainer.mechanism import PoolMechanism, pool_mechanisms
-from trainer.rounds import RoundOutcome, SecAggMode
+from trainer.rounds import RoundOutcome, SecAggMode, pool_graph_kinds, session_graph
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
 from trainer.secagg.errors import SessionAborted
@@ -137,7 +138,7 @@ class FlowerRoundEngine:
         strategy: Strategy,
         dim: int,
         *,
-        secagg_mode: SecAggMode = "full",
+        secagg_mode: SecAggMode = "auto",
         step_timeout: float = 600.0,
         log: Log = print,
     ) -> None:
@@ -147,6 +148,7 @@ class FlowerRoundEngine:
         self.strategy = strategy
         self.dim = dim
         self.secagg_mode: SecAggMode = secagg_mode
+        self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
         self.step_timeout = step_timeout
         self.log = log
         # plan.rounds sizes the noise tail bound, as on the nodes (client_app.NodeClient.mechanism).
@@ -165,6 +167,7 @@ class FlowerRoundEngine:
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
         sessions: dict[str, _PoolSession] = {}
         reasons: dict[str, str] = {}
+        graphs: dict[str, str] = {}
         for mechanism in self.mechanisms:
             nodes = sorted(int(node) for g in mechanism.group_ids for node in selection[g].tolist())
             if len(nodes) < max(mechanism.threshold, 1):
@@ -172,8 +175,11 @@ class FlowerRoundEngine:
                     f"{len(nodes)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
                 )
                 continue
+            graph = session_graph(self.plan, self.pool_graphs[mechanism.pool_id], len(nodes))
+            graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
             params = choose_params(len(nodes), mechanism.threshold, mechanism.value_bound,
-                                   scale=mechanism.scale, mode=self.secagg_mode)
+                                   scale=mechanism.scale, mode=graph.mode, neighbours=graph.neighbours,
+                                   share_threshold=graph.share_threshold)
             setup = new_session(range(len(nodes)), params, None)
             session = messages.Session(
                 pool_id=mechanism.pool_id, global_round=ctx.global_round,
@@ -286,6 +292,7 @@ class FlowerRoundEngine:
             dropped_after_masking=dropped_after,
             timing=timing,
             pool_sums=pool_sums,
+            secagg=graphs,
         )
         return new_params, outcome
 
@@ -353,7 +360,7 @@ class FlowerEngineFactory:
     grid: Grid
     membership: Membership
     plan: Plan
-    secagg_mode: SecAggMode = "full"
+    secagg_mode: SecAggMode = "auto"
     step_timeout: float = 600.0
     log: Log = print
     hook: Callable[[FlowerRoundEngine], None] | None = None

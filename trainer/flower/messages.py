@@ -97,6 +97,7 @@ def session_record(session: Session) -> ConfigRecord:
             "modulus_bits": params.modulus_bits,
             "mode": params.mode,
             "neighbours": params.neighbours if params.neighbours is not None else 0,
+            "share_threshold": params.share_threshold if params.share_threshold is not None else 0,
         }
     )
     if params.mode == "sparse":
@@ -123,6 +124,7 @@ def session_from_record(record: ConfigRecord) -> Session:
         modulus_bits=_int(record, "modulus_bits"),
         mode="sparse" if mode == "sparse" else "full",
         neighbours=_int(record, "neighbours") if mode == "sparse" else None,
+        share_threshold=(_int(record, "share_threshold") or None) if mode == "sparse" else None,
     )
     participants = tuple(int(node) for node in _strs(record, "participants"))
     if len(set(participants)) != len(participants) or len(participants) > params.num_clients:

@@ -86,6 +86,10 @@ def train_config(run_config: Mapping[str, Any]) -> Any:
         raise InvalidInputError(
             "late-dropout-fraction", "is a simulation setting; on Flower, nodes drop out for real"
         )
+    if config.secagg_execution != "protocol":
+        raise InvalidInputError(
+            "secagg-execution", "is a simulation setting; on Flower, the nodes run the real protocol"
+        )
     if config.opt_out_assignment != "random":
         # nodes declare their own group (node config); a study's skewed dealing is the simulator's
         raise InvalidInputError(

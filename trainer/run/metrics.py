@@ -53,6 +53,9 @@ class RoundRecord(BaseModel):
         description="evaluated rounds of data with local test sets: group id -> mean over its clients of the "
         "global model's accuracy on each client's own test data",
     )
+    secagg: dict[str, str] = Field(
+        default_factory=dict, description="pool id -> the graph its session ran: full or sparse k=.. t=.."
+    )
 
 
 def append_round(path: Path, record: RoundRecord) -> None:

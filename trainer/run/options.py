@@ -32,6 +32,7 @@ CONFIG_OPTIONS = (
     "server_momentum",
     "late_dropout_fraction",
     "secagg_mode",
+    "secagg_execution",
     "checkpoint_every",
     "strategy",
     "opt_out_assignment",
@@ -84,7 +85,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--late-dropout-fraction", type=float,
         help="share of dropouts that happen after masking (recovered by secure aggregation; default 0)",
     )
-    parser.add_argument("--secagg", dest="secagg_mode", choices=["full", "sparse"], help="secure aggregation graph (default full; sparse = SecAgg+)")
+    parser.add_argument(
+        "--secagg", dest="secagg_mode", choices=["full", "sparse", "auto"],
+        help="secure aggregation graph per pool (default auto: SecAgg+ where the plan says it pays, "
+        "docs/secure-aggregation.md; full = complete graph; sparse = SecAgg+)",
+    )
+    parser.add_argument(
+        "--secagg-execution", dest="secagg_execution", choices=["protocol", "exact_sum"],
+        help="protocol (default): real secure aggregation; exact_sum: its bit-identical release without "
+        "the cryptography, for experiments on learning",
+    )
     parser.add_argument("--eval-every", type=int, help="evaluate every N rounds (and at the last; default 1)")
     parser.add_argument("--checkpoint-every", type=int, help="checkpoint every N rounds (and at the last; default 1)")
 
@@ -160,6 +170,10 @@ def format_summary(summary: Any) -> str:
     if summary.personal_accuracy is not None:
         lines.append(f"personal models: accuracy {summary.personal_accuracy:.4f}"
                      + (f"; by group {_by_group(summary.personal_accuracy_by_group)}" if summary.personal_accuracy_by_group else ""))
+    graphs = "; ".join(f"{pool} {', '.join(ran)}" for pool, ran in summary.secagg_graphs.items() if ran)
+    if graphs:
+        execution = "real protocol" if summary.secagg_execution == "protocol" else "exact-sum simulation"
+        lines.append(f"secure aggregation ({execution}): {graphs}")
     aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
     if aborted:
         lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))

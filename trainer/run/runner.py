@@ -78,7 +78,14 @@ class TrainConfig(BaseModel):
     server_lr: float = Field(1.0, gt=0)
     server_momentum: float = Field(0.0, ge=0, lt=1)
     late_dropout_fraction: float = Field(0.0, ge=0, le=1)
-    secagg_mode: Literal["full", "sparse"] = "full"
+    secagg_mode: Literal["full", "sparse", "auto"] = Field(
+        "auto", description="secure-aggregation graph per pool: auto (the plan's choice), full, or sparse (SecAgg+)"
+    )
+    secagg_execution: Literal["protocol", "exact_sum"] = Field(
+        "protocol",
+        description="protocol: real secure aggregation; exact_sum: its bit-identical release without the "
+        "cryptography, for experiments on learning (docs/secure-aggregation.md §Exact)",
+    )
     checkpoint_every: int = Field(1, ge=1)
     strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
     strategy_options: dict[str, Any] = Field(
@@ -97,7 +104,9 @@ class TrainConfig(BaseModel):
 
 
 # TrainConfig fields a checkpoint fingerprint leaves out while they are at their defaults.
-LATER_CONFIG_FIELDS = ("strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label")
+LATER_CONFIG_FIELDS = (
+    "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
+)
 
 
 class RunSummary(BaseModel):
@@ -145,6 +154,10 @@ class RunSummary(BaseModel):
     )
     personal_accuracy: float | None = Field(
         None, description="mean over all clients of their personal model's accuracy on their own test data"
+    )
+    secagg_execution: str = Field("protocol", description="protocol (real secure aggregation) or exact_sum")
+    secagg_graphs: dict[str, list[str]] = Field(
+        default_factory=dict, description="pool id -> the graphs its sessions ran (full, sparse k=.. t=..)"
     )
 
 
@@ -414,6 +427,7 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         rounds=rounds,
         late_dropout_fraction=config.late_dropout_fraction,
         secagg_mode=config.secagg_mode,
+        secagg_execution=config.secagg_execution,
     )
 
 
@@ -514,6 +528,7 @@ def round_record(
         metrics={name: float(value) for name, value in (metrics or {}).items() if name not in ("loss", "accuracy")}
         | {name: float(value) for name, value in (strategy_metrics or {}).items()},
         accuracy_by_group=dict(accuracy_by_group or {}),
+        secagg=outcome.secagg,
     )
 
 
@@ -776,6 +791,11 @@ def summarize(
         strategy=prepared.config.strategy,
         final_metrics=evaluated[-1].metrics if evaluated else {},
         **personal_fields(evaluated[-1] if evaluated else None),
+        secagg_execution=prepared.config.secagg_execution,
+        secagg_graphs={
+            pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
+            for pool_id in pool_ids
+        },
     )
 
 

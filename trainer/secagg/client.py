@@ -8,8 +8,9 @@ server before answering it, refusing (``ProtocolError``) whatever could unmask a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -74,6 +75,11 @@ class ClientState:
     masked_sent: bool = False
 
 
+def _fresh_rng() -> np.random.Generator:
+    """A deployment client's rounding randomness (os.urandom)."""
+    return np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(16), "big")))
+
+
 class Client:
     """Client u: keys (c_u, s_u), self-mask seed b_u, and its encoded input x_u in Z_(2^b)^d."""
 
@@ -94,10 +100,9 @@ class Client:
             raise ProtocolError(f"client {client_id} is not a participant of this session")
         if secrets is None:
             secrets = ClientSecrets.generate() if seed is None else ClientSecrets.derive(seed, client_id)
-        rng = (
-            np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(16), "big")))
-            if seed is None
-            else keys.rounding_rng(seed, client_id)
+        # Made only if the vector needs rounding (the round engine's never do).
+        rng: Callable[[], np.random.Generator] = (
+            _fresh_rng if seed is None else partial(keys.rounding_rng, seed, client_id)
         )
         encoded = encode(
             vector,

@@ -12,6 +12,7 @@ ceil(log2(2 n (B scale + 1))), which bitlen(2 M) already reaches).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -86,22 +87,42 @@ def encode(
     scale: float,
     modulus_bits: int,
     value_bound: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Callable[[], np.random.Generator],
     field: str = "x",
 ) -> np.ndarray:
     """Randomised-rounding fixed point: x -> (floor(x s) + Bernoulli(frac(x s))) mod 2^b.
 
+    ``to_residues(encode_integers(...))``. Returns words of ``word_dtype(modulus_bits)``
+    in [0, 2^b). (``docs/secure-aggregation.md``, "Fixed-point encoding".)
+    """
+    integers = encode_integers(x, scale=scale, value_bound=value_bound, rng=rng, field=field)
+    return to_residues(integers.astype(np.int64), modulus_bits)
+
+
+def encode_integers(
+    x: np.ndarray,
+    *,
+    scale: float,
+    value_bound: float,
+    rng: np.random.Generator | Callable[[], np.random.Generator],
+    field: str = "x",
+) -> np.ndarray:
+    """The signed integers v = floor(x s) + Bernoulli(frac(x s)) before reduction mod 2^b.
+
+    Returned as float64 holding integers, exact since |v| <= B s + 1 <= 2^52 + 1
+    (``check_modulus`` caps B s at 2^52).
     Refuses (``InvalidInputError`` naming ``field``) a non-finite coordinate or one with
-    |x| > value_bound: the caller clips and bounds first, this function checks.
-    Draws nothing from ``rng`` when every x s is already an integer (nothing to round).
-    Returns words of ``word_dtype(modulus_bits)`` in [0, 2^b).
-    (``docs/secure-aggregation.md``, "Fixed-point encoding".)
+    |x| > value_bound: the caller clips and bounds first, this function checks. Then
+    |v| <= floor(B s) + 1 (``max_abs_encoded``): float multiplication is monotone, so
+    |x s| <= B s as computed. Draws nothing from ``rng`` when every x s is already an
+    integer (nothing to round); ``rng`` may be a function that makes the generator, called
+    only then.
     """
     values = np.asarray(x, dtype=np.float64)
     if values.ndim != 1:
         raise InvalidInputError(field, f"must be a 1-D vector, got shape {values.shape}")
-    largest = float(np.max(np.abs(values))) if values.size else 0.0
-    if not largest <= value_bound:  # also true for NaN (max propagates it) and infinity
+    largest = max(float(values.max()), -float(values.min())) if values.size else 0.0
+    if not largest <= value_bound:  # also true for NaN (max and min propagate it) and infinity
         if not np.all(np.isfinite(values)):
             raise InvalidInputError(field, "contains NaN or infinite values")
         raise InvalidInputError(
@@ -111,24 +132,25 @@ def encode(
         )
     scaled = values * scale
     rounded = np.floor(scaled)
-    fraction = np.subtract(scaled, rounded, out=scaled)
-    # P(round up) = frac, so E[v] = floor + frac = x * scale exactly. A vector already on the
-    # grid (every frac 0, as the round engine's are) rounds to itself whatever the draws,
-    # so none are drawn.
-    if fraction.any():
-        rounded += rng.random(values.shape[0]) < fraction
-    integers = rounded.astype(np.int64)
-    # |x| <= B gives |v| <= floor(B s) + 1 (max_abs_encoded); the check guards the float math.
-    limit = max_abs_encoded(value_bound, scale)
-    if integers.size and max(-int(integers.min()), int(integers.max())) > limit:
-        raise InvalidInputError(field, f"an encoded value exceeds the bound {limit}")
-    return to_residues(integers, modulus_bits)
+    # On the grid already (as the round engine's vectors are), every draw would leave x s
+    # unchanged, so none is made.
+    if np.not_equal(scaled, rounded).any():
+        # P(round up) = frac, so E[v] = floor + frac = x * scale exactly.
+        generator = rng if isinstance(rng, np.random.Generator) else rng()
+        rounded += generator.random(values.shape[0]) < np.subtract(scaled, rounded, out=scaled)
+    return rounded
 
 
 def to_residues(integers: np.ndarray, modulus_bits: int) -> np.ndarray:
-    """Signed int64 -> residues mod 2^b (two's complement, then keep the low b bits)."""
-    words = integers.astype(np.int64).view(np.uint64) & np.uint64(modulus_mask(modulus_bits))
-    return words.astype(word_dtype(modulus_bits))
+    """Signed int64 -> residues mod 2^b (two's complement, then keep the low b bits).
+
+    Integer casts to an unsigned type keep the low bits (C conversion rules), so 32-bit
+    words are one cast; narrower moduli then keep the low b bits.
+    """
+    words = np.asarray(integers, dtype=np.int64).astype(word_dtype(modulus_bits))
+    if modulus_bits not in (32, 64):
+        words &= words.dtype.type(modulus_mask(modulus_bits))
+    return words
 
 
 def decode_sum(words: np.ndarray, *, scale: float, modulus_bits: int) -> np.ndarray:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
+from functools import partial
 
 import numpy as np
 
 from trainer.secagg import keys
-from trainer.secagg.encoding import decode_sum, encode, word_dtype
+from trainer.secagg.encoding import decode_sum, encode_integers, to_residues
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.graph import share_group
 from trainer.secagg.params import SecAggParams
@@ -52,13 +53,9 @@ def exact_sum(
     bits = params.modulus_bits
     # Every participant encodes its vector first, as each Client does on construction.
     encoded = {
-        u: encode(
-            vectors[u],
-            scale=params.scale,
-            modulus_bits=bits,
-            value_bound=params.value_bound,
-            rng=keys.rounding_rng(seed, u),
-            field=f"vectors[{u}]",
+        u: encode_integers(
+            vectors[u], scale=params.scale, value_bound=params.value_bound,
+            rng=partial(keys.rounding_rng, seed, u), field=f"vectors[{u}]",
         )
         for u in ids
     }
@@ -81,10 +78,14 @@ def exact_sum(
         for owner in sorted(set(ids) - set(survivors)):
             require_shares(owner, len(responders.intersection(share_group(owner, setup.graph))), params, setup,
                            "masking key")
-        words = np.zeros(len(encoded[ids[0]]), dtype=word_dtype(bits))
+        # sum_u (v_u mod 2^b) mod 2^b = (sum_u v_u) mod 2^b, and |every partial sum| <
+        # 2^(b-1) for at most params.num_clients inputs (check_modulus): summing in float64
+        # is exact for b <= 53, in int64 otherwise.
+        exact_type = np.float64 if bits <= 53 else np.int64
+        integers = np.zeros(len(encoded[ids[0]]), dtype=exact_type)
         for u in survivors:
-            words += encoded[u]
-        total = decode_sum(words, scale=params.scale, modulus_bits=bits)
+            integers += encoded[u] if exact_type is np.float64 else encoded[u].astype(np.int64)
+        total = decode_sum(to_residues(integers.astype(np.int64), bits), scale=params.scale, modulus_bits=bits)
     except SessionAborted as abort:
         reason = abort.reason
     included = set(survivors)
