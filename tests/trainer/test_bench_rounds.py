@@ -1,4 +1,4 @@
-"""The round-time benchmark suite runs (quick) and its rows add up."""
+"""The round benchmark suite runs (quick) and its rows add up."""
 
 from __future__ import annotations
 
@@ -6,14 +6,22 @@ from bench.rounds import run
 
 
 def test_rounds_suite_quick():
-    tables = run(quick=True)
-    assert len(tables) == 1
-    title, rows = tables[0]
-    assert "secure-aggregation" in title
-    assert {r["aggregation"] for r in rows} == {"secagg full", "secagg sparse (SecAgg+)", "unmasked sum (peer)"}
-    for row in rows:
-        assert 0 < row["secagg_share"] < 1
-        parts = row["train_s"] + row["privatize_s"] + row["secagg_s"] + row["aggregate_s"] + row["account_s"]
-        assert parts <= row["round_s"] * (1 + 1e-9)
-        if row["aggregation"] == "unmasked sum (peer)":
-            assert row["round_vs_unmasked"] == 1.0
+    (stage_title, stages), (round_title, rounds) = run(quick=True)
+    assert "ChaCha20 on one core" in stage_title and "Round breakdown" in round_title
+    assert {(r["mode"], r["workers"]) for r in stages} == {("full", 1), ("full", 2), ("sparse", 1), ("sparse", 2),
+                                                           ("exact_sum", None)}
+    for row in stages:
+        assert row["wall_s"] > 0 and row["note"].startswith("loadavg")
+        if row["mode"] == "exact_sum":
+            assert row["keystream_GB"] == 0
+        else:  # the protocol generated keystream, and no faster than one core could
+            assert row["keystream_GB"] > 0 and row["floor_s"] > 0
+    sparse = next(r for r in stages if r["mode"] == "sparse")
+    full = next(r for r in stages if r["mode"] == "full")
+    assert sparse["k"] < 39 and sparse["keystream_GB"] < full["keystream_GB"]
+    assert {(r["secagg"], r["execution"]) for r in rounds} == {("auto", "protocol"), ("auto", "exact_sum"),
+                                                               ("full", "protocol")}
+    for row in rounds:
+        parts = sum(row[f"{stage}_s"] for stage in ("select", "train", "privatize", "secagg", "aggregate", "account"))
+        assert abs(parts - row["round_s"]) <= 1e-9 * row["round_s"]
+        assert 0 < row["secagg_share"] < 1 and row["graphs"]

@@ -48,8 +48,8 @@ def variance_interval(dim, variance, level=0.999):
     return variance * lo, variance * hi
 
 
-@pytest.mark.parametrize("execution", ["protocol", "exact_sum"])
-def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m(execution):
+@pytest.mark.parametrize(("execution", "graph"), [("protocol", "auto"), ("protocol", "sparse"), ("exact_sum", "auto")])
+def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m(execution, graph):
     dim = 4000
     # Three pools of different thresholds and sizes, one with a larger clip norm.
     plan = hand_plan(
@@ -59,7 +59,7 @@ def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m(execution):
         model_dim=dim,
         rounds=3,
     )
-    engine = make_engine(plan, dim, secagg_execution=execution)
+    engine = make_engine(plan, dim, secagg_execution=execution, secagg_mode=graph)
     checked = 0
     for round_index in range(3):
         _, outcome = engine.run(RoundContext(round_index, round_index, seed=11), torch.zeros(dim))
@@ -77,6 +77,7 @@ def test_zero_updates_release_pool_noise_of_sigma2_c2_n_over_m(execution):
             assert sample >= (pool.noise_multiplier * 1.5) ** 2 * 0.9
             buggy = pool.noise_multiplier**2 * 1.5**2 * n / plan.scenario.participation
             assert not lo <= buggy <= hi
+            assert outcome.secagg[pool.id].startswith("sparse" if graph == "sparse" else "full")
             checked += 1
     assert checked == 9
 

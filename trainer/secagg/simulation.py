@@ -51,14 +51,24 @@ def exact_sum(
     started = time.perf_counter()
     setup = new_session(ids, params, seed)
     bits = params.modulus_bits
-    # Every participant encodes its vector first, as each Client does on construction.
-    encoded = {
-        u: encode_integers(
+    masked = tuple(u for u in ids if u not in before_masking)  # U3 if the session gets that far
+    # Every participant encodes its vector before anything else, as each Client does on
+    # construction (the same error for the same vector); U3's encodings are summed as they
+    # come. sum_u (v_u mod 2^b) mod 2^b = (sum_u v_u) mod 2^b, and |every partial sum| <
+    # 2^(b-1) for at most params.num_clients inputs (check_modulus): the sum is exact in
+    # float64 for b <= 53, in int64 otherwise.
+    exact_type = np.float64 if bits <= 53 else np.int64
+    integers: np.ndarray | None = None
+    in_sum = set(masked)
+    for u in ids:
+        encoded = encode_integers(
             vectors[u], scale=params.scale, value_bound=params.value_bound,
             rng=partial(keys.rounding_rng, seed, u), field=f"vectors[{u}]",
         )
-        for u in ids
-    }
+        if u in in_sum:
+            if integers is None:
+                integers = np.zeros(encoded.shape[0], dtype=exact_type)
+            integers += encoded if exact_type is np.float64 else encoded.astype(np.int64)
     threshold = params.threshold
     survivors: tuple[int, ...] = ()
     total: np.ndarray | None = None
@@ -66,7 +76,6 @@ def exact_sum(
     try:
         require_quorum(len(ids), threshold, "advertised keys")
         require_quorum(len(ids), threshold, "shared keys")
-        masked = tuple(u for u in ids if u not in before_masking)
         require_quorum(len(masked), threshold, "sent masked inputs")
         require_connected(masked, setup)
         survivors = masked
@@ -78,13 +87,8 @@ def exact_sum(
         for owner in sorted(set(ids) - set(survivors)):
             require_shares(owner, len(responders.intersection(share_group(owner, setup.graph))), params, setup,
                            "masking key")
-        # sum_u (v_u mod 2^b) mod 2^b = (sum_u v_u) mod 2^b, and |every partial sum| <
-        # 2^(b-1) for at most params.num_clients inputs (check_modulus): summing in float64
-        # is exact for b <= 53, in int64 otherwise.
-        exact_type = np.float64 if bits <= 53 else np.int64
-        integers = np.zeros(len(encoded[ids[0]]), dtype=exact_type)
-        for u in survivors:
-            integers += encoded[u] if exact_type is np.float64 else encoded[u].astype(np.int64)
+        if integers is None:  # unreachable: survivors >= threshold >= 1
+            raise RuntimeError("no survivor's encoding was summed")
         total = decode_sum(to_residues(integers.astype(np.int64), bits), scale=params.scale, modulus_bits=bits)
     except SessionAborted as abort:
         reason = abort.reason

@@ -8,6 +8,7 @@ import pytest
 from accounting.errors import InvalidInputError
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg.parallel import fork_available
+from trainer.secagg.params import Mode
 from trainer.secagg.protocol import new_session
 
 
@@ -100,7 +101,7 @@ def test_exact_sum_refuses_what_the_protocol_refuses() -> None:
 
 @pytest.mark.skipif(not fork_available(), reason="parallel clients need fork (Linux)")
 @pytest.mark.parametrize("mode", ["full", "sparse"])
-def test_parallel_clients_give_the_serial_result(mode: str) -> None:
+def test_parallel_clients_give_the_serial_result(mode: Mode) -> None:
     rng = np.random.default_rng(5)
     ids = sorted(int(u) for u in rng.choice(1000, size=30, replace=False))
     params = choose_params(30, 12, 1.0, mode=mode, dropout_fraction=0.25 if mode == "sparse" else 0.0)
@@ -114,8 +115,9 @@ def test_parallel_clients_give_the_serial_result(mode: str) -> None:
         _same(serial, parallel)
         assert parallel.keystream_bytes == serial.keystream_bytes > 0
     # An abort and an invalid vector surface from the workers exactly as from the serial path.
-    aborting = dict(drop_before_masking=ids[:20])
-    _same(secure_sum(vectors, params, seed=4, **aborting), secure_sum(vectors, params, seed=4, workers=2, **aborting))
+    early = ids[:20]
+    _same(secure_sum(vectors, params, seed=4, drop_before_masking=early),
+          secure_sum(vectors, params, seed=4, drop_before_masking=early, workers=2))
     with pytest.raises(InvalidInputError) as info:
         secure_sum({**vectors, ids[17]: np.full(101, np.nan)}, params, seed=4, workers=2)
     assert info.value.field == f"vectors[{ids[17]}]"
