@@ -99,12 +99,15 @@ def test_auto_takes_sparse_only_where_it_pays() -> None:
     assert small.mode == "full" and small.neighbours is None
     large = secagg_graph(1000, 0.0, 0.01)
     assert large.mode == "sparse" and large.corrupt_fraction == DEFAULT_CORRUPT_FRACTION
+    assert large.neighbours is not None
     assert SPARSE_MIN_SAVING * (large.neighbours + 1) <= 1000
-    assert (large.neighbours, large.share_threshold) == tuple(harary_parameters(1000, DEFAULT_CORRUPT_FRACTION, 0.0))[1:]
+    found = harary_parameters(1000, DEFAULT_CORRUPT_FRACTION, 0.0)
+    assert found is not None and (large.neighbours, large.share_threshold) == tuple(found)[1:]
     # Forced modes: full always; sparse whenever a Harary graph exists, even if it barely pays.
     assert secagg_graph(1000, 0.0, 0.01, "full").mode == "full"
     forced = secagg_graph(40, 0.0, 0.01, "sparse")
-    assert forced.mode == "sparse" and forced.neighbours < 39
+    assert forced.mode == "sparse" and forced.neighbours is not None and forced.neighbours < 39
     assert secagg_graph(3, 0.0, 0.01, "sparse").mode == "full"
     # A dropout rate raises delta and with it k.
-    assert secagg_graph(1000, 0.2, 0.01).neighbours > large.neighbours
+    raised = secagg_graph(1000, 0.2, 0.01).neighbours
+    assert raised is not None and raised > large.neighbours
