@@ -236,6 +236,18 @@ def test_session_and_state_records_round_trip():
     np.testing.assert_array_equal(restored.encoded_input, state.encoded_input)
 
 
+def test_a_sparse_session_carries_its_share_threshold():
+    """Bell et al.'s t travels with the session: without it a node would rebuild params with
+    the pool threshold scaled to its share group and disagree with the server."""
+    from trainer.secagg import choose_params, new_session
+
+    params = choose_params(12, 6, 1.0, mode="sparse", neighbours=4, share_threshold=3)
+    setup = new_session(range(12), params, None)
+    session = messages.Session("p", 0, "f" * 64, setup.session_id, tuple(range(12)), params, dict(setup.graph))
+    again = messages.session_from_record(messages.session_record(session))
+    assert again.params.share_threshold == 3 and again == session
+
+
 def test_a_re_planned_plan_stops_the_run_instead_of_running_without_the_nodes_plan(make_grid_engine):
     import pytest
 
