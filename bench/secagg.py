@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from bench.report import median, time_calls
+
+if TYPE_CHECKING:
+    from trainer.secagg import SecAggResult
 
 SKIP_ABOVE_S = 60.0
 VALUE_BOUND = 1.0
@@ -33,7 +36,8 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     rows: list[dict[str, Any]] = []
     phase_rows: list[dict[str, Any]] = []
     seconds_per_word: float | None = None
-    for mode in ("full", "sparse"):
+    modes: tuple[Literal["full", "sparse"], ...] = ("full", "sparse")
+    for mode in modes:
         for dimension in dimensions:
             for num_clients in client_counts:
                 threshold = math.ceil(num_clients / 2)
@@ -76,7 +80,7 @@ def _measure(params: Any, num_clients: int, dimension: int, dropped: int, repeat
     rng = np.random.default_rng(0)
     vectors = {u: rng.uniform(-VALUE_BOUND, VALUE_BOUND, dimension) for u in range(num_clients)}
     drops = list(range(dropped))
-    results = []
+    results: list[SecAggResult] = []
 
     def secagg() -> None:
         result = secure_sum(vectors, params, seed=len(results), drop_before_masking=drops)
@@ -120,8 +124,8 @@ def _shamir_rows(schemes: list[tuple[int, int]]) -> list[dict[str, Any]]:
                 raise RuntimeError("gdpfed Shamir failed to reconstruct")
 
         def theirs() -> None:
-            halves = [Shamir.split(threshold, count, secret[i : i + 16]) for i in (0, 16)]
-            if b"".join(Shamir.combine(h[:threshold]) for h in halves) != secret:
+            halves = [Shamir.split(threshold, count, secret[i : i + 16], ssss=False) for i in (0, 16)]
+            if b"".join(Shamir.combine(h[:threshold], ssss=False) for h in halves) != secret:
                 raise RuntimeError("PyCryptodome Shamir failed to reconstruct")
 
         repeats = 3 if count <= 50 else 1

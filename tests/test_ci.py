@@ -61,3 +61,12 @@ def test_ci_run_does_not_skip_the_postgres_tests() -> None:
     if os.environ.get("CI") != "true":
         pytest.skip("only meaningful inside .ci/run (CI=true)")
     assert os.environ.get("GDPFED_TEST_POSTGRES_URL", "").startswith("postgresql://")
+
+
+def test_ci_runs_ruff_and_mypy_after_the_tests() -> None:
+    """Issue 10: CI runs ruff and mypy (configured in pyproject.toml) and fails on findings."""
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    test_command = _readme_commands()[1]
+    assert lines.index(test_command) < lines.index("ruff check .") and lines.index(test_command) < lines.index("mypy")
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "[tool.ruff" in pyproject and "[tool.mypy]" in pyproject and "pydantic.mypy" in pyproject
