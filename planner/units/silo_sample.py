@@ -233,11 +233,14 @@ def _advice(scenario: SiloScenario) -> tuple[MeanEstimationAdvice | None, dict[s
     if scenario.data_variance is None or scenario.task_variance is None:
         return None, {}
     from accounting import noise_multiplier
+    from accounting.accountants import get_accountant
 
+    # advisory only (no budget rests on it): the fast sound accountant for the scenario's
+    accountant = get_accountant(scenario.accountant).per_round
     dp_std: dict[str, float] = {}
     local: dict[str, float] = {}
     for silo in scenario.silos:
-        sigma = noise_multiplier(1.0, 1, silo.epsilon, scenario.delta, "rdp").noise_multiplier
+        sigma = noise_multiplier(1.0, 1, silo.epsilon, scenario.delta, accountant).noise_multiplier
         dp_std[silo.id] = float(sigma) * scenario.clip_norm
         local[silo.id] = toy.local_variance(scenario.data_variance, silo.num_samples, dp_std[silo.id])
     mean_local = sum(local.values()) / len(local)
