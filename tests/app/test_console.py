@@ -28,7 +28,8 @@ DRIVER = shutil.which("chromedriver")
 @pytest.fixture
 def browser() -> Iterator[Any]:
     if CHROMIUM is None or DRIVER is None:
-        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; "
+        # .ci/run installs them: under CI a missing browser is a failure, not a skip
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; "
                     ".ci/run installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
