@@ -5,10 +5,18 @@ Table 1, the secure-aggregation stage alone (one pool session, ``trainer.secagg`
 (Bell et al.'s k and t for a third corrupt clients, no dropouts: what ``--secagg auto``
 runs at that size), each serial and over all cores (``workers``), and the exact-sum
 simulation; wall and CPU seconds (this process and its workers), the ChaCha20 keystream
-the session generated and its rate, against the physical floor = keystream bytes /
-the single-core ChaCha20 throughput of ``cryptography`` measured in the same run (one
-256 MiB keystream call). A configuration whose estimated time or memory exceeds the
-suite's caps is listed as skipped with the estimate (from the rows measured before it).
+the session generated and its rate, against the floor of the two primitives every
+client must run: keystream bytes / the single-core ChaCha20 throughput of
+``cryptography`` at the protocol's own call size (one fresh cipher per mask of d words,
+written into a reused buffer, as ``trainer.secagg.prg.add_masks`` does), plus the
+session's X25519 agreements (two per client per neighbour: channel and mask key) x one
+agreement's cost, both measured in the same run; divided by the workers for the rows on
+all cores. (Until 11-24 the floor was one 256 MiB call into freshly allocated memory,
+which page faults bound at a third of the real rate: the stage looked at the floor when it
+was not.) Inputs are made before the clock starts where they fit in memory, as a round's
+privatised vectors exist before its secure-aggregation stage. A configuration whose
+estimated time or memory exceeds the suite's caps is listed as skipped with the estimate
+(from the rows measured before it).
 
 Table 2, one trainer round (``RoundEngine.run``) of the scenario of issue 14: 3 groups x
 1,000 clients (epsilon 1, 3, 8), ``gdpfed_plus``, LEAF synthetic data, the MLP of
@@ -47,16 +55,41 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def chacha20_throughput(num_bytes: int = 256 * 2**20, repeats: int = 3) -> float:
-    """Bytes per second of one large ChaCha20 keystream call of ``cryptography`` on one core (best of repeats)."""
-    from trainer.secagg.prg import keystream
+def chacha20_throughput(call_bytes: int, total_bytes: int = 64 * 2**20, repeats: int = 3) -> float:
+    """Bytes per second of ``cryptography``'s ChaCha20 on one core, best of ``repeats``.
 
+    Measured as the protocol expands masks: a fresh cipher per call of ``call_bytes``
+    (one mask of d words), into one reused buffer, so neither page faults nor allocation
+    count; ``total_bytes`` per repeat.
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    from trainer.secagg.prg import MASK_NONCE
+
+    out, zeros = bytearray(call_bytes), bytes(call_bytes)
+    calls = max(1, total_bytes // call_bytes)
     best = float("inf")
     for repeat in range(repeats):
         start = time.perf_counter()
-        keystream(bytes([repeat]) * 32, num_bytes)
+        for call in range(calls):
+            key = (repeat * calls + call).to_bytes(32, "little")
+            Cipher(algorithms.ChaCha20(key, MASK_NONCE), mode=None).encryptor().update_into(zeros, out)
         best = min(best, time.perf_counter() - start)
-    return num_bytes / best
+    return calls * call_bytes / best
+
+
+def x25519_seconds(agreements: int = 2_000, repeats: int = 3) -> float:
+    """Seconds of one X25519 agreement (``exchange`` on a parsed public key) on one core, best of ``repeats``."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    private, public = X25519PrivateKey.generate(), X25519PrivateKey.generate().public_key()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(agreements):
+            private.exchange(public)
+        best = min(best, time.perf_counter() - start)
+    return best / agreements
 
 
 class GridVectors(Mapping[int, np.ndarray]):
@@ -77,13 +110,12 @@ class GridVectors(Mapping[int, np.ndarray]):
 
 
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
-    throughput = chacha20_throughput(8 * 2**20 if quick else 256 * 2**20)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    stage_rows = stage_table(quick, throughput)
+    stage_rows, floors = stage_table(quick)
     round_rows = round_table(quick)
     return [
         (
-            f"Secure-aggregation stage, one pool session (ChaCha20 on one core: {throughput / 1e9:.2f} GB/s; "
+            f"Secure-aggregation stage, one pool session (on one core: ChaCha20 {floors}; "
             f"loadavg at start {load}; {os.cpu_count()} cores)",
             stage_rows,
         ),
@@ -91,7 +123,8 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     ]
 
 
-def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
+def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
+    """The stage rows, and the primitive costs their floors use (for the title)."""
     from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
     from trainer.secagg import choose_params, exact_sum, secure_sum
     from trainer.secagg.parallel import available_workers
@@ -99,6 +132,11 @@ def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
 
     sizes = [(40, 2_000)] if quick else [(300, 54_410), (1_000, 54_410), (300, 1_000_000), (1_000, 1_000_000)]
     all_cores = max(2, available_workers()) if quick else available_workers()
+    agreement_s = x25519_seconds(200 if quick else 2_000)
+    throughputs = {dimension: chacha20_throughput(4 * dimension, (4 if quick else 64) * 2**20)
+                   for dimension in sorted({d for _, d in sizes})}
+    floors = ", ".join(f"{rate / 1e9:.2f} GB/s at d = {d:,}" for d, rate in throughputs.items())
+    floors += f"; X25519 {agreement_s * 1e6:.0f} us an agreement"
     rows: list[dict[str, Any]] = []
     seconds_per_byte: float | None = None  # of the protocol, measured so far (for the skip estimates)
     for num_clients, dimension in sizes:
@@ -106,7 +144,11 @@ def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
         threshold = int(0.88 * num_clients)  # the realistic plan's m_P / n
         found = harary_parameters(num_clients, DEFAULT_CORRUPT_FRACTION, 0.0)
         scale = 2.0**20
-        vectors = GridVectors(ids, dimension, scale)
+        throughput = throughputs[dimension]
+        made = GridVectors(ids, dimension, scale)
+        # Made before the clock starts where they fit (a round's vectors exist before its stage).
+        in_memory = 8 * dimension * num_clients <= MAX_MEMORY_BYTES // 4
+        vectors: Mapping[int, np.ndarray] = {u: made[u] for u in ids} if in_memory else made
         variants: list[tuple[str, int | None, int]] = [("full", None, 1), ("full", None, all_cores)]
         if found is not None:
             variants += [("sparse", found.neighbours, 1), ("sparse", found.neighbours, all_cores)]
@@ -120,6 +162,7 @@ def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
             degree = num_clients - 1 if neighbours is None else neighbours
             masks = num_clients * (degree + 1) + num_clients  # clients' masks and the server's self masks
             keystream_bytes = masks * dimension * 4 if mode != "exact_sum" else 0
+            agreements = 2 * num_clients * degree if mode != "exact_sum" else 0  # no dropouts: no server agreements
             memory = 8 * dimension * (num_clients if mode != "exact_sum" else 4)
             label = {"clients": num_clients, "d": dimension, "mode": mode, "k": neighbours,
                      "t": found.share_threshold if neighbours is not None and found is not None else threshold,
@@ -127,9 +170,10 @@ def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
             estimate = None if seconds_per_byte is None else keystream_bytes * seconds_per_byte
             if memory > MAX_MEMORY_BYTES or (estimate is not None and estimate > MAX_SECONDS * workers):
                 why = f"needs ~{memory / 2**30:.1f} GiB" if memory > MAX_MEMORY_BYTES else f"est. {estimate:.0f} s serial"
+                floor = keystream_bytes / throughput + agreements * agreement_s
                 rows.append({**label, "wall_s": None, "cpu_s": None, "keystream_GB": keystream_bytes / 1e9,
-                             "GB_per_s": None, "floor_s": keystream_bytes / throughput, "wall_vs_floor": None,
-                             "note": f"skipped ({why})"})
+                             "GB_per_s": None, "agreements": agreements, "floor_s": floor / workers,
+                             "wall_vs_floor": None, "note": f"skipped ({why})"})
                 continue
             cpu, start = cpu_seconds(), time.perf_counter()
             if mode == "exact_sum":
@@ -143,13 +187,15 @@ def stage_table(quick: bool, throughput: float) -> list[dict[str, Any]]:
             generated = result.keystream_bytes
             if mode != "exact_sum" and workers == 1:
                 seconds_per_byte = wall / generated
+            # The floor of the primitives every client runs, spread over this row's workers.
+            floor = (generated / throughput + agreements * agreement_s) / workers
             rows.append({
                 **label, "wall_s": wall, "cpu_s": cpu, "keystream_GB": generated / 1e9,
-                "GB_per_s": generated / wall / 1e9 if generated else None,
-                "floor_s": generated / throughput, "wall_vs_floor": wall / (generated / throughput) if generated else None,
+                "GB_per_s": generated / wall / 1e9 if generated else None, "agreements": agreements,
+                "floor_s": floor, "wall_vs_floor": wall / floor if generated else None,
                 "note": f"loadavg {os.getloadavg()[0]:.1f}",
             })
-    return rows
+    return rows, floors
 
 
 def round_table(quick: bool) -> list[dict[str, Any]]:
