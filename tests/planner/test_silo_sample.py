@@ -159,3 +159,34 @@ def test_cli_plans_a_silo_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(s["epsilon_planned"] <= s["epsilon"] for s in document["silos"])
     assert run(["plan", str(EXAMPLE), "--method", "ditto"]) == 0
     assert "sample-level" in capsys.readouterr().out
+
+
+def test_readme_silo_example_is_what_the_commands_print(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's silo console block, command by command: its output lines (``...`` marks
+    an elision) appear in the command's real output, in order; the text plan appears whole."""
+    import shlex
+
+    from app.cli import run
+
+    repo = EXAMPLE.parents[1]
+    blocks = (repo / "README.md").read_text().split("```console\n")[1:]
+    [block] = [b.split("```")[0] for b in blocks if "$ gdpfed plan examples/silos.json" in b]
+    commands: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            commands.append((shlex.split(line[2:])[1:], []))
+        else:
+            commands[-1][1].append(line.rstrip())
+    assert [argv for argv, _ in commands] == [["plan", "examples/silos.json"], ["plan", "examples/silos.json", "--json"]]
+    monkeypatch.chdir(repo)
+    for argv, shown in commands:
+        assert run(argv) == 0
+        printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+        if all(line.strip() != "..." for line in shown):
+            assert printed == shown
+            continue
+        position = 0
+        for line in (line for line in shown if line.strip() != "..."):
+            assert line in printed[position:], f"README line not in `gdpfed {' '.join(argv)}`'s output (in order): {line!r}"
+            position = printed.index(line, position) + 1
