@@ -26,6 +26,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
+from trainer.data.rotation import rotate_images
 
 SILO_DATASETS = ("rotated_digits", "mean_estimation")
 
@@ -95,7 +96,7 @@ def rotated_digits(silo_sizes: Sequence[int], *, seed: int, test_samples: int = 
         parts = []
         for rows, count in ((pool, size), (held, min(test_samples, len(held)))):
             chosen = silo_rng.choice(rows, count, replace=False)
-            x = np.rot90(images[chosen], k=k % groups, axes=(1, 2)).copy()
+            x = rotate_images(images[chosen], k % groups)
             blank = silo_rng.random(count) < probability
             x[blank, patch[0]:patch[0] + 2, patch[1]:patch[1] + 2] = 0.0
             parts.append((((x - mean) / std)[:, None].astype(np.float32), labels[chosen]))

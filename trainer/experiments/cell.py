@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError
-from trainer.experiments.config import CellSpec, is_silo_scenario
+from trainer.experiments.config import CellSpec
+from trainer.experiments.units import experiment_unit
 
 
 class CellResult(BaseModel):
@@ -45,7 +46,8 @@ class CellResult(BaseModel):
     best_accuracy: float | None = None
     final_loss: float | None = None
     noise_multipliers: dict[str, float] = Field(
-        default_factory=dict, description="pool id -> sigma_P (silo cells: silo id -> DP-SGD sigma_k)"
+        default_factory=dict,
+        description="pool id -> sigma_P (silo cells: silo id -> DP-SGD sigma_k; metric cells: group id -> Laplace nu)",
     )
     noise_energy: float | None = Field(None, description="plan's (d C^2 / K^2) sum_P kappa_P sigma_P^2")
     sampling_rates: dict[str, float] = Field(default_factory=dict)
@@ -54,7 +56,9 @@ class CellResult(BaseModel):
     epsilon_spent: dict[str, float | None] = Field(default_factory=dict)
     epsilon_target: dict[str, float | None] = Field(default_factory=dict)
     privacy_unit: str = Field(
-        "client", description="whom the epsilons protect: client (per group) or silo_sample (per silo); never mixed"
+        "client",
+        description="whom the figures protect: client (epsilon per group), silo_sample (epsilon per silo) or "
+        "metric_local (metric leakage per client, never an epsilon); never mixed",
     )
     aborted_pool_rounds: int = 0
     accuracy_by_group: dict[str, float | None] | None = Field(
@@ -62,6 +66,17 @@ class CellResult(BaseModel):
     )
     personal_accuracy: float | None = Field(None, description="personal models on their clients' local test rows")
     personal_accuracy_by_group: dict[str, float | None] | None = None
+    final_rmse: float | None = Field(None, description="regression: the personal RMSE on the clients' own test rows")
+    leakage_per_participation: dict[str, float | None] = Field(
+        default_factory=dict, description="metric cells: group id -> n / nu, the metric leakage of one release"
+    )
+    metric_leakage_median: float | None = Field(None, description="metric cells: median total leakage over clients")
+    metric_leakage_max: float | None = Field(None, description="metric cells: largest total leakage of any client")
+    metric_participations_median: float | None = None
+    metric_participations_max: float | None = None
+    final_metrics: dict[str, float] = Field(
+        default_factory=dict, description="the strategy's last evaluation and ledger figures (summary final_metrics)"
+    )
     secagg_execution: str | None = Field(None, description="protocol (real secure aggregation) or exact_sum")
     secagg_graphs: dict[str, list[str]] = Field(
         default_factory=dict, description="pool id -> the secure-aggregation graphs its sessions ran"
@@ -89,12 +104,9 @@ def run_cell(spec: CellSpec, out: Path) -> CellResult:
 
 
 def _run_cell(spec: CellSpec, out: Path) -> CellResult:
-    from planner import Scenario, make_plan
-    from trainer.data import load_dataset
-    from trainer.engines import num_params
-    from trainer.models import build_model
-    from trainer.run.progress import Progress
-    from trainer.run.runner import TrainConfig, execute_run, prepare_run
+    """The fields every cell records, its ``TrainConfig``, then its privacy unit's run
+    (``trainer.experiments.units``)."""
+    from trainer.run.runner import TrainConfig
 
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
@@ -124,34 +136,57 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         strategy_options=spec.strategy_options,
         **train,
     )
-    if is_silo_scenario(scenario_data):
-        return _run_silo_cell(spec, out, config, base, started)
-    total_clients = sum(int(g["num_clients"]) for g in scenario_data["groups"])
+    return experiment_unit(scenario_data).run(spec, out, config, base, started)
+
+
+def cell_data(spec: CellSpec, config: Any, total_clients: int) -> tuple[Any, int]:
+    """The cell's dataset split into ``total_clients`` clients, and its model's parameter count."""
+    from trainer.data import load_dataset
+    from trainer.engines import num_params
+    from trainer.models import build_model
+
     dataset = load_dataset(
-        config.dataset,
-        num_clients=total_clients,
-        partition=config.partition,
-        alpha=config.alpha,
-        seed=config.seed,
-        **spec.dataset.options,
+        config.dataset, num_clients=total_clients, partition=config.partition, alpha=config.alpha,
+        seed=config.seed, **spec.dataset.options,
     )
-    model = build_model(config.model, dataset, seed=config.seed, **config.model_options)
-    dim = num_params(model)
+    return dataset, num_params(build_model(config.model, dataset, seed=config.seed, **config.model_options))
+
+
+def infeasible(base: dict[str, Any], exc: GdpfedError, dim: int, started: float, **fields: Any) -> CellResult:
+    """The result of a cell whose scenario the planner refused for its method."""
+    return CellResult(
+        **base, complete=True, status="infeasible", error=exc.message, model_dim=dim,
+        wall_seconds=time.perf_counter() - started, **fields,
+    )
+
+
+def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any = None) -> Any:
+    """Train ``plan`` in ``out/runs/<cell_id>`` (replaced: an interrupted earlier attempt
+    restarts) on the CPU without per-round output; the run's summary."""
+    from trainer.run.progress import Progress
+    from trainer.run.runner import execute_run, prepare_run
+
+    run_dir = out / "runs" / spec.cell_id
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset)
+    return execute_run(prepared, progress=Progress(config.rounds, 0, stream=Discard(), use_bar=False))
+
+
+def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
+    """A client-level cell: plan the scenario for the model's size with the cell's method,
+    then train it (epsilons client-level, per group)."""
+    from planner import Scenario, make_plan
+
+    scenario_data = dict(spec.scenario)
+    total_clients = sum(int(g["num_clients"]) for g in scenario_data["groups"])
+    dataset, dim = cell_data(spec, config, total_clients)
     scenario = Scenario.model_validate({**scenario_data, "model_dim": dim})
     try:
         plan = make_plan(scenario, spec.plan_method, clients_needed=False)  # type: ignore[arg-type]
     except GdpfedError as exc:
-        return CellResult(
-            **base, complete=True, status="infeasible", error=exc.message, model_dim=dim,
-            wall_seconds=time.perf_counter() - started,
-        )
-    run_dir = out / "runs" / spec.cell_id
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted earlier attempt: the cell restarts
-    prepared = prepare_run(
-        plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset
-    )
-    summary = execute_run(prepared, progress=Progress(rounds, 0, stream=_Discard(), use_bar=False))
+        return infeasible(base, exc, dim, started)
+    summary = train_cell(spec, out, config, plan, dataset)
     return CellResult(
         **base,
         complete=summary.complete,
@@ -177,21 +212,15 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     )
 
 
-def _run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
+def run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """A silo_sample cell: plan every silo's DP-SGD for the method, then train the method's
     strategy (docs/mrmtl.md §8); epsilons here are silo sample-level, per silo."""
     from planner.units import make_plan
     from planner.units.silo_sample import SiloSamplePlan, SiloScenario
-    from trainer.run.progress import Progress
-    from trainer.run.runner import execute_run, prepare_run
 
     plan = make_plan(SiloScenario.model_validate(spec.scenario), spec.plan_method)
     assert isinstance(plan, SiloSamplePlan)
-    run_dir = out / "runs" / spec.cell_id
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted earlier attempt: the cell restarts
-    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu")
-    summary = execute_run(prepared, progress=Progress(config.rounds, 0, stream=_Discard(), use_bar=False))
+    summary = train_cell(spec, out, config, plan)
     return CellResult(
         **base, complete=summary.complete, status="ok", model_dim=summary.model_dim,
         wall_seconds=time.perf_counter() - started, final_accuracy=summary.final_accuracy,
@@ -203,7 +232,7 @@ def _run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any],
     )
 
 
-class _Discard(io.StringIO):
+class Discard(io.StringIO):
     """A non-terminal stream that drops the per-round lines (the runner reports per cell)."""
 
     def write(self, text: str) -> int:

@@ -24,13 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from accounting.errors import InvalidInputError
 from planner.methods import METHODS
-from planner.schema import Scenario
-from planner.units.silo_sample import SILO_METHODS, SiloScenario
-
-SMOKE_ROUNDS = 2
-SMOKE_CLIENTS_PER_GROUP = 8
-SMOKE_TEST_SAMPLES = 200
-SMOKE_SEQUENCE_LENGTH = 12
+from planner.units.silo_sample import SILO_METHODS
+from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
 
 
 class _Strict(BaseModel):
@@ -75,6 +70,9 @@ class Setting(_Strict):
     silo_epsilons: list[float] | None = Field(
         None, description="silo scenarios: silo k's epsilon is silo_epsilons[k mod len] (a heterogeneous mix)"
     )
+    group_fields: dict[str, Any] = Field(
+        default_factory=dict, description="fields set on every group (e.g. a metric group's noise_multiplier)"
+    )
 
 
 class MethodEntry(_Strict):
@@ -117,9 +115,12 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
                 f"unknown method {entry!r}; a planning method ({', '.join(METHODS)}), a strategy "
                 f"({', '.join(STRATEGIES)}) or a silo method ({', '.join(SILO_METHODS)})"
             )
-    if entry.plan not in METHODS:
-        raise ValueError(f"{entry.name}: unknown plan method {entry.plan!r}; known: {', '.join(METHODS)}")
+    if entry.plan not in all_plan_methods():
+        raise ValueError(f"{entry.name}: unknown plan method {entry.plan!r}; known: {', '.join(all_plan_methods())}")
     spec = strategy_spec(entry.strategy)
+    plan_unit = unit_of_plan_method(entry.plan)
+    if spec.privacy_unit != plan_unit:
+        raise ValueError(f"{entry.name}: strategy {spec.name} runs {spec.privacy_unit} plans, {entry.plan} plans {plan_unit} scenarios")
     if spec.plan_methods is not None and entry.plan not in spec.plan_methods:
         raise ValueError(f"{entry.name}: strategy {spec.name} runs on plans of {', '.join(spec.plan_methods)}, not {entry.plan}")
     # the cell records every option, defaults included, so its specification is explicit
@@ -220,11 +221,6 @@ def load_experiment(path: str | Path) -> Experiment:
     return TrainExperiment.model_validate(data)
 
 
-def is_silo_scenario(scenario: dict[str, Any]) -> bool:
-    """A ``privacy_unit: silo_sample`` scenario (planner.units.silo_sample)."""
-    return scenario.get("privacy_unit") == "silo_sample"
-
-
 def cell_id(setting: str, dataset: str, method: str, seed: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+\-]", "_", f"{setting}__{dataset}__{method}__s{seed}")
 
@@ -234,6 +230,8 @@ def apply_setting(scenario: dict[str, Any], setting: Setting) -> dict[str, Any]:
     out = json.loads(json.dumps(scenario))
     out.update(json.loads(json.dumps(setting.scenario)))
     groups = out.get("groups", [])
+    for group in groups:
+        group.update(json.loads(json.dumps(setting.group_fields)))
     if setting.silo_epsilons is not None:
         for index, silo in enumerate(out.get("silos", [])):
             silo["epsilon"] = setting.silo_epsilons[index % len(setting.silo_epsilons)]
@@ -265,37 +263,13 @@ def apply_setting(scenario: dict[str, Any], setting: Setting) -> dict[str, Any]:
     return out
 
 
-def shrink_for_smoke(scenario: dict[str, Any], train: dict[str, Any], dataset: DatasetEntry) -> tuple[dict[str, Any], dict[str, Any], DatasetEntry]:
-    """Smoke size: ``SMOKE_ROUNDS`` rounds, at most ``SMOKE_CLIENTS_PER_GROUP`` clients per
-    group, half of them expected per round, one local step, a small test set."""
-    scenario = json.loads(json.dumps(scenario))
-    train = dict(train)
-    scenario["rounds"] = min(int(scenario["rounds"]), SMOKE_ROUNDS)
-    if is_silo_scenario(scenario):
-        scenario["silos"] = scenario["silos"][:SMOKE_CLIENTS_PER_GROUP]
-        train["eval_every"] = 1
-        return scenario, train, dataset
-    for group in scenario["groups"]:
-        group["num_clients"] = min(int(group["num_clients"]), SMOKE_CLIENTS_PER_GROUP)
-    total = sum(g["num_clients"] for g in scenario["groups"])
-    scenario.pop("sampling_rate", None)
-    scenario["expected_clients"] = total / 2
-    scenario["min_clients_per_pool"] = 1
-    train["local_steps"] = 1
-    train["eval_every"] = 1
-    options = dict(dataset.options)
-    options["max_test_samples"] = min(int(options.get("max_test_samples", SMOKE_TEST_SAMPLES)), SMOKE_TEST_SAMPLES)
-    if "sequence_length" in options:
-        options["sequence_length"] = min(int(options["sequence_length"]), SMOKE_SEQUENCE_LENGTH)
-    return scenario, train, dataset.model_copy(update={"options": options})
-
-
 def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke: bool = False) -> list[CellSpec]:
     """Every cell of the grid, in a stable order (setting, dataset, method, seed).
 
-    Each cell's scenario is validated here (with a placeholder ``model_dim``; the real
-    one comes from the model when the cell runs), so a bad configuration fails before
-    any training.
+    Each cell's scenario is validated here by its privacy unit's scenario model (with a
+    placeholder ``model_dim``; the real one comes from the model when the cell runs) and
+    every method checked to plan that unit (``trainer.experiments.units``), so a bad
+    configuration fails before any training.
     """
     cells = []
     for setting in experiment.settings:
@@ -305,18 +279,8 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
             scenario, cell_train, cell_dataset = base_scenario, train, dataset
             if smoke:
                 scenario, cell_train, cell_dataset = shrink_for_smoke(base_scenario, train, dataset)
-            check = {**scenario, "model_dim": scenario.get("model_dim", 1)}
             try:
-                if is_silo_scenario(scenario):
-                    SiloScenario.model_validate(scenario)
-                    wrong = [m.plan for m in experiment.method_entries() if m.plan not in SILO_METHODS]
-                    if wrong:
-                        raise ValueError(f"silo scenarios train the silo methods ({', '.join(SILO_METHODS)}), not {wrong[0]}")
-                else:
-                    Scenario.model_validate(check)
-                    wrong = [m.plan for m in experiment.method_entries() if m.plan in SILO_METHODS]
-                    if wrong:
-                        raise ValueError(f"{wrong[0]} is a silo method: its scenario needs privacy_unit: silo_sample")
+                validate_scenario(scenario, [m.plan for m in experiment.method_entries()])
             except Exception as exc:
                 raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc).splitlines()[0] + ": " + str(exc)) from None
             for method in experiment.method_entries():

@@ -38,6 +38,12 @@ CSV_COLUMNS = [
     "keep_ratios",
     "epsilon_spent",
     "privacy_unit",
+    "final_rmse",
+    "leakage_per_participation",
+    "metric_leakage_median",
+    "metric_leakage_max",
+    "metric_participations_median",
+    "metric_participations_max",
     "aborted_pool_rounds",
     "secagg",
     "rounds",
@@ -83,6 +89,12 @@ def write_csv(results: Sequence[CellResult], path: Path) -> Path:
                     "keep_ratios": format_map(r.keep_ratios, 6),
                     "epsilon_spent": format_map(r.epsilon_spent, 6),
                     "privacy_unit": r.privacy_unit,
+                    "final_rmse": _number(r.final_rmse),
+                    "leakage_per_participation": format_map(r.leakage_per_participation, 6),
+                    "metric_leakage_median": _number(r.metric_leakage_median),
+                    "metric_leakage_max": _number(r.metric_leakage_max),
+                    "metric_participations_median": _number(r.metric_participations_median),
+                    "metric_participations_max": _number(r.metric_participations_max),
                     "aborted_pool_rounds": r.aborted_pool_rounds,
                     "secagg": secagg_text(r),
                     "rounds": r.rounds,
@@ -128,6 +140,58 @@ def _silo_range(values: Mapping[str, float]) -> str:
     return f"silos: {span} ({len(values)} silos)"
 
 
+UNIT_NOTES = {
+    "silo_sample": " Silo cells' epsilons are silo-specific sample-level (each silo's own examples, per silo), "
+    "not client-level; accuracy is each silo's evaluated model on its own test split, sample-weighted.",
+    "metric_local": " Metric cells carry no epsilon: their figures are metric (d-)privacy leakages per client "
+    "(n / nu per release, added over the client's releases; no delta, and the guarantee scales with the distance "
+    "between models), never comparable with an epsilon; accuracy or RMSE is each client's best hypothesis on "
+    "its own test rows.",
+}
+
+
+def _mean_text(values: Sequence[float | None], digits: int = 4) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "—"
+    mean, std = mean_std(present)
+    return f"{mean:.{digits}g} ± {std:.{digits}g}" if len(present) > 1 else f"{mean:.{digits}g}"
+
+
+def metric_table(experiment: TrainExperiment, results: Sequence[CellResult]) -> list[str]:
+    """Per setting, dataset and method of the metric cells: nu, the leakage of one release
+    (n / nu), the median and maximum total leakage over clients and participations (the
+    paper's Table 1), beside personal accuracy or RMSE; mean ± std over seeds."""
+    lines = [
+        "## Metric leakage (not epsilon) and error",
+        "",
+        "| setting | dataset | method | nu | leakage per release (n / nu) | leakage median over clients "
+        "| leakage max over clients | participations median / max | personal accuracy | personal RMSE |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for setting in experiment.settings:
+        for d in experiment.datasets:
+            for method in experiment.method_names():
+                runs = sorted(
+                    (r for r in results if (r.setting, r.dataset, r.method) == (setting.name, d.name, method)),
+                    key=lambda r: r.seed,
+                )
+                if not runs:
+                    continue
+                first = runs[0]
+                per = format_map(first.leakage_per_participation)
+                none = all(v is None for v in first.leakage_per_participation.values())
+                lines.append(
+                    f"| {setting.name} | {d.name} | {method} | {format_map(first.noise_multipliers)} | "
+                    f"{per}{' (nu = 0: no guarantee)' if none else ''} | "
+                    f"{_mean_text([r.metric_leakage_median for r in runs])} | {_mean_text([r.metric_leakage_max for r in runs])} | "
+                    f"{_mean_text([r.metric_participations_median for r in runs])} / "
+                    f"{_mean_text([r.metric_participations_max for r in runs])} | "
+                    f"{_mean_text([r.final_accuracy for r in runs])} | {_mean_text([r.final_rmse for r in runs])} |"
+                )
+    return [*lines, ""]
+
+
 def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) -> str:
     """The accuracy table of every setting and the noise table (see the module docstring)."""
     by_key: dict[tuple[str, str, str], list[CellResult]] = {}
@@ -145,10 +209,8 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     ]
     units = sorted({r.privacy_unit for r in results})
     if units != ["client"] and units:
-        # never let a reader take silo sample-level figures for client-level ones
-        lines += [f"Privacy unit: {', '.join(units)}. Silo cells' epsilons are silo-specific sample-level "
-                  "(each silo's own examples, per silo), not client-level; accuracy is each silo's evaluated "
-                  "model on its own test split, sample-weighted.", ""]
+        # never let a reader take one notion's figures for another's
+        lines += [f"Privacy unit: {', '.join(units)}." + "".join(UNIT_NOTES.get(u, "") for u in units), ""]
     for setting in experiment.settings:
         lines += [f"## Accuracy: {setting.name}", ""]
         lines.append("| method | " + " | ".join(datasets) + " |")
@@ -157,6 +219,9 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
             cells = [_cell_text(by_key.get((setting.name, d, method), [])) for d in datasets]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
+    metric = [r for r in results if r.privacy_unit == "metric_local"]
+    if metric:
+        lines += metric_table(experiment, metric)
     lines += ["## Noise (from the plans) and accuracy", ""]
     lines.append(
         "| setting | dataset | method | noise multipliers (pool=sigma) | sampling rates | keep ratios | noise energy | accuracy |"

@@ -156,8 +156,12 @@ def run_experiment(
 def _describe(index: int, total: int, result: CellResult) -> str:
     if result.status != "ok":
         return f"[{index}/{total}] {result.cell_id}: {result.status} ({result.error})"
-    accuracy = "n/a" if result.final_accuracy is None else f"{result.final_accuracy:.4f}"
-    return f"[{index}/{total}] {result.cell_id}: accuracy {accuracy} in {result.wall_seconds:.1f}s"
+    score = "accuracy n/a" if result.final_accuracy is None else f"accuracy {result.final_accuracy:.4f}"
+    if result.final_accuracy is None and result.final_rmse is not None:
+        score = f"RMSE {result.final_rmse:.4f}"
+    if result.metric_leakage_max is not None:  # a metric leakage, never an epsilon
+        score += f", metric leakage median {result.metric_leakage_median:.4g} max {result.metric_leakage_max:.4g}"
+    return f"[{index}/{total}] {result.cell_id}: {score} in {result.wall_seconds:.1f}s"
 
 
 def load_results(out: Path) -> list[CellResult]:

@@ -86,7 +86,33 @@ def test_silo_methods_are_their_own_strategies_and_settings_mix_budgets():
 def test_silo_and_client_methods_do_not_mix():
     from accounting.errors import InvalidInputError
 
-    with pytest.raises(InvalidInputError, match="silo scenarios train the silo methods"):
+    with pytest.raises(InvalidInputError, match="silo_sample scenarios train with mrmtl.*gdpfed plans client"):
         expand_cells(experiment(scenario=SILOS, methods=["mrmtl", "gdpfed"]), "x.yaml")
-    with pytest.raises(InvalidInputError, match="mrmtl is a silo method"):
+    with pytest.raises(InvalidInputError, match="mrmtl plans silo_sample scenarios .set privacy_unit: silo_sample"):
         expand_cells(experiment(methods=["gdpfed", "mrmtl"]), "x.yaml")
+
+
+METRIC = {"privacy_unit": "metric_local", "groups": [{"id": "all", "num_clients": 20, "noise_multiplier": 5.0}],
+          "rounds": 3, "clients_per_round": 4, "hypotheses": 2, "radius_rule": "public", "radius": 0.1}
+
+
+def test_metric_scenarios_run_metric_ifca_through_the_unit_seam():
+    from accounting.errors import InvalidInputError
+
+    exp = experiment(scenario=METRIC, methods=["metric_ifca"],
+                     settings=[{"name": "k1-nu1", "scenario": {"hypotheses": 1}, "group_fields": {"noise_multiplier": 1.0}}])
+    cells = expand_cells(exp, "m.yaml")
+    assert {(c.plan_method, c.strategy) for c in cells} == {("metric_laplace", "metric_ifca")}
+    assert cells[0].scenario["hypotheses"] == 1 and cells[0].scenario["groups"][0]["noise_multiplier"] == 1.0
+    smoke = expand_cells(exp, "m.yaml", smoke=True)[0].scenario
+    assert smoke["rounds"] == 2 and smoke["groups"][0]["num_clients"] == 8 and smoke["clients_per_round"] == 4
+    # the metric strategy on a client scenario, client methods on a metric scenario, and a
+    # client strategy on the metric plan are all refused when the configuration is read
+    with pytest.raises(InvalidInputError, match="client scenarios train with .*metric_laplace plans metric_local"):
+        expand_cells(experiment(methods=["metric_ifca"]), "x.yaml")
+    with pytest.raises(InvalidInputError, match="metric_local scenarios train with metric_laplace; gdpfed plans client"):
+        expand_cells(experiment(scenario=METRIC, methods=["gdpfed"]), "x.yaml")
+    with pytest.raises(ValidationError, match="strategy plan runs client plans, metric_laplace plans metric_local"):
+        experiment(scenario=METRIC, methods=[{"name": "x", "plan": "metric_laplace", "strategy": "plan"}])
+    with pytest.raises(InvalidInputError, match="radius_rule public needs a radius"):
+        expand_cells(experiment(scenario={**METRIC, "radius": None}, methods=["metric_ifca"]), "x.yaml")

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
 # Cell counts stated in each config's header comment.
 EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24,
-                  "mrmtl": 72, "mrmtl_lambda": 18, "fedhdp": 42}
+                  "mrmtl": 72, "mrmtl_lambda": 18, "fedhdp": 42, "metric": 24, "metric_digits": 81}
 
 TINY = """
 name: tiny
@@ -105,6 +105,41 @@ def test_smoke_run_of_a_silo_config(name, setting, tmp_path):
         rows = list(csv.DictReader(handle))
     assert {row["privacy_unit"] for row in rows} == {"silo_sample"}
     assert "silo-specific sample-level" in (out / "results.md").read_text()
+
+
+METRIC_SHORT = {"metric": {"k1-nu0", "k1-nu5", "k2-nu0", "k2-nu5"}, "metric_digits": {"k1-nu0", "k2-nu3", "k4-nu15"}}
+
+
+@pytest.mark.parametrize("name", sorted(METRIC_SHORT))
+def test_smoke_run_of_a_metric_config(name, tmp_path):
+    """The metric_local configs at smoke size (seed 0, a few settings): the runner plans and
+    trains them, and every figure is a metric leakage (n / nu per release, times the
+    participations), labelled as such, never an epsilon."""
+    path = REPO / "experiments" / f"{name}.yaml"
+    experiment = load_experiment(path)
+    assert isinstance(experiment, TrainExperiment)
+    only = [c.cell_id for c in expand_cells(experiment, path, smoke=True) if c.setting in METRIC_SHORT[name] and c.seed == 0]
+    assert len(only) == len(METRIC_SHORT[name])
+    summary = run_experiment(path, tmp_path, smoke=True, only=only, log=quiet)
+    assert len(summary.ran) == len(only)
+    with (tmp_path / "results.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(only) and {row["status"] for row in rows} == {"ok"}
+    for row in rows:
+        cell = json.loads((tmp_path / "cells" / f"{row['cell_id']}.json").read_text())
+        assert row["privacy_unit"] == "metric_local" and cell["epsilon_spent"] == {} and row["epsilon_spent"] == ""
+        nu = cell["noise_multipliers"]["all"]
+        if nu == 0:
+            assert cell["leakage_per_participation"] == {"all": None} and cell["metric_leakage_max"] is None
+        else:
+            per = cell["model_dim"] / nu
+            assert cell["leakage_per_participation"]["all"] == pytest.approx(per)
+            assert cell["metric_leakage_max"] == pytest.approx(per * cell["metric_participations_max"])
+            assert cell["metric_leakage_median"] == pytest.approx(per * cell["metric_participations_median"])
+        score = cell["final_rmse"] if name == "metric" else cell["final_accuracy"]
+        assert score is not None and score >= 0
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## Metric leakage (not epsilon)" in markdown and "never comparable with an epsilon" in markdown
 
 
 FEDHDP_SHORT = ["skewed__digits__fedhdp_r0__s0", "random__digits__dp_fedavg_all_ditto__s1", "skewed__digits__gdpfed_plus__s2"]
