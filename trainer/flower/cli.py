@@ -56,6 +56,8 @@ def register(subparsers: Any) -> None:
     local.add_argument("--port", type=int, default=0, help="SuperLink port on 127.0.0.1 (default: a free one)")
     local.add_argument("--work", type=Path, help="directory for logs and FLWR_HOME (default: APP_DIR/../flower-local-<time>)")
     local.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up (3600)")
+    local.add_argument("--max-processes", type=int, default=None,
+                       help="ClientApp processes alive at once on this host (default: twice the CPU count; docs/flower.md §3)")
     local.add_argument("--json", action="store_true", help="print the summary as JSON")
     local.set_defaults(handler=handle_local)
 
@@ -150,10 +152,12 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     from trainer.run.runner import RunSummary
 
     check_flwr_version()
+    if args.max_processes is not None and args.max_processes < 1:
+        raise InvalidInputError("max-processes", f"must be at least 1, got {args.max_processes}")
     plan, _, run_config = _bundle(args.app_dir)
     nodes = simulation_nodes(plan, args.nodes, int(run_config.get("seed", 0)))
     work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
-    with LocalFederation(work, nodes, port=args.port) as federation:
+    with LocalFederation(work, nodes, port=args.port, max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
         code = federation.run(args.app_dir, {"min-nodes": str(len(nodes))}, timeout_s=args.timeout)
     summary_path = Path(str(run_config["out-dir"])) / "summary.json"

@@ -12,7 +12,14 @@ SuperLink starts ``flower-superexec`` from ``PATH``), ``FLWR_TELEMETRY_ENABLED=0
 ``FLWR_DISABLE_UPDATE_CHECK=1``, ``FLWR_HOME`` inside the work directory, and no
 dependency installation at run time (``--disable-runtime-dependency-installation``).
 ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` (default here 0.2 s; Flower's is 1 s) is how often
-a SuperExec looks for a message to start a process for.
+the SuperLink's SuperExec looks for a ServerApp to start.
+
+The SuperNodes run with ``--isolation process``: one ``trainer.flower.superexec`` process
+serves all of them and keeps at most ``max_processes`` ClientApp processes alive at once
+(default: twice the CPU count), instead of one Flower SuperExec per SuperNode starting a process
+for every message at once. On a loaded host the unbounded starts overran Flower's 30 s
+window for a claimed task to start running, and the tasks were restarted over and over
+(docs/flower.md §3).
 """
 
 from __future__ import annotations
@@ -80,6 +87,7 @@ class LocalFederation:
     node_configs: list[dict[str, str | int | bool]]
     port: int = 0
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    max_processes: int = 0  # ClientApp processes alive at once; 0: trainer.flower.superexec's default
     extra_env: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -104,11 +112,20 @@ class LocalFederation:
         self._spawn("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
                                   "--disable-runtime-dependency-installation"])
         self._wait_port(self.port, timeout_s)
+        runtime_ports = []
         for index, config in enumerate(self.node_configs):
+            runtime_ports.append(free_port())
             self._spawn(f"supernode-{index}", [
-                "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config_text(config),
+                "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}", "--isolation", "process",
+                "--host", "127.0.0.1", "--port", str(runtime_ports[-1]), "--node-config", node_config_text(config),
             ])
+        command = [sys.executable, "-m", "trainer.flower.superexec", "--insecure",
+                   "--poll-interval", str(self.poll_interval_s)]
+        if self.max_processes:
+            command += ["--max-processes", str(self.max_processes)]
+        for port in runtime_ports:
+            command += ["--runtime-api-address", f"127.0.0.1:{port}"]
+        self._spawn("superexec", command)
 
     def run(self, app_dir: Path, run_config: dict[str, str] | None = None, timeout_s: float = 3600.0) -> int:
         """``flwr run APP gdpfed-local --stream``; its exit code (output in ``work/flwr-run.log``)."""

@@ -85,3 +85,11 @@ def test_app_refuses_a_non_empty_directory_and_loopback_a_non_bundle(plan_file: 
     assert code == 2 and "is not an empty directory" in capsys.readouterr().err
     code = app_cli.run(["flower", "loopback", str(tmp_path / "app")])
     assert code == 2 and "is not an app directory" in capsys.readouterr().err
+
+
+def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_path: Path, capsys) -> None:
+    code = app_cli.run(["flower", "local", str(tmp_path / "missing-app"), "--max-processes", "0",
+                        "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and "max-processes" in err and "at least 1" in err and "Traceback" not in err
+    assert not (tmp_path / "work").exists()
