@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -109,6 +110,7 @@ def _row(executor: str, records: list[Any], load: str, extra: dict[str, Any]) ->
         "clients_per_round": statistics.median(sum(r.sampled.values()) for r in records),
         "round_s": statistics.median(r.seconds for r in records),
         "first_round_s": records[0].seconds,
+        "rounds_measured": len(records),
         **{f"{step}_s": statistics.median(r.timing.get(step, 0.0) for r in records) for step in STEPS},
         **extra,
         "loadavg": load,
@@ -151,22 +153,16 @@ def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any
                                                     / max(1, sum(sum(r.sampled.values()) for r in records))})
 
 
-def _processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
-    from trainer.flower.cli import simulation_nodes
-    from trainer.flower.local import LocalFederation
+def _processes(plan: Any, config: Any, federation: Any, work: Path, profile: Path) -> dict[str, Any]:
     from trainer.run.metrics import read_rounds
 
     _bundle(plan, config, work / "run", work / "app")
-    nodes = simulation_nodes(plan, None, config.seed)
-    profile = work / "profile"
-    profile.mkdir(parents=True)
     load = _load()
     started = time.perf_counter()
-    with LocalFederation(work / "flower", nodes, extra_env={"GDPFED_FLOWER_PROFILE": str(profile)}) as federation:
-        code = federation.run(work / "app", {"min-nodes": str(len(nodes))}, timeout_s=7200)
+    code = federation.run(work / "app", {"min-nodes": str(len(federation.node_configs))}, timeout_s=3600)
     wall = time.perf_counter() - started
     if code != 0:
-        raise RuntimeError(f"flwr run failed; see {work / 'flower'}")
+        raise RuntimeError(f"flwr run failed; see {federation.work}")
     records = read_rounds(work / "run" / "rounds.jsonl")
     lines = [json.loads(line) for path in profile.glob("*.jsonl") for line in path.read_text().splitlines()]
     breakdowns = []
@@ -182,7 +178,7 @@ def _processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
 
 def _plain_row(executor: str, seconds: list[float], load: str, clients: float) -> dict[str, Any]:
     return {"executor": executor, "clients_per_round": clients, "round_s": statistics.median(seconds),
-            "first_round_s": seconds[0], "loadavg": load}
+            "first_round_s": seconds[0], "rounds_measured": len(seconds), "loadavg": load}
 
 
 def _fedavg_loopback(plan: Any, config: Any, work: Path) -> dict[str, Any]:
@@ -213,22 +209,18 @@ def _fedavg_sample(plan: Any) -> int:
     return max(2, int(total * (plan.scenario.participation / total)))
 
 
-def _fedavg_processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
+def _fedavg_processes(plan: Any, config: Any, federation: Any, work: Path) -> dict[str, Any]:
     from bench.flower_fedavg import write_fedavg_bundle
-    from trainer.flower.cli import simulation_nodes
-    from trainer.flower.local import LocalFederation
     from trainer.flower.settings import FlowerOptions, run_config_of
 
     run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(work / "run")}), config)
     write_fedavg_bundle(work / "app", plan.model_dump(mode="json"), run_config)
-    nodes = simulation_nodes(plan, None, config.seed)
     load = _load()
     started = time.perf_counter()
-    with LocalFederation(work / "flower", nodes) as federation:
-        code = federation.run(work / "app", timeout_s=7200)
+    code = federation.run(work / "app", timeout_s=3600)
     wall = time.perf_counter() - started
     if code != 0:
-        raise RuntimeError(f"flwr run (plain FedAvg) failed; see {work / 'flower'}")
+        raise RuntimeError(f"flwr run (plain FedAvg) failed; see {federation.work}")
     seconds = json.loads((work / "run" / "fedavg_rounds.json").read_text())
     row = _plain_row("flower fedavg processes (plain)", seconds, load, _fedavg_sample(plan))
     row["run_wall_s"] = wall
@@ -236,9 +228,32 @@ def _fedavg_processes(plan: Any, config: Any, work: Path) -> dict[str, Any]:
     return row
 
 
-def measure(total: int, expected: float, rounds: int, *, processes: bool = True) -> list[dict[str, Any]]:
-    """The executors on one plan of ``total`` clients (``expected`` a round) over ``rounds`` rounds,
-    each Flower one beside Flower's plain FedAvg on the same transport."""
+def _process_pair(plan: Any, config: Any, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """gdpfed's run and the plain FedAvg run, one after the other on the same SuperLink and SuperNodes."""
+    from trainer.flower.cli import simulation_nodes
+    from trainer.flower.local import LocalFederation
+
+    profile = work / "profile"
+    profile.mkdir(parents=True)
+    nodes = simulation_nodes(plan, None, config.seed)
+    started = time.perf_counter()
+    with LocalFederation(work / "flower", nodes, extra_env={"GDPFED_FLOWER_PROFILE": str(profile)}) as federation:
+        gdpfed = _processes(plan, config, federation, work / "gdpfed", profile)
+        plain = _fedavg_processes(plan, config, federation, work / "fedavg")
+    gdpfed["federation_wall_s"] = time.perf_counter() - started
+    return gdpfed, plain
+
+
+def _progress(total: int, row: dict[str, Any]) -> dict[str, Any]:
+    """Each executor's row on stderr as it finishes: a long run interrupted still has its numbers."""
+    print(json.dumps({"clients": total, **row}), file=sys.stderr, flush=True)
+    return row
+
+
+def measure(total: int, expected: float, rounds: int, *, process_rounds: int | None = None) -> list[dict[str, Any]]:
+    """The executors on one plan of ``total`` clients (``expected`` a round) over ``rounds`` rounds
+    (``process_rounds`` on real processes; 0: none), each Flower one beside Flower's plain FedAvg
+    on the same transport."""
     from trainer.data import load_dataset
     from trainer.run.runner import TrainConfig
 
@@ -247,11 +262,13 @@ def measure(total: int, expected: float, rounds: int, *, processes: bool = True)
     dataset = load_dataset("digits", num_clients=total, seed=0)
     with tempfile.TemporaryDirectory(prefix="gdpfed-bench-flower-") as tmp:
         work = Path(tmp)
-        simulated = _simulator(plan, config, dataset, work / "sim")
-        pairs = [(_loopback(plan, config, dataset, work / "loopback"), _fedavg_loopback(plan, config, work / "fedavg"))]
-        if processes:
-            pairs.append((_processes(plan, config, work / "processes"),
-                          _fedavg_processes(plan, config, work / "fedavg-processes")))
+        simulated = _progress(total, _simulator(plan, config, dataset, work / "sim"))
+        pairs = [(_progress(total, _loopback(plan, config, dataset, work / "loopback")),
+                  _progress(total, _fedavg_loopback(plan, config, work / "fedavg")))]
+        process_rounds = rounds if process_rounds is None else process_rounds
+        if process_rounds:
+            pair = _process_pair(plan, config.model_copy(update={"rounds": process_rounds}), work / "processes")
+            pairs.append((_progress(total, pair[0]), _progress(total, pair[1])))
     for gdpfed, plain in pairs:
         gdpfed["vs_fedavg"] = gdpfed["round_s"] / plain["round_s"]
         plain["vs_fedavg"] = 1.0
@@ -263,8 +280,12 @@ def measure(total: int, expected: float, rounds: int, *, processes: bool = True)
 
 
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
-    sizes = [(4, 4.0)] if quick else [(10, 8.0), (50, 15.0)]
-    rows = [row for total, expected in sizes for row in measure(total, expected, 1 if quick else 3)]
+    # (clients, expected a round, rounds, rounds on real processes): one round of 50 clients on
+    # processes costs about 50 process starts and keeps the whole suite under 10 minutes on a quiet
+    # 2-core machine (docs/benchmarks.md "Flower").
+    sizes = [(4, 4.0, 1, 1)] if quick else [(10, 8.0, 3, 2), (50, 15.0, 3, 1)]
+    rows = [row for total, expected, rounds, process_rounds in sizes
+            for row in measure(total, expected, rounds, process_rounds=process_rounds)]
     title = ("Flower round vs gdpfed train and Flower's plain FedAvg: digits MLP (d = 55,210), gdpfed_plus, "
              "seconds per round (median of the rounds; vs_train = round_s / gdpfed train's; vs_fedavg = round_s / "
              "plain FedAvg's on the same transport)")
