@@ -16,6 +16,7 @@ import numpy as np
 from accounting.accountants import AccountantName, get_accountant
 from accounting.events import Phase
 from planner import calibration
+from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
 from planner.fedhdp import fedhdp_prediction
 from planner.learnability import noise_to_signal
@@ -113,6 +114,8 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
 
     group_plans = _group_plans(problem, design, rates, pool_std, clip, required, phases, reports, hist, warnings)
     pool_plans, pool_expected = _pool_plans(problem, design, rates, pool_std, warnings)
+    # adaptive clipping: each pool's sigma_Delta and sigma_b for its z_eff (docs/planning.md §15)
+    pool_plans = adaptive_pools(s, pool_plans, {g.id: g.clip_norm for g in group_plans if g.sampling_rate > 0})
     terms = objective_terms(
         pool_expected,
         pool_std,

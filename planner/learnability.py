@@ -36,9 +36,17 @@ MAX_PLANS_PER_TARGET = 10
 MAX_GROUP_SIZE = 10**9
 
 
+def update_noise_std(pool: PoolPlan) -> float:
+    """s_P, the std of the noise on the pool's update sum at the plan's clip norm: ``noise_std``,
+    or with adaptive clipping ``sigma_Delta / z_eff`` times it (docs/planning.md §15)."""
+    if pool.update_noise_multiplier is not None and pool.noise_multiplier > 0:
+        return pool.noise_std * pool.update_noise_multiplier / pool.noise_multiplier
+    return pool.noise_std
+
+
 def summed_noise_norm(pools: Sequence[PoolPlan], model_dim: int) -> float:
     """sqrt(d sum_P kappa_P I_P s_P^2): the kept noise of one round's pool sums (docs/planning.md §13)."""
-    energy = sum(p.keep_ratio * max(1.0, p.expected_noise_inflation) * p.noise_std**2 for p in pools)
+    energy = sum(p.keep_ratio * max(1.0, p.expected_noise_inflation) * update_noise_std(p) ** 2 for p in pools)
     return math.sqrt(model_dim * energy)
 
 

@@ -92,6 +92,24 @@ class GroupSpec(_Strict):
     )
 
 
+class AdaptiveClip(_Strict):
+    """Adaptive clipping (Andrew et al. 2021; docs/planning.md §15): the clip ``S^t`` follows
+    a noisy count of unclipped clients, ``S^{t+1} = S^t exp(-eta_b (b_bar - kappa))``."""
+
+    initial_clip_norm: Norm | None = Field(None, description="S^0; null = the scenario's clip_norm")
+    target_quantile: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
+        0.5, description="kappa: the share of clients whose update should stay unclipped"
+    )
+    learning_rate: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = Field(
+        0.2, description="eta_b of the geometric update"
+    )
+    count_noise_std: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] | None = Field(
+        None,
+        description="sigma_b: std of the noise on each pool's count of unclipped clients (sensitivity 1/2); "
+        "null = 0.05 K. Must exceed z_eff / 2 of every pool with noise",
+    )
+
+
 class Scenario(_Strict):
     """Everything the planner needs: budgets, population and system parameters."""
 
@@ -125,6 +143,11 @@ class Scenario(_Strict):
         "proxy run; given, the plan predicts FedHDP's per-pool ratios r* (docs/planning.md §14)",
     )
     bias_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
+    adaptive_clip: AdaptiveClip | None = Field(
+        None,
+        description="adaptive clipping's settings; the plan then states each pool's update noise multiplier "
+        "sigma_Delta and count noise sigma_b for the same z_eff (docs/planning.md §15)",
+    )
     raw_closed_form: bool = Field(
         False,
         description="closed_form only: keep the paper's formula even where RDP shows it "
@@ -243,6 +266,14 @@ class PoolPlan(BaseModel):
     secagg_share_threshold: int | None = Field(None, description="t: each share group's Shamir threshold (sparse only)")
     secagg_corrupt_fraction: float | None = Field(None, description="gamma: corrupt clients Bell et al.'s bounds assume")
     secagg_dropout_fraction: float | None = Field(None, description="delta: dropouts the graph tolerates")
+    # Adaptive clipping (docs/planning.md §15); null without an adaptive_clip block. noise_multiplier
+    # stays z_eff, the multiplier the ledger composes.
+    update_noise_multiplier: float | None = Field(
+        None, ge=0, description="adaptive clipping: sigma_Delta, the update sum's noise std over the round's clip S^t"
+    )
+    count_noise_std: float | None = Field(
+        None, ge=0, description="adaptive clipping: sigma_b, the noise std on the pool's count of unclipped clients"
+    )
 
 
 class ClientsForNoiseToSignal(BaseModel):

@@ -19,7 +19,12 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    ``epsilon(history after all rounds) <= epsilon_g (1 + 1e-9)`` under the ledger's
    accountant (rdp first; a prv plan whose rdp bound misses is checked with prv).
    Groups marked ``sound: false`` (a raw closed-form plan) are refused.
-5. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
+5. **Adaptive clipping.** With an ``adaptive_clip`` block every pool's
+   ``count_noise_std`` (sigma_b) and ``update_noise_multiplier`` (sigma_Delta) are
+   re-derived from the block and the pool's ``noise_multiplier`` (z_eff, what the ledger
+   composes), ``sigma_b > z_eff / 2``, and every sampled group is clipped at the one
+   scenario clip norm (docs/planning.md §15).
+6. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
 Any violation raises ``InvalidInputError`` naming the field, so ``gdpfed train`` exits 2
@@ -32,6 +37,7 @@ import math
 
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
+from planner.adaptive_clip import check_adaptive_pools
 from planner.ledger import EpsilonFn
 from planner.schema import GroupPlan, Plan
 from planner.secagg import check_stated_graph
@@ -48,6 +54,10 @@ def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> Non
     for group in plan.groups:
         plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
     _check_privacy(plan, epsilon_fn)
+    if plan.scenario.adaptive_clip is not None:
+        check_adaptive_pools(
+            plan.scenario, plan.pools, {g.id: g.clip_norm for g in plan.groups if g.sampling_rate > 0}
+        )
     for pool in plan.pools:
         check_stated_graph(pool, plan.scenario.dropout_rate, plan.scenario.abort_probability)
 
