@@ -18,6 +18,12 @@
 4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
    ``strategy.server_update`` produce the next global parameters.
 
+Adaptive clipping (``strategy.adaptive_clip`` set; docs/trainer.md §Adaptive clipping):
+the round clips at the controller's ``S^t`` with the update's noise share
+``sigma_Delta S^t / sqrt(m_P)``, each client's vector carries one more coordinate, its
+``b - 1/2`` plus a noise share ``sigma_b / sqrt(m_P)``; the engine strips the released
+counts from the pool sums before ``aggregate`` and hands them to the controller.
+
 Clipping, the grid, the noise share and the value bound are ``trainer/mechanism.py``'s
 (``pool_mechanisms``, ``privatize``, ``NoiseBoundExceeded``), shared with the Flower
 ClientApp.
@@ -36,7 +42,7 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan
 from planner.secagg import SecaggGraph, graph_label, planned_participants, secagg_graph
-from trainer.mechanism import PoolMechanism, pool_mechanisms, privatize
+from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg.encoding import word_dtype
 from trainer.secagg.parallel import session_workers
@@ -73,6 +79,9 @@ class RoundOutcome:
     # pool id -> the graph its session ran ("full", "sparse k=32 t=31"); absent when too few sampled
     secagg: dict[str, str] = field(default_factory=dict)
     keystream_bytes: int = 0  # mask keystream this round's sessions expanded (0 with exact_sum)
+    # adaptive clipping: the round's clip norm S^t and the noisy unclipped share b_bar it released
+    clip_norm: float | None = None
+    unclipped_fraction: float | None = None
 
 
 def pool_graph_kinds(plan: Plan, secagg_mode: SecAggMode) -> dict[str, SecAggMode]:
@@ -119,8 +128,11 @@ class RoundEngine:
         pool (re-derived, never read from the document), ``full``/``sparse`` force it; (k, t)
         are computed for each session's participants. ``secagg_workers``: processes for a
         session's clients (``None``: all cores when the session is large enough to pay)."""
+        # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
+        # the noise for it (docs/trainer.md §Adaptive clipping)
+        self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
         # first: it refuses a plan of another privacy unit before anything reads client fields
-        self.mechanisms = pool_mechanisms(plan, dim, rounds)
+        self.mechanisms = pool_mechanisms(plan, dim, rounds, adaptive=self.adaptive)
         if not 0 <= late_dropout_fraction <= 1:
             raise InvalidInputError("late_dropout_fraction", f"must be in [0, 1], got {late_dropout_fraction}")
         self.plan = plan
@@ -138,13 +150,17 @@ class RoundEngine:
         self.secagg_workers = secagg_workers
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
-        self._pool_of_group = {g: m for m in self.mechanisms for g in m.group_ids}
+        self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}
         self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
 
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
         """One round from ``global_params``; returns the next parameters and what happened."""
         timing: dict[str, float] = {}
         started = time.perf_counter()
+        controller = self.strategy.adaptive_clip if self.adaptive else None
+        clip_norm = None if controller is None else controller.clip_norm
+        mechanisms = self.mechanisms if clip_norm is None else [at_clip(m, clip_norm, self.dim) for m in self.mechanisms]
+        width = self.dim if clip_norm is None else self.dim + 1  # the count's coordinate
         selection = self.strategy.configure_round(ctx, self.population)
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
 
@@ -152,7 +168,7 @@ class RoundEngine:
         drop_rng = ctx.rng(PURPOSE_DROPOUT)
         early: set[int] = set()
         late: set[int] = set()
-        participants: dict[str, list[tuple[int, str]]] = {m.pool_id: [] for m in self.mechanisms}
+        participants: dict[str, list[tuple[int, str]]] = {m.pool_id: [] for m in mechanisms}
         for group in self.plan.groups:
             clients = selection[group.id]
             dropped = drop_rng.random(clients.size) < self.dropout_rate
@@ -160,7 +176,7 @@ class RoundEngine:
             for client, gone, is_late in zip(clients.tolist(), dropped.tolist(), after.tolist()):
                 if gone:
                     (late if is_late else early).add(client)
-                participants[self._pool_of_group[group.id].pool_id].append((client, group.id))
+                participants[self._pool_of_group[group.id]].append((client, group.id))
 
         trainees = [(c, g) for pool in participants.values() for c, g in pool if c not in early]
         trainee_ids = np.array([c for c, _ in trainees], dtype=np.int64)
@@ -178,14 +194,15 @@ class RoundEngine:
         tick = time.perf_counter()
         row_of = {client: i for i, (client, _) in enumerate(trainees)}
         vectors: dict[str, dict[int, np.ndarray]] = {}
-        for mechanism in self.mechanisms:
+        encode = privatize if clip_norm is None else privatize_counted
+        for mechanism in mechanisms:
             pool_vectors: dict[int, np.ndarray] = {}
             for client, group_id in participants[mechanism.pool_id]:
                 if client in early:
                     # Never trained and never sent: the protocol only needs its id.
-                    pool_vectors[client] = np.zeros(self.dim)
+                    pool_vectors[client] = np.zeros(width)
                     continue
-                vector, pre_noise = privatize(
+                vector, pre_noise = encode(
                     rows[row_of[client]],
                     mechanism.clip_norms[group_id],
                     mechanism,
@@ -204,7 +221,7 @@ class RoundEngine:
         reasons: dict[str, str] = {}
         graphs: dict[str, str] = {}
         keystream_bytes = 0
-        for mechanism in self.mechanisms:
+        for mechanism in mechanisms:
             pool_vectors = vectors[mechanism.pool_id]
             if len(pool_vectors) < mechanism.threshold:
                 pool_sums[mechanism.pool_id] = None
@@ -235,6 +252,12 @@ class RoundEngine:
                 survived[mechanism.pool_id] = len(result.survivors)
         timing["secagg"] = time.perf_counter() - tick
 
+        counts: dict[str, float | None] = {}
+        if clip_norm is not None:
+            # the last coordinate of a released sum is the pool's noisy count; the update is the rest
+            counts = {pool_id: None if total is None else float(total[-1]) for pool_id, total in pool_sums.items()}
+            pool_sums = {pool_id: None if total is None else total[: self.dim] for pool_id, total in pool_sums.items()}
+
         tick = time.perf_counter()
         device = global_params.device
         released = {
@@ -243,6 +266,7 @@ class RoundEngine:
         }
         update = self.strategy.aggregate(ctx, released, self.dim)
         new_params = self.strategy.server_update(ctx, global_params, update)
+        fraction = None if controller is None else controller.update(counts)
         timing["aggregate"] = time.perf_counter() - tick
 
         outcome = RoundOutcome(
@@ -258,6 +282,8 @@ class RoundEngine:
             nonfinite_updates=nonfinite,
             secagg=graphs,
             keystream_bytes=keystream_bytes,
+            clip_norm=clip_norm,
+            unclipped_fraction=fraction,
         )
         return new_params, outcome
 

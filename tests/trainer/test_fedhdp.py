@@ -162,7 +162,7 @@ def test_personal_models_survive_checkpoint_and_resume(plan, data, tmp_path):
         ({"ratios": {"P2": 0.5}}, ["ratios", "no noise"]),
         ({"lambdas": {"nobody": 0.1}}, ["lambdas", "unknown group 'nobody'"]),
         ({"lambdas": -1.0}, ["lambdas", ">= 0"]),
-        ({"adaptive_clip": True}, ["adaptive_clip", "not permitted"]),
+        ({"adaptive_clip": True}, ["adaptive_clip", "no adaptive_clip block"]),
     ],
 )
 def test_bad_options_are_named(plan, data, options, words):

@@ -103,6 +103,10 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     })
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
     refuse_client_state(config.strategy)
+    if config.strategy_options.get("adaptive_clip"):
+        from trainer.run.runner import ADAPTIVE_CLIP_SIMULATOR_ONLY
+
+        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     run_config = run_config_of(options, config)
     train_config(run_config)  # what the ServerApp will read back, checked now
     out = write_bundle(args.out, document, run_config)

@@ -56,6 +56,12 @@ class RoundRecord(BaseModel):
     secagg: dict[str, str] = Field(
         default_factory=dict, description="pool id -> the graph its session ran: full or sparse k=.. t=.."
     )
+    clip_norm: float | None = Field(
+        None, description="adaptive clipping: the clip norm S^t this round ran with; null with fixed clipping"
+    )
+    unclipped_fraction: float | None = Field(
+        None, description="adaptive clipping: the noisy share b_bar of unclipped clients the round released"
+    )
 
 
 def append_round(path: Path, record: RoundRecord) -> None:

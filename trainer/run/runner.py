@@ -104,6 +104,12 @@ class TrainConfig(BaseModel):
 
 
 # TrainConfig fields a checkpoint fingerprint leaves out while they are at their defaults.
+# The Flower scale-out's round executor clips at the plan's fixed C (docs/flower.md); adaptive
+# clipping's count coordinate and S^t live in the simulator's RoundEngine only.
+ADAPTIVE_CLIP_SIMULATOR_ONLY = (
+    "adaptive clipping runs in gdpfed train's round engine only; the Flower scale-out clips at the plan's fixed C"
+)
+
 LATER_CONFIG_FIELDS = (
     "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
 )
@@ -378,6 +384,8 @@ def prepare_client_run(
         )
 
     strategy = build_strategy(plan)
+    if engine_factory is not None and strategy.adaptive_clip is not None:
+        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     engine = (engine_factory or build_engine)(plan, strategy, population, dim, config, config.rounds)
     initial = flatten_params(model).to(chosen_device)
     return PreparedRun(
@@ -529,6 +537,8 @@ def round_record(
         | {name: float(value) for name, value in (strategy_metrics or {}).items()},
         accuracy_by_group=dict(accuracy_by_group or {}),
         secagg=outcome.secagg,
+        clip_norm=outcome.clip_norm,
+        unclipped_fraction=outcome.unclipped_fraction,
     )
 
 

@@ -25,8 +25,9 @@ things differ:
 ``evaluate`` reports ``personal_accuracy`` (mean over all clients of their personal
 model's accuracy on their own test rows; a client never sampled is scored with the
 global model) and ``personal_accuracy.<group>``; the run itself reports the global
-model's ``accuracy_by_group``. Adaptive clipping (the paper's Andrew et al. clip) is not
-built: clipping is the plan's fixed ``C_g`` (docs/trainer.md §FedHDP says why).
+model's ``accuracy_by_group``. ``adaptive_clip=true`` clips with the paper's adaptive
+clipping (Andrew et al.; ``PlanStrategy``'s option, docs/trainer.md §Adaptive clipping);
+the default is the plan's fixed ``C_g``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from accounting.errors import InvalidInputError
 from planner.schema import Plan
 from trainer.sparsify import top_k
 from trainer.strategies.base import Population, RoundContext, StrategySpec
-from trainer.strategies.plan import PlanStrategy
+from trainer.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
 
 DEFAULT_LAMBDA = 0.05
 # Personal models scored per evaluation chunk: bounds the [clients, d] block built at once.
@@ -64,6 +65,7 @@ class FedHDPOptions(BaseModel):
     )
     personal_lr: float | None = Field(None, gt=0, description="personal models' step size (default: the run's lr)")
     personalize: bool = Field(True, description="false: no personal models (FedHDP's aggregation only)")
+    adaptive_clip: bool = Field(False, description=ADAPTIVE_CLIP_DESCRIPTION)
 
 
 def pool_ratios(plan: Plan, given: Mapping[str, float]) -> dict[str, float]:
@@ -227,7 +229,7 @@ class FedHDPStrategy(PlanStrategy):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict({"momentum": state.get("momentum")})
+        super().load_state_dict({key: state[key] for key in ("momentum", "adaptive_clip") if key in state})
         clients = state["personal_clients"].tolist() if "personal_clients" in state else []
         self.personal = {c: state["personal"][i].clone() for i, c in enumerate(clients)}
 

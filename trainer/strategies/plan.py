@@ -10,7 +10,9 @@ never in code (docs/trainer.md §Strategies).
 - aggregation: ``Delta = (1/K) sum_P top_{k_P}(S_P)`` with ``K`` = the scenario's expected
   clients per round (docs/planning.md §3): a fixed, data-independent
   denominator; an aborted pool adds nothing;
-- server step: ``v <- beta v + Delta``, ``w <- w + eta v`` (``beta`` = 0: plain FedAvg).
+- server step: ``v <- beta v + Delta``, ``w <- w + eta v`` (``beta`` = 0: plain FedAvg);
+- option ``adaptive_clip``: the clip follows Andrew et al.'s adaptive clipping with the
+  plan's ``adaptive_clip`` block (docs/trainer.md §Adaptive clipping); fixed ``C_g`` by default.
 """
 
 from __future__ import annotations
@@ -20,11 +22,26 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from planner.schema import Plan
+from trainer.adaptive_clip import AdaptiveClipping
 from trainer.sparsify import top_k
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, StrategySpec, poisson_sample
+
+ADAPTIVE_CLIP_DESCRIPTION = (
+    "true: clip at S^t, updated from a noisy count of unclipped clients (Andrew et al.; the plan's adaptive_clip "
+    "block, docs/trainer.md §Adaptive clipping); false: the plan's fixed clip norms"
+)
+
+
+class PlanOptions(BaseModel):
+    """``--strategy-option`` values of ``plan`` (docs/trainer.md §Adaptive clipping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adaptive_clip: bool = Field(False, description=ADAPTIVE_CLIP_DESCRIPTION)
 
 
 class PlanStrategy(Strategy):
@@ -41,6 +58,7 @@ class PlanStrategy(Strategy):
         device: torch.device,
         server_lr: float = 1.0,
         server_momentum: float = 0.0,
+        adaptive_clip: bool = False,
     ) -> None:
         if not server_lr > 0:
             raise ValueError(f"server_lr must be positive, got {server_lr}")
@@ -56,6 +74,7 @@ class PlanStrategy(Strategy):
         self.server_momentum = server_momentum
         self.denominator = plan.scenario.participation
         self._momentum: torch.Tensor | None = None
+        self.adaptive_clip = AdaptiveClipping.from_plan(plan) if adaptive_clip else None
 
     def configure_round(self, ctx: RoundContext, population: Population) -> dict[str, np.ndarray]:
         return {
@@ -99,17 +118,23 @@ class PlanStrategy(Strategy):
         return global_params + self.server_lr * step
 
     def state_dict(self) -> dict[str, Any]:
-        return {"momentum": None if self._momentum is None else self._momentum.detach().cpu().clone()}
+        state: dict[str, Any] = {"momentum": None if self._momentum is None else self._momentum.detach().cpu().clone()}
+        if self.adaptive_clip is not None:
+            state["adaptive_clip"] = self.adaptive_clip.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         momentum = state.get("momentum")
         self._momentum = None if momentum is None else momentum.to(self.device)
+        if self.adaptive_clip is not None and "adaptive_clip" in state:
+            self.adaptive_clip.load_state_dict(state["adaptive_clip"])
 
 
 SPEC = StrategySpec(
     name="plan",
     summary="the plan's own algorithm: Poisson sampling per group, local SGD, top-k per pool, fixed denominator K",
     strategy=PlanStrategy,
+    options=PlanOptions,
     privacy_unit="client",
     plan_methods=None,
     default_plan_method="gdpfed_plus",

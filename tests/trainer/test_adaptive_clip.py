@@ -1,0 +1,199 @@
+"""Adaptive clipping in the round engine (docs/trainer.md §Adaptive clipping; design note (f))."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from accounting.errors import InvalidInputError
+from planner.adaptive_clip import adaptive_pools, effective_noise_multiplier
+from planner.schema import AdaptiveClip, Plan
+from planner.verify import verify_executable
+from tests.trainer.test_fedhdp import ROUNDS, config
+from tests.trainer.test_strategies import Interrupt
+from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from trainer.adaptive_clip import AdaptiveClipping
+from trainer.mechanism import at_clip, pool_mechanisms, privatize, privatize_counted
+from trainer.rounds import RoundEngine
+from trainer.run.checkpoint import load_checkpoint
+from trainer.run.metrics import read_rounds
+from trainer.run.runner import execute_run, prepare_run
+from trainer.strategies import Population, RoundContext, Strategy
+
+
+def run(plan, data, out, strategy="plan", options=None, resume=False, progress=None):
+    """test_fedhdp's run with the exact-sum execution (the protocol's release, bit for bit, faster)."""
+    cfg = config(strategy=strategy, strategy_options=options or {}, secagg_execution="exact_sum")
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg, out, resume=resume, dataset=data)
+    return prepared, execute_run(prepared, progress=progress or quiet_progress(ROUNDS))
+
+
+def with_adaptive_clip(plan: Plan, **settings: float) -> Plan:
+    """``plan`` with an ``adaptive_clip`` block and the pools' sigma_Delta and sigma_b it implies."""
+    scenario = plan.scenario.model_copy(update={"adaptive_clip": AdaptiveClip(**settings)})
+    pools = adaptive_pools(scenario, plan.pools, {g.id: g.clip_norm for g in plan.groups})
+    return plan.model_copy(update={"scenario": scenario, "pools": pools})
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return hand_plan(
+        [("private", 3.0, 36, 0.5), ("out", None, 4, 0.5)],
+        [("P1", ["private"], 1.0, 2, 1.0), ("P2", ["out"], 0.0, 1, 1.0)],
+        rounds=ROUNDS, model_dim=700, method="gdpfed",
+    )
+
+
+@pytest.fixture(scope="module")
+def data():
+    from trainer.data import load_dataset
+
+    return load_dataset("digits", num_clients=40, partition="one_label", seed=0, client_test_fraction=0.25)
+
+
+@pytest.fixture(scope="module")
+def fixed_run(plan, data, tmp_path_factory):
+    """The plan's run with fixed clipping: the reference the adaptive runs are compared with."""
+    out = tmp_path_factory.mktemp("fixed") / "run"
+    run(plan, data, out)
+    return out
+
+
+class FixedNorms(Strategy):
+    """Every client, every round; client c's update has norm ``norms[c]``; the model never moves."""
+
+    def __init__(self, plan: Plan, norms: np.ndarray, dim: int) -> None:
+        self.plan = plan
+        self.norms = norms
+        self.dim = dim
+        self.adaptive_clip = AdaptiveClipping.from_plan(plan)
+
+    def configure_round(self, ctx, population):
+        return {g: np.asarray(c) for g, c in population.group_clients.items()}
+
+    def client_update(self, ctx, global_params, clients, groups):
+        direction = torch.ones(len(clients), self.dim, dtype=torch.float64) / math.sqrt(self.dim)
+        return direction * torch.as_tensor(self.norms[clients], dtype=torch.float64)[:, None]
+
+    def aggregate(self, ctx, pool_sums, dim):
+        return torch.zeros(dim, dtype=torch.float64)
+
+    def server_update(self, ctx, global_params, update):
+        return global_params
+
+
+def test_without_noise_the_clip_converges_to_the_target_quantile() -> None:
+    clients, dim, kappa = 60, 8, 0.3
+    norms = np.random.default_rng(5).lognormal(0.0, 1.0, clients)
+    plan = with_adaptive_clip(
+        hand_plan([("all", None, clients, 1.0)], [("P1", ["all"], 0.0, 1, 1.0)], rounds=120, model_dim=dim,
+                  method="nonprivate"),
+        initial_clip_norm=20.0, target_quantile=kappa, learning_rate=0.2,
+    )
+    assert plan.pools[0].count_noise_std == 0.0  # a pool without noise counts without noise
+    strategy = FixedNorms(plan, norms, dim)
+    engine = RoundEngine(plan, strategy, Population({"all": np.arange(clients)}), dim, rounds=120,
+                         secagg_execution="exact_sum")
+    params = torch.zeros(dim, dtype=torch.float64)
+    clips, fractions = [], []
+    for t in range(120):
+        params, outcome = engine.run(RoundContext(t, t, 0), params)
+        clips.append(outcome.clip_norm)
+        fractions.append(outcome.unclipped_fraction)
+        # noiseless: the released share is the exact share of updates within the round's clip
+        assert outcome.unclipped_fraction == pytest.approx(np.mean(norms <= outcome.clip_norm), abs=1e-12)
+    assert clips[0] == 20.0
+    final = strategy.adaptive_clip.clip_norm
+    # at the fixed point the share of norms within S is kappa, to one client either side
+    assert abs(np.mean(norms <= final) - kappa) <= 1.5 / clients
+    assert np.quantile(norms, kappa - 2 / clients) <= final <= np.quantile(norms, kappa + 2 / clients)
+    assert clips[1] == pytest.approx(20.0 * math.exp(-0.2 * (1.0 - kappa)))
+
+
+def test_the_round_mechanism_scales_noise_with_the_clip(plan) -> None:
+    adaptive = with_adaptive_clip(plan, count_noise_std=2.0)
+    [private, _] = pool_mechanisms(adaptive, 700, ROUNDS, adaptive=True)
+    sigma_delta = (1.0 - 0.25**2) ** -0.5  # z_eff = 1, sigma_b = 2
+    assert private.update_noise_multiplier == pytest.approx(sigma_delta)
+    assert effective_noise_multiplier(private.update_noise_multiplier, 2.0) == pytest.approx(1.0)
+    round_mechanism = at_clip(private, 0.25, 700)
+    assert round_mechanism.share_std == pytest.approx(sigma_delta * 0.25 / math.sqrt(2))
+    assert round_mechanism.clip_norms == {"private": 0.25}
+    assert round_mechanism.count_share_std == pytest.approx(2.0 / math.sqrt(2))
+    rng = np.random.default_rng(3)
+    long = rng.standard_normal(700)  # norm ~26: clipped
+    vector, encoded = privatize_counted(long, 0.25, round_mechanism, np.random.default_rng(1))
+    assert vector.shape == (701,) and np.linalg.norm(encoded) <= 0.25
+    plain, _ = privatize(long, 0.25, round_mechanism, np.random.default_rng(1))
+    assert np.array_equal(vector[:700], plain)  # the update part draws what fixed clipping draws
+    counts = [privatize_counted(long * 1e-3, 0.25, round_mechanism, np.random.default_rng(s))[0][700] for s in range(4000)]
+    # unclipped (norm 0.026): b - 1/2 = +1/2, with the count's share std sigma_b / sqrt(m_P)
+    assert np.mean(counts) == pytest.approx(0.5, abs=0.1)
+    assert np.std(counts) == pytest.approx(2.0 / math.sqrt(2), rel=0.05)
+    assert all(float(c) * round_mechanism.scale == round(float(c) * round_mechanism.scale) for c in counts[:50])
+
+
+def test_huge_count_noise_and_no_learning_rate_is_fixed_clipping_bit_for_bit(plan, data, fixed_run, tmp_path) -> None:
+    # sigma_b -> infinity: sigma_Delta -> z_eff; eta_b = 0 keeps S = C: the run is fixed clipping's
+    adaptive = with_adaptive_clip(plan, count_noise_std=1e8, learning_rate=0.0)
+    assert adaptive.pools[0].update_noise_multiplier == adaptive.pools[0].noise_multiplier
+    run(adaptive, data, tmp_path / "adaptive", "plan", {"adaptive_clip": True})
+    a = load_checkpoint(fixed_run / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "adaptive" / "checkpoint.pt")
+    assert torch.equal(a["global_params"], b["global_params"])
+    assert a["ledger"] == b["ledger"]
+    assert [r.clip_norm for r in read_rounds(tmp_path / "adaptive" / "rounds.jsonl")] == [1.0] * ROUNDS
+    assert all(r.clip_norm is None for r in read_rounds(fixed_run / "rounds.jsonl"))
+
+
+def test_fixed_clipping_stays_the_default_and_ignores_the_block(plan, data, fixed_run, tmp_path) -> None:
+    adaptive = with_adaptive_clip(plan, learning_rate=0.5)
+    verify_executable(adaptive)
+    prepared, _ = run(adaptive, data, tmp_path / "block", "fedhdp", {"personalize": False})
+    assert prepared.strategy.adaptive_clip is None
+    a = load_checkpoint(fixed_run / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "block" / "checkpoint.pt")
+    assert torch.equal(a["global_params"], b["global_params"]) and a["ledger"] == b["ledger"]
+
+
+def test_adaptive_runs_log_the_clip_account_as_planned_and_resume_exactly(plan, data, fixed_run, tmp_path) -> None:
+    adaptive = with_adaptive_clip(plan, initial_clip_norm=2.0, target_quantile=0.5, learning_rate=0.5)
+    options = {"adaptive_clip": True, "ratios": {"P1": 0.5}}
+    whole, _ = run(adaptive, data, tmp_path / "whole", "fedhdp", options)
+    records = read_rounds(tmp_path / "whole" / "rounds.jsonl")
+    clips = [r.clip_norm for r in records]
+    assert clips[0] == 2.0 and len(set(clips)) == ROUNDS  # S^t moves every round
+    for before, after, record in zip(clips, clips[1:], records):
+        assert after == pytest.approx(before * math.exp(-0.5 * (record.unclipped_fraction - 0.5)), rel=1e-12)
+    whole_state = load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
+    assert whole_state["ledger"] == load_checkpoint(fixed_run / "checkpoint.pt")["ledger"]  # z_eff: unchanged
+    with pytest.raises(KeyboardInterrupt):
+        run(adaptive, data, tmp_path / "split", "fedhdp", options, progress=Interrupt(2))
+    resumed, _ = run(adaptive, data, tmp_path / "split", "fedhdp", options, resume=True)
+    split = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert torch.equal(whole_state["global_params"], split["global_params"])
+    assert resumed.strategy.adaptive_clip.clip_norm == whole.strategy.adaptive_clip.clip_norm
+    assert [r.clip_norm for r in read_rounds(tmp_path / "split" / "rounds.jsonl")] == clips
+    assert all(torch.equal(resumed.strategy.personal[c], whole.strategy.personal[c]) for c in whole.strategy.personal)
+
+
+def test_adaptive_clip_needs_the_plans_block_and_the_simulator(plan, data, tmp_path) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        run(plan, data, tmp_path / "no_block", "fedhdp", {"adaptive_clip": True})
+    assert caught.value.field == "strategy-option adaptive_clip" and "no adaptive_clip block" in caught.value.reason
+    from trainer.run.runner import TrainConfig
+
+    adaptive = with_adaptive_clip(plan)
+    config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [10]}, rounds=ROUNDS,
+                         strategy="plan", strategy_options={"adaptive_clip": True})
+
+    def flower_engine(*args, **kwargs):
+        raise AssertionError("never built")
+
+    with pytest.raises(InvalidInputError) as caught:
+        prepare_run(adaptive, adaptive.model_dump(mode="json"), config, tmp_path / "flower", dataset=data,
+                    engine_factory=flower_engine)
+    assert caught.value.field == "strategy-option adaptive_clip" and "Flower" in caught.value.reason
