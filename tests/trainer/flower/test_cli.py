@@ -65,6 +65,8 @@ def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(
         (["--rounds", "3"], "rounds: 3 exceeds the plan's 2 rounds"),
         (["--strategy", "fedprox"], "strategy: unknown strategy 'fedprox'"),
         (["--strategy", "fedhdp"], "strategy: fedhdp keeps per-client state between rounds"),
+        (["--strategy-option", "adaptive_clip=true"],
+         "strategy-option adaptive_clip: adaptive clipping runs in gdpfed train's round engine only"),
         (["--local-steps", "0"], "local_steps"),
         (["--step-timeout", "0"], "step-timeout"),
     ],
