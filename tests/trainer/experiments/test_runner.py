@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[3]
 CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
 # Cell counts stated in each config's header comment.
 EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24,
-                  "mrmtl": 72, "mrmtl_lambda": 18, "fedhdp": 42, "metric": 24, "metric_digits": 81}
+                  "mrmtl": 72, "mrmtl_lambda": 18, "fedhdp": 48, "fedhdp_lambda": 27, "metric": 24,
+                  "metric_digits": 81}
 
 TINY = """
 name: tiny
@@ -146,7 +147,7 @@ FEDHDP_SHORT = ["skewed__digits__fedhdp_r0__s0", "random__digits__dp_fedavg_all_
 
 
 def test_smoke_run_of_fedhdp_cells(tmp_path):
-    """Three of the fedhdp config's 42 cells at smoke size (the whole config: the slow test below)."""
+    """Three of the fedhdp config's 48 cells at smoke size (the whole config: the slow test below)."""
     summary = run_experiment(REPO / "experiments" / "fedhdp.yaml", tmp_path, smoke=True, only=FEDHDP_SHORT, log=quiet)
     assert sorted(summary.ran) == sorted(FEDHDP_SHORT)
     check_outputs(tmp_path, len(FEDHDP_SHORT))
@@ -155,6 +156,17 @@ def test_smoke_run_of_fedhdp_cells(tmp_path):
     assert set(ditto["accuracy_by_group"]) == {"private", "out"} and ditto["personal_accuracy"] is not None
     assert ditto["epsilon_spent"]["out"] is not None  # everyone private, opted-out clients included
     assert cells["skewed__digits__gdpfed_plus__s2"]["personal_accuracy"] is None
+
+
+def test_smoke_run_of_a_fedhdp_lambda_cell(tmp_path):
+    """The lambda grid runs on the fedhdp sizes; its cells record the lambda they ran."""
+    only = ["random__digits__fedhdp_r0.01_lam0.25__s0"]
+    summary = run_experiment(REPO / "experiments" / "fedhdp_lambda.yaml", tmp_path, smoke=True, only=only, log=quiet)
+    assert summary.ran == only
+    cell = json.loads((tmp_path / "cells" / f"{only[0]}.json").read_text())
+    assert cell["personal_accuracy"] is not None
+    options = json.loads((tmp_path / "runs" / only[0] / "config.json").read_text())["strategy_options"]
+    assert options["lambdas"] == 0.25 and options["ratios"] == {"P1": 0.01}
 
 
 @pytest.mark.slow
