@@ -192,3 +192,84 @@ def test_default_ratios_come_from_the_plan_and_given_ones_override(data):
     assert strategy(plan, data).ratios == predicted
     private_pool = plan.group("private").pool
     assert strategy(plan, data, ratios={private_pool: 0.3}).ratios[private_pool] == 0.3
+
+
+def quadratic_toy(clients_private=30, clients_out=10, rows=4, seed=3):
+    """Regression data of the point-estimation model: client j's rows have mean phi_hat_j."""
+    from trainer.data.dataset import FederatedDataset
+
+    rng = np.random.default_rng(seed)
+    n = clients_private + clients_out
+    phi_hat = 0.5 + rng.normal(0.0, 0.8, n)
+    y = np.repeat(phi_hat, rows) + np.tile([-0.3, 0.1, 0.3, -0.1], n)  # each client's rows average phi_hat_j
+    data = FederatedDataset(
+        name="quadratic", task="regression", train_x=torch.zeros(n * rows, 1), train_y=torch.tensor(y, dtype=torch.float32),
+        client_indices=tuple(torch.arange(j * rows, (j + 1) * rows) for j in range(n)),
+        client_ids=tuple(f"c{j}" for j in range(n)), test_x=torch.zeros(2, 1), test_y=torch.zeros(2),
+        num_classes=1, input_shape=(1,),
+    )
+    return data, torch.tensor(y, dtype=torch.float64).reshape(n, rows).mean(dim=1)
+
+
+def test_lemma_7_quadratic_toy_through_the_round_engine():
+    """Design note §2.7 3(b), docs/trainer.md §FedHDP: on f_j(w) = mean (w - y)^2 one full-batch
+    step at lr 1/2 lands on phi_hat_j, so each client releases phi_hat_j - theta (the paper's
+    eta = 1); the Ditto step at personal_lr 1/(2 + lambda_e) lands on (phi_hat_j + lam
+    theta) / (1 + lam) with lam = lambda_e / 2 (eq. 48; the engine's loss is twice the paper's
+    (w - phi_hat)^2 / 2), whatever the personal model was. With q = 1 and thresholds at the pool
+    sizes the round releases the pools' sums with noise N_p^2 gamma^2 on the private one, so the
+    global model is the r-weighted psi mean; over seeds its variance is Lemma 1's noise term."""
+    from scipy import stats
+
+    from planner.fedhdp import server_mse
+    from trainer.models import build_model
+    from trainer.rounds import RoundEngine
+    from trainer.strategies import Population
+
+    n_private, n_out, clip, gamma2, ratio = 30, 10, 10.0, 0.01, 0.25
+    sigma = n_private * gamma2**0.5 / clip
+    toy = hand_plan([("private", 1e3, n_private, 1.0), ("out", None, n_out, 1.0)],
+                    [("P1", ["private"], sigma, n_private, 1.0), ("P2", ["out"], 0.0, n_out, 1.0)],
+                    rounds=2, clip_norm=clip, model_dim=1, method="gdpfed")
+    data, phi_hat = quadratic_toy(n_private, n_out)
+    lam = {"private": 0.25, "out": 0.05}  # the paper's lambda; the engine's prox weight is twice it
+
+    def engine(personal_lr, **options):
+        model = build_model("mean", data, seed=0)
+        fedhdp = FedHDPStrategy(toy, model, data, engine="batched", device=torch.device("cpu"),
+                                local=LocalTrainingConfig(local_steps=1, batch_size=4, lr=0.5),
+                                ratios={"P1": ratio}, personal_lr=personal_lr, **options)
+        population = Population({"private": np.arange(n_private), "out": np.arange(n_private, n_private + n_out)})
+        return fedhdp, RoundEngine(toy, fedhdp, population, 1, rounds=2, secagg_execution="exact_sum",
+                                   keep_pool_sums=True)
+
+    theta0 = torch.tensor([0.2], dtype=torch.float64)
+    private, out = slice(0, n_private), slice(n_private, None)
+    # Round 1: every client releases phi_hat_j - theta0; the opted-out pool's sum has no noise
+    fedhdp, rounds = engine(1.0, personalize=False)
+    theta1, outcome = rounds.run(RoundContext(0, 0, 0), theta0)
+    grid = {m.pool_id: 1.0 / m.scale for m in rounds.mechanisms}  # each client's value is rounded to this grid
+    opted_out_sum = float(outcome.pool_sums["P2"][0])
+    assert opted_out_sum == pytest.approx(float((phi_hat[out] - theta0).sum()), abs=n_out * grid["P2"])
+    psi_private = float(outcome.pool_sums["P1"][0]) / n_private + float(theta0)  # the private set's noised mean
+    psi_out = opted_out_sum / n_out + float(theta0)
+    weighted = (n_out * psi_out + ratio * n_private * psi_private) / (n_out + ratio * n_private)
+    assert float(theta1[0]) == pytest.approx(weighted, abs=1e-9)
+    # over seeds: centred on the r-weighted phi_hat mean, with Lemma 1's noise term (sigma_c^2 = 0: data fixed)
+    draws = np.array([float(rounds.run(RoundContext(0, 0, s), theta0)[0][0]) for s in range(120)])
+    centre = float((phi_hat[out].sum() + ratio * phi_hat[private].sum()) / (n_out + ratio * n_private))
+    variance = server_mse(ratio, 0.0, n_out, n_private, gamma2)
+    assert abs(draws.mean() - centre) < 4 * (variance / draws.size) ** 0.5
+    low, high = stats.chi2.ppf([0.0005, 0.9995], draws.size - 1) / (draws.size - 1)
+    assert variance * low < draws.var(ddof=1) < variance * high
+    # Rounds 1 and 2 with Ditto at personal_lr 1/(1 + lam) in the paper's terms
+    lambda_e = {g: 2 * v for g, v in lam.items()}
+    for group, members in (("private", range(n_private)), ("out", range(n_private, n_private + n_out))):
+        fedhdp, rounds = engine(1.0 / (2 + lambda_e[group]), lambdas=lambda_e)
+        received = theta0
+        for index in range(2):
+            after, _ = rounds.run(RoundContext(index, index, 0), received)
+            for j in members:
+                expected = (float(phi_hat[j]) + lam[group] * float(received[0])) / (1 + lam[group])
+                assert float(fedhdp.personal[j][0]) == pytest.approx(expected, abs=1e-5)
+            received = after
