@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from planner.schema import FedHDPPrediction, GroupPlan, PoolPlan, Scenario
+    from planner.schema import DittoLambdaPrediction, FedHDPPrediction, GroupPlan, PoolPlan, Scenario
 
 
 def optimal_ratio(sigma_c2: float, private_clients: float, gamma2: float) -> float:
@@ -115,3 +115,51 @@ def fedhdp_prediction(scenario: Scenario, groups: Sequence[GroupPlan], pools: Se
         pool.keep_ratio * ratios[pool.id] ** 2 * pool.noise_std**2 for pool in pools
     ) / denominator**2
     return FedHDPPrediction(ratios=ratios, aggregation_weights=weights, noise_energy=energy)
+
+
+DITTO_ASSUMPTIONS = (
+    "FedHDP's point-estimation model per model coordinate (linear or mean-estimation models; alpha^2 and "
+    "tau^2 have no exact meaning for a neural network): one round, each pool a level whose K_P expected "
+    "clients each carry alpha^2 + tau^2 plus the per-client share s_P^2 / K_P of the pool's noise; the server "
+    "combines the pools with assumed_ratios (inverse-variance weights), and lambda* is Bayes-optimal only "
+    "under those ratios; null where 1 - w_j (1 + rho_j) <= 0 (no finite lambda is optimal)"
+)
+
+
+def ditto_lambda_prediction(
+    scenario: Scenario, groups: Sequence[GroupPlan], pools: Sequence[PoolPlan]
+) -> DittoLambdaPrediction | None:
+    """Ditto's advisory ``lambda*`` per group (``None`` without the scenario's
+    ``sampling_variance_per_coordinate`` alpha2 and ``heterogeneity_variance_per_coordinate`` tau2).
+
+    Each pool with expected clients is a level of the point-estimation model with
+    ``N_k = K_P`` clients and per-client noise ``N_k gamma2_k = s_P^2 / K_P`` (the pool sum's
+    noise variance spread over its clients, as in ``pool_ratio``), so
+    ``sigma2_P = alpha2 + tau2 + s_P^2 / K_P``; ``optimal_lambdas`` gives each level's
+    ``lambda*`` under the inverse-variance ratios ``r_P = min_k sigma2_k / sigma2_P``
+    (docs/planning.md §14). With ``V/d = alpha2 + tau2`` these ratios are ``pool_ratio``'s."""
+    from planner.schema import DittoLambdaPrediction
+
+    alpha2 = scenario.sampling_variance_per_coordinate
+    tau2 = scenario.heterogeneity_variance_per_coordinate
+    if alpha2 is None or tau2 is None:
+        return None
+    levels = [pool for pool in pools if pool.expected_clients > 0]
+    if not levels:
+        return None
+    counts = np.array([pool.expected_clients for pool in levels], dtype=float)
+    gamma2 = np.array([pool.noise_std**2 for pool in levels], dtype=float) / counts**2
+    variance = alpha2 + tau2 + counts * gamma2
+    lambdas = optimal_lambdas(alpha2, tau2, counts.tolist(), gamma2.tolist())
+    by_pool = {pool.id: float(value) for pool, value in zip(levels, lambdas, strict=True)}
+    return DittoLambdaPrediction(
+        lambdas={
+            group.id: None
+            if group.expected_clients <= 0 or not np.isfinite(by_pool.get(group.pool, np.nan))
+            else by_pool[group.pool]
+            for group in groups
+        },
+        assumed_ratios={pool.id: float(variance.min() / v) for pool, v in zip(levels, variance, strict=True)},
+        client_variance={pool.id: float(v) for pool, v in zip(levels, variance, strict=True)},
+        assumptions=DITTO_ASSUMPTIONS,
+    )

@@ -18,7 +18,7 @@ from accounting.events import Phase
 from planner import calibration
 from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
-from planner.fedhdp import fedhdp_prediction
+from planner.fedhdp import ditto_lambda_prediction, fedhdp_prediction
 from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
 from planner.objective import objective_terms
@@ -149,6 +149,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             objective=terms.objective,
             noise_to_signal=ratio,
             fedhdp=fedhdp_prediction(s, group_plans, pool_plans),
+            ditto_lambdas=ditto_lambda_prediction(s, group_plans, pool_plans),
         ),
         warnings=_unique(warnings),
     )

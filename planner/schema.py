@@ -142,6 +142,17 @@ class Scenario(_Strict):
         description="V = E||Delta_i - mean Delta||^2 of the clipped client updates, measured on a nonprivate "
         "proxy run; given, the plan predicts FedHDP's per-pool ratios r* (docs/planning.md §14)",
     )
+    sampling_variance_per_coordinate: Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)] | None = Field(
+        None,
+        description="alpha^2: variance of a client's local estimate around its own optimum, per model coordinate "
+        "(squared parameter units); with heterogeneity_variance_per_coordinate the plan reports Ditto's advisory "
+        "lambda* per group (docs/planning.md §14)",
+    )
+    heterogeneity_variance_per_coordinate: Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)] | None = Field(
+        None,
+        description="tau^2: variance of the clients' own optima around the population's, per model coordinate "
+        "(squared parameter units); give it with sampling_variance_per_coordinate (docs/planning.md §14)",
+    )
     bias_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
     adaptive_clip: AdaptiveClip | None = Field(
         None,
@@ -171,6 +182,20 @@ class Scenario(_Strict):
     def _one_participation_setting(self) -> Scenario:
         if (self.expected_clients is None) == (self.sampling_rate is None):
             raise ValueError("give exactly one of expected_clients or sampling_rate")
+        return self
+
+    @model_validator(mode="after")
+    def _ditto_model_inputs_together(self) -> Scenario:
+        if (self.sampling_variance_per_coordinate is None) != (self.heterogeneity_variance_per_coordinate is None):
+            missing = (
+                "heterogeneity_variance_per_coordinate"
+                if self.heterogeneity_variance_per_coordinate is None
+                else "sampling_variance_per_coordinate"
+            )
+            raise ValueError(
+                f"{missing} is missing: Ditto's lambda* needs both sampling_variance_per_coordinate (alpha^2) "
+                "and heterogeneity_variance_per_coordinate (tau^2), or neither"
+            )
         return self
 
     @property
@@ -299,6 +324,24 @@ class FedHDPPrediction(BaseModel):
     noise_energy: float = Field(description="d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2 with these ratios")
 
 
+class DittoLambdaPrediction(BaseModel):
+    """Ditto's advisory lambda* per group on FedHDP's point-estimation model (docs/planning.md
+    §14): a local choice of each client, no privacy number depends on it."""
+
+    lambdas: dict[str, float | None] = Field(
+        description="group id -> lambda* (null where no finite lambda is optimal or the group is never sampled)"
+    )
+    assumed_ratios: dict[str, float] = Field(
+        description="pool id -> the server ratio r_P = min_k sigma2_k / sigma2_P under which these lambda* are "
+        "optimal (inverse-variance weights; with other ratios no lambda is Bayes-optimal)"
+    )
+    client_variance: dict[str, float] = Field(
+        description="pool id -> sigma2_P = alpha^2 + tau^2 + s_P^2 / K_P: a participating client's variance per "
+        "coordinate (local estimate, heterogeneity, and its share of the pool's noise)"
+    )
+    assumptions: str = Field(description="the model and conditions these numbers hold under")
+
+
 class Predicted(BaseModel):
     """The objective's terms at the plan (docs/planning.md §3) and its learnability (§13)."""
 
@@ -317,6 +360,11 @@ class Predicted(BaseModel):
     )
     fedhdp: FedHDPPrediction | None = Field(
         None, description="FedHDP's ratios r* and their aggregation weights (scenarios with update_dispersion)"
+    )
+    ditto_lambdas: DittoLambdaPrediction | None = Field(
+        None,
+        description="Ditto's advisory lambda* per group (scenarios with sampling_variance_per_coordinate and "
+        "heterogeneity_variance_per_coordinate)",
     )
 
 

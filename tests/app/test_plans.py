@@ -113,3 +113,18 @@ def test_max_groups_setting(db_url: str) -> None:
     with TestClient(create_app(settings, announce_key=False), headers=auth(OPERATOR_TOKEN)) as client:
         response = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO})
         assert response.status_code == 422 and response.json()["field"] == "scenario.groups"
+
+
+def test_the_service_returns_dittos_advisory_lambdas(client: TestClient) -> None:
+    """docs/planning.md §14: alpha^2 and tau^2 in the scenario give predicted.ditto_lambdas per
+    group; without them none and no error; one without the other is a 422 naming the missing one."""
+    assert _create(client)["predicted"]["ditto_lambdas"] is None
+    scenario = copy.deepcopy(SMALL_SCENARIO)
+    scenario |= {"sampling_variance_per_coordinate": 1e-4, "heterogeneity_variance_per_coordinate": 2e-5}
+    advice = _create(client, scenario=scenario)["predicted"]["ditto_lambdas"]
+    assert set(advice["lambdas"]) == {"strict", "medium", "loose"}
+    assert all(value is None or value > 0 for value in advice["lambdas"].values())
+    assert max(advice["assumed_ratios"].values()) == 1.0 and advice["assumptions"]
+    del scenario["heterogeneity_variance_per_coordinate"]
+    refused = client.post("/v1/plans", json={"scenario": scenario})
+    assert refused.status_code == 422 and "heterogeneity_variance_per_coordinate" in refused.json()["message"]

@@ -139,3 +139,53 @@ def test_plans_predict_ratios_from_update_dispersion_without_changing_privacy():
     # no dispersion: the noised pool gets no weight
     zero = make_plan(Scenario(**base, update_dispersion=0.0), "gdpfed", clients_needed=False).predicted.fedhdp
     assert zero is not None and zero.ratios[private_pool] == 0.0 and zero.aggregation_weights["out"] == pytest.approx(1.0)
+
+
+DITTO_BASE = dict(groups=[{"id": "private", "epsilon": 3.6, "num_clients": 190}, {"id": "out", "epsilon": None, "num_clients": 10}],
+                  delta=1e-4, rounds=25, clip_norm=1.0, model_dim=1210, expected_clients=40)
+
+
+def test_plans_report_ditto_lambdas_from_the_model_inputs():
+    """lambda* per group from the scenario's alpha^2 and tau^2 equals the paper's (17) and (18)
+    with the plan's pools as the two levels (K_P clients each, per-client noise s_P^2 / K_P)."""
+    from planner import make_plan
+    from planner.schema import Scenario
+
+    plain = make_plan(Scenario(**DITTO_BASE), "gdpfed", clients_needed=False)
+    assert plain.predicted.ditto_lambdas is None  # no inputs, no advice and no error
+    alpha2, tau2 = 2e-4, 5e-5
+    scenario = Scenario(**DITTO_BASE, sampling_variance_per_coordinate=alpha2, heterogeneity_variance_per_coordinate=tau2)
+    plan = make_plan(scenario, "gdpfed", clients_needed=False)
+    advice = plan.predicted.ditto_lambdas
+    assert advice is not None and "point-estimation" in advice.assumptions
+    private, out = plan.pool(plan.group("private").pool), plan.pool(plan.group("out").pool)
+    total = private.expected_clients + out.expected_clients
+    gamma2 = private.noise_std**2 / private.expected_clients**2
+    assert advice.lambdas["private"] == pytest.approx(
+        optimal_lambda_private(alpha2, tau2, gamma2, total, out.expected_clients / total), rel=1e-9
+    )
+    assert advice.lambdas["out"] == pytest.approx(alpha2 / tau2, rel=1e-9)  # (17)
+    assert advice.client_variance[private.id] == pytest.approx(alpha2 + tau2 + private.noise_std**2 / private.expected_clients)
+    assert advice.assumed_ratios[out.id] == 1.0
+    # the assumed ratio is the plan's r* for an update dispersion V = d (alpha^2 + tau^2)
+    assert advice.assumed_ratios[private.id] == pytest.approx(
+        pool_ratio(1210 * (alpha2 + tau2), 1210, private.noise_std, private.expected_clients), rel=1e-9
+    )
+    assert [g.epsilon_spent for g in plan.groups] == [g.epsilon_spent for g in plain.groups]
+    # nonprivate: every level noiseless, Ditto's homogeneous lambda* is finite and positive
+    nonprivate = make_plan(scenario, "nonprivate", clients_needed=False).predicted.ditto_lambdas
+    assert nonprivate is not None and all(v is not None and v > 0 for v in nonprivate.lambdas.values())
+
+
+@pytest.mark.parametrize(("given", "missing"), [
+    ({"sampling_variance_per_coordinate": 1e-3}, "heterogeneity_variance_per_coordinate"),
+    ({"heterogeneity_variance_per_coordinate": 1e-3}, "sampling_variance_per_coordinate"),
+    ({"sampling_variance_per_coordinate": 0.0, "heterogeneity_variance_per_coordinate": 1e-3}, "sampling_variance_per_coordinate"),
+])
+def test_ditto_model_inputs_are_validated(given, missing):
+    from pydantic import ValidationError
+
+    from planner.schema import Scenario
+
+    with pytest.raises(ValidationError, match=missing):
+        Scenario(**DITTO_BASE, **given)
