@@ -7,11 +7,13 @@ same seed, three executors in one run:
 - ``flower loopback``: the real ServerApp and ClientApp over ``LoopbackGrid`` (Flower's
   message serialisation, one client trained at a time, no processes);
 - ``flower processes``: a real ``flower-superlink`` and one ``flower-supernode`` per client
-  on 127.0.0.1, ``flwr run`` (``trainer.flower.local``);
+  on 127.0.0.1, ``flwr run`` (``trainer.flower.local``; one ``trainer.flower.superexec``
+  starts the ClientApp processes, at most twice the CPU count alive at once);
 
 and, on each of the two Flower transports, the peer: Flower's own plain ``FedAvg``
 (``bench.flower_fedavg``: the same training on the same nodes, one message per node, no
-clipping, noise or secure aggregation, a fixed-size sample of the expected size).
+clipping, noise or secure aggregation, a fixed-size sample of the expected size); on
+processes the two runs share one SuperLink and one set of SuperNodes, one after the other.
 ``vs_fedavg`` is a gdpfed round over the plain round on the same transport: what gdpfed's
 mechanism costs on Flower.
 

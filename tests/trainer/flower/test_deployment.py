@@ -40,7 +40,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         yield Service(running.base_url, key.group(1))
 
 
-def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, capsys: Any) -> None:
+def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, capsys: Any,
+           timeout_s: float = 900, step_timeout_s: int = 300) -> None:
     from planner.schema import load_plan
 
     api = httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {service.token}"}, timeout=60)
@@ -58,12 +59,12 @@ def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, cap
     (tmp_path / "plan.json").write_text(json.dumps(document))
 
     code = app_cli.run(["flower", "app", "--plan", str(tmp_path / "plan.json"), *TINY, "--out", str(tmp_path / "app"),
-                        "--run-dir", str(tmp_path / "run"), "--report-to", service.base_url, "--step-timeout", "300"])
+                        "--run-dir", str(tmp_path / "run"), "--report-to", service.base_url, "--step-timeout", str(step_timeout_s)])
     assert code == 0, capsys.readouterr().err
     plan = load_plan(document)
     nodes = simulation_nodes(plan, None, 0)
     with LocalFederation(tmp_path / "flower", nodes, extra_env={"GDPFED_API_KEY": service.token}) as federation:
-        code = federation.run(tmp_path / "app", {"min-nodes": str(len(nodes))}, timeout_s=900)
+        code = federation.run(tmp_path / "app", {"min-nodes": str(len(nodes))}, timeout_s=timeout_s)
         started = [p.pid for p in federation.processes]
     log = (tmp_path / "flower" / "flwr-run.log").read_text(errors="replace")
     assert code == 0, log[-3000:]
@@ -89,6 +90,7 @@ def test_real_superlink_and_four_supernodes_run_a_round_and_report_it(service: S
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a few minutes on a quiet 2-core machine; over 10 on a shared, loaded one
 @pytest.mark.skipif(not os.environ.get("GDPFED_FULL"), reason="long real-process run: set GDPFED_FULL=1")
 def test_real_superlink_and_ten_supernodes_run_three_rounds(service: Service, tmp_path: Path, capsys: Any) -> None:
-    deploy(service, tmp_path, per_group=5, rounds=3, capsys=capsys)
+    deploy(service, tmp_path, per_group=5, rounds=3, capsys=capsys, timeout_s=3300, step_timeout_s=1200)
