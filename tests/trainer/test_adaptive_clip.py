@@ -197,3 +197,13 @@ def test_adaptive_clip_needs_the_plans_block_and_the_simulator(plan, data, tmp_p
         prepare_run(adaptive, adaptive.model_dump(mode="json"), config, tmp_path / "flower", dataset=data,
                     engine_factory=flower_engine)
     assert caught.value.field == "strategy-option adaptive_clip" and "Flower" in caught.value.reason
+
+
+def test_experiment_cells_recorded_before_the_option_keep_their_fingerprints() -> None:
+    from trainer.experiments.config import MethodEntry, resolve_method
+
+    # a recorded cell's fingerprint hashes its options: the new option at its default is left out
+    assert resolve_method("gdpfed", {}).options == {}
+    assert "adaptive_clip" not in resolve_method("fedhdp", {}).options
+    chosen = resolve_method(MethodEntry(name="ac", plan="gdpfed", strategy="fedhdp", options={"adaptive_clip": True}), {})
+    assert chosen.options["adaptive_clip"] is True

@@ -89,6 +89,11 @@ class MethodEntry(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="the strategy's options")
 
 
+# Strategy options added after experiment cells were first recorded, with their defaults
+# (adaptive_clip: docs/trainer.md §Adaptive clipping).
+LATER_OPTION_DEFAULTS: dict[str, Any] = {"adaptive_clip": False}
+
+
 def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[str, Any]]) -> MethodEntry:
     """A method entry with its plan method, strategy and options, checked against the
     method and strategy registries (names, options, the plans a strategy runs on)."""
@@ -123,8 +128,12 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
         raise ValueError(f"{entry.name}: strategy {spec.name} runs {spec.privacy_unit} plans, {entry.plan} plans {plan_unit} scenarios")
     if spec.plan_methods is not None and entry.plan not in spec.plan_methods:
         raise ValueError(f"{entry.name}: strategy {spec.name} runs on plans of {', '.join(spec.plan_methods)}, not {entry.plan}")
-    # the cell records every option, defaults included, so its specification is explicit
-    return entry.model_copy(update={"options": spec.parse_options(entry.options).model_dump(mode="json")})
+    # the cell records every option, defaults included, so its specification is explicit; options
+    # added after cells were recorded are left out at their default, so those cells keep their
+    # fingerprints (trainer/experiments/runner.py does not run a recorded cell again)
+    options = spec.parse_options(entry.options).model_dump(mode="json")
+    options = {k: v for k, v in options.items() if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
+    return entry.model_copy(update={"options": options})
 
 
 class TrainExperiment(_Strict):
