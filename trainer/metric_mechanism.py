@@ -57,6 +57,37 @@ class Sanitized:
     noise_norm: float
 
 
+def next_public_radius(
+    released: np.ndarray,
+    broadcast: np.ndarray,
+    noise_multipliers: np.ndarray,
+    radius: float,
+    min_radius: float,
+    max_radius: float,
+) -> float:
+    """The ``previous_round`` rule's next radius (docs/metric-privacy.md §3.1), from public data only.
+
+    ``released [m, n]`` are the round's released models, ``broadcast [k, n]`` the models
+    the server sent (the clients' possible start points; a client's own choice is never
+    sent), ``noise_multipliers [m]`` each release's nu and ``radius`` the round's radius
+    ``r_t``. ``d_i`` is release i's distance to its nearest broadcast model. The noise
+    rho_i has mean zero, is independent of the update and ``E||rho_i||^2 = n (n + 1) /
+    eps^2 = (n + 1) nu_i^2 r_t^2 / n``, so ``d_i^2 - E||rho_i||^2`` is a noisy estimate of
+    the squared update size; the next radius is the square root of their median, clipped
+    to ``[min_radius, max_radius]`` (the raw median of ``d_i`` would grow like ``nu r_t``
+    round after round; the upper clip keeps one round's stray releases from inflating
+    the next round's noise). Nothing released: ``r_t`` clipped.
+    """
+    released = np.asarray(released, dtype=np.float64)
+    if released.shape[0] == 0:
+        return float(min(max(radius, min_radius), max_radius))
+    n = released.shape[1]
+    distances = np.sqrt(((released[:, None, :] - np.asarray(broadcast, dtype=np.float64)[None]) ** 2).sum(-1)).min(1)
+    noise_square = (n + 1) / n * (np.asarray(noise_multipliers, dtype=np.float64) * radius) ** 2
+    estimate = float(np.median(distances**2 - noise_square))
+    return float(min(max(math.sqrt(max(estimate, 0.0)), min_radius), max_radius))
+
+
 def sanitize(
     trained: np.ndarray,
     base: np.ndarray,

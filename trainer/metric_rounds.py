@@ -17,7 +17,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.units.metric_local import MetricPlan
-from trainer.metric_mechanism import sanitize
+from trainer.metric_mechanism import next_public_radius, sanitize
 from trainer.rounds import RoundOutcome
 from trainer.run.metric_ledger import MetricLedger
 from trainer.strategies.base import PURPOSE_LAPLACE, LocalReleaseStrategy, Population, RoundContext, Strategy
@@ -43,6 +43,14 @@ class MetricRoundEngine:
         self.ledger = ledger
         self.model_dim = plan.scenario.model_dim
         self.noise_multiplier = {g.id: g.noise_multiplier for g in plan.groups}
+        # the public radius r_t of the coming round (rules public and previous_round)
+        self.radius = plan.scenario.radius
+
+    def state_dict(self) -> dict[str, float | None]:
+        return {"radius": self.radius}
+
+    def load_state_dict(self, state: dict[str, float | None]) -> None:
+        self.radius = state["radius"]
 
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
         """One round from ``global_params``; returns the next parameters and what happened."""
@@ -75,6 +83,7 @@ class MetricRoundEngine:
         scenario = self.plan.scenario
         rows = []
         nonfinite = 0
+        own = scenario.radius_rule == "own_update"
         for index, (client, group_id) in enumerate(chosen):
             nonfinite += int(not np.isfinite(trained[index]).all())
             out = sanitize(
@@ -82,12 +91,20 @@ class MetricRoundEngine:
                 base[index],
                 self.noise_multiplier[group_id],
                 ctx.rng(PURPOSE_LAPLACE, client),
-                radius_rule=scenario.radius_rule,
-                public_radius=scenario.radius,
+                radius_rule="own_update" if own else "public",
+                public_radius=None if own else self.radius,
             )
             rows.append(out.released)
         released = torch.from_numpy(np.stack(rows) if rows else np.zeros((0, self.model_dim)))
-        self.ledger.record_participations(chosen)
+        self.ledger.record_participations(chosen, radius=None if own else self.radius)
+        if scenario.radius_rule == "previous_round":
+            # r_{t+1} from what this round released and what it broadcast: public data only (§3.1)
+            assert self.radius is not None and scenario.min_radius is not None and scenario.radius is not None
+            self.radius = next_public_radius(
+                released.numpy(), global_params.detach().to("cpu", torch.float64).reshape(-1, self.model_dim).numpy(),
+                np.array([self.noise_multiplier[g] for _, g in chosen]), self.radius, scenario.min_radius,
+                scenario.radius,
+            )
         timing["privatize"] = time.perf_counter() - tick
 
         tick = time.perf_counter()

@@ -68,11 +68,16 @@ class MetricScenario(_Strict):
     model_dim: int = Field(..., ge=1, le=10**12, description="n: the dimension of ONE hypothesis (one model)")
     clients_per_round: int = Field(..., ge=1, description="U: clients sampled uniformly without replacement each round")
     hypotheses: int = Field(1, ge=1, le=64, description="k: models the server keeps (IFCA); 1 = FedAvg")
-    radius_rule: Literal["public", "own_update"] = Field(
-        "public", description="public: a configured radius (sound); own_update: the client's own update norm (the paper's)"
+    radius_rule: Literal["public", "previous_round", "own_update"] = Field(
+        "public",
+        description="public: a configured radius (sound); previous_round: round 0 the configured radius, then one "
+        "computed from the previous round's released models (sound); own_update: the client's own update norm (the paper's)",
     )
     radius: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] | None = Field(
-        None, description="the public radius r (rule public): noise norm nu * r"
+        None, description="the public radius r (rule public; previous_round: round 0's and the reference radius)"
+    )
+    min_radius: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] | None = Field(
+        None, description="previous_round: the radius never goes below this (bounds the leakage at the reference radius)"
     )
 
     @model_validator(mode="after")
@@ -81,8 +86,14 @@ class MetricScenario(_Strict):
             raise ValueError("group ids must be unique")
         if self.clients_per_round > self.total_clients:
             raise ValueError(f"clients_per_round {self.clients_per_round} exceeds the {self.total_clients} clients")
-        if self.radius_rule == "public" and self.radius is None:
-            raise ValueError("radius_rule public needs a radius")
+        if self.radius_rule in ("public", "previous_round") and self.radius is None:
+            raise ValueError(f"radius_rule {self.radius_rule} needs a radius")
+        if self.radius_rule == "previous_round" and self.min_radius is None:
+            raise ValueError("radius_rule previous_round needs a min_radius")
+        if self.radius_rule != "previous_round" and self.min_radius is not None:
+            raise ValueError("min_radius applies to radius_rule previous_round only")
+        if self.min_radius is not None and self.radius is not None and self.min_radius > self.radius:
+            raise ValueError(f"min_radius {self.min_radius} exceeds the radius {self.radius}")
         return self
 
     @property
@@ -101,6 +112,12 @@ class MetricGroupPlan(BaseModel):
     max_participations: int | None = Field(description="floor(L nu / n): the cap the trainer enforces; null = none")
     expected_participations: float = Field(description="q T with q = U / N, before the cap")
     leakage_bound: float | None = Field(description="the most any client of the group can leak over the plan's rounds")
+    leakage_bound_at_radius: float | None = Field(
+        None,
+        description="previous_round: the most any client can leak for secrets within the reference radius r "
+        "(each release leaks n r / (nu r_t) there, r_t >= min_radius); other rules: null (equal to leakage_bound "
+        "under public)",
+    )
     expected_noise_norm: float | None = Field(description="E||rho|| = nu r (public radius); null under own_update")
     noise_std_per_coordinate: float | None = Field(description="sqrt(n + 1) nu r / n (Prop. 3.1); null under own_update")
 
@@ -156,6 +173,10 @@ def plan_group(scenario: MetricScenario, spec: MetricGroupSpec) -> MetricGroupPl
         max_participations=cap,
         expected_participations=q * rounds,
         leakage_bound=bound,
+        leakage_bound_at_radius=(
+            bound * radius / scenario.min_radius
+            if bound is not None and scenario.radius_rule == "previous_round" and scenario.min_radius else None
+        ),
         expected_noise_norm=nu * radius if public else None,
         noise_std_per_coordinate=math.sqrt(n + 1) * nu * radius / n if public else None,
     )
@@ -179,6 +200,11 @@ def plan_metric(scenario: MetricScenario, method: str = METHOD) -> MetricPlan:
             )
         if group.max_participations == 0:
             warnings.append(f"group {group.id}: its leakage budget allows no participation (cap 0)")
+    if scenario.radius_rule == "previous_round":
+        warnings.append(
+            "radius_rule previous_round: each round's radius r_t comes from the previous round's releases (public); "
+            "a release leaks n / nu within r_t, and n r / (nu r_t) within the reference radius r: see leakage_bound_at_radius"
+        )
     if scenario.radius_rule == "own_update":
         warnings.append(
             "radius_rule own_update: the noise scale is each client's own update norm, which depends on its "
@@ -234,15 +260,18 @@ def describe_metric(plan: MetricPlan) -> str:
         f"metric_local plan ({NOTION})",
         f"  {s.rounds} rounds, {s.clients_per_round} of {s.total_clients} clients a round (q = {plan.sampling_rate:.4g}), "
         f"k = {s.hypotheses} hypotheses of n = {s.model_dim}, radius rule {s.radius_rule}"
-        + (f" (r = {s.radius:g})" if s.radius is not None and s.radius_rule == "public" else ""),
+        + (f" (r = {s.radius:g})" if s.radius is not None and s.radius_rule == "public" else "")
+        + (f" (r_0 = {s.radius:g}, then from the previous round's releases, within [{s.min_radius:g}, {s.radius:g}])"
+           if s.radius_rule == "previous_round" and s.radius is not None and s.min_radius is not None else ""),
     ]
     for g in plan.groups:
         per = "none (no guarantee)" if g.leakage_per_participation is None else f"{g.leakage_per_participation:.4g}"
         cap = "no cap" if g.max_participations is None else f"cap {g.max_participations}"
         bound = "-" if g.leakage_bound is None else f"{g.leakage_bound:.4g}"
+        at_radius = "" if g.leakage_bound_at_radius is None else f" ({g.leakage_bound_at_radius:.4g} within r_0)"
         lines.append(
             f"  group {g.id}: nu = {g.noise_multiplier:.4g}, leakage per participation {per}, {cap}, "
-            f"expected participations {g.expected_participations:.3g}, worst-case total leakage {bound}"
+            f"expected participations {g.expected_participations:.3g}, worst-case total leakage {bound}{at_radius}"
         )
     lines += [f"  warning: {w}" for w in plan.warnings]
     return "\n".join(lines)

@@ -100,6 +100,10 @@ def test_warnings_large_models_and_own_update_radius() -> None:
         ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both"),
         ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1}, "cannot meet"),
         ({"epsilon": 1.0}, "Extra inputs"),
+        ({"radius_rule": "previous_round"}, "needs a min_radius"),
+        ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius"),
+        ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius"),
+        ({"min_radius": 0.1}, "previous_round only"),
     ],
 )
 def test_bad_scenarios_are_refused(changes: dict[str, object], words: str) -> None:
@@ -120,3 +124,16 @@ def test_the_verifier_refuses_a_changed_document() -> None:
     document["sampling_rate"] = 0.01
     with pytest.raises(InvalidInputError, match="sampling_rate"):
         verify_metric(MetricPlan.model_validate(document))
+
+
+def test_the_previous_round_rule_bounds_the_leakage_at_the_reference_radius() -> None:
+    """Each release leaks n / nu within its round's radius r_t >= min_radius, hence at most
+    n r / (nu min_radius) within the reference radius r: the plan states that bound."""
+    plan = plan_metric(scenario(radius_rule="previous_round", min_radius=0.1))
+    group = plan.groups[0]
+    assert group.leakage_bound == pytest.approx(50 * 2 / 5)
+    assert group.leakage_bound_at_radius == pytest.approx(50 * 2 / 5 * 0.5 / 0.1)
+    assert group.expected_noise_norm is None  # data-dependent radius after round 0
+    assert any("previous_round" in w for w in plan.warnings)
+    verify_metric(plan)
+    assert plan_metric(scenario()).groups[0].leakage_bound_at_radius is None

@@ -19,7 +19,7 @@ from app import cli as app_cli
 from planner.units.metric_local import MetricScenario, plan_metric, spent_metric
 from trainer.data.metric_synthetic import TRUE_PARAMETERS, load_metric_synthetic
 from trainer.engines import LocalTrainingConfig
-from trainer.metric_mechanism import sanitize
+from trainer.metric_mechanism import next_public_radius, sanitize
 from trainer.metric_rounds import MetricRoundEngine
 from trainer.models import build_model
 from trainer.run.metric_ledger import MetricLedger
@@ -30,13 +30,14 @@ LOCAL = LocalTrainingConfig(local_steps=1, batch_size=10, lr=0.1)  # the paper's
 
 
 def metric_plan(k: int = 2, nu: float = 5.0, clients: int = 100, per_round: int = 7, rounds: int = 100,
-                radius: float | None = 0.05, budget: float | None = None):
+                radius: float | None = 0.05, budget: float | None = None, min_radius: float | None = None):
     group: dict[str, object] = {"id": "all", "num_clients": clients, "noise_multiplier": nu}
     if budget is not None:
         group["leakage_budget"] = budget
+    rule = "own_update" if radius is None else "previous_round" if min_radius is not None else "public"
     return plan_metric(MetricScenario.model_validate({
         "groups": [group], "rounds": rounds, "model_dim": 2, "clients_per_round": per_round, "hypotheses": k,
-        "radius_rule": "public" if radius is not None else "own_update", "radius": radius,
+        "radius_rule": rule, "radius": radius, "min_radius": min_radius,
     }))
 
 
@@ -156,6 +157,57 @@ def test_a_resumed_run_continues_exactly() -> None:
     strategy, ledger, engine = setup(plan)
     ledger.load_state_dict(state)
     assert torch.equal(run_rounds(engine, ledger, half.clone(), range(3, 6)), straight)
+
+
+def test_the_previous_round_radius_comes_from_released_models_and_resumes_exactly(monkeypatch) -> None:
+    """Round 0 noises at the configured radius; each next radius is next_public_radius of
+    what the round released and broadcast (public data only); the ledger adds r / r_t per
+    release for the leakage within the reference radius; a resumed run continues exactly."""
+    plan = metric_plan(rounds=6, min_radius=0.01)
+    strategy, ledger, engine = setup(plan)
+    seen: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+    aggregate = strategy.aggregate_released
+
+    def record(ctx, global_params, released):
+        seen.append((global_params.clone(), released.clone(), float(engine.radius)))
+        return aggregate(ctx, global_params, released)
+
+    monkeypatch.setattr(strategy, "aggregate_released", record)
+    params = strategy.initial_params()
+    radii = []
+    for index in range(3):
+        params, _ = engine.run(RoundContext(index, index, 0), params)
+        ledger.record_round()
+        radii.append(engine.radius)
+    assert seen[0][2] == 0.05  # round 0: the configured radius
+    for (broadcast, released, used), after in zip(seen, radii):
+        expected = next_public_radius(released.numpy(), broadcast.reshape(2, 2).double().numpy(), np.full(7, 5.0), used, 0.01, 0.05)
+        assert after == expected and 0.01 <= after <= 0.05
+    expected_scale: dict[int, float] = {}
+    for (_, _, used), round_clients in zip(seen, _clients_per_round(plan, 3)):
+        for client in round_clients:
+            expected_scale[client] = expected_scale.get(client, 0.0) + 0.05 / used
+    assert ledger.reference_releases == pytest.approx(expected_scale)
+    summary = ledger.summary()
+    assert summary["leakage_at_radius_max"] >= summary["leakage_max"]  # r_t <= r: never below n / nu per release
+    # resume: the radius and the ledger come back from the checkpointed states
+    straight_strategy, straight_ledger, straight_engine = setup(plan)
+    straight = run_rounds(straight_engine, straight_ledger, straight_strategy.initial_params(), range(6))
+    strategy, ledger, engine = setup(plan)
+    half = run_rounds(engine, ledger, strategy.initial_params(), range(3))
+    ledger_state, mechanism_state = json.loads(json.dumps(ledger.state_dict())), json.loads(json.dumps(engine.state_dict()))
+    strategy, ledger, engine = setup(plan)
+    ledger.load_state_dict(ledger_state)
+    engine.load_state_dict(mechanism_state)
+    assert torch.equal(run_rounds(engine, ledger, half.clone(), range(3, 6)), straight)
+    assert ledger.summary() == straight_ledger.summary()
+
+
+def _clients_per_round(plan, rounds: int) -> list[list[int]]:
+    """The clients each round selects (the strategy's draw, replayed without the cap)."""
+    strategy, _, _ = setup(plan)
+    population = Population({"all": np.arange(100)})
+    return [sorted(int(c) for c in strategy.configure_round(RoundContext(i, i, 0), population)["all"]) for i in range(rounds)]
 
 
 def nearest_errors(params: torch.Tensor, k: int) -> list[float]:

@@ -14,7 +14,7 @@ from scipy import integrate, stats
 
 from accounting.errors import InvalidInputError
 from accounting.metric import laplace_log_density, laplace_log_normaliser
-from trainer.metric_mechanism import sample_laplace, sanitize
+from trainer.metric_mechanism import next_public_radius, sample_laplace, sanitize
 
 
 def draws(dim: int, epsilon: float, count: int, seed: int = 0) -> np.ndarray:
@@ -116,3 +116,27 @@ def test_same_generator_seed_same_release() -> None:
     a = sanitize(np.ones(5), np.zeros(5), 2.0, np.random.default_rng([1, 2, 8, 3]), public_radius=1.0)
     b = sanitize(np.ones(5), np.zeros(5), 2.0, np.random.default_rng([1, 2, 8, 3]), public_radius=1.0)
     np.testing.assert_array_equal(a.released, b.released)
+
+
+def test_next_public_radius_is_the_debiased_median_release_distance_clipped() -> None:
+    """docs/metric-privacy.md §3.1: d_i = distance of release i to its nearest broadcast model,
+    r' = sqrt(median(d_i^2 - (n + 1) nu_i^2 r^2 / n)) within [min_radius, max_radius]."""
+    broadcast = np.array([[0.0, 0.0, 0.0], [10.0, 0.0, 0.0]])
+    released = np.array([[0.0, 3.0, 4.0], [10.0, 0.0, 1.0], [1.0, 0.0, 0.0], [9.0, 2.0, 0.0]])
+    nus = np.array([0.0, 1.0, 1.0, 2.0])
+    radius = 0.5
+    squares = np.array([25.0, 1.0, 1.0, 5.0]) - 4 / 3 * (nus * radius) ** 2
+    expected = math.sqrt(float(np.median(squares)))
+    assert next_public_radius(released, broadcast, nus, radius, 0.01, 10.0) == pytest.approx(expected)
+    # nu = 0 everywhere: the median distance itself
+    assert next_public_radius(released, broadcast, np.zeros(4), radius, 0.01, 10.0) == pytest.approx(math.sqrt(3.0))
+    assert next_public_radius(released, broadcast, nus, radius, 2.0, 10.0) == 2.0  # floor
+    assert next_public_radius(released, broadcast, nus, radius, 0.01, 0.7) == 0.7  # ceiling
+    assert next_public_radius(released[:0], broadcast, nus[:0], radius, 0.01, 10.0) == radius  # nothing released
+    # pure noise around the start points: the estimate falls back to the floor, not to nu r
+    rng = np.random.default_rng(0)
+    start = np.zeros(1000)
+    noisy = np.stack([sanitize(start, start, 5.0, rng, public_radius=1.0).released for _ in range(20)])
+    raw = float(np.median(np.linalg.norm(noisy, axis=1)))
+    assert raw == pytest.approx(5.0, rel=0.1)  # the undebiased median would be about nu r
+    assert next_public_radius(noisy, start[None], np.full(20, 5.0), 1.0, 0.05, 10.0) < 0.4 * raw

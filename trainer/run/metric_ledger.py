@@ -29,6 +29,10 @@ class MetricLedger:
         self.rounds_run = 0
         self.participations: dict[int, int] = {}
         self.group_of: dict[int, str] = {}
+        # previous_round rule: per client, sum over its releases of r / r_t (r the reference
+        # radius), so its leakage within r is that times n / nu (docs/metric-privacy.md §3.1)
+        self.reference_releases: dict[int, float] = {}
+        self.last_radius: float | None = None
 
     def _group(self, group_id: str) -> MetricGroupPlan:
         return self.plan.group(group_id)
@@ -40,9 +44,14 @@ class MetricLedger:
             return clients
         return np.array([c for c in clients.tolist() if self.participations.get(int(c), 0) < cap], dtype=clients.dtype)
 
-    def record_participations(self, released: Iterable[tuple[int, str]]) -> None:
-        """One release per ``(client, group)``; refuses a client past its cap (the engine
-        selects only eligible clients, so this is a guard, never a clamp)."""
+    def record_participations(self, released: Iterable[tuple[int, str]], radius: float | None = None) -> None:
+        """One release per ``(client, group)`` at the round's public ``radius`` (``None``:
+        own_update); refuses a client past its cap (the engine selects only eligible
+        clients, so this is a guard, never a clamp)."""
+        adaptive = self.plan.scenario.radius_rule == "previous_round"
+        if adaptive and radius is None:
+            raise RuntimeError("a previous_round release needs its round's radius")
+        self.last_radius = radius
         for client, group_id in released:
             cap = self._group(group_id).max_participations
             count = self.participations.get(client, 0) + 1
@@ -50,6 +59,8 @@ class MetricLedger:
                 raise RuntimeError(f"client {client} of group {group_id} would release {count} > its cap {cap} times")
             self.participations[client] = count
             self.group_of[client] = group_id
+            if adaptive and radius is not None and self.plan.scenario.radius is not None:
+                self.reference_releases[client] = self.reference_releases.get(client, 0.0) + self.plan.scenario.radius / radius
 
     def record_round(self) -> None:
         self.rounds_run += 1
@@ -94,12 +105,27 @@ class MetricLedger:
         if leakages:
             result["leakage_median"] = float(statistics.median(leakages))
             result["leakage_max"] = float(max(leakages))
+        if self.plan.scenario.radius_rule == "previous_round":
+            at_radius: list[float] = []
+            for group in self.plan.groups:
+                if group.leakage_per_participation is None:
+                    continue
+                scales = [v for c, v in self.reference_releases.items() if self.group_of[c] == group.id]
+                scales += [0.0] * (group.num_clients - len(scales))
+                at_radius += [v * group.leakage_per_participation for v in scales]
+            if at_radius:
+                result["leakage_at_radius_median"] = float(statistics.median(at_radius))
+                result["leakage_at_radius_max"] = float(max(at_radius))
+            if self.last_radius is not None:
+                result["radius"] = float(self.last_radius)
         return result
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "rounds_run": self.rounds_run,
             "participations": {str(c): [p, self.group_of[c]] for c, p in sorted(self.participations.items())},
+            "reference_releases": {str(c): v for c, v in sorted(self.reference_releases.items())},
+            "last_radius": self.last_radius,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -111,3 +137,5 @@ class MetricLedger:
                 raise InvalidInputError("resume", f"the checkpoint's metric ledger names group {group_id!r}, not in the plan")
             self.participations[int(client)] = int(count)
             self.group_of[int(client)] = str(group_id)
+        self.reference_releases = {int(c): float(v) for c, v in state.get("reference_releases", {}).items()}
+        self.last_radius = state.get("last_radius")

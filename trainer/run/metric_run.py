@@ -121,6 +121,7 @@ def execute_metric_run(
         params = state["global_params"].to(prepared.device)
         prepared.strategy.load_state_dict(state["strategy"])
         ledger.load_state_dict(state["ledger"])
+        engine.load_state_dict(state.get("mechanism", {"radius": prepared.plan.scenario.radius}))
         if ledger.rounds_run != next_round:
             raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
     else:
@@ -168,6 +169,7 @@ def execute_metric_run(
                 {
                     "next_round": index + 1, "seed": config.seed, "global_params": params.detach().cpu().clone(),
                     "strategy": prepared.strategy.state_dict(), "ledger": ledger.state_dict(),
+                    "mechanism": engine.state_dict(),
                     "plan_fingerprint": plan_print, "config_fingerprint": config_print,
                 },
             )
