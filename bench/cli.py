@@ -20,6 +20,7 @@ SUITES: dict[str, str] = {
     "rounds": "bench.rounds",
     "cli": "bench.startup",
     "flower": "bench.flower",
+    "dpsgd": "bench.dpsgd",
 }
 
 
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (smoke run)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument(
-        "--device", help="torch device for suites that train (trainer): cpu, cuda, cuda:N, auto (default cpu)"
+        "--device", help="torch device for suites that train (trainer, dpsgd): cpu, cuda, cuda:N, auto (default cpu)"
     )
     parser.set_defaults(handler=_handle)
 
@@ -45,7 +46,7 @@ def run_suite(name: str, quick: bool, device: str | None = None) -> list[tuple[s
     if not getattr(module, "TAKES_DEVICE", False):
         from accounting.errors import InvalidInputError
 
-        raise InvalidInputError("device", f"the {name} suite runs on the CPU only; --device is for the trainer suite")
+        raise InvalidInputError("device", f"the {name} suite runs on the CPU only; --device is for the trainer and dpsgd suites")
     return module.run(quick=quick, device=device)
 
 
