@@ -286,7 +286,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     # about four process starts a sampled node (and discovery one a node), every round as cold as
     # the first, so one round there keeps the suite under 10 minutes on a quiet 2-core machine
     # (docs/benchmarks.md "Flower").
-    sizes = [(4, 4.0, 1, 1)] if quick else [(10, 8.0, 3, 1), (50, 15.0, 3, 1)]
+    sizes = [(4, 4.0, 1, 1)] if quick else [(10, 8.0, 3, 1), (50, 15.0, 2, 1)]
     rows = [row for total, expected, rounds, process_rounds in sizes
             for row in measure(total, expected, rounds, process_rounds=process_rounds)]
     title = ("Flower round vs gdpfed train and Flower's plain FedAvg: digits MLP (d = 55,210), gdpfed_plus, "
