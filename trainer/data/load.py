@@ -1,6 +1,7 @@
 """``load_dataset``: one entry point for every dataset (``docs/trainer.md``, "Data").
 
-A spec is a built-in name (``synthetic``, ``synthetic:ALPHA,BETA``, ``digits``), a format
+A spec is a built-in name (``synthetic``, ``synthetic:ALPHA,BETA``, ``leaf_synthetic``,
+``digits``), a format
 with a path (``shakespeare:PATH``, ``idx:PATH``, ``cifar10:PATH``, ``svhn:PATH``,
 ``leaf:PATH``) or a bare path whose format is detected from what it holds.
 """
@@ -18,6 +19,7 @@ from trainer.data.dataset import FederatedDataset
 from trainer.data.digits import load_digits_dataset
 from trainer.data.idx import idx_files, load_idx
 from trainer.data.leaf_json import load_leaf
+from trainer.data.leaf_synthetic import load_leaf_synthetic
 from trainer.data.metric_synthetic import load_metric_synthetic
 from trainer.data.shakespeare import load_shakespeare
 from trainer.data.svhn import load_svhn
@@ -33,7 +35,7 @@ _PATH_LOADERS: dict[str, Callable[..., FederatedDataset]] = {
     "leaf": load_leaf,
 }
 SPEC_HELP = (
-    "synthetic, synthetic:ALPHA,BETA, metric_synthetic, digits, shakespeare:PATH, idx:PATH, cifar10:PATH, "
+    "synthetic, synthetic:ALPHA,BETA, leaf_synthetic, metric_synthetic, digits, shakespeare:PATH, idx:PATH, cifar10:PATH, "
     "svhn:PATH, leaf:PATH, or a path to such data"
 )
 
@@ -61,6 +63,8 @@ def load_dataset(
         if argument:
             options.update(_synthetic_parameters(argument))
         return _call(load_synthetic, spec, (), num_clients, partition, alpha, seed, options)
+    if key == "leaf_synthetic" and not argument:
+        return _call(load_leaf_synthetic, spec, (), num_clients, partition, alpha, seed, options)
     if key == "metric_synthetic" and not argument:
         return _call(load_metric_synthetic, spec, (), num_clients, partition, alpha, seed, options)
     if key == "digits" and not argument:

@@ -1,4 +1,5 @@
-"""LEAF-style synthetic(alpha, beta) classification (``docs/trainer.md``, "synthetic").
+"""FedProx's synthetic(alpha, beta) classification (``docs/trainer.md``, "synthetic";
+LEAF's own generator is ``trainer/data/leaf_synthetic.py``).
 
 Li et al., "Federated Optimization in Heterogeneous Networks" (FedProx), section 5.1,
 following its reference generator (``alpha`` and ``beta`` are standard deviations there):

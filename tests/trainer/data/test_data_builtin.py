@@ -44,6 +44,35 @@ def test_synthetic_parameters_must_parse() -> None:
     assert info.value.field == "dataset"
 
 
+def test_leaf_synthetic_shape_sizes_and_seed() -> None:
+    data = load_dataset("leaf_synthetic", num_clients=40, partition="natural", seed=3)
+    assert data.input_shape == (60,) and data.num_classes == 5 and data.num_clients == 40
+    assert data.client_ids[-1] == "device-00039"
+    sizes = np.array(data.client_sizes())
+    # floor(LogNormal(3, 2)) + 5 capped at 1000 per device, 10% (at least one) held out
+    assert sizes.min() >= 4 and sizes.max() <= 900 and len(set(sizes.tolist())) > 10
+    assert _same(data, load_dataset("leaf_synthetic", num_clients=40, partition="natural", seed=3))
+    assert not _same(data, load_dataset("leaf_synthetic", num_clients=40, partition="natural", seed=4))
+    wider = load_dataset("leaf_synthetic", num_clients=5, seed=0, num_classes=3, num_features=7)
+    assert wider.input_shape == (7,) and wider.num_classes == 3
+    with pytest.raises(InvalidInputError) as info:
+        load_dataset("leaf_synthetic", num_clients=5, seed=0, clusters=0)
+    assert info.value.field == "clusters"
+
+
+def test_leaf_synthetic_devices_share_a_model() -> None:
+    """One linear model fits LEAF's devices together: their models are one model up to a
+    0.1 perturbation (docs/trainer.md §Data, "leaf_synthetic")."""
+    data = load_dataset("leaf_synthetic", num_clients=60, partition="natural", seed=0, max_samples_per_client=100)
+    # the least-squares linear classifier of the pooled data (one-hot targets, a bias column)
+    design = np.c_[np.ones(len(data.train_y)), data.train_x.numpy()]
+    weights = np.linalg.lstsq(design, np.eye(data.num_classes)[data.train_y.numpy()], rcond=None)[0]
+    predicted = (np.c_[np.ones(len(data.test_y)), data.test_x.numpy()] @ weights).argmax(axis=1)
+    accuracy = float((predicted == data.test_y.numpy()).mean())
+    majority = np.bincount(data.test_y.numpy()).max() / len(data.test_y)
+    assert accuracy > max(0.8, majority + 0.3)
+
+
 def test_digits_iid_split() -> None:
     data = load_dataset("digits", num_clients=10, seed=0)
     assert data.input_shape == (1, 8, 8) and data.num_classes == 10
