@@ -79,8 +79,9 @@ def sweep(
     )
 
 
-def plot_sweep(result: SweepResult, path: str | Path) -> Path:
-    """A PNG with one line per group: its optimal rate against the swept epsilon."""
+def plot_sweep(result: SweepResult, path: str | Path, *, watermark: str | None = None) -> Path:
+    """A PNG with one line per group: its optimal rate against the swept epsilon;
+    ``watermark`` (e.g. the experiments' smoke-size mark) is written across it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,6 +106,9 @@ def plot_sweep(result: SweepResult, path: str | Path) -> Path:
         axes.grid(True, which="both", alpha=0.3)
         axes.legend()
         figure.tight_layout()
+        if watermark:
+            figure.text(0.5, 0.5, watermark, ha="center", va="center", rotation=20, fontsize=22,
+                        color="red", alpha=0.35, fontweight="bold", zorder=10)
         try:
             figure.savefig(out, format="png", dpi=120)
         except OSError as exc:

@@ -180,9 +180,10 @@ def test_ledger_counts_every_round_for_every_group_with_parent_history():
 def test_run_directory_files(plan, digits, tmp_path):
     summary = run(plan, digits, tmp_path / "r")
     out = tmp_path / "r"
-    for name in ("plan.json", "config.json", "rounds.jsonl", "summary.json", "checkpoint.pt", "accuracy.png", "loss.png"):
+    for name in ("plan.json", "config.json", "rounds.jsonl", "summary.json", "checkpoint.pt", "accuracy.png", "loss.png",
+                 "privacy.png"):
         assert (out / name).is_file(), name
-    for name in ("accuracy.png", "loss.png"):
+    for name in ("accuracy.png", "loss.png", "privacy.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "summary.json").read_text())["rounds_run"] == ROUNDS
     records = read_rounds(out / "rounds.jsonl")

@@ -16,6 +16,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainer.experiments.cell import CellResult
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment
@@ -259,49 +260,64 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     return "\n".join(lines) + "\n"
 
 
-def plot_accuracy(experiment: TrainExperiment, results: Sequence[CellResult], path: Path) -> Path:
-    """Grouped bars: x = settings, one bar per method, mean ± std; one panel per dataset."""
-    import matplotlib
+SMOKE_MARK = "SMOKE SIZE: not a result"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def mark_smoke(figure: Any) -> None:
+    """Write ``SMOKE_MARK`` across ``figure`` (docs/results.md §Runner): smoke cells are
+    shrunk to run in seconds, and their plot must not pass for a result."""
+    figure.text(0.5, 0.5, SMOKE_MARK, ha="center", va="center", rotation=20, fontsize=22,
+                color="red", alpha=0.35, fontweight="bold", zorder=10)
+
+
+def accuracy_figure(experiment: TrainExperiment, results: Sequence[CellResult]) -> Any:
+    """Grouped bars: x = settings, one bar per method, mean ± std; one panel per dataset;
+    ``SMOKE_MARK`` across it when any cell ran at smoke size."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     datasets = [d.name for d in experiment.datasets]
     settings = [s.name for s in experiment.settings]
     methods = experiment.method_names()
-    figure, axes = plt.subplots(1, len(datasets), figsize=(max(5.0, 1.2 * len(settings) * len(methods) ** 0.5 + 3) * len(datasets) ** 0.8, 4), squeeze=False)
+    figure = Figure(figsize=(max(5.0, 1.2 * len(settings) * len(methods) ** 0.5 + 3) * len(datasets) ** 0.8, 4))
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(datasets), squeeze=False)
     width = 0.8 / len(methods)
-    try:
-        for panel, dataset in zip(axes[0], datasets):
-            for m_index, method in enumerate(methods):
-                xs, means, stds = [], [], []
-                for s_index, setting in enumerate(settings):
-                    values = [
-                        r.final_accuracy
-                        for r in results
-                        if r.setting == setting and r.dataset == dataset and r.method == method
-                        and r.status == "ok" and r.final_accuracy is not None
-                    ]
-                    if values:
-                        mean, std = mean_std(values)
-                        xs.append(s_index - 0.4 + width * (m_index + 0.5))
-                        means.append(mean)
-                        stds.append(std)
-                if xs:
-                    panel.bar(xs, means, width=width, yerr=stds, capsize=2, label=method)
-            panel.set_xticks(range(len(settings)))
-            panel.set_xticklabels(settings, rotation=30, ha="right", fontsize=8)
-            panel.set_ylim(0, 1)
-            panel.set_title(dataset)
-            panel.set_ylabel("final test accuracy")
-            panel.grid(True, axis="y", alpha=0.3)
-        if axes[0][-1].get_legend_handles_labels()[0]:
-            axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        figure.suptitle(experiment.name)
-        figure.tight_layout()
-        figure.savefig(path, format="png", dpi=110)
-    finally:
-        plt.close(figure)
+    for panel, dataset in zip(axes[0], datasets):
+        for m_index, method in enumerate(methods):
+            xs, means, stds = [], [], []
+            for s_index, setting in enumerate(settings):
+                values = [
+                    r.final_accuracy
+                    for r in results
+                    if r.setting == setting and r.dataset == dataset and r.method == method
+                    and r.status == "ok" and r.final_accuracy is not None
+                ]
+                if values:
+                    mean, std = mean_std(values)
+                    xs.append(s_index - 0.4 + width * (m_index + 0.5))
+                    means.append(mean)
+                    stds.append(std)
+            if xs:
+                panel.bar(xs, means, width=width, yerr=stds, capsize=2, label=method)
+        panel.set_xticks(range(len(settings)))
+        panel.set_xticklabels(settings, rotation=30, ha="right", fontsize=8)
+        panel.set_ylim(0, 1)
+        panel.set_title(dataset)
+        panel.set_ylabel("final test accuracy")
+        panel.grid(True, axis="y", alpha=0.3)
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.suptitle(experiment.name + (" (smoke size)" if any(r.smoke for r in results) else ""))
+    figure.tight_layout()
+    if any(r.smoke for r in results):
+        mark_smoke(figure)
+    return figure
+
+
+def plot_accuracy(experiment: TrainExperiment, results: Sequence[CellResult], path: Path) -> Path:
+    """``accuracy_figure`` as a PNG at ``path``."""
+    accuracy_figure(experiment, results).savefig(path, format="png", dpi=110)
     return path
 
 
@@ -365,5 +381,5 @@ def write_sweep(experiment: SweepExperiment, out: Path, *, smoke: bool = False) 
         )
     md_path = out / "sweep.md"
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    png_path = plot_sweep(result, out / "sweep.png")
+    png_path = plot_sweep(result, out / "sweep.png", watermark=SMOKE_MARK if smoke else None)
     return [csv_path, md_path, png_path]

@@ -93,6 +93,11 @@ class RunDirectory:
         return self.root / "loss.png"
 
     @property
+    def privacy_plot(self) -> Path:
+        """Each group's epsilon spent over the rounds against its budget."""
+        return self.root / "privacy.png"
+
+    @property
     def local_accuracy_plot(self) -> Path:
         """Per-group accuracy on the clients' own test data (runs with local test data)."""
         return self.root / "local_accuracy.png"

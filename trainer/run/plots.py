@@ -1,41 +1,128 @@
-"""PNG plots of a run: test accuracy and test loss per round, and with local test data the
-per-group accuracy on the clients' own data (matplotlib, Agg backend)."""
+"""PNG plots of a run (matplotlib, Agg backend; ``docs/trainer.md`` §Plots).
+
+``accuracy.png`` and ``loss.png``: the test metric per evaluated round with the chance level
+(the best input-independent predictor, ``chance_level``); ``privacy.png``: each group's
+epsilon spent after every round against its budget; with local test data
+``local_accuracy.png``: the per-group accuracy on the clients' own data. Each plot is built
+as a ``Figure`` (inspectable) and then written.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainer.run.directory import atomic_write_bytes
 from trainer.run.metrics import RoundRecord
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def plot_metric(records: Sequence[RoundRecord], metric: str, path: Path, title: str) -> None:
-    """Line plot of ``metric`` (``accuracy`` or ``loss``) over the rounds that evaluated it."""
-    import io
 
+@dataclass(frozen=True)
+class ChanceLevel:
+    """The best constant predictor on the test labels (docs/trainer.md §Plots).
+
+    ``accuracy = max_c p_c`` (always answer the most frequent label) and ``loss = -sum_c
+    p_c ln p_c`` (the cross-entropy of predicting the label frequencies ``p``, in nats, as
+    the test loss is): a model that ignores its input can do no better on this test set.
+    """
+
+    accuracy: float
+    loss: float
+
+
+def chance_level(test_labels: Any, task: str) -> ChanceLevel | None:
+    """``ChanceLevel`` of integer test labels; ``None`` for regression or an empty test set."""
+    if task == "regression" or test_labels is None or len(test_labels) == 0:
+        return None
+    import numpy as np
+
+    counts = np.bincount(np.asarray(test_labels, dtype=np.int64).reshape(-1))
+    frequencies = counts[counts > 0] / counts.sum()
+    return ChanceLevel(accuracy=float(frequencies.max()), loss=float(-(frequencies * np.log(frequencies)).sum()))
+
+
+def _new_figure() -> tuple[Figure, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
 
-    points = [(r.round, getattr(r, metric)) for r in records if getattr(r, metric) is not None]
     figure = Figure(figsize=(6, 4), dpi=100)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot(1, 1, 1)
-    if points:
-        xs, ys = zip(*points)
-        axes.plot(xs, ys, marker="o" if len(points) < 30 else None)
-    else:
-        axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
+    return figure, figure.add_subplot(1, 1, 1)
+
+
+def _finish(figure: Figure, axes: Any, title: str, ylabel: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("round (global index)")
-    axes.set_ylabel(metric)
+    axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize="small")
     figure.tight_layout()
+
+
+def save_png(figure: Figure, path: Path) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def metric_figure(
+    records: Sequence[RoundRecord], metric: str, title: str, chance: ChanceLevel | None = None
+) -> Figure:
+    """Line plot of ``metric`` (``accuracy`` or ``loss``) over the rounds that evaluated it,
+    with a dashed horizontal line at ``chance``'s value of that metric."""
+    figure, axes = _new_figure()
+    points = [(r.round, getattr(r, metric)) for r in records if getattr(r, metric) is not None]
+    if points:
+        xs, ys = zip(*points)
+        axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=f"test {metric}")
+    else:
+        axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
+    if chance is not None:
+        level = getattr(chance, metric)
+        what = "most frequent label" if metric == "accuracy" else "label frequencies"
+        axes.axhline(level, color="grey", linestyle="--", label=f"chance ({what}): {level:.3g}")
+    _finish(figure, axes, title, metric)
+    return figure
+
+
+def plot_metric(
+    records: Sequence[RoundRecord], metric: str, path: Path, title: str, chance: ChanceLevel | None = None
+) -> None:
+    save_png(metric_figure(records, metric, title, chance), path)
+
+
+def privacy_figure(
+    records: Sequence[RoundRecord], budgets: Mapping[str, float | None], title: str, notion: str
+) -> Figure | None:
+    """Each group's epsilon spent after every round (solid) against its budget (dashed, same
+    colour); groups without differential privacy are left out, and ``None`` is returned when
+    no group has any. The y axis names ``notion``: figures of other notions never share it."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        for group, spent in record.epsilon_spent.items():
+            if spent is not None and math.isfinite(spent):
+                series.setdefault(group, []).append((record.round, spent))
+    if not series:
+        return None
+    figure, axes = _new_figure()
+    for group, points in series.items():
+        xs, ys = zip(*points)
+        (line,) = axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=f"{group}: spent")
+        budget = budgets.get(group)
+        if budget is not None:
+            axes.axhline(budget, color=line.get_color(), linestyle="--", label=f"{group}: budget {budget:g}")
+    _finish(figure, axes, title, f"epsilon spent ({notion})")
+    return figure
 
 
 def local_accuracy_series(records: Sequence[RoundRecord]) -> dict[str, list[tuple[int, float]]]:
@@ -54,39 +141,36 @@ def local_accuracy_series(records: Sequence[RoundRecord]) -> dict[str, list[tupl
 
 def plot_local_accuracy(records: Sequence[RoundRecord], path: Path, title: str) -> bool:
     """One line per ``local_accuracy_series`` entry; nothing is written (``False``) without any."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
     series = local_accuracy_series(records)
     if not series:
         return False
-    figure = Figure(figsize=(6, 4), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot(1, 1, 1)
+    figure, axes = _new_figure()
     for label, points in series.items():
         xs, ys = zip(*points)
         axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=label,
                   linestyle="--" if label.startswith("personal") else "-")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("round (global index)")
-    axes.set_ylabel("mean accuracy over the group's clients")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    atomic_write_bytes(path, buffer.getvalue())
+    _finish(figure, axes, title, "mean accuracy over the group's clients")
+    save_png(figure, path)
     return True
 
 
 def plot_run(
-    records: Sequence[RoundRecord], accuracy_path: Path, loss_path: Path, label: str, local_path: Path | None = None
+    records: Sequence[RoundRecord],
+    accuracy_path: Path,
+    loss_path: Path,
+    label: str,
+    local_path: Path | None = None,
+    *,
+    chance: ChanceLevel | None = None,
+    privacy_path: Path | None = None,
+    budgets: Mapping[str, float | None] | None = None,
+    notion: str = "client-level (epsilon, delta)-DP per group",
 ) -> None:
-    plot_metric(records, "accuracy", accuracy_path, f"test accuracy ({label})")
-    plot_metric(records, "loss", loss_path, f"test loss ({label})")
+    plot_metric(records, "accuracy", accuracy_path, f"test accuracy ({label})", chance)
+    plot_metric(records, "loss", loss_path, f"test loss ({label})", chance)
     if local_path is not None:
         plot_local_accuracy(records, local_path, f"accuracy on the clients' own test data ({label})")
+    if privacy_path is not None:
+        figure = privacy_figure(records, budgets or {}, f"privacy spent against budget ({label})", notion)
+        if figure is not None:
+            save_png(figure, privacy_path)

@@ -39,7 +39,7 @@ from trainer.run.divergence import Divergence, divergence_hint, learnability_mes
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
-from trainer.run.plots import plot_run
+from trainer.run.plots import chance_level, plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.strategies.base import Population, RoundContext, Strategy
@@ -724,7 +724,11 @@ def execute_run(
 
     summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter, divergence)
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
-    plot_run(records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method, run_dir.local_accuracy_plot)
+    chance = chance_level(getattr(prepared.dataset, "test_y", None), getattr(prepared.dataset, "task", ""))
+    plot_run(
+        records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method, run_dir.local_accuracy_plot,
+        chance=chance, privacy_path=run_dir.privacy_plot, budgets=summary.epsilon_target, notion=summary.notion,
+    )
     return summary
 
 

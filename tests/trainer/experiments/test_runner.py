@@ -176,8 +176,19 @@ def test_smoke_run_of_the_whole_fedhdp_config(tmp_path):
     check_outputs(tmp_path, EXPECTED_CELLS["fedhdp"])
 
 
-def test_smoke_run_of_the_sweep(tmp_path):
+def test_smoke_run_of_the_sweep(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    saved_texts: list[str] = []
+    original = Figure.savefig
+
+    def spy(figure, *args, **kwargs):
+        saved_texts.extend(t.get_text() for t in figure.texts)
+        return original(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
     summary = run_experiment(REPO / "experiments" / "sweep.yaml", tmp_path, smoke=True, log=quiet)
+    assert any("SMOKE SIZE" in text for text in saved_texts)  # the image says what it is
     assert sorted(Path(f).name for f in summary.files) == ["sweep.csv", "sweep.md", "sweep.png"]
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
     assert [float(r["epsilon"]) for r in rows] == [0.5, 2.0]
@@ -240,3 +251,29 @@ def test_unknown_cell_and_bad_method_are_user_errors(tmp_path, capsys):
     config.write_text(TINY.replace("[gdpfed_plus, pfa]", "[gdpfed_plus, fedsgd]"))
     assert gdpfed(["experiment", str(config), "--out", str(tmp_path / "o")]) == 2
     assert "fedsgd" in capsys.readouterr().err
+
+
+def test_accuracy_plot_says_smoke_size_only_on_smoke_cells(tmp_path):
+    import yaml
+
+    from trainer.experiments.cell import CellResult
+    from trainer.experiments.report import SMOKE_MARK, accuracy_figure
+
+    experiment = TrainExperiment.model_validate(yaml.safe_load(TINY))
+
+    def cell(method, accuracy, smoke):
+        return CellResult(
+            cell_id=f"{method}-{smoke}", fingerprint="f", complete=True, status="ok", experiment="tiny", method=method,
+            plan_method="gdpfed_plus", dataset="digits", setting="default", seed=0, smoke=smoke, command="c",
+            wall_seconds=1.0, rounds=2, final_accuracy=accuracy,
+        )
+
+    def texts(figure):
+        return [t.get_text() for t in figure.texts]
+
+    smoke = accuracy_figure(experiment, [cell("gdpfed_plus", 0.4, True), cell("pfa", 0.5, True)])
+    assert SMOKE_MARK in texts(smoke) and "SMOKE SIZE" in SMOKE_MARK
+    bars = [patch.get_height() for patch in smoke.axes[0].patches]
+    assert bars == [0.4, 0.5]
+    full = accuracy_figure(experiment, [cell("gdpfed_plus", 0.4, False), cell("pfa", 0.5, False)])
+    assert not any("SMOKE" in t for t in texts(full))
