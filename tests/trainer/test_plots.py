@@ -65,6 +65,6 @@ def test_privacy_plot_has_each_private_group_spent_and_budget():
     assert set(lines["strict: budget 1"].get_ydata()) == {1.0}
     # a group's budget line has its spent line's colour
     assert lines["strict: budget 1"].get_color() == lines["strict: spent"].get_color()
-    assert "client-level DP" in axes.get_ylabel()
+    assert "client-level DP" in axes.get_title() and axes.get_ylabel() == "epsilon spent"
     nonprivate = [record(0, 0.5, 1.0, {"out": None})]
     assert privacy_figure(nonprivate, {"out": None}, "privacy", "client-level DP") is None

@@ -106,7 +106,7 @@ def privacy_figure(
 ) -> Figure | None:
     """Each group's epsilon spent after every round (solid) against its budget (dashed, same
     colour); groups without differential privacy are left out, and ``None`` is returned when
-    no group has any. The y axis names ``notion``: figures of other notions never share it."""
+    no group has any. The title names ``notion``: figures of other notions never share it."""
     series: dict[str, list[tuple[int, float]]] = {}
     for record in records:
         for group, spent in record.epsilon_spent.items():
@@ -121,7 +121,7 @@ def privacy_figure(
         budget = budgets.get(group)
         if budget is not None:
             axes.axhline(budget, color=line.get_color(), linestyle="--", label=f"{group}: budget {budget:g}")
-    _finish(figure, axes, title, f"epsilon spent ({notion})")
+    _finish(figure, axes, f"{title}\n{notion}", "epsilon spent")
     return figure
 
 
