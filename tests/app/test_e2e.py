@@ -219,7 +219,7 @@ def test_serve_rejects_bad_settings(bad: list[str], needles: list[str], tmp_path
         if "--database-url" not in args:
             args += ["--database-url", f"sqlite:///{tmp_path / 'ok.db'}"]
         result = subprocess.run([sys.executable, "-m", "app.cli", "serve", *args], cwd=REPO, capture_output=True,
-                                text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+                                text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
