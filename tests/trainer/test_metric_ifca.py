@@ -263,3 +263,41 @@ def test_gdpfed_train_runs_a_metric_plan_and_labels_leakage_apart(capsys, tmp_pa
     code = app_cli.run([*argv[:-3], "--strategy", "metric_ifca", "--model-option", "hidden=[4]", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and "model_dim" in err
+
+
+def test_a_metric_run_is_labelled_with_the_metric_notion_everywhere(capsys, tmp_path, monkeypatch) -> None:
+    """Summary, every rounds.jsonl line, the privacy plot's title and the console carry the
+    metric unit's notion (from the unit, as silo runs do), never a client-level label."""
+    from planner.units.metric_local import NOTION
+    from trainer.run import plots
+
+    titles: dict[str, str] = {}
+    real_save = plots.save_png
+
+    def save(figure, path):
+        titles[Path(path).name] = figure.axes[0].get_title()
+        real_save(figure, path)
+
+    monkeypatch.setattr(plots, "save_png", save)
+    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
+    plan = metric_plan(rounds=3, budget=1.0)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    run = tmp_path / "run"
+    argv = ["train", "--plan", str(path), "--dataset", "metric_synthetic", "--partition", "natural", "--model", "mlp",
+            "--model-option", "hidden=[]", "--model-option", "bias=false", "--local-steps", "1", "--batch-size", "10",
+            "--lr", "0.1", "--rounds", "3", "--strategy", "metric_ifca", "--out", str(run)]
+    assert app_cli.run(argv) == 0
+    console = capsys.readouterr().out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["privacy_unit"] == "metric_local" and summary["notion"] == NOTION
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 3 and all(r["privacy_unit"] == "metric_local" for r in rounds)
+    assert NOTION in titles["privacy.png"] and (run / "privacy.png").exists()
+    assert "metric leakage" in titles["privacy.png"].lower() or "leakage" in titles["privacy.png"]
+    # the console names the notion and the leakage spent, median and max over clients, never an epsilon
+    leak = summary["final_metrics"]
+    assert f"privacy: {NOTION}" in console
+    assert f"metric leakage per client: median {leak['metric_leakage_median']:.4g}, max {leak['metric_leakage_max']:.4g}" in console
+    everything = console + json.dumps(summary) + (run / "rounds.jsonl").read_text() + " ".join(titles.values())
+    assert "client-level" not in everything and "epsilon spent" not in everything

@@ -17,11 +17,16 @@ import numpy as np
 
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
+from planner.units import metric_local
 from planner.units.metric_local import MetricGroupPlan, MetricPlan
 
 
 class MetricLedger:
     """Participations per client of a ``metric_local`` plan."""
+
+    # the unit's labels, read by the run's summary, round records and plots as silo runs' are
+    notion = metric_local.NOTION
+    privacy_unit = metric_local.NAME
 
     def __init__(self, plan: MetricPlan, epsilon_fn: Any = None) -> None:
         del epsilon_fn  # no (epsilon, delta) accountant reads a metric plan

@@ -25,6 +25,7 @@ from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence
 from trainer.run.metric_ledger import MetricLedger
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
+from trainer.run.plots import plot_run
 from trainer.run.progress import Progress
 from trainer.strategies.base import RoundContext
 
@@ -158,7 +159,7 @@ def execute_metric_run(
             record = RoundRecord(
                 round=index, loss=loss, accuracy=accuracy, epsilon_spent={}, aborted_pools=[],
                 sampled=outcome.sampled, survived=outcome.survived, dropped_before_masking=0, dropped_after_masking=0,
-                seconds=time.perf_counter() - tick, timing=dict(outcome.timing),
+                seconds=time.perf_counter() - tick, timing=dict(outcome.timing), privacy_unit=ledger.privacy_unit,
                 nonfinite_updates=outcome.nonfinite_updates, diverged=not finite,
                 metrics={k: float(v) for k, v in metrics.items() if math.isfinite(v)},
             )
@@ -186,8 +187,12 @@ def execute_metric_run(
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
         epsilon_spent={}, epsilon_target={}, aborted_rounds={}, model_dim=prepared.plan.scenario.model_dim,
         device=str(prepared.device), seconds=time.perf_counter() - started, diverged=divergence,
-        warnings=list(prepared.warnings), privacy_unit=prepared.plan.privacy_unit, strategy=config.strategy,
+        warnings=list(prepared.warnings), privacy_unit=ledger.privacy_unit, notion=ledger.notion, strategy=config.strategy,
         final_metrics=records[-1].metrics if records else {},
     )
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
+    plot_run(
+        records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method, run_dir.local_accuracy_plot,
+        privacy_path=run_dir.privacy_plot, notion=summary.notion,
+    )
     return summary

@@ -157,8 +157,11 @@ def format_summary(summary: Any) -> str:
     if summary.final_accuracy is not None:
         lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
     entity = "silo" if summary.privacy_unit == "silo_sample" else "group"
-    if summary.epsilon_spent:
+    leakage = {k: summary.final_metrics.get(f"metric_leakage_{k}") for k in ("median", "max")}
+    if summary.epsilon_spent or leakage["max"] is not None:
         lines.append(f"privacy: {summary.notion}")
+    if leakage["max"] is not None:  # a metric ledger's figures: leakage, never an epsilon
+        lines.append(f"metric leakage per client: median {leakage['median']:.4g}, max {leakage['max']:.4g}")
     for group, spent in summary.epsilon_spent.items():
         target = summary.epsilon_target.get(group)
         if spent is None:

@@ -2,7 +2,8 @@
 
 ``accuracy.png`` and ``loss.png``: the test metric per evaluated round with the chance level
 (the best input-independent predictor, ``chance_level``); ``privacy.png``: each group's
-epsilon spent after every round against its budget; with local test data
+epsilon spent after every round against its budget (metric runs: the clients' median and
+largest metric leakage, labelled as such); with local test data
 ``local_accuracy.png``: the per-group accuracy on the clients' own data. Each plot is built
 as a ``Figure`` (inspectable) and then written.
 """
@@ -125,6 +126,26 @@ def privacy_figure(
     return figure
 
 
+def metric_leakage_figure(records: Sequence[RoundRecord], title: str, notion: str) -> Figure | None:
+    """The median and largest metric leakage over clients after every round (the
+    ``metric_leakage_*`` figures of a metric ledger, docs/metric-privacy.md §4); ``None``
+    when no round has them. Its axis and title say leakage and ``notion``: never epsilon."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        for which in ("median", "max"):
+            value = record.metrics.get(f"metric_leakage_{which}")
+            if value is not None and math.isfinite(value):
+                series.setdefault(which, []).append((record.round, value))
+    if not series:
+        return None
+    figure, axes = _new_figure()
+    for which, points in series.items():
+        xs, ys = zip(*points)
+        axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=f"{which} over clients")
+    _finish(figure, axes, f"{title}\n{notion}", "metric leakage (n / nu per participation)")
+    return figure
+
+
 def local_accuracy_series(records: Sequence[RoundRecord]) -> dict[str, list[tuple[int, float]]]:
     """Line label -> (round, accuracy) points: ``global, <group>`` from ``accuracy_by_group``
     and ``personal, <group>`` from a strategy's ``personal_accuracy.<group>`` metrics."""
@@ -166,11 +187,14 @@ def plot_run(
     budgets: Mapping[str, float | None] | None = None,
     notion: str = "client-level (epsilon, delta)-DP per group",
 ) -> None:
-    plot_metric(records, "accuracy", accuracy_path, f"test accuracy ({label})", chance)
+    if any(r.accuracy is not None for r in records):  # regression runs have none: no empty plot
+        plot_metric(records, "accuracy", accuracy_path, f"test accuracy ({label})", chance)
     plot_metric(records, "loss", loss_path, f"test loss ({label})", chance)
     if local_path is not None:
         plot_local_accuracy(records, local_path, f"accuracy on the clients' own test data ({label})")
     if privacy_path is not None:
         figure = privacy_figure(records, budgets or {}, f"privacy spent against budget ({label})", notion)
+        if figure is None:  # a metric ledger's runs spend leakage, not epsilon
+            figure = metric_leakage_figure(records, f"metric leakage per client ({label})", notion)
         if figure is not None:
             save_png(figure, privacy_path)
