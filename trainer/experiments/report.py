@@ -1,4 +1,4 @@
-"""An experiment's reports: ``results.csv``, ``results.md`` and ``accuracy.png``.
+"""An experiment's reports: ``results.csv``, ``results.md`` and ``accuracy.png`` (only when a cell measured accuracy).
 
 (docs/results.md §Runner.) ``results.csv`` has one row per finished cell.
 ``results.md`` has, per setting, the final test accuracy as mean ± sample standard
@@ -204,15 +204,21 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
         lines += [experiment.description.strip(), ""]
     seeds = ", ".join(str(s) for s in experiment.seeds)
     smoke = any(r.smoke for r in results)
+    # a setting's accuracy table only where some cell measured accuracy (or failed): regression
+    # cells (metric_synthetic) have none, and a table of dashes says nothing
+    shown = [s for s in experiment.settings
+             if any(r.setting == s.name and (r.final_accuracy is not None or r.status != "ok") for r in results)]
+    measured = any(r.final_accuracy is not None for r in results)
     lines += [
-        f"Final test accuracy, mean ± std over seeds ({seeds}){' — SMOKE SIZE, not a result' if smoke else ''}.",
+        (f"Final test accuracy, mean ± std over seeds ({seeds})" if shown else f"Seeds {seeds}; no cell measures accuracy")
+        + f"{' — SMOKE SIZE, not a result' if smoke else ''}.",
         "",
     ]
     units = sorted({r.privacy_unit for r in results})
     if units != ["client"] and units:
         # never let a reader take one notion's figures for another's
         lines += [f"Privacy unit: {', '.join(units)}." + "".join(UNIT_NOTES.get(u, "") for u in units), ""]
-    for setting in experiment.settings:
+    for setting in shown:
         lines += [f"## Accuracy: {setting.name}", ""]
         lines.append("| method | " + " | ".join(datasets) + " |")
         lines.append("|---|" + "---|" * len(datasets))
@@ -223,11 +229,15 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     metric = [r for r in results if r.privacy_unit == "metric_local"]
     if metric:
         lines += metric_table(experiment, metric)
-    lines += ["## Noise (from the plans) and accuracy", ""]
+    # nu of a metric plan is the Laplace noise relative to the radius, no Gaussian sigma: its own header
+    noise = {"metric_local": "metric noise multiplier nu"}.get(units[0], "noise multipliers (pool=sigma)") if len(units) == 1 \
+        else "noise multipliers (pool=sigma; metric cells: nu=metric noise multiplier)"
+    lines += ["## Noise (from the plans)" + (" and accuracy" if measured else ""), ""]
     lines.append(
-        "| setting | dataset | method | noise multipliers (pool=sigma) | sampling rates | keep ratios | noise energy | accuracy |"
+        f"| setting | dataset | method | {noise} | sampling rates | keep ratios | noise energy |"
+        + (" accuracy |" if measured else "")
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|" + ("---|" if measured else ""))
     for setting in experiment.settings:
         for d in datasets:
             for method in experiment.method_names():
@@ -236,7 +246,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                     continue
                 first = runs[0]
                 if first.status != "ok":
-                    lines.append(f"| {setting.name} | {d} | {method} | infeasible: {first.error} | | | | |")
+                    lines.append(f"| {setting.name} | {d} | {method} | infeasible: {first.error} | | | |" + (" |" if measured else ""))
                     continue
                 energy = "" if first.noise_energy is None else f"{first.noise_energy:.4g}"
                 sigmas, rates = format_map(first.noise_multipliers), format_map(first.sampling_rates)
@@ -244,8 +254,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                     sigmas, rates = _silo_range(first.noise_multipliers), _silo_range(first.sampling_rates)
                 lines.append(
                     f"| {setting.name} | {d} | {method} | {sigmas} | "
-                    f"{rates} | {format_map(first.keep_ratios)} | {energy} | "
-                    f"{_cell_text(runs)} |"
+                    f"{rates} | {format_map(first.keep_ratios)} | {energy} |" + (f" {_cell_text(runs)} |" if measured else "")
                 )
     lines.append("")
     executions = sorted({r.secagg_execution for r in results if r.secagg_execution is not None})
@@ -331,7 +340,11 @@ def write_reports(
     markdown = out / "results.md"
     markdown.write_text(markdown_tables(experiment, ordered), encoding="utf-8")
     files.append(markdown)
-    files.append(plot_accuracy(experiment, ordered, out / "accuracy.png"))
+    plot = out / "accuracy.png"
+    if any(r.final_accuracy is not None for r in ordered):
+        files.append(plot_accuracy(experiment, ordered, plot))
+    else:  # no cell measured accuracy (regression): no empty plot, nor a stale one
+        plot.unlink(missing_ok=True)
     return files
 
 

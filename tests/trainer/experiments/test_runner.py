@@ -141,6 +141,10 @@ def test_smoke_run_of_a_metric_config(name, tmp_path):
         assert score is not None and score >= 0
     markdown = (tmp_path / "results.md").read_text()
     assert "## Metric leakage (not epsilon)" in markdown and "never comparable with an epsilon" in markdown
+    # nu is labelled as what it is, and no table or plot stands there without data
+    assert "| metric noise multiplier nu |" in markdown and "pool=sigma" not in markdown
+    assert ("## Accuracy:" in markdown) == (tmp_path / "accuracy.png").exists() == (name == "metric_digits")
+    assert "| — |" not in markdown.split("## Metric leakage")[0]
 
 
 FEDHDP_SHORT = ["skewed__digits__fedhdp_r0__s0", "random__digits__dp_fedavg_all_ditto__s1", "skewed__digits__gdpfed_plus__s2"]
