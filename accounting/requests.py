@@ -15,7 +15,7 @@ from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accou
 from accounting.epsilon import epsilon_of_events
 from accounting.events import AnyEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
-from accounting.validation import Delta, Epsilon, NoiseMultiplier, SamplingRate, Steps
+from accounting.validation import Delta, Epsilon, Flag, NoiseMultiplier, SamplingRate, Steps
 
 
 class _Request(pydantic.BaseModel):
@@ -44,14 +44,7 @@ class NoiseMultiplierRequest(_Request):
     sampling_rate: SamplingRate
     rounds: Steps
     epsilon: Epsilon
-    raw: bool = False
-
-    @pydantic.field_validator("raw", mode="before")
-    @classmethod
-    def _strict_bool(cls, value: object) -> object:
-        if not isinstance(value, bool) and value not in ("true", "false"):
-            raise ValueError("must be true or false")
-        return value
+    raw: Flag = False
 
 
 class SamplingRateRequest(_Request):

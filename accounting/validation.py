@@ -99,3 +99,7 @@ Delta = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, lt=1, allow_inf_nan=False)
 ]
 Steps = Annotated[int, pydantic.BeforeValidator(reject_bool), pydantic.Field(ge=1)]
+# A switch that changes privacy or behaviour (opt out, raw closed form, adaptive clipping)
+# is a JSON boolean: pydantic's lax mode would read "yes", "on", 1 or even "false" as one,
+# and "yes" once opted a group out of DP. Strict mode takes only true/false.
+Flag = Annotated[bool, pydantic.Field(strict=True)]

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 
 from accounting.accountants import AccountantName
 from accounting.events import Phase
+from accounting.validation import Flag
 from app.errors import SCENARIO_TAGS
 from app.models import as_utc
 from app.security import Role
@@ -252,7 +253,7 @@ class GroupPatch(_Input):
 
     epsilon: Epsilon | None = None
     num_clients: int | None = Field(None, ge=1, le=10**9)
-    opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
+    opt_out: Flag = Field(False, description="set the group's epsilon to null (no DP) from now on")
 
     @model_validator(mode="after")
     def _something(self) -> GroupPatch:

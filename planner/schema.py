@@ -31,6 +31,7 @@ from pydantic import (
 
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
+from accounting.validation import Flag
 
 SCHEMA_VERSION: Final = 2
 # Versions load_plan_document reads (1: before privacy_unit, read as a client plan).
@@ -159,12 +160,12 @@ class Scenario(_Strict):
         description="adaptive clipping's settings; the plan then states each pool's update noise multiplier "
         "sigma_Delta and count noise sigma_b for the same z_eff (docs/planning.md §15)",
     )
-    raw_closed_form: bool = Field(
+    raw_closed_form: Flag = Field(
         False,
         description="closed_form only: keep the paper's formula even where RDP shows it "
         "misses its target (the plan is then marked sound: false)",
     )
-    report_prv: bool = Field(
+    report_prv: Flag = Field(
         False, description="also report each group's PRV upper bound on epsilon spent"
     )
 
@@ -487,10 +488,10 @@ class GroupChange(_Strict):
 
     id: GroupId
     epsilon: Epsilon | None = None
-    opt_out: bool = Field(False, description="set the group's epsilon to null (no DP) from now on")
+    opt_out: Flag = Field(False, description="set the group's epsilon to null (no DP) from now on")
     num_clients: int | None = Field(None, ge=1, le=10**9)
     keep_ratio: KeepRatio | None = None
-    remove: bool = False
+    remove: Flag = False
 
 
 class Changes(_Strict):
