@@ -58,6 +58,23 @@ def test_every_registered_strategy_declares_what_it_runs_on():
         assert exc.value.field == "strategy-option no_such_option"
 
 
+def test_every_boolean_option_takes_only_true_or_false():
+    """lax pydantic would read 1, "yes" or "on" as true and switch a mechanism on."""
+    checked = 0
+    for spec in STRATEGIES.values():
+        for name, field in spec.options.model_fields.items():
+            if field.annotation is not bool:
+                continue
+            checked += 1
+            for value in (1, 0, "yes", "true", "on", None):
+                with pytest.raises(InvalidInputError) as exc:
+                    spec.parse_options({name: value})
+                assert exc.value.field == f"strategy-option {name}" and "true or false" in exc.value.reason
+            for value in (True, False):
+                assert getattr(spec.parse_options({name: value}), name) is value
+    assert checked >= 2  # plan's adaptive_clip, fedhdp's personalize and adaptive_clip
+
+
 def test_rng_purposes_are_distinct():
     purposes = {name: value for name, value in vars(base).items() if name.startswith("PURPOSE_")}
     assert {"PURPOSE_DPSGD", "PURPOSE_LAPLACE", "PURPOSE_KMEANS"} <= set(purposes)
@@ -88,6 +105,8 @@ def test_train_selects_a_strategy_by_name_and_resume_keeps_it(capsys, tmp_path, 
         (["--strategy", "pfa", "--strategy-option", "rnak=2"], ["strategy-option rnak", "not permitted"]),
         (["--strategy", "pfa", "--strategy-option", "rank=two"], ["strategy-option rank", "not a JSON value"]),
         (["--strategy", "pfa", "--strategy-option", "rank"], ["strategy-option", "KEY=JSON"]),
+        (["--strategy-option", "adaptive_clip=1"], ["strategy-option adaptive_clip", "true or false"]),
+        (["--strategy-option", 'adaptive_clip="yes"'], ["strategy-option adaptive_clip", "true or false"]),
         (["--strategy-option", "rank=2"], ["strategy-option rank", "strategy plan"]),
         (["--strategy", "pfa", "METHOD=dp_fedavg"], ["strategy", "pfa runs on plans of method gdpfed", "dp_fedavg"]),
     ],

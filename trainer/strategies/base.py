@@ -242,7 +242,18 @@ class StrategySpec:
     keeps_client_state: bool = False
 
     def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
-        """``values`` validated by the options model; an error names the option."""
+        """``values`` validated by the options model; an error names the option.
+
+        A boolean option (``adaptive_clip``, ``personalize``) is a JSON ``true``/``false``
+        only: pydantic's lax mode would read ``1``, ``"yes"`` or ``"on"`` as true and turn
+        a mechanism on that the user never asked for.
+        """
+        for key, value in values.items():
+            field = self.options.model_fields.get(key)
+            if field is not None and field.annotation is bool and not isinstance(value, bool):
+                raise InvalidInputError(
+                    f"strategy-option {key}", f"must be true or false, got {value!r} (strategy {self.name})"
+                )
         try:
             return self.options.model_validate(dict(values))
         except ValidationError as exc:
