@@ -83,6 +83,17 @@ def compute_timeout(seconds: float) -> ServiceError:
     )
 
 
+def no_service_ledger(plan_id: str, privacy_unit: str) -> ServiceError:
+    """409 for rounds or a ledger of a plan the service keeps no ledger for: a silo
+    sample-level plan, whose run keeps its own (docs/mrmtl.md §6, docs/service.md §Privacy ledger)."""
+    return ServiceError(
+        409, "no_service_ledger",
+        f"plan {plan_id!r} is a {privacy_unit} plan (sample-level DP per silo): the service keeps ledgers of "
+        "client-level plans only, so it takes no rounds and has no ledger for this plan; the silo run keeps "
+        "its own: each silo's epsilon spent is in the run's summary.json and console summary (gdpfed train --plan)",
+    )
+
+
 def superseded(plan_id: str, round_index: int, child_id: str, child_start: int) -> ServiceError:
     """409 for a round that belongs to the plan's re-plan (docs/ledger.md §4)."""
     return ServiceError(

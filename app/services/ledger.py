@@ -31,11 +31,12 @@ from sqlalchemy.orm import Session
 from accounting.events import Phase
 from app.db import with_busy_retry, write_transaction
 from app.deps import AppState, Principal
-from app.errors import ServiceError, not_found, superseded
+from app.errors import ServiceError, no_service_ledger, not_found, superseded
 from app.models import LedgerRound, PlanRecord
 from app.schemas import GroupLedger, LedgerOut, RoundRecord, RoundReport
 from planner import ledger as plan_ledger
 from planner.schema import Plan
+from planner.units import client as client_unit
 
 
 def last_round_index(session: Session, plan_id: str) -> int | None:
@@ -118,6 +119,7 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     plan_record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
     if plan_record is None:
         raise not_found("plan", plan_id)
+    _require_client_plan(plan_record)
     existing = _existing(session, plan_id, report.round_index)
     if existing is not None:
         if existing.status == "started" and report.status == "completed":
@@ -157,6 +159,12 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     return _to_record(row, duplicate=False)
 
 
+def _require_client_plan(record: PlanRecord) -> None:
+    """The service's ledger counts client-level rounds only; a silo plan is refused (409)."""
+    if record.privacy_unit != client_unit.UNIT.name:
+        raise no_service_ledger(record.id, record.privacy_unit)
+
+
 def _check_pools(plan_record: PlanRecord, report: RoundReport) -> None:
     pools = {pool.id for pool in Plan.model_validate(plan_record.document).pools}
     unknown = sorted(set(report.aborted_pools) - pools)
@@ -184,6 +192,7 @@ def ledger(state: AppState, plan_id: str) -> LedgerOut:
         record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id))
         if record is None:
             raise not_found("plan", plan_id)
+        _require_client_plan(record)
         reported = int(session.scalar(
             select(func.count()).select_from(LedgerRound).where(LedgerRound.plan_id == plan_id)
         ) or 0)

@@ -100,12 +100,18 @@ def test_a_silo_scenario_is_planned_stored_and_labelled(client: TestClient) -> N
     assert served.status_code == 200 and served.json()["silos"] == body["silos"]
     assert client.get("/v1/plans").json()["items"][0]["privacy_unit"] == "silo_sample"
     assert client.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()["method"] == "mrmtl"
-    for path, payload in ((f"/v1/plans/{body['id']}/replan", {}),
-                          (f"/v1/plans/{body['id']}/rounds", {"round": 0, "status": "claimed"})):
-        refused = client.post(path, json=payload)
-        assert 400 <= refused.status_code < 500, (path, refused.text)
-    ledger = client.get(f"/v1/plans/{body['id']}/ledger")
-    assert 400 <= ledger.status_code < 500, ledger.text
+    refused = client.post(f"/v1/plans/{body['id']}/replan", json={})
+    assert 400 <= refused.status_code < 500, refused.text
+    # The service keeps no ledger for a silo plan: a well-formed round and the ledger's GET
+    # are 409 no_service_ledger saying where the silo run's own ledger is, not an input error.
+    for refused in (client.post(f"/v1/plans/{body['id']}/rounds", json={"round_index": 0}),
+                    client.post(f"/v1/plans/{body['id']}/rounds", json={"round_index": 0, "status": "started"}),
+                    client.get(f"/v1/plans/{body['id']}/ledger")):
+        assert refused.status_code == 409, refused.text
+        error = refused.json()
+        assert error["code"] == "no_service_ledger" and "field" not in error
+        assert "silo_sample" in error["message"] and "summary.json" in error["message"]
+    assert client.get("/v1/plans/nope/ledger").status_code == 404
 
 
 def test_silo_and_client_methods_are_not_mixed(client: TestClient) -> None:
