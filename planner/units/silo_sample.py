@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName
 from accounting.errors import InvalidInputError
@@ -97,14 +97,20 @@ class SiloScenario(_Strict):
             seen.add(silo.id)
         return silos
 
-    @model_validator(mode="after")
-    def _batch_fits(self) -> SiloScenario:
-        for silo in self.silos:
-            if self.batch_size > silo.num_samples:
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_fits(cls, batch_size: int, info: ValidationInfo) -> int:
+        # a field validator (silos are validated before it) so the error names batch_size
+        for silo in info.data.get("silos", []):
+            if batch_size > silo.num_samples:
                 raise ValueError(
-                    f"batch_size {self.batch_size} exceeds silo {silo.id}'s {silo.num_samples} examples "
+                    f"batch_size {batch_size} exceeds silo {silo.id}'s {silo.num_samples} examples "
                     "(the sampling rate B / n_k would exceed 1)"
                 )
+        return batch_size
+
+    @model_validator(mode="after")
+    def _variances_together(self) -> SiloScenario:
         if (self.data_variance is None) != (self.task_variance is None):
             raise ValueError("give data_variance and task_variance together (or neither)")
         return self

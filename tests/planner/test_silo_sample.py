@@ -132,8 +132,9 @@ def test_client_level_readers_refuse_a_silo_plan() -> None:
 
 
 def test_scenario_errors_name_the_field() -> None:
-    with pytest.raises(ValidationError, match="batch_size 16 exceeds silo b's 10"):
+    with pytest.raises(ValidationError, match="batch_size 16 exceeds silo b's 10") as too_big:
         scenario(silos=[{"id": "a", "num_samples": 100, "epsilon": 1}, {"id": "b", "num_samples": 10, "epsilon": 1}])
+    assert [error["loc"] for error in too_big.value.errors()] == [("batch_size",)]  # not the whole input
     with pytest.raises(ValidationError, match="appears twice"):
         scenario(silos=[{"id": "a", "num_samples": 100, "epsilon": 1}] * 2)
     with pytest.raises(InvalidInputError, match="silo_sample plans take one of"):
