@@ -132,6 +132,9 @@ def validation_response(errors: list[Any]) -> JSONResponse:
     first = errors[0]
     field = location_to_field(first.get("loc", ()))
     message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "json_invalid":
+        # FastAPI locates a JSON syntax error at ("body", <offset>); the body is to blame
+        field, message = "body", f"the request body is not valid JSON ({message})"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more)"
     return error_response(422, "invalid_input", f"{field}: {message}" if field else message, field)

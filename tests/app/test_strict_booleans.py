@@ -49,3 +49,9 @@ def test_privacy_switches_in_other_bodies_must_be_json_booleans(client: TestClie
     assert response.status_code == 422 and response.json()["field"] == "raw"
     # A JSON boolean is still accepted.
     assert client.post("/v1/accounting/noise-multiplier", json={**body, "raw": False}).status_code == 200
+
+
+def test_a_body_that_is_not_json_names_the_body(client: TestClient) -> None:
+    response = client.post("/v1/plans", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["field"] == "body", response.text
+    assert "not valid JSON" in response.json()["message"]
