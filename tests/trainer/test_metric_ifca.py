@@ -275,7 +275,7 @@ def test_a_metric_run_is_labelled_with_the_metric_notion_everywhere(capsys, tmp_
     real_save = plots.save_png
 
     def save(figure, path):
-        titles[Path(path).name] = figure.axes[0].get_title()
+        titles[Path(path).name] = " ".join(figure.axes[0].get_title().split())  # wrapped lines joined
         real_save(figure, path)
 
     monkeypatch.setattr(plots, "save_png", save)

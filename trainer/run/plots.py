@@ -142,7 +142,9 @@ def metric_leakage_figure(records: Sequence[RoundRecord], title: str, notion: st
     for which, points in series.items():
         xs, ys = zip(*points)
         axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=f"{which} over clients")
-    _finish(figure, axes, f"{title}\n{notion}", "metric leakage (n / nu per participation)")
+    import textwrap  # the metric notion is long: wrapped, so the title is not cut off
+
+    _finish(figure, axes, f"{title}\n" + textwrap.fill(notion, 55), "metric leakage (n / nu per participation)")
     return figure
 
 
