@@ -173,8 +173,9 @@ def _processes(plan: Any, config: Any, federation: Any, work: Path, profile: Pat
         breakdowns.append(step_breakdown(per_round, {s: record.timing.get(s, 0.0) for s in STEPS}))
     extra = {name: statistics.median(b[name] for b in breakdowns) for name in breakdowns[0]}
     row = _row("flower processes", records, load, extra)
-    # Round 0's selection waits for the SuperNodes and sends each a hello (one process start a
-    # node): discovery, paid once a run, reported apart so the round compares with FedAvg's.
+    # Round 0's selection sends a hello (one process start a node) to every node the discovery
+    # before it did not hear from within the step timeout: discovery, paid once a run, reported
+    # apart so the round compares with FedAvg's.
     discovery = records[0].timing.get("select", 0.0)
     row["discovery_s"] = discovery
     row["first_round_s"] = records[0].seconds - discovery
