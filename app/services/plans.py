@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -121,17 +124,31 @@ def child_of(session: Session, plan_id: str) -> PlanRecord | None:
     return session.scalar(select(PlanRecord).where(PlanRecord.parent_id == plan_id))
 
 
+@contextmanager
+def _in_scenario(model: type[BaseModel]) -> Iterator[None]:
+    """The planner names a refused field relative to the scenario (``adaptive_clip.count_noise_std``);
+    in a request body that field is ``scenario.<field>``, as pydantic's own checks say."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        if type(exc) is not InvalidInputError or exc.field.split(".")[0] not in model.model_fields:
+            raise
+        raise InvalidInputError(f"scenario.{exc.field}", exc.reason) from None
+
+
 def create_plan(state: AppState, scenario: Scenario | SiloScenario, method: str | None,
                 caller: Principal) -> StoredPlan | StoredSiloPlan:
     plan: Plan | SiloSamplePlan
     if isinstance(scenario, SiloScenario):
         if method is not None and method not in silo_sample.SILO_METHODS:
             raise InvalidInputError("method", f"silo scenarios take one of {', '.join(silo_sample.SILO_METHODS)}, got {method!r}")
-        plan = compute_silo_plan(state, scenario, method or "mrmtl")
+        with _in_scenario(SiloScenario):
+            plan = compute_silo_plan(state, scenario, method or "mrmtl")
     else:
         if method in silo_sample.SILO_METHODS:
             raise InvalidInputError("method", f"{method} plans silo scenarios (scenario.privacy_unit: silo_sample)")
-        plan = compute_plan(state, scenario, method or "gdpfed_plus")  # type: ignore[arg-type]
+        with _in_scenario(Scenario):
+            plan = compute_plan(state, scenario, method or "gdpfed_plus")  # type: ignore[arg-type]
 
     def attempt() -> StoredPlan | StoredSiloPlan:
         with write_transaction(state.sessions) as session:
