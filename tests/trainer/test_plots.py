@@ -68,3 +68,22 @@ def test_privacy_plot_has_each_private_group_spent_and_budget():
     assert "client-level DP" in axes.get_title() and axes.get_ylabel() == "epsilon spent"
     nonprivate = [record(0, 0.5, 1.0, {"out": None})]
     assert privacy_figure(nonprivate, {"out": None}, "privacy", "client-level DP") is None
+
+
+def test_a_smoke_mark_is_drawn_over_the_plot_pixel_for_pixel(tmp_path) -> None:
+    """docs/results.md §Runner: a smoke cell's plot is redrawn unchanged with SMOKE_MARK across it."""
+    import numpy as np
+    from matplotlib.image import AxesImage, imread
+
+    from trainer.run.plots import SMOKE_MARK, _new_figure, mark_smoke_pngs, save_png, smoke_marked_figure
+
+    figure, axes = _new_figure()
+    axes.plot([0, 1, 2], [0.1, 0.5, 0.7])
+    save_png(figure, tmp_path / "accuracy.png")
+    original = imread(tmp_path / "accuracy.png")
+    marked = smoke_marked_figure(tmp_path / "accuracy.png")
+    assert [t.get_text() for t in marked.texts] == [SMOKE_MARK]
+    [image] = [a for a in marked.axes[0].get_children() if isinstance(a, AxesImage)]
+    assert np.array_equal(image.get_array(), original)
+    assert mark_smoke_pngs(tmp_path) == [tmp_path / "accuracy.png"]
+    assert not np.array_equal(imread(tmp_path / "accuracy.png"), original)  # the mark is on the image

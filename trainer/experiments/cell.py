@@ -162,7 +162,8 @@ def infeasible(base: dict[str, Any], exc: GdpfedError, dim: int, started: float,
 
 def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any = None) -> Any:
     """Train ``plan`` in ``out/runs/<cell_id>`` (replaced: an interrupted earlier attempt
-    restarts) on the CPU without per-round output; the run's summary."""
+    restarts) on the CPU without per-round output; the run's summary. A smoke-size cell's
+    plots get ``SMOKE_MARK`` across them, as the experiment's own plots do."""
     from trainer.run.progress import Progress
     from trainer.run.runner import execute_run, prepare_run
 
@@ -170,7 +171,12 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     if run_dir.exists():
         shutil.rmtree(run_dir)
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset)
-    return execute_run(prepared, progress=Progress(config.rounds, 0, stream=Discard(), use_bar=False))
+    summary = execute_run(prepared, progress=Progress(config.rounds, 0, stream=Discard(), use_bar=False))
+    if spec.smoke:
+        from trainer.run.plots import mark_smoke_pngs
+
+        mark_smoke_pngs(run_dir)
+    return summary
 
 
 def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:

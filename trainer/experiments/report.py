@@ -20,6 +20,7 @@ from typing import Any
 
 from trainer.experiments.cell import CellResult
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment
+from trainer.run.plots import SMOKE_MARK, mark_smoke
 
 CSV_COLUMNS = [
     "cell_id",
@@ -267,16 +268,6 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     total = sum(r.wall_seconds for r in results)
     lines.append(f"{len(results)} cells, {total:.1f} s of cell wall time in total.")
     return "\n".join(lines) + "\n"
-
-
-SMOKE_MARK = "SMOKE SIZE: not a result"
-
-
-def mark_smoke(figure: Any) -> None:
-    """Write ``SMOKE_MARK`` across ``figure`` (docs/results.md §Runner): smoke cells are
-    shrunk to run in seconds, and their plot must not pass for a result."""
-    figure.text(0.5, 0.5, SMOKE_MARK, ha="center", va="center", rotation=20, fontsize=22,
-                color="red", alpha=0.35, fontweight="bold", zorder=10)
 
 
 def accuracy_figure(experiment: TrainExperiment, results: Sequence[CellResult]) -> Any:

@@ -48,6 +48,47 @@ def chance_level(test_labels: Any, task: str) -> ChanceLevel | None:
     return ChanceLevel(accuracy=float(frequencies.max()), loss=float(-(frequencies * np.log(frequencies)).sum()))
 
 
+SMOKE_MARK = "SMOKE SIZE: not a result"
+
+
+def mark_smoke(figure: Any) -> None:
+    """Write ``SMOKE_MARK`` across ``figure`` (docs/results.md §Runner): smoke cells are
+    shrunk to run in seconds, and their plot must not pass for a result."""
+    figure.text(0.5, 0.5, SMOKE_MARK, ha="center", va="center", rotation=20, fontsize=22,
+                color="red", alpha=0.35, fontweight="bold", zorder=10)
+
+
+def smoke_marked_figure(path: Path) -> Figure:
+    """The PNG at ``path`` redrawn pixel for pixel with ``SMOKE_MARK`` across it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    image = imread(path)
+    height, width = image.shape[:2]
+    figure = Figure(figsize=(width / 100, height / 100), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_axes((0.0, 0.0, 1.0, 1.0))
+    axes.imshow(image)
+    axes.set_axis_off()
+    mark_smoke(figure)
+    return figure
+
+
+def mark_smoke_pngs(directory: Path) -> list[Path]:
+    """Mark every plot a smoke-size run wrote in ``directory`` (its accuracy, loss, privacy
+    plots): the per-cell plots of a smoke experiment must not pass for results either. The
+    PNG also carries ``SMOKE_MARK`` as its Description text chunk. Returns the marked paths."""
+    marked = []
+    for path in sorted(directory.glob("*.png")):
+        figure = smoke_marked_figure(path)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", metadata={"Description": SMOKE_MARK})
+        atomic_write_bytes(path, buffer.getvalue())
+        marked.append(path)
+    return marked
+
+
 def _new_figure() -> tuple[Figure, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

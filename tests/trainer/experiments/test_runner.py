@@ -145,6 +145,16 @@ def test_smoke_run_of_a_metric_config(name, tmp_path):
     assert "| metric noise multiplier nu |" in markdown and "pool=sigma" not in markdown
     assert ("## Accuracy:" in markdown) == (tmp_path / "accuracy.png").exists() == (name == "metric_digits")
     assert "| — |" not in markdown.split("## Metric leakage")[0]
+    # every per-cell plot of a smoke run says so too, on the image and in its text chunk
+    from PIL import Image
+
+    from trainer.run.plots import SMOKE_MARK
+
+    cell_plots = sorted((tmp_path / "runs").glob("*/*.png"))
+    assert cell_plots
+    for png in cell_plots:
+        with Image.open(png) as image:
+            assert image.info.get("Description") == SMOKE_MARK, png
 
 
 FEDHDP_SHORT = ["skewed__digits__fedhdp_r0__s0", "random__digits__dp_fedavg_all_ditto__s1", "skewed__digits__gdpfed_plus__s2"]
