@@ -18,11 +18,10 @@ The last ``test_fraction`` of every device's samples forms the shared test set.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.data.federate import federate
+from trainer.data.synthetic import federate_devices
 
 MODEL_SPREAD = 0.1
 LOGIT_NOISE = 0.1
@@ -66,9 +65,7 @@ def load_leaf_synthetic(
     sizes = np.minimum(
         rng.lognormal(3.0, 2.0, num_clients).astype(np.int64) + MIN_SAMPLES, max_samples_per_client
     )
-    train_x, train_y, test_x, test_y = [], [], [], []
-    natural: list[tuple[str, np.ndarray]] = []
-    start = 0
+    devices: list[tuple[np.ndarray, np.ndarray]] = []
     for k in range(num_clients):
         cluster = int(rng.integers(clusters))
         side_info = rng.normal(means[cluster], MODEL_SPREAD)
@@ -77,28 +74,8 @@ def load_leaf_synthetic(
         # Sigma is diagonal, so x = v_k + sqrt(diag) * z.
         x = mean_x + std_x * rng.standard_normal((int(sizes[k]), num_features))
         logits = x @ weight[1:] + weight[0] + rng.normal(0.0, LOGIT_NOISE, (len(x), num_classes))
-        y = np.argmax(logits, axis=1)
-        test_count = max(1, int(round(test_fraction * sizes[k])))
-        cut = int(sizes[k]) - test_count
-        train_x.append(x[:cut])
-        train_y.append(y[:cut])
-        test_x.append(x[cut:])
-        test_y.append(y[cut:])
-        natural.append((f"device-{k:05d}", np.arange(start, start + cut)))
-        start += cut
-    return federate(
-        name="leaf_synthetic",
-        task="classification",
-        train_x=torch.from_numpy(np.concatenate(train_x).astype(np.float32)),
-        train_y=torch.from_numpy(np.concatenate(train_y).astype(np.int64)),
-        test_x=torch.from_numpy(np.concatenate(test_x).astype(np.float32)),
-        test_y=torch.from_numpy(np.concatenate(test_y).astype(np.int64)),
-        num_classes=num_classes,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
-        natural=natural,
-        max_test_samples=max_test_samples,
-        client_test_fraction=client_test_fraction,
+        devices.append((x, np.argmax(logits, axis=1)))
+    return federate_devices(
+        "leaf_synthetic", devices, test_fraction, num_classes, partition=partition, num_clients=num_clients,
+        alpha=alpha, seed=seed, max_test_samples=max_test_samples, client_test_fraction=client_test_fraction,
     )

@@ -17,6 +17,8 @@ samples forms the shared test set.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -64,18 +66,35 @@ def load_synthetic(
     mean_w = rng.normal(0.0, synthetic_alpha, num_clients)
     offset_b = rng.normal(0.0, synthetic_beta, num_clients)
     std_x = np.power(np.arange(1, NUM_FEATURES + 1, dtype=np.float64), -1.2 / 2)
-    train_x, train_y, test_x, test_y = [], [], [], []
-    natural: list[tuple[str, np.ndarray]] = []
-    start = 0
+    devices: list[tuple[np.ndarray, np.ndarray]] = []
     for k in range(num_clients):
         mean_x = rng.normal(offset_b[k], 1.0, NUM_FEATURES)
         weight = rng.normal(mean_w[k], 1.0, (NUM_FEATURES, NUM_CLASSES))
         bias = rng.normal(mean_w[k], 1.0, NUM_CLASSES)
         # Sigma is diagonal, so x = v_k + sqrt(diag) * z.
         x = mean_x + std_x * rng.standard_normal((int(sizes[k]), NUM_FEATURES))
-        y = np.argmax(x @ weight + bias, axis=1)
-        test_count = max(1, int(round(test_fraction * sizes[k])))
-        cut = int(sizes[k]) - test_count
+        devices.append((x, np.argmax(x @ weight + bias, axis=1)))
+    return federate_devices(
+        "synthetic", devices, test_fraction, NUM_CLASSES, partition=partition, num_clients=num_clients,
+        alpha=alpha, seed=seed, max_test_samples=max_test_samples, client_test_fraction=client_test_fraction,
+    )
+
+
+def federate_devices(
+    name: str,
+    devices: list[tuple[np.ndarray, np.ndarray]],
+    test_fraction: float,
+    num_classes: int,
+    **options: Any,
+) -> FederatedDataset:
+    """A generated dataset with one natural client per device: the last ``test_fraction``
+    of every device's samples (at least one) goes to the shared test set, the rest is the
+    device's training data (``device-<k>``); ``options`` go to ``federate``."""
+    train_x, train_y, test_x, test_y = [], [], [], []
+    natural: list[tuple[str, np.ndarray]] = []
+    start = 0
+    for k, (x, y) in enumerate(devices):
+        cut = len(x) - max(1, int(round(test_fraction * len(x))))
         train_x.append(x[:cut])
         train_y.append(y[:cut])
         test_x.append(x[cut:])
@@ -83,18 +102,13 @@ def load_synthetic(
         natural.append((f"device-{k:05d}", np.arange(start, start + cut)))
         start += cut
     return federate(
-        name="synthetic",
+        name=name,
         task="classification",
         train_x=torch.from_numpy(np.concatenate(train_x).astype(np.float32)),
         train_y=torch.from_numpy(np.concatenate(train_y).astype(np.int64)),
         test_x=torch.from_numpy(np.concatenate(test_x).astype(np.float32)),
         test_y=torch.from_numpy(np.concatenate(test_y).astype(np.int64)),
-        num_classes=NUM_CLASSES,
-        partition=partition,
-        num_clients=num_clients,
-        alpha=alpha,
-        seed=seed,
+        num_classes=num_classes,
         natural=natural,
-        max_test_samples=max_test_samples,
-        client_test_fraction=client_test_fraction,
+        **options,
     )
