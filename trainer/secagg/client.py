@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import encode, modulus_mask, word_dtype
@@ -138,7 +139,7 @@ class Client:
         self._group = share_group(state.client_id, setup.graph)
         self._neighbours = frozenset(setup.graph[state.client_id])
         self._roster: dict[int, AdvertisedKeys] = dict(state.roster)
-        self._channel_keys: dict[int, bytes] = {}
+        self._channels: dict[int, ChaCha20Poly1305] = {}
         self._own_share: shamir.Share | None = state.own_share
         self._inbox: dict[int, bytes] = dict(state.inbox)
         self._revealed: dict[int, str] = dict(state.revealed)
@@ -191,8 +192,8 @@ class Client:
                 self._own_share = share
             elif holder in roster:
                 plaintext = share.x.to_bytes(4, "big") + share.data
-                key = self._channel_key(holder)
-                ciphertext = keys.seal(key, self._setup.session_id, self.client_id, holder, plaintext)
+                channel = self._channel(holder)
+                ciphertext = keys.seal(channel, self._setup.session_id, self.client_id, holder, plaintext)
                 messages.append(EncryptedShare(self.client_id, holder, ciphertext))
         return messages
 
@@ -268,20 +269,21 @@ class Client:
                 mask_key_shares[owner] = shamir.Share(share.x, share.data[_HALF_SHARE_BYTES:])
         return UnmaskingShares(self.client_id, self_mask_shares, mask_key_shares)
 
-    def _channel_key(self, peer: int) -> bytes:
-        if peer not in self._channel_keys:
-            self._channel_keys[peer] = keys.agreed_key(
-                self._cipher_key, self._roster[peer].cipher_public_key, self._setup.session_id, keys.CHANNEL_INFO
-            )
-        return self._channel_keys[peer]
+    def _channel(self, peer: int) -> ChaCha20Poly1305:
+        """The AEAD under HKDF(X25519(c_u^SK, c_v^PK)), agreed once per peer (sealing and opening)."""
+        if peer not in self._channels:
+            self._channels[peer] = keys.channel_cipher(keys.agreed_key(
+                self._cipher_key, self._roster[peer].public_key("cipher"), self._setup.session_id, keys.CHANNEL_INFO
+            ))
+        return self._channels[peer]
 
     def _pairwise_key(self, peer: int) -> bytes:
         return keys.agreed_key(
-            self._mask_key, self._roster[peer].mask_public_key, self._setup.session_id, keys.PAIRWISE_MASK_INFO
+            self._mask_key, self._roster[peer].public_key("mask"), self._setup.session_id, keys.PAIRWISE_MASK_INFO
         )
 
     def _open(self, sender: int) -> shamir.Share:
         plaintext = keys.open_sealed(
-            self._channel_key(sender), self._setup.session_id, sender, self.client_id, self._inbox[sender]
+            self._channel(sender), self._setup.session_id, sender, self.client_id, self._inbox[sender]
         )
         return shamir.Share(int.from_bytes(plaintext[:4], "big"), plaintext[4:])

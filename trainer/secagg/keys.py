@@ -50,13 +50,17 @@ def public_key_bytes(key: X25519PrivateKey) -> bytes:
     return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
-def agreed_key(private_key: X25519PrivateKey, peer_public: bytes, session_id: bytes, info: bytes) -> bytes:
+def agreed_key(
+    private_key: X25519PrivateKey, peer_public: X25519PublicKey | bytes, session_id: bytes, info: bytes
+) -> bytes:
     """HKDF-SHA256(X25519(sk, pk_peer), salt = session id, info = purpose): 32 symmetric bytes.
 
     X25519 is symmetric, so both ends of a pair derive the same key; the session id binds
     it to this aggregation and ``info`` separates the channel key from the mask key.
     """
-    shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    if not isinstance(peer_public, X25519PublicKey):
+        peer_public = X25519PublicKey.from_public_bytes(peer_public)
+    shared = private_key.exchange(peer_public)
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=session_id, info=info).derive(shared)
 
 
@@ -69,16 +73,23 @@ def associated_data(session_id: bytes, sender: int, recipient: int) -> bytes:
     return session_id + sender.to_bytes(8, "big") + recipient.to_bytes(8, "big")
 
 
-def seal(key: bytes, session_id: bytes, sender: int, recipient: int, plaintext: bytes) -> bytes:
+def channel_cipher(key: bytes) -> ChaCha20Poly1305:
+    """The AEAD of one channel key (made once per peer: both directions use the same key)."""
+    return ChaCha20Poly1305(key)
+
+
+def seal(channel: ChaCha20Poly1305, session_id: bytes, sender: int, recipient: int, plaintext: bytes) -> bytes:
     """ChaCha20-Poly1305 encryption of a share for ``recipient``, bound to session and routing."""
-    return ChaCha20Poly1305(key).encrypt(
+    return channel.encrypt(
         channel_nonce(sender, recipient), plaintext, associated_data(session_id, sender, recipient)
     )
 
 
-def open_sealed(key: bytes, session_id: bytes, sender: int, recipient: int, ciphertext: bytes) -> bytes:
+def open_sealed(
+    channel: ChaCha20Poly1305, session_id: bytes, sender: int, recipient: int, ciphertext: bytes
+) -> bytes:
     """Decrypt and authenticate; ``cryptography.exceptions.InvalidTag`` if anything was altered."""
-    return ChaCha20Poly1305(key).decrypt(
+    return channel.decrypt(
         channel_nonce(sender, recipient), ciphertext, associated_data(session_id, sender, recipient)
     )
 

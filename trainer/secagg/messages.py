@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from trainer.secagg.graph import is_connected
 from trainer.secagg.shamir import Share
@@ -43,6 +45,20 @@ class AdvertisedKeys:
     sender: int
     cipher_public_key: bytes
     mask_public_key: bytes
+    # Memo of ``public_key``: the simulated clients of one process share the broadcast
+    # roster, so each public key is parsed once, not once per neighbour (public data).
+    _parsed: dict[str, X25519PublicKey] = field(default_factory=dict, compare=False, repr=False)
+
+    def public_key(self, which: Literal["cipher", "mask"]) -> X25519PublicKey:
+        """The parsed c_u^PK (``"cipher"``) or s_u^PK (``"mask"``)."""
+        if which not in self._parsed:
+            raw = self.cipher_public_key if which == "cipher" else self.mask_public_key
+            self._parsed[which] = X25519PublicKey.from_public_bytes(raw)
+        return self._parsed[which]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The wire form: the raw keys only (a parsed key does not pickle).
+        return (AdvertisedKeys, (self.sender, self.cipher_public_key, self.mask_public_key))
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,11 @@ class EncryptedShare:
     sender: int
     recipient: int
     ciphertext: bytes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A plain tuple pickles several times faster than a dataclass's state dict, and
+        # ~10^4 of these cross the worker pipes each way per session (``parallel``).
+        return (EncryptedShare, (self.sender, self.recipient, self.ciphertext))
 
 
 @dataclass(frozen=True)

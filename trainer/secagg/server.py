@@ -156,7 +156,7 @@ class Server:
                 raise ProtocolError(f"reconstructed masking key of client {dropped} does not match its public key")
             for peer in sorted(set(self._setup.graph[dropped]) & survivors):
                 key = keys.agreed_key(
-                    mask_key, self._roster[peer].mask_public_key, self._setup.session_id, keys.PAIRWISE_MASK_INFO
+                    mask_key, self._roster[peer].public_key("mask"), self._setup.session_id, keys.PAIRWISE_MASK_INFO
                 )
                 # The survivor added +PRG(s_uv) when the dropped client's id is larger, else -PRG.
                 removals.append((key, -1 if dropped > peer else 1))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,10 @@ class Share:
 
     x: int
     data: bytes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A plain tuple: ~10^4 shares cross the worker pipes per session (``parallel``).
+        return (Share, (self.x, self.data))
 
     def values(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype="<u4").astype(np.uint64)
@@ -59,7 +64,9 @@ def split(secret: bytes, threshold: int, points: Sequence[int], randomness: byte
 
     The t - 1 random coefficients per limb are uniform in GF(p) from a ChaCha20 stream
     under the 32-byte ``randomness`` (``keys.derive_bytes`` in simulation, ``os.urandom``
-    in a deployment). Horner's rule evaluates every limb at every point in t vector steps.
+    in a deployment). Every limb is evaluated at every point at once as the product
+    V C mod p of the Vandermonde matrix V[i, j] = x_i^j mod p (cached per point set) and
+    the coefficient matrix C[j, l] = a_j of limb l (``_evaluate``).
     """
     xs = _check_points(points)
     if not 1 <= threshold <= len(xs):
@@ -68,14 +75,45 @@ def split(secret: bytes, threshold: int, points: Sequence[int], randomness: byte
     coefficients = uniform_below(randomness, (threshold - 1) * limbs.size, PRIME).reshape(
         threshold - 1, limbs.size
     )
+    # Row j of C is a_j: the secret's limbs, then the random coefficients a_1 .. a_(t-1).
+    values = _evaluate(_vandermonde(tuple(xs), threshold), np.vstack([limbs[None, :], coefficients]))
+    data = values.astype("<u4")
+    return [Share(x=x, data=row.tobytes()) for x, row in zip(xs, data)]
+
+
+def _evaluate(vandermonde: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    """``vandermonde @ coefficients mod p`` exactly in uint64, both operands below p < 2^31.
+
+    Each product would need 62 bits and a sum of t of them overflows 64, so the coefficients
+    are split into 16-bit halves, C = 2^16 H + L: a row of V L sums products below 2^47,
+    so up to 2^16 terms fit in 64 bits, and likewise V H (H < 2^15). Blocks of at most
+    2^16 rows of C keep that true for any threshold.
+    """
     p = np.uint64(PRIME)
-    x_column = np.asarray(xs, dtype=np.uint64)[:, None]
-    # values[i, l] = f_l(x_i); start from the leading coefficient a_(t-1).
-    values = np.zeros((len(xs), limbs.size), dtype=np.uint64)
-    for degree in range(threshold - 2, -1, -1):
-        values = (values * x_column + coefficients[degree][None, :]) % p
-    values = (values * x_column + limbs[None, :]) % p
-    return [Share(x=x, data=row.astype("<u4").tobytes()) for x, row in zip(xs, values)]
+    total = np.zeros((vandermonde.shape[0], coefficients.shape[1]), dtype=np.uint64)
+    for start in range(0, coefficients.shape[0], _MATMUL_BLOCK):
+        block = coefficients[start : start + _MATMUL_BLOCK]
+        v = vandermonde[:, start : start + _MATMUL_BLOCK]
+        high = (v @ (block >> np.uint64(16))) % p
+        low = (v @ (block & np.uint64(0xFFFF))) % p
+        total = (total + ((high << np.uint64(16)) % p) + low) % p
+    return total
+
+
+# Rows of C per product: keeps every row sum of V L and V H below 2^64 (see ``_evaluate``).
+_MATMUL_BLOCK = 1 << 16
+
+
+@lru_cache(maxsize=64)
+def _vandermonde(xs: tuple[int, ...], columns: int) -> np.ndarray:
+    """V[i, j] = x_i^j mod p for j < ``columns``, uint64, read-only (share groups of one
+    session all use the points 1 .. |G|, so one matrix serves every client)."""
+    powers = np.ones((len(xs), columns), dtype=np.uint64)
+    x_column = np.asarray(xs, dtype=np.uint64) % np.uint64(PRIME)
+    for j in range(1, columns):
+        powers[:, j] = powers[:, j - 1] * x_column % np.uint64(PRIME)
+    powers.setflags(write=False)
+    return powers
 
 
 def combine(shares: Sequence[Share]) -> bytes:

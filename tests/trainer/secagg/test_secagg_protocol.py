@@ -174,3 +174,24 @@ def test_the_module_does_not_import_torch() -> None:
 
     code = "import sys, trainer.secagg, bench.secagg; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_messages_pickle_as_their_fields_only() -> None:
+    """The worker pipes pickle messages (``trainer.secagg.parallel``): a pickled roster entry
+    carries the raw keys, not the parsed-key memo, and every message survives the trip."""
+    import pickle
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from trainer.secagg import shamir
+    from trainer.secagg.keys import public_key_bytes
+    from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
+
+    advertised = AdvertisedKeys(3, public_key_bytes(X25519PrivateKey.generate()), public_key_bytes(X25519PrivateKey.generate()))
+    parsed = advertised.public_key("mask")
+    assert advertised.public_key("mask") is parsed  # parsed once
+    copy = pickle.loads(pickle.dumps(advertised))
+    assert copy == advertised and copy._parsed == {}
+    assert copy.public_key("cipher").public_bytes_raw() == advertised.cipher_public_key
+    for message in (EncryptedShare(1, 2, b"sealed"), shamir.Share(5, b"\x01\x02\x03\x04")):
+        assert pickle.loads(pickle.dumps(message)) == message

@@ -75,3 +75,35 @@ def test_bad_inputs() -> None:
         shamir.split(b"ab", 1, [1, 1], os.urandom(32))
     with pytest.raises(ValueError):
         shamir.split(b"ab", 1, [0], os.urandom(32))
+
+
+def test_shares_are_the_polynomials_values_in_exact_integer_arithmetic() -> None:
+    """split evaluates f_l(x) = sum_j a_(j,l) x^j mod p by a split-limb matrix product
+    (``_evaluate``); here each value is recomputed with Python integers from the same
+    coefficients (the ChaCha20 stream under the share randomness)."""
+    from trainer.secagg.prg import uniform_below
+
+    secret, randomness = os.urandom(64), os.urandom(32)
+    threshold, points = 5, [1, 2, 3, 17, 33, 2**31 - 2]
+    limbs = [int(v) for v in np.frombuffer(secret, dtype="<u2")]
+    coefficients = uniform_below(randomness, (threshold - 1) * len(limbs), shamir.PRIME).reshape(threshold - 1, -1)
+    for share in shamir.split(secret, threshold, points, randomness):
+        for limb, value in enumerate(share.values()):
+            terms = [limbs[limb]] + [int(coefficients[j, limb]) for j in range(threshold - 1)]
+            assert int(value) == sum(a * pow(share.x, j, shamir.PRIME) for j, a in enumerate(terms)) % shamir.PRIME
+
+
+def test_the_matrix_product_is_exact_at_the_largest_values_over_several_blocks() -> None:
+    """Every operand p - 1 (the largest products) and more rows than one block of
+    ``_evaluate`` (sums that would wrap 64 bits without the split and the blocks)."""
+    rows = shamir._MATMUL_BLOCK + 5
+    p = shamir.PRIME
+    vandermonde = np.full((2, rows), p - 1, dtype=np.uint64)
+    coefficients = np.full((rows, 3), p - 1, dtype=np.uint64)
+    coefficients[7, 1] = 12345
+    result = shamir._evaluate(vandermonde, coefficients)
+    assert result.dtype == np.uint64
+    expected_plain = rows * (p - 1) * (p - 1) % p
+    expected_one = ((rows - 1) * (p - 1) * (p - 1) + (p - 1) * 12345) % p
+    assert result[:, 0].tolist() == [expected_plain] * 2
+    assert result[:, 1].tolist() == [expected_one] * 2
