@@ -1,11 +1,15 @@
 """The simulated clients of a session, spread over worker processes (``docs/secure-aggregation.md`` §Parallel).
 
 A session's client work (encoding, key agreement, Shamir shares, sealed shares, masks,
-unmasking shares) is independent per client, so ``ForkedClients`` runs it in ``workers``
-forked processes, each owning a contiguous slice of the sorted client ids, while the
-driver (``protocol.run_session``) stays the network between them and the server. The
-protocol code is the same ``Client`` class as in the serial path, on the same inputs
-and secrets, so a session's result is bit-identical (tested).
+unmasking shares) is independent per client, so ``ForkedClients`` spreads it over
+``workers`` processes, each owning a contiguous slice of the sorted client ids: the
+driver (``protocol.run_session``, also the network and the server) hosts the first slice
+itself and forks ``workers - 1`` children for the rest. Each protocol round, the driver
+sends the children their requests, runs its own slice meanwhile, then gathers the
+children's answers: no core idles while the driver waits, one fork fewer, and a slice
+of messages that never crosses a pipe. The protocol code is the same ``Client`` class
+as in the serial path, on the same inputs and secrets, so a session's result is
+bit-identical (tested).
 
 Why processes and fork: ``cryptography``'s X25519 and ChaCha20 calls hold the GIL, so
 threads do not run them in parallel. A forked child inherits the session's vectors,
@@ -73,7 +77,7 @@ def session_workers(num_clients: int, degree: int, dimension: int, word_bytes: i
 
 
 class ForkedClients:
-    """The clients ``ids`` of one session in ``workers`` forked processes, driven round by round."""
+    """The clients ``ids`` of one session over ``workers`` processes (this one and forked children)."""
 
     def __init__(
         self,
@@ -92,12 +96,15 @@ class ForkedClients:
         )
         self._row = {u: row for row, u in enumerate(ids)}
         chunks = [[int(u) for u in chunk] for chunk in np.array_split(np.asarray(ids), max(1, workers)) if len(chunk)]
+        # Host 0 is this process; host h >= 1 is child h - 1.
         self._host_of = {u: index for index, chunk in enumerate(chunks) for u in chunk}
+        self._local_ids = chunks[0]
+        self._local: dict[int, Client] = {}
         self._connections: list[Connection] = []
         self._processes: list[Any] = []
         context = multiprocessing.get_context("fork")
         try:
-            for chunk in chunks:
+            for chunk in chunks[1:]:  # forked before this process builds its own clients
                 parent, child = context.Pipe()
                 process = context.Process(
                     target=_host,
@@ -112,7 +119,10 @@ class ForkedClients:
                 child.close()
                 self._connections.append(parent)
                 self._processes.append(process)
-            self._keys: list[AdvertisedKeys] = self._gather()
+            for u in self._local_ids:  # in order: the first bad vector raises, as in the serial path
+                self._local[u] = Client(u, vectors[u], params, setup, seed)
+            self._keys: list[AdvertisedKeys] = [self._local[u].advertise_keys() for u in self._local_ids]
+            self._keys += self._gather()
         except BaseException:
             self.close()
             raise
@@ -123,30 +133,35 @@ class ForkedClients:
     def share_keys(self, roster: Mapping[int, AdvertisedKeys]) -> list[EncryptedShare]:
         for connection in self._connections:
             connection.send(("share_keys", dict(roster)))
-        return self._gather()
+        local = [m for u in self._local_ids if u in roster for m in self._local[u].share_keys(roster)]
+        return local + self._gather()
 
     def masked_input(self, inboxes: Mapping[int, Sequence[EncryptedShare]]) -> list[MaskedInput]:
-        per_host: list[dict[int, Sequence[EncryptedShare]]] = [{} for _ in self._connections]
+        per_host: list[dict[int, Sequence[EncryptedShare]]] = [{} for _ in range(len(self._connections) + 1)]
         for u, inbox in inboxes.items():
             per_host[self._host_of[u]][u] = inbox
-        for connection, host_inboxes in zip(self._connections, per_host):
+        for connection, host_inboxes in zip(self._connections, per_host[1:]):
             connection.send(("masked_input", host_inboxes))
+        for u, inbox in per_host[0].items():
+            self._local[u].masked_input(inbox, out=self._masked[self._row[u]])
         messages = []
-        for u in self._gather():
+        for u in [*per_host[0], *self._gather()]:
             row = self._masked[self._row[u]]
             row.setflags(write=False)
             messages.append(MaskedInput(sender=u, masked=row))
         return messages
 
     def unmask(self, survivors: Sequence[int], responders: Sequence[int]) -> list[UnmaskingShares]:
-        per_host: list[list[int]] = [[] for _ in self._connections]
+        per_host: list[list[int]] = [[] for _ in range(len(self._connections) + 1)]
         for u in responders:
             per_host[self._host_of[u]].append(u)
-        for connection, ids in zip(self._connections, per_host):
+        for connection, ids in zip(self._connections, per_host[1:]):
             connection.send(("unmask", (tuple(survivors), ids)))
-        return self._gather()
+        local = [self._local[u].unmask(survivors) for u in per_host[0]]
+        return local + self._gather()
 
     def close(self) -> None:
+        self._local = {}
         for connection in self._connections:
             try:
                 connection.send(("close", None))
@@ -161,7 +176,7 @@ class ForkedClients:
         self._connections, self._processes = [], []
 
     def _gather(self) -> list[Any]:
-        """Every host's answer, concatenated in host order; the first host's error is raised."""
+        """Every child's answer, concatenated in host order; the first child's error is raised."""
         answers = []
         for connection in self._connections:
             try:

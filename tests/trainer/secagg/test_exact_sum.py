@@ -118,6 +118,8 @@ def test_parallel_clients_give_the_serial_result(mode: Mode) -> None:
     early = ids[:20]
     _same(secure_sum(vectors, params, seed=4, drop_before_masking=early),
           secure_sum(vectors, params, seed=4, drop_before_masking=early, workers=2))
-    with pytest.raises(InvalidInputError) as info:
-        secure_sum({**vectors, ids[17]: np.full(101, np.nan)}, params, seed=4, workers=2)
-    assert info.value.field == f"vectors[{ids[17]}]"
+    # The driver hosts the first slice itself (ids[2]), a child the second (ids[17]).
+    for bad in (ids[2], ids[17]):
+        with pytest.raises(InvalidInputError) as info:
+            secure_sum({**vectors, bad: np.full(101, np.nan)}, params, seed=4, workers=2)
+        assert info.value.field == f"vectors[{bad}]"
