@@ -121,6 +121,7 @@ def measure(label: str, model_name: str, options: dict[str, Any], silos: int, sa
     return {
         "model": label,
         "params": int(start.shape[1]),
+        "path": engine.gradient_path,
         "silos": silos,
         "steps": max(mechanism.steps_per_pass),
         "examples_per_pass": int(median(measured)),

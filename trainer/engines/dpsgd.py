@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
+from trainer.engines.ghost import chain_layers, ghost_clipped_sum
 from trainer.engines.params import param_shapes, unflatten_params
 from trainer.strategies.base import PURPOSE_DPSGD, RoundContext
 
@@ -162,6 +163,7 @@ class DpSgdEngine:
     lr: float
     prox_inside_clip: bool = False
     max_examples: int | None = None  # per-example gradients computed this many per silo at a time
+    ghost_clipping: bool = True  # the fast path for chains of layers (docs/mrmtl.md §4.1); False: torch.func always
     _spent: set[tuple[int, int]] = field(default_factory=set, repr=False)
     _selected: set[int] = field(default_factory=set, repr=False)
 
@@ -179,6 +181,14 @@ class DpSgdEngine:
                 )
         self._shapes = param_shapes(self.model)
         self._gradients = per_example_gradients(self.model, self._shapes, self.dataset.task)
+        supported = self.ghost_clipping and not self.prox_inside_clip and self.dataset.task in ("classification", "regression")
+        self._chain = chain_layers(self.model, self._shapes, self.dataset.input_shape) if supported else None
+
+    @property
+    def gradient_path(self) -> str:
+        """``"ghost"`` where the clipped sums come from ``trainer.engines.ghost`` (a chain of
+        supported layers, prox outside the clip), else ``"torch.func"`` (per-example gradients)."""
+        return "torch.func" if self._chain is None else "ghost"
 
     @property
     def num_silos(self) -> int:
@@ -224,6 +234,10 @@ class DpSgdEngine:
         for start in range(0, x.shape[1], chunk):
             part = slice(start, start + chunk)
             if not bool(valid[:, part].any()):
+                continue
+            if self._chain is not None and not inside:
+                total += ghost_clipped_sum(self._chain, weights, x[:, part], y[:, part], valid[:, part],
+                                           mech.clip_norm, self.dataset.task)
                 continue
             per_example = self._gradients(weights, x[:, part], y[:, part], anchor, inside)
             total += clipped_sum(per_example, valid[:, part], mech.clip_norm)
