@@ -228,7 +228,9 @@ def _from_output_gradients(saved: Sequence[tuple[Layer, torch.Tensor, torch.Tens
             continue
         module = layer.module
         assert isinstance(module, nn.Conv2d)
-        unfolded = F.unfold(a.reshape(-1, *a.shape[2:]), module.kernel_size, module.dilation, module.padding,
+        padding = module.padding
+        assert not isinstance(padding, str)  # chain_layers admits numeric padding only
+        unfolded = F.unfold(a.reshape(-1, *a.shape[2:]), module.kernel_size, module.dilation, padding,
                             module.stride)  # [P K, C kh kw, T]
         dz = dz.reshape(width * silos, -1, unfolded.shape[-1])  # [P K, O, T]
         mode = force_conv or conv_mode(unfolded.shape[1], dz.shape[1], dz.shape[2])
