@@ -225,27 +225,36 @@ class DpSgdEngine:
         return rows, valid, active
 
     def noisy_gradient(self, weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor,
-                       anchor: torch.Tensor, prox: float, noise: torch.Tensor) -> torch.Tensor:
-        """``g~_k = (clipped sum + sigma_k c noise_k) / (q_k n_k)`` for all silos, ``[K, d]``."""
+                       anchor: torch.Tensor, prox: float, noise: torch.Tensor, *,
+                       noise_is_scratch: bool = False) -> torch.Tensor:
+        """``g~_k = (clipped sum + sigma_k c noise_k) / (q_k n_k)`` for all silos, ``[K, d]``.
+
+        Computed in place on the clipped sums (and on ``noise`` when the caller says it is
+        scratch): on ``[K, d]`` every out-of-place temporary is a fresh allocation, and those
+        took about as long as the clipped sums themselves for 40 silos of the 200-200 MLP."""
         mech = self.mechanism
         inside = prox if self.prox_inside_clip else 0.0
         chunk = x.shape[1] if self.max_examples is None else self.max_examples
-        total = torch.zeros_like(weights)
+        total: torch.Tensor | None = None
         for start in range(0, x.shape[1], chunk):
             part = slice(start, start + chunk)
             if not bool(valid[:, part].any()):
                 continue
             if self._chain is not None and not inside:
-                total += ghost_clipped_sum(self._chain, weights, x[:, part], y[:, part], valid[:, part],
+                summed = ghost_clipped_sum(self._chain, weights, x[:, part], y[:, part], valid[:, part],
                                            mech.clip_norm, self.dataset.task)
-                continue
-            per_example = self._gradients(weights, x[:, part], y[:, part], anchor, inside)
-            total += clipped_sum(per_example, valid[:, part], mech.clip_norm)
+            else:
+                per_example = self._gradients(weights, x[:, part], y[:, part], anchor, inside)
+                summed = clipped_sum(per_example, valid[:, part], mech.clip_norm)
+            total = summed if total is None else total.add_(summed)
+        if total is None:
+            total = torch.zeros_like(weights)
         scale = torch.tensor(mech.noise_multipliers, dtype=weights.dtype, device=weights.device) * mech.clip_norm
         expected = torch.tensor(
             [q * n for q, n in zip(mech.sampling_rates, mech.num_samples)], dtype=weights.dtype, device=weights.device
         )
-        return (total + scale[:, None] * noise) / expected[:, None]
+        scaled_noise = noise.mul_(scale[:, None]) if noise_is_scratch else noise * scale[:, None]
+        return total.add_(scaled_noise).div_(expected[:, None])
 
     def train(self, ctx: RoundContext, start: torch.Tensor, *, anchor: torch.Tensor | None = None,
               prox: float = 0.0, pass_index: int = 0) -> torch.Tensor:
@@ -280,10 +289,16 @@ class DpSgdEngine:
                 x = x.to(dtype)
             x = x.reshape(self.num_silos, -1, *self.dataset.input_shape).to(device)
             y = self.dataset.train_y[flat].reshape(self.num_silos, -1).to(device)
-            direction = self.noisy_gradient(weights, x, y, valid[:, step, :width].to(device), centre, prox, noise)
+            direction = self.noisy_gradient(weights, x, y, valid[:, step, :width].to(device), centre, prox, noise,
+                                            noise_is_scratch=True)
+            # w <- w - lr (g~ + lambda (w - a)) for the live silos, in place (noise is scratch now)
             if prox and not self.prox_inside_clip:
-                direction = direction + prox * (weights - centre)
-            weights = torch.where(live[:, None], weights - self.lr * direction, weights)
+                direction.add_(torch.sub(weights, centre, out=noise).mul_(prox))
+            step_taken = direction.mul_(self.lr)
+            if bool(live.all()):
+                weights.sub_(step_taken)
+            else:
+                weights = torch.where(live[:, None], weights - step_taken, weights)
         return weights
 
     def select_clusters(self, ctx: RoundContext, start: torch.Tensor, candidates: torch.Tensor,

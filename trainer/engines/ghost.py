@@ -132,14 +132,15 @@ def chain_layers(model: nn.Module, shapes: Mapping[str, torch.Size], input_shape
 
 
 def conv_mode(unfolded: int, outputs: int, positions: int) -> str:
-    """``"materialise"`` or ``"ghost"`` for a Conv2d whose per-example gradient is
-    ``[outputs, unfolded]`` over ``positions`` output positions: the cheaper by multiply-adds
-    per example. Both form the clipped sum at ``O U T``; materialising adds the per-example
-    gradient (``O U T``) and its norm and weighted sum (``2 O U``), the ghost norm adds the
-    two Gram matrices and their inner product (``T^2 (U + O)``)."""
-    materialise = outputs * unfolded * positions + 2 * outputs * unfolded
-    ghost = positions * positions * (unfolded + outputs) + outputs * unfolded * positions
-    return "ghost" if ghost < materialise else "materialise"
+    """``"ghost"`` or ``"materialise"`` for a Conv2d whose per-example gradient is
+    ``[outputs, unfolded]`` over ``positions`` output positions: Bu et al.'s (2023) mixed
+    ghost clipping rule, ghost iff ``2 T^2 < O U`` (the two ``[T, T]`` Gram matrices are
+    smaller than the per-example gradient). A count of multiply-adds alone favours
+    materialising whenever ``T^2 (U + O) > 2 O U``, but materialising writes and reads a
+    ``[P K, O, U]`` tensor several times: for the CNN's second layer (``O U = 51200``,
+    ``T = 16``) at 10 silos the ghost norm made a step 2.3x faster, for its first
+    (``O U = 800``, ``T = 64``) materialising was as fast or faster (docs/mrmtl.md §4.1)."""
+    return "ghost" if 2 * positions * positions < outputs * unfolded else "materialise"
 
 
 def _slice(weights: torch.Tensor, where: tuple[int, int, torch.Size]) -> torch.Tensor:
@@ -251,17 +252,19 @@ def _from_output_gradients(saved: Sequence[tuple[Layer, torch.Tensor, torch.Tens
         w_start, w_stop, _ = layer.weight  # type: ignore[misc]
         if mode == "linear":
             scaled = dz * factors[..., None]
-            out[:, w_start:w_stop] = torch.bmm(scaled.transpose(1, 2), a).reshape(silos, -1)
+            # written straight into its columns of ``out`` (assigning a result copied it once more)
+            torch.bmm(scaled.transpose(1, 2), a, out=out[:, w_start:w_stop].view(silos, dz.shape[-1], a.shape[-1]))
             if layer.bias is not None:
                 out[:, layer.bias[0]:layer.bias[1]] = scaled.sum(1)
             continue
         by_pk = factors.t().reshape(-1)  # [P K], the conv layout's example order
-        if per_example is not None:
-            summed = torch.einsum("pk,pkd->kd", by_pk.view(width, silos), per_example.view(width, silos, -1))
+        if per_example is not None:  # [K, 1, P] x [K, P, O C kh kw] into the layer's columns
+            torch.bmm(by_pk.view(width, silos).t()[:, None, :], per_example.view(width, silos, -1).transpose(0, 1),
+                      out=out[:, w_start:w_stop].view(silos, 1, -1))
         else:
             scaled = (dz * by_pk[:, None, None]).view(width, silos, dz.shape[1], -1)
-            summed = torch.einsum("pkot,pkit->koi", scaled, a.view(width, silos, a.shape[1], -1)).reshape(silos, -1)
-        out[:, w_start:w_stop] = summed
+            out[:, w_start:w_stop] = torch.einsum("pkot,pkit->koi", scaled,
+                                                  a.view(width, silos, a.shape[1], -1)).reshape(silos, -1)
         if layer.bias is not None:
             out[:, layer.bias[0]:layer.bias[1]] = torch.einsum("pk,pko->ko", by_pk.view(width, silos),
                                                                dz.sum(-1).view(width, silos, -1))

@@ -86,10 +86,12 @@ def test_ghost_clipped_sum_equals_torch_func_and_a_loop(label: str, model_name: 
     assert float(expected.abs().max()) > 1e-3
 
 
-def test_conv_mode_picks_the_smaller_count() -> None:
-    # per-example gradient [O, U] over T positions: ghost adds T^2 (U + O), materialising 2 O U
-    assert conv_mode(unfolded=800, outputs=64, positions=16) == "materialise"  # 221k > 102k
-    assert conv_mode(unfolded=4608, outputs=512, positions=4) == "ghost"  # 81k < 4.7M
+def test_conv_mode_is_bu_et_al_s_rule() -> None:
+    # ghost iff 2 T^2 < O U: the CNN's second layer (O U = 64 * 800, T = 16) goes ghost, its first (32 * 25, T = 64) not
+    assert conv_mode(unfolded=800, outputs=64, positions=16) == "ghost"
+    assert conv_mode(unfolded=25, outputs=32, positions=64) == "materialise"
+    assert conv_mode(unfolded=50, outputs=20, positions=22) == "ghost"  # 968 < 1000
+    assert conv_mode(unfolded=50, outputs=20, positions=23) == "materialise"  # 1058 > 1000
 
 
 class Residual(nn.Module):
