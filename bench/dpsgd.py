@@ -5,8 +5,12 @@ samples, expected batch B, per-example clip c and noise multipliers sigma_k (rea
 ``silo_sample`` plan made by ``planner.units.make_plan``):
 
 - **gdpfed**: ``trainer.engines.dpsgd.DpSgdEngine.train``, every silo in one batched
-  computation (``torch.func`` per-example gradients over silos x examples). The timed call
-  includes drawing the Poisson masks and gathering the padded batch.
+  computation. All three models here are chains of layers, so the engine takes its ghost
+  clipping path (docs/mrmtl.md §4.1: one batched forward and backward over silos x
+  examples, per-example norms from layer inputs and output gradients, no per-example
+  gradients formed); the ``path`` column prints ``DpSgdEngine.gradient_path`` (``ghost``
+  or ``torch.func``). The timed call includes drawing the Poisson masks and gathering the
+  padded batch.
 - **Opacus**: the peer's standard recipe, ``GradSampleModule`` (hooks) + ``DPOptimizer``
   (``noise_multiplier = sigma_k``, ``max_grad_norm = c``, ``expected_batch_size = B``,
   mean loss), one wrapped model and optimizer per silo, silo after silo, since Opacus has

@@ -51,4 +51,5 @@ def test_dpsgd_benchmark_runs_quick() -> None:
         assert row["gdpfed_examples_per_s"] > 0 and row["opacus_examples_per_s"] > 0
         assert abs(row["ratio"] - row["gdpfed_examples_per_s"] / row["opacus_examples_per_s"]) < 1e-9
         assert row["examples_per_pass"] > 0 and row["threads"] == 1 and row["device"] == "cpu"
+        assert row["path"] == "ghost"  # the linear model is a chain of layers: the fast path ran
         assert len(row["load"].split()) == 3
