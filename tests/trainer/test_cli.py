@@ -81,7 +81,7 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
 @pytest.mark.parametrize(
     "case, needles",
     [
-        ("missing_plan", ["No such file"]),
+        ("missing_plan", ["plan", "file not found"]),
         ("not_json", ["plan", "not valid JSON"]),
         ("other_version", ["schema_version", "99"]),
         ("unknown_unit", ["privacy_unit", "'no_such_unit'"]),

@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from accounting.errors import InvalidInputError
@@ -218,11 +217,10 @@ class CellSpec(_Strict):
 
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate a YAML configuration."""
+    from planner.loading import parse_yaml, read_text
+
     file = Path(path)
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InvalidInputError("config", f"{file} is not valid YAML: {exc}") from None
+    data = parse_yaml(read_text(file, "config"), file, "config")
     if not isinstance(data, dict):
         raise InvalidInputError("config", f"{file} must hold a mapping")
     if data.get("kind", "train") == "sweep":

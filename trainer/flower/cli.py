@@ -122,13 +122,22 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(plan, plan document, run config) of an app directory."""
     import tomllib
 
+    from planner.loading import read_text
     from planner.schema import load_plan
     from trainer.run.options import read_json_file
 
     if not (app_dir / "pyproject.toml").is_file() or not (app_dir / "plan.json").is_file():
         raise InvalidInputError("app_dir", f"{app_dir} is not an app directory written by gdpfed flower app")
     document = read_json_file(app_dir / "plan.json", "plan")
-    run_config = tomllib.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    manifest = app_dir / "pyproject.toml"
+    try:
+        run_config = tomllib.loads(read_text(manifest, "app_dir"))["tool"]["flwr"]["app"]["config"]
+    except tomllib.TOMLDecodeError as exc:  # its message already ends with "(at line L, column C)"
+        raise InvalidInputError("app_dir", f"{manifest} is not valid TOML: {exc}") from None
+    except (KeyError, TypeError):
+        raise InvalidInputError("app_dir", f"{manifest} has no [tool.flwr.app.config] table: rewrite it with gdpfed flower app") from None
+    if not isinstance(run_config, dict):
+        raise InvalidInputError("app_dir", f"{manifest}: [tool.flwr.app.config] is not a table")
     return load_plan(document), document, run_config
 
 

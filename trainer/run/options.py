@@ -101,11 +101,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def read_json_file(path: Path, field: str) -> Any:
     """Parse a JSON file; a file that is not JSON is an ``InvalidInputError`` naming ``field``."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    from planner.loading import parse_json, read_text
+
+    return parse_json(read_text(path, field), path, field)
 
 
 def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:

@@ -1,0 +1,72 @@
+"""Every file the ``gdpfed`` CLI reads: a malformed one is exit 2 with one line naming the
+file, the position (line:column) and the problem, never a parser's multi-line message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A flow sequence left open: PyYAML's message spans six lines and quotes the text twice.
+BROKEN_YAML = "name: tiny\nmethods: [gdpfed_plus, dp_fedavg\nseeds: [0]\n"
+BROKEN_JSON = '{"groups": [],\n  "delta": }\n'
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("command", [["experiment"], ["plan"], ["train", "--method", "gdpfed_plus", "--scenario"]])
+def test_malformed_yaml_is_one_line_with_file_and_position(capsys, tmp_path, command):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BROKEN_YAML)
+    err = one_line_error(capsys, [*command, str(bad)])
+    # the problem is met at line 3, column 6 (1-based), inside the sequence opened at 2:10
+    assert f"{bad}:3:6: not valid YAML: expected ',' or ']', but got ':'" in err, err
+    assert "started at 2:10" in err and "<unicode string>" not in err
+
+
+def test_yaml_control_character_names_its_position(capsys, tmp_path):
+    bad = tmp_path / "ctrl.yaml"
+    bad.write_text("name: tiny\nseeds: \x07\n")
+    err = one_line_error(capsys, ["experiment", str(bad)])
+    assert f"{bad}:2:8: not valid YAML: character U+0007" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["plan", "{bad}"], ["plan", "replan", "{plan}", "--changes", "{bad}", "--rounds-done", "1"],
+     ["train", "--plan", "{bad}"], ["flower", "app", "--plan", "{bad}", "--dataset", "synthetic", "--model",
+                                     "logreg", "--out", "{tmp}/app", "--run-dir", "{tmp}/run"]],
+)
+def test_malformed_json_is_one_line_with_file_and_position(capsys, tmp_path, argv):
+    if argv[0] == "flower":
+        pytest.importorskip("flwr", reason="the flower extra is not installed")
+    bad, plan = tmp_path / "bad.json", tmp_path / "plan.json"
+    bad.write_text(BROKEN_JSON)
+    if "{plan}" in argv:
+        assert run(["plan", str(ROOT / "examples" / "scenario.json"), "--out", str(plan)]) == 0
+    err = one_line_error(capsys, [a.format(bad=bad, tmp=tmp_path, plan=plan) for a in argv])
+    assert f"{bad}:2:12: not valid JSON: Expecting value" in err, err
+
+
+def test_flower_app_directory_with_a_broken_manifest(capsys, tmp_path):
+    pytest.importorskip("flwr", reason="the flower extra is not installed")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "plan.json").write_text(json.dumps({"schema_version": 2}))
+    (app / "pyproject.toml").write_text("[tool.flwr.app.config]\nseed = \n")
+    for command in ("local", "loopback"):
+        err = one_line_error(capsys, ["flower", command, str(app)])
+        assert "app_dir" in err and "pyproject.toml is not valid TOML" in err and "line 2" in err, err
+    (app / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    err = one_line_error(capsys, ["flower", "loopback", str(app)])
+    assert "no [tool.flwr.app.config] table" in err, err
