@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from planner.adaptive_clip import initial_clip_norm
 from planner.schema import Plan
 from planner.secagg import graph_label
 
@@ -38,26 +40,7 @@ def plan_text(plan: Plan) -> str:
         )
     )
     lines.append("")
-    lines.append(
-        table(
-            ["pool", "groups", "sigma", "noise std", "keep", "exp. clients", "m_P", "share std", "abort p", "secagg"],
-            [
-                [
-                    p.id,
-                    ",".join(p.groups) if len(p.groups) <= 4 else f"{len(p.groups)} groups",
-                    _num(p.noise_multiplier),
-                    _num(p.noise_std),
-                    _num(p.keep_ratio),
-                    _num(p.expected_clients),
-                    str(p.secagg_threshold),
-                    _num(p.noise_share_std),
-                    _num(p.abort_probability),
-                    graph_label(p.secagg_mode, p.secagg_neighbours, p.secagg_share_threshold),
-                ]
-                for p in plan.pools
-            ],
-        )
-    )
+    lines.extend(pool_lines(plan))
     predicted = plan.predicted
     lines.append("")
     lines.append(
@@ -77,6 +60,50 @@ def plan_text(plan: Plan) -> str:
         lines.append("warnings:")
         lines.extend(f"  - {w}" for w in plan.warnings)
     return "\n".join(lines)
+
+
+def pool_lines(plan: Plan) -> list[str]:
+    """The pool table. With an ``adaptive_clip`` block (docs/planning.md §15) each pool also
+    shows ``sigma_Delta`` (the update's noise multiplier) and ``sigma_b`` (the count's noise
+    std), and its noise std and share std are those of the first round's update,
+    ``sigma_Delta S^0`` and ``sigma_Delta S^0 / sqrt(m_P)`` (``S^t`` moves after it); ``sigma``
+    stays ``z_eff``, the multiplier the ledger composes."""
+    settings = plan.scenario.adaptive_clip
+    header = ["pool", "groups", "sigma", "noise std", "keep", "exp. clients", "m_P", "share std", "abort p", "secagg"]
+    if settings is not None:
+        header[3:3] = ["sigma_Delta", "sigma_b"]
+        header[5] = "noise std (S^0)"
+    start_clip = initial_clip_norm(plan.scenario)
+    rows = []
+    for p in plan.pools:
+        noise_std, share_std = p.noise_std, p.noise_share_std
+        adaptive: list[str] = []
+        if settings is not None:
+            update = p.update_noise_multiplier or 0.0
+            noise_std = update * start_clip
+            share_std = noise_std / math.sqrt(p.secagg_threshold)
+            adaptive = [_num(p.update_noise_multiplier), _num(p.count_noise_std)]
+        rows.append([
+            p.id,
+            ",".join(p.groups) if len(p.groups) <= 4 else f"{len(p.groups)} groups",
+            _num(p.noise_multiplier),
+            *adaptive,
+            _num(noise_std),
+            _num(p.keep_ratio),
+            _num(p.expected_clients),
+            str(p.secagg_threshold),
+            _num(share_std),
+            _num(p.abort_probability),
+            graph_label(p.secagg_mode, p.secagg_neighbours, p.secagg_share_threshold),
+        ])
+    lines = [table(header, rows)]
+    if settings is not None:
+        lines.append(
+            f"adaptive clipping: S^0 = {_num(start_clip)}, target quantile {settings.target_quantile:g}, "
+            f"learning rate {settings.learning_rate:g}; sigma is z_eff (what the ledger composes), the update "
+            "gets noise std sigma_Delta S^t and the count of unclipped clients sigma_b (docs/planning.md §15)"
+        )
+    return lines
 
 
 def learnability_lines(plan: Plan) -> list[str]:

@@ -108,3 +108,33 @@ def test_unknown_method_is_a_usage_error(capsys):
     err = one_line_error(capsys, ["plan", "sweep", str(EXAMPLE), "--group", "strict", "--epsilons", "1",
                                   "--method", "magic"])
     assert "method" in err and "'magic'" in err
+
+
+def test_adaptive_clip_plan_text_shows_each_pools_update_and_count_noise(capsys, tmp_path):
+    """docs/planning.md §15: sigma_Delta and sigma_b per pool; the noise std is the first
+    round's, sigma_Delta S^0 with S^0 = initial_clip_norm (not clip_norm 1.0)."""
+    import math
+    import re
+
+    scenario = tmp_path / "adaptive.json"
+    block = {"initial_clip_norm": 0.5, "count_noise_std": 4.0}
+    scenario.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "adaptive_clip": block}))
+    assert run(["plan", str(scenario), "--json"]) == 0
+    plan = load_plan(json.loads(capsys.readouterr().out))
+    assert run(["plan", str(scenario)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("pool "))
+    header = re.split(r"\s{2,}", lines[start])
+    assert header[2:6] == ["sigma", "sigma_Delta", "sigma_b", "noise std (S^0)"]
+    rows = {cells[0]: dict(zip(header, cells)) for cells in (re.split(r"\s{2,}", line) for line in lines[start + 2:])
+            if cells[0] in {p.id for p in plan.pools}}
+    assert len(rows) == len(plan.pools) == 3
+    for pool in plan.pools:
+        row = rows[pool.id]
+        assert pool.update_noise_multiplier is not None and pool.count_noise_std == 4.0
+        assert math.isclose(float(row["sigma_Delta"]), pool.update_noise_multiplier, rel_tol=1e-3)
+        assert float(row["sigma_b"]) == 4.0
+        assert math.isclose(float(row["noise std (S^0)"]), pool.update_noise_multiplier * 0.5, rel_tol=1e-3)
+        assert math.isclose(float(row["share std"]),
+                            pool.update_noise_multiplier * 0.5 / math.sqrt(pool.secagg_threshold), rel_tol=1e-3)
+    assert any(line.startswith("adaptive clipping: S^0 = 0.5") for line in lines)
