@@ -120,3 +120,36 @@ def test_more_rounds_than_planned_and_wrong_options_are_refused(tmp_path) -> Non
     with pytest.raises(InvalidInputError, match="takes no option 'lam'"):
         prepare_run(plan, plan.model_dump(mode="json"), config(2, strategy_options={"lam": 1}), tmp_path / "b",
                     dataset=data)
+
+
+def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) -> None:
+    """docs/trainer.md §Plots: a silo run's accuracy and loss plots get the chance line, each
+    silo's best constant predictor on its own test split weighted by its examples (each
+    silo's model is evaluated on its split); regression silos have none."""
+    import trainer.run.runner as runner
+    from trainer.data.silos import rotated_digits
+    from trainer.run.plots import ChanceLevel, chance_level, chance_level_by_part
+
+    drawn: dict[str, object] = {}
+    real_plot_run = runner.plot_run
+
+    def spy(*args, **kwargs):
+        drawn["chance"] = kwargs.get("chance")
+        return real_plot_run(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "plot_run", spy)
+    sizes = [30, 30, 30]
+    data = rotated_digits(sizes, seed=0, test_samples=12)
+    plan = plan_for(sizes, rounds=1, batch=10, epsilon=4.0)
+    run(plan, data, tmp_path / "digits", cfg=config(1, dataset="rotated_digits", model="mlp", model_options={"hidden": []}, eval_every=1))
+    parts = [data.test_of(k)[1].numpy() for k in range(3)]
+    expected_accuracy = sum(np.bincount(y).max() for y in parts) / sum(len(y) for y in parts)
+    chance = drawn["chance"]
+    assert isinstance(chance, ChanceLevel) and chance == chance_level_by_part(parts, "classification")
+    assert chance.accuracy == pytest.approx(expected_accuracy)
+    assert chance.loss == pytest.approx(sum(len(y) * chance_level(y, "classification").loss for y in parts) / 36)
+    # per silo, never below the pooled labels' level (a silo may learn its own frequencies)
+    assert chance.accuracy >= chance_level(np.concatenate(parts), "classification").accuracy - 1e-12
+    assert (tmp_path / "digits" / "accuracy.png").is_file()
+    run(plan_for([20, 20], rounds=1), mean_estimation([20, 20], seed=0), tmp_path / "mean", cfg=config(1, eval_every=1))
+    assert drawn["chance"] is None

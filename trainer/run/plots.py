@@ -48,6 +48,23 @@ def chance_level(test_labels: Any, task: str) -> ChanceLevel | None:
     return ChanceLevel(accuracy=float(frequencies.max()), loss=float(-(frequencies * np.log(frequencies)).sum()))
 
 
+def chance_level_by_part(part_labels: Sequence[Any], task: str) -> ChanceLevel | None:
+    """The chance level of a test set evaluated in parts, each by its own model (a silo run:
+    silo k's model on silo k's test split, metrics weighted by examples): each part's best
+    constant predictor, ``accuracy = sum_k n_k max_c p_kc / n`` and ``loss = sum_k n_k H(p_k) / n``
+    (docs/trainer.md §Plots). A model per part may learn its part's label frequencies without
+    looking at any input, so this, not the pooled labels' level, is what it must beat.
+    ``None`` for regression or no test examples."""
+    levels = [(len(labels), chance_level(labels, task)) for labels in part_labels if len(labels) > 0]
+    total = sum(n for n, _ in levels)
+    if task == "regression" or total == 0:
+        return None
+    return ChanceLevel(
+        accuracy=sum(n * level.accuracy for n, level in levels if level is not None) / total,
+        loss=sum(n * level.loss for n, level in levels if level is not None) / total,
+    )
+
+
 SMOKE_MARK = "SMOKE SIZE: not a result"
 
 

@@ -39,7 +39,7 @@ from trainer.run.divergence import Divergence, divergence_hint, learnability_mes
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
-from trainer.run.plots import chance_level, plot_run
+from trainer.run.plots import ChanceLevel, chance_level, plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.strategies.base import Population, RoundContext, Strategy
@@ -202,6 +202,9 @@ class PreparedRun:
     mechanism: TrainingMechanism = GAUSSIAN_SECAGG  # how the plan's privacy unit is trained
     # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set
     evaluator: Callable[[torch.Tensor], dict[str, float]] | None = None
+    # the plots' chance line for an ``evaluator`` that is not the dataset's test set (a silo
+    # run's per-silo models); None: ``chance_level`` of the dataset's test labels
+    chance: ChanceLevel | None = None
     learnability: str = ""  # the start-of-run line on the plan's noise-to-signal ratio
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
@@ -724,7 +727,9 @@ def execute_run(
 
     summary = summarize(prepared, records, ledger, time.perf_counter() - started, plan_id, reporter, divergence)
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
-    chance = chance_level(getattr(prepared.dataset, "test_y", None), getattr(prepared.dataset, "task", ""))
+    chance = prepared.chance
+    if chance is None:
+        chance = chance_level(getattr(prepared.dataset, "test_y", None), getattr(prepared.dataset, "task", ""))
     plot_run(
         records, run_dir.accuracy_plot, run_dir.loss_plot, prepared.plan.method, run_dir.local_accuracy_plot,
         chance=chance, privacy_path=run_dir.privacy_plot, budgets=summary.epsilon_target, notion=summary.notion,

@@ -155,6 +155,7 @@ def prepare_silo_run(
     from trainer.models import build_model
     from trainer.run.directory import RunDirectory
     from trainer.run.mechanisms import DPSGD_SILO
+    from trainer.run.plots import chance_level_by_part
     from trainer.run.runner import Population, PreparedRun
 
     if not isinstance(plan, SiloSamplePlan):
@@ -209,4 +210,5 @@ def prepare_silo_run(
         initial_params=initial, strategy=strategy,  # type: ignore[arg-type]
         engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
         mechanism=DPSGD_SILO, run_start=0, evaluator=evaluator,
+        chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task),
     )
