@@ -84,13 +84,15 @@ def compute_timeout(seconds: float) -> ServiceError:
 
 
 def no_service_ledger(plan_id: str, privacy_unit: str) -> ServiceError:
-    """409 for rounds or a ledger of a plan the service keeps no ledger for: a silo
-    sample-level plan, whose run keeps its own (docs/mrmtl.md §6, docs/service.md §Privacy ledger)."""
+    """409 for rounds, a ledger or a re-plan of a plan the service keeps no ledger for: a silo
+    sample-level plan, whose run keeps its own (docs/mrmtl.md §6, docs/service.md §Privacy ledger).
+    A re-plan starts where the service's ledger says the plan is, so it needs that ledger too."""
     return ServiceError(
         409, "no_service_ledger",
         f"plan {plan_id!r} is a {privacy_unit} plan (sample-level DP per silo): the service keeps ledgers of "
-        "client-level plans only, so it takes no rounds and has no ledger for this plan; the silo run keeps "
-        "its own: each silo's epsilon spent is in the run's summary.json and console summary (gdpfed train --plan)",
+        "client-level plans only, so it takes no rounds, has no ledger and makes no re-plan of this plan "
+        "(a re-plan starts from the ledger's count); the silo run keeps its own: each silo's epsilon spent "
+        "is in the run's summary.json and console summary (gdpfed train --plan)",
     )
 
 

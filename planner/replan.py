@@ -40,7 +40,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
     remaining = total_rounds - start
     if remaining < 1:
         raise InvalidInputError(
-            "rounds", f"no rounds remain: {start} of {total_rounds} have run (raise rounds to continue)"
+            "changes.rounds", f"no rounds remain: {start} of {total_rounds} have run (raise rounds to continue)"
         )
 
     history, unprotected, statuses = _histories(plan, rounds_done)
@@ -121,7 +121,7 @@ def _refuse_budgets_below_spent(
     for index, change in enumerate(changes.groups):
         if change.epsilon is None or change.id not in groups:
             continue
-        field = f"changes.groups[{index}].epsilon"
+        field = f"changes.groups.{index}.epsilon"
         if unprotected[change.id] > 0:
             raise BudgetConflictError(
                 field,
@@ -147,7 +147,7 @@ def _apply_changes(
     order = [spec.id for spec in plan.scenario.groups]
     notes: list[str] = []
     for index, change in enumerate(changes.groups):
-        field = f"changes.groups[{index}]"
+        field = f"changes.groups.{index}"
         if change.opt_out and change.epsilon is not None:
             raise InvalidInputError(field, "give either epsilon or opt_out, not both")
         if change.id not in specs:

@@ -119,7 +119,7 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     plan_record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
     if plan_record is None:
         raise not_found("plan", plan_id)
-    _require_client_plan(plan_record)
+    require_client_plan(plan_record)
     existing = _existing(session, plan_id, report.round_index)
     if existing is not None:
         if existing.status == "started" and report.status == "completed":
@@ -159,7 +159,7 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     return _to_record(row, duplicate=False)
 
 
-def _require_client_plan(record: PlanRecord) -> None:
+def require_client_plan(record: PlanRecord) -> None:
     """The service's ledger counts client-level rounds only; a silo plan is refused (409)."""
     if record.privacy_unit != client_unit.UNIT.name:
         raise no_service_ledger(record.id, record.privacy_unit)
@@ -192,7 +192,7 @@ def ledger(state: AppState, plan_id: str) -> LedgerOut:
         record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id))
         if record is None:
             raise not_found("plan", plan_id)
-        _require_client_plan(record)
+        require_client_plan(record)
         reported = int(session.scalar(
             select(func.count()).select_from(LedgerRound).where(LedgerRound.plan_id == plan_id)
         ) or 0)

@@ -125,9 +125,11 @@ def child_of(session: Session, plan_id: str) -> PlanRecord | None:
 
 
 @contextmanager
-def _in_scenario(model: type[BaseModel]) -> Iterator[None]:
+def in_scenario(model: type[BaseModel] = Scenario) -> Iterator[None]:
     """The planner names a refused field relative to the scenario (``adaptive_clip.count_noise_std``);
-    in a request body that field is ``scenario.<field>``, as pydantic's own checks say."""
+    in a request body, a stored plan and a population that field is ``scenario.<field>``, as
+    pydantic's own checks say (docs/service.md §Errors). Fields the planner names relative to
+    something else (``rounds_done``, ``changes.groups.0.epsilon``) pass unchanged."""
     try:
         yield
     except InvalidInputError as exc:
@@ -142,12 +144,12 @@ def create_plan(state: AppState, scenario: Scenario | SiloScenario, method: str 
     if isinstance(scenario, SiloScenario):
         if method is not None and method not in silo_sample.SILO_METHODS:
             raise InvalidInputError("method", f"silo scenarios take one of {', '.join(silo_sample.SILO_METHODS)}, got {method!r}")
-        with _in_scenario(SiloScenario):
+        with in_scenario(SiloScenario):
             plan = compute_silo_plan(state, scenario, method or "mrmtl")
     else:
         if method in silo_sample.SILO_METHODS:
             raise InvalidInputError("method", f"{method} plans silo scenarios (scenario.privacy_unit: silo_sample)")
-        with _in_scenario(Scenario):
+        with in_scenario(Scenario):
             plan = compute_plan(state, scenario, method or "gdpfed_plus")  # type: ignore[arg-type]
 
     def attempt() -> StoredPlan | StoredSiloPlan:
@@ -244,7 +246,8 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
                 counted = ledger_service.rounds_counted(session, record)
                 rounds_done = _rounds_done(body.rounds_done, counted)
                 plan = to_plan(record)
-            child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
+            with in_scenario():
+                child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
 
         def attempt() -> StoredPlan | None:
             with write_transaction(state.sessions) as session:
@@ -265,6 +268,7 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
 
 
 def _check_replannable(session: Session, record: PlanRecord) -> None:
+    ledger_service.require_client_plan(record)  # a re-plan starts from the service ledger's count
     if record.population_id is not None:
         raise conflict(
             f"plan {record.id!r} belongs to population {record.population_id!r}: change the "

@@ -177,7 +177,8 @@ def create_active_plan(state: AppState, population_id: str, caller: Principal,
             _refuse_if_active(population)
             version = population.version
             scenario = scenario_of(population, _groups(session, population))
-        plan = plan_service.compute_plan(state, scenario, population.method)  # type: ignore[arg-type]
+        with plan_service.in_scenario():
+            plan = plan_service.compute_plan(state, scenario, population.method)  # type: ignore[arg-type]
 
         def attempt() -> StoredPlan | None:
             with write_transaction(state.sessions) as session:
@@ -307,17 +308,21 @@ def _apply(state: AppState, population_id: str, caller: Principal,
         with fence:
             snap = _snapshot(state, population_id)
             edits, change, scenario = plan_change(snap)
-            plan_service.check_size(state, scenario, field="groups")
+            plan_service.check_size(state, scenario)
             child: Plan | None = None
             if snap.active is not None and edits:
                 try:
-                    child = plan_service.compute_replan(
-                        state, plan_service.to_plan(snap.active), snap.counted,
-                        Changes(groups=[change]), snap.active.id,
-                    )
+                    with plan_service.in_scenario():
+                        child = plan_service.compute_replan(
+                            state, plan_service.to_plan(snap.active), snap.counted,
+                            Changes(groups=[change]), snap.active.id,
+                        )
                 except BudgetConflictError as exc:
                     # the planner's one rule (docs/planning.md §9): a budget below what was spent
                     raise ServiceError(409, exc.code, f"epsilon: {exc.reason}", "epsilon") from None
+                except InvalidInputError as exc:
+                    # a setting of the population's scenario the change cannot meet, named as in it
+                    raise conflict(f"the change cannot be honoured: {exc.message}", field=exc.field) from None
                 except GdpfedError as exc:
                     raise conflict(f"the change cannot be honoured: {exc.message}") from None
 
