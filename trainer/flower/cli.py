@@ -158,6 +158,55 @@ def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, 
     return nodes
 
 
+def nodes_for_thresholds(plan: Any, seed: int) -> dict[str, int]:
+    """Per pool that samples anyone: the smallest ``--nodes`` whose nodes (dealt as
+    ``simulation_nodes`` deals them, in client order) put ``m_P`` of them in the pool's
+    groups. With fewer the pool can never gather ``m_P`` sampled nodes, so it aborts every
+    round (docs/flower.md §2 step 3)."""
+    from trainer.data.groups import assign_groups
+
+    total = plan.scenario.total_clients
+    labels = assign_groups([g.num_clients for g in plan.groups], total, seed)
+    pool_of = {group.id: group.pool for group in plan.groups}
+    needed: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    dealt = 0
+    live = {pool.id: pool.secagg_threshold for pool in plan.pools if pool.expected_clients > 0}
+    for label in labels:
+        if label < 0:
+            continue
+        dealt += 1
+        pool = pool_of[plan.groups[label].id]
+        seen[pool] = seen.get(pool, 0) + 1
+        if pool in live and pool not in needed and seen[pool] >= live[pool]:
+            needed[pool] = dealt
+    return needed
+
+
+def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
+    """Refuse ``--nodes`` below what any pool needs to reach its threshold (every round
+    would abort: ``InvalidInputError("nodes")``); a warning line when only some pools are
+    short (their groups' nodes train in no round); ``None`` when every pool can release."""
+    needed = nodes_for_thresholds(plan, seed)
+    if count is None or not needed or count >= max(needed.values()):
+        return None
+    short = sorted((pool for pool, n in needed.items() if count < n), key=lambda pool: needed[pool])
+    detail = ", ".join(f"{pool} needs {needed[pool]} nodes" for pool in short)
+    if len(short) == len(needed):
+        raise InvalidInputError(
+            "nodes",
+            f"--nodes {count} gives no pool its secure-aggregation threshold m_P ({detail}), so every round "
+            f"would abort and nothing would train: use --nodes {min(needed.values())} or more for a pool to "
+            f"release, {max(needed.values())} for every pool (default: the plan's population, "
+            f"{plan.scenario.total_clients})",
+        )
+    return (
+        f"warning: with --nodes {count} pool(s) {', '.join(short)} can never reach m_P ({detail}) and abort "
+        f"every round, so their groups' nodes train in none; --nodes {max(needed.values())} gives every pool "
+        "its threshold"
+    )
+
+
 def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     from trainer.flower import check_flwr_version
     from trainer.flower.local import LocalFederation
@@ -168,7 +217,11 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     if args.max_processes is not None and args.max_processes < 1:
         raise InvalidInputError("max-processes", f"must be at least 1, got {args.max_processes}")
     plan, _, run_config = _bundle(args.app_dir)
-    nodes = simulation_nodes(plan, args.nodes, int(run_config.get("seed", 0)))
+    seed = int(run_config.get("seed", 0))
+    nodes = simulation_nodes(plan, args.nodes, seed)
+    warning = check_node_count(plan, args.nodes, seed)  # before any process starts
+    if warning:
+        sys.stderr.write(f"gdpfed: {warning}\n")
     work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
     with LocalFederation(work, nodes, port=args.port, max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
@@ -189,7 +242,11 @@ def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:
 
     check_flwr_version()
     plan, document, run_config = _bundle(args.app_dir)
-    nodes = simulation_nodes(plan, args.nodes, int(run_config.get("seed", 0)))
+    seed = int(run_config.get("seed", 0))
+    nodes = simulation_nodes(plan, args.nodes, seed)
+    warning = check_node_count(plan, args.nodes, seed)
+    if warning:
+        sys.stderr.write(f"gdpfed: {warning}\n")
     grid = LoopbackGrid(build_client_app(args.app_dir), {1 + i: n for i, n in enumerate(nodes)}, run_config)
     summary = run_plan(grid, document, {**run_config, "min-nodes": len(nodes)})
     return summary, format_summary(summary)

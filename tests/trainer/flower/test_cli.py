@@ -95,3 +95,42 @@ def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_pa
     err = capsys.readouterr().err
     assert code == 2 and "max-processes" in err and "at least 1" in err and "Traceback" not in err
     assert not (tmp_path / "work").exists()
+
+
+def test_local_refuses_too_few_nodes_for_any_threshold_before_starting_anything(
+    plan_file: Path, tmp_path: Path, capsys
+) -> None:
+    """Fewer nodes than any pool's m_P: every round would abort, so nothing starts (exit 2, one
+    line naming --nodes and what the plan needs); enough for some pools only: a warning."""
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    # loopback first: before the check, it ran every round aborted and exited 0
+    assert app_cli.run(["flower", "loopback", str(tmp_path / "app"), "--nodes", "1"]) == 2
+    assert "every round would abort" in capsys.readouterr().err
+    code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--nodes", "1", "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "nodes: --nodes 1 gives no pool its secure-aggregation threshold m_P" in err, err
+    assert "4 for every pool" in err and "p_loose needs 4 nodes" in err, err
+    assert not (tmp_path / "work").exists()
+
+    from planner.schema import load_plan
+    from trainer.flower.cli import check_node_count, simulation_nodes
+
+    # the verdict for every --nodes agrees with the nodes simulation_nodes deals into each pool
+    plan = load_plan(json.loads(plan_file.read_text()))
+    pool_of = {g.id: g.pool for g in plan.groups}
+    for count in range(1, plan.scenario.total_clients + 1):
+        dealt = [pool_of[str(n["gdpfed-group"])] for n in simulation_nodes(plan, count, 0)]
+        reached = [dealt.count(p.id) >= p.secagg_threshold for p in plan.pools]
+        if not any(reached):
+            with pytest.raises(Exception, match="every round would abort"):
+                check_node_count(plan, count, 0)
+        elif not all(reached):
+            warning = check_node_count(plan, count, 0)
+            assert warning is not None and "can never reach m_P" in warning
+            assert all(p.id in warning for p, ok in zip(plan.pools, reached) if not ok)
+        else:
+            assert check_node_count(plan, count, 0) is None
+    assert check_node_count(plan, None, 0) is None
