@@ -86,7 +86,7 @@ def test_idp_scale_spends_each_budget_and_a_lower_budget_is_refused(client: Test
                           json={"changes": {"groups": [{"id": "relaxed", "epsilon": 2.2}]}})
     assert refused.status_code == 409, refused.text
     assert refused.json()["code"] == "budget_conflict"
-    assert refused.json()["field"] == "changes.groups[0].epsilon"
+    assert refused.json()["field"] == "changes.groups.0.epsilon"
     assert client.get(f"/v1/plans/{plan_id}/ledger").json()["superseded_by"] is None  # nothing changed
     accepted = client.post(f"/v1/plans/{plan_id}/replan",
                            json={"changes": {"groups": [{"id": "relaxed", "epsilon": relaxed_spent}]}})
