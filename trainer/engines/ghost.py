@@ -19,7 +19,8 @@ gradient of the summed loss with respect to ``z_i`` (examples are independent), 
 * Conv2d: with ``U_i`` the unfolded input ``[C k_h k_w, T]`` and ``dz_i`` ``[O, T]``, either
   the per-example gradient ``dz_i U_i^T`` is formed (Opacus' way) or its squared norm is
   ``sum_{t,s} (U_i^T U_i)_{ts} (dz_i^T dz_i)_{ts}`` (the ghost norm) and the clipped sum is
-  ``sum_{i,t} c_i dz_{i,t} U_{i,t}^T``; the cheaper by the flop count (``conv_mode``).
+  ``sum_{i,t} c_i dz_{i,t} U_{i,t}^T`` (the grouped convolution's weight gradient for the
+  output gradient ``c_i dz_i``); which one by Bu et al.'s rule (``conv_mode``).
 
 Supported: ``torch.fx``-traceable models that are a straight chain of Linear, Conv2d
 (``groups=1``, zero padding), ReLU, MaxPool2d, Flatten (``start_dim=1``) and Identity,
@@ -233,18 +234,20 @@ def _from_output_gradients(saved: Sequence[tuple[Layer, torch.Tensor, torch.Tens
         assert not isinstance(padding, str)  # chain_layers admits numeric padding only
         unfolded = F.unfold(a.reshape(-1, *a.shape[2:]), module.kernel_size, module.dilation, padding,
                             module.stride)  # [P K, C kh kw, T]
-        dz = dz.reshape(width * silos, -1, unfolded.shape[-1])  # [P K, O, T]
-        mode = force_conv or conv_mode(unfolded.shape[1], dz.shape[1], dz.shape[2])
+        by_example = dz.reshape(width * silos, -1, unfolded.shape[-1])  # [P K, O, T]
+        mode = force_conv or conv_mode(unfolded.shape[1], by_example.shape[1], by_example.shape[2])
         if mode == "materialise":
-            per_example = torch.bmm(dz, unfolded.transpose(1, 2))  # [P K, O, C kh kw]
+            per_example = torch.bmm(by_example, unfolded.transpose(1, 2))  # [P K, O, C kh kw]
             norms = per_example.pow(2).sum((1, 2))
         else:
             per_example = None
-            norms = (torch.bmm(unfolded.transpose(1, 2), unfolded) * torch.bmm(dz.transpose(1, 2), dz)).sum((1, 2))
+            norms = (torch.bmm(unfolded.transpose(1, 2), unfolded)
+                     * torch.bmm(by_example.transpose(1, 2), by_example)).sum((1, 2))
         if layer.bias is not None:
-            norms = norms + dz.sum(-1).pow(2).sum(-1)
+            norms = norms + by_example.sum(-1).pow(2).sum(-1)
         squared += norms.view(width, silos).t()
-        parts.append((layer, unfolded, dz, per_example, mode))
+        # the ghost mode's clipped sum is a convolution's weight gradient: keep the input, not U
+        parts.append((layer, unfolded if per_example is not None else a, dz, per_example, mode))
 
     factors = torch.clamp(clip_norm / (squared.sqrt() + 1e-12), max=1.0) * valid.to(weights.dtype)  # [K, P]
     out = torch.empty_like(weights)
@@ -258,14 +261,23 @@ def _from_output_gradients(saved: Sequence[tuple[Layer, torch.Tensor, torch.Tens
                 out[:, layer.bias[0]:layer.bias[1]] = scaled.sum(1)
             continue
         by_pk = factors.t().reshape(-1)  # [P K], the conv layout's example order
+        module = layer.module
+        assert isinstance(module, nn.Conv2d)
+        by_example = dz.reshape(width * silos, module.out_channels, -1)  # [P K, O, T]
         if per_example is not None:  # [K, 1, P] x [K, P, O C kh kw] into the layer's columns
             torch.bmm(by_pk.view(width, silos).t()[:, None, :], per_example.view(width, silos, -1).transpose(0, 1),
                       out=out[:, w_start:w_stop].view(silos, 1, -1))
         else:
-            scaled = (dz * by_pk[:, None, None]).view(width, silos, dz.shape[1], -1)
-            out[:, w_start:w_stop] = torch.einsum("pkot,pkit->koi", scaled,
-                                                  a.view(width, silos, a.shape[1], -1)).reshape(silos, -1)
+            # sum_{i,t} c_i dz_{i,t} U_{i,t}^T is the weight gradient of the grouped convolution
+            # for the output gradient c_i dz_i: the convolution's own backward kernel computes it
+            # (an einsum over the unfolded input copied U into [K, P T, C kh kw] first)
+            scaled = (by_example * by_pk[:, None, None]).view_as(dz)
+            w = _slice(weights, layer.weight)  # type: ignore[arg-type]
+            _, summed, _ = torch.ops.aten.convolution_backward(
+                scaled, a.reshape(width, -1, *a.shape[3:]), w.reshape(-1, *w.shape[2:]), None, module.stride,
+                module.padding, module.dilation, False, [0, 0], silos, [False, True, False])
+            out[:, w_start:w_stop] = summed.view(silos, -1)
         if layer.bias is not None:
             out[:, layer.bias[0]:layer.bias[1]] = torch.einsum("pk,pko->ko", by_pk.view(width, silos),
-                                                               dz.sum(-1).view(width, silos, -1))
+                                                               by_example.sum(-1).view(width, silos, -1))
     return out
