@@ -215,13 +215,18 @@ class DpSgdEngine:
         valid = torch.zeros(self.num_silos, steps, pad, dtype=torch.bool)
         active = torch.zeros(self.num_silos, steps, dtype=torch.bool)
         for k, client in enumerate(self.silo_clients):
-            indices = self.dataset.client_indices[client]
+            # filled in numpy, one copy per silo (per-step tensor indexing was half of a
+            # 40-silo pass of the linear model)
+            indices = self.dataset.client_indices[client].cpu().numpy()
+            taken = len(chosen[k])
+            block = np.full((taken, pad), indices[0], dtype=np.int64)  # padding repeats the silo's first row
+            flags = np.zeros((taken, pad), dtype=bool)
             for s, positions in enumerate(chosen[k]):
-                active[k, s] = True
-                rows[k, s, : len(positions)] = indices[torch.from_numpy(positions)]
-                valid[k, s, : len(positions)] = True
-                if len(positions) < pad:
-                    rows[k, s, len(positions):] = indices[0]
+                block[s, : len(positions)] = indices[positions]
+                flags[s, : len(positions)] = True
+            rows[k, :taken] = torch.from_numpy(block)
+            valid[k, :taken] = torch.from_numpy(flags)
+            active[k, :taken] = True
         return rows, valid, active
 
     def noisy_gradient(self, weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor,
