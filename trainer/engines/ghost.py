@@ -39,7 +39,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-ELEMENTWISE = (nn.ReLU, nn.Identity)
+# exact types: a subclass may override forward (the batched form re-implements each layer)
+CHAIN_TYPES = (nn.Linear, nn.Conv2d, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Identity)
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,15 @@ def _offsets(shapes: Mapping[str, torch.Size]) -> dict[str, tuple[int, int, torc
 
 
 def _supported(module: nn.Module) -> bool:
-    if isinstance(module, nn.Linear) or isinstance(module, ELEMENTWISE) or isinstance(module, nn.MaxPool2d):
-        return not (isinstance(module, nn.MaxPool2d) and module.return_indices)
+    if type(module) not in CHAIN_TYPES:
+        return False
+    if isinstance(module, nn.MaxPool2d):
+        return not module.return_indices
     if isinstance(module, nn.Conv2d):
-        return (type(module) is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros"
-                and not isinstance(module.padding, str))
+        return module.groups == 1 and module.padding_mode == "zeros" and not isinstance(module.padding, str)
     if isinstance(module, nn.Flatten):
         return module.start_dim == 1 and module.end_dim == -1
-    return False
+    return True
 
 
 def chain_layers(model: nn.Module, shapes: Mapping[str, torch.Size], input_shape: Sequence[int]) -> list[Layer] | None:
@@ -79,6 +81,8 @@ def chain_layers(model: nn.Module, shapes: Mapping[str, torch.Size], input_shape
     -> output with every module call taking the previous one's result only. A forward pass
     of one zero example checks that Linear layers see ``[1, in]`` and Conv2d ``[1, C, H, W]``
     and that the output is ``[1, outputs]`` (the shapes the batched form assumes)."""
+    if not shapes:
+        return None
     try:
         graph = torch.fx.symbolic_trace(model).graph
     except Exception:  # untraceable (data-dependent control flow): not a chain

@@ -94,6 +94,11 @@ def test_conv_mode_is_bu_et_al_s_rule() -> None:
     assert conv_mode(unfolded=50, outputs=20, positions=23) == "materialise"  # 1058 > 1000
 
 
+class LinearSubclass(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).tanh()
+
+
 class Residual(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -118,7 +123,8 @@ class Shared(nn.Module):
     nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.Tanh(), nn.Linear(8, 10)),  # unsupported layer
     nn.Sequential(nn.Conv2d(1, 4, 3, groups=1, padding="same"), nn.Flatten(), nn.Linear(256, 10)),  # padding="same"
     nn.Sequential(nn.Linear(8, 10), nn.Flatten()),  # a Linear over [1, C, H, W] (not one vector per example)
-], ids=["residual", "shared", "tanh", "padding-same", "linear-over-image"])
+    nn.Sequential(nn.Flatten(), LinearSubclass(64, 10)),  # a subclass may compute something else
+], ids=["residual", "shared", "tanh", "padding-same", "linear-over-image", "subclass"])
 def test_models_that_are_not_a_chain_of_supported_layers_keep_torch_func(model: nn.Module) -> None:
     assert chain_layers(model, param_shapes(model), (1, 8, 8)) is None
 
