@@ -44,7 +44,7 @@ from torch.nn import functional as F
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.engines.ghost import chain_layers, ghost_clipped_sum
+from trainer.engines.ghost import chain_layers, ghost_clipped_sum, has_hooks
 from trainer.engines.params import param_shapes, unflatten_params
 from trainer.strategies.base import PURPOSE_DPSGD, RoundContext
 
@@ -187,8 +187,9 @@ class DpSgdEngine:
     @property
     def gradient_path(self) -> str:
         """``"ghost"`` where the clipped sums come from ``trainer.engines.ghost`` (a chain of
-        supported layers, prox outside the clip), else ``"torch.func"`` (per-example gradients)."""
-        return "torch.func" if self._chain is None else "ghost"
+        supported layers without hooks, prox outside the clip), else ``"torch.func"``
+        (per-example gradients)."""
+        return "torch.func" if self._chain is None or has_hooks(self.model) else "ghost"
 
     @property
     def num_silos(self) -> int:
@@ -245,7 +246,8 @@ class DpSgdEngine:
             part = slice(start, start + chunk)
             if not bool(valid[:, part].any()):
                 continue
-            if self._chain is not None and not inside:
+            # a hook registered after construction sends the step to torch.func too
+            if self._chain is not None and not inside and not has_hooks(self.model):
                 summed = ghost_clipped_sum(self._chain, weights, x[:, part], y[:, part], valid[:, part],
                                            mech.clip_norm, self.dataset.task)
             else:

@@ -24,7 +24,8 @@ gradient of the summed loss with respect to ``z_i`` (examples are independent), 
 
 Supported: ``torch.fx``-traceable models that are a straight chain of Linear, Conv2d
 (``groups=1``, zero padding), ReLU, MaxPool2d, Flatten (``start_dim=1``) and Identity,
-each parameter in exactly one layer, each layer used once; anything else (recurrent
+each parameter in exactly one layer, each layer used once, no forward or backward hooks
+(checked again before every use: ``has_hooks``); anything else (recurrent
 layers, shared weights, branches, other modules) gets ``None`` from ``chain_layers`` and
 the engine keeps its ``torch.func`` path. Device-agnostic: everything runs where the
 weights are.
@@ -74,6 +75,20 @@ def _supported(module: nn.Module) -> bool:
     return True
 
 
+def has_hooks(model: nn.Module) -> bool:
+    """Whether any forward or backward hook (on a module of ``model`` or global) could change
+    what the model computes: ``functional_call`` runs them, the batched re-implementation of
+    the chain here would not, so a hooked model keeps the ``torch.func`` path."""
+    from torch.nn.modules import module as torch_module
+
+    global_hooks = (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks,
+                    torch_module._global_backward_hooks, torch_module._global_backward_pre_hooks)
+    if any(global_hooks):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+               for m in model.modules())
+
+
 def chain_layers(model: nn.Module, shapes: Mapping[str, torch.Size], input_shape: Sequence[int]) -> list[Layer] | None:
     """The model as a list of supported layers applied one after another, or ``None``.
 
@@ -81,7 +96,7 @@ def chain_layers(model: nn.Module, shapes: Mapping[str, torch.Size], input_shape
     -> output with every module call taking the previous one's result only. A forward pass
     of one zero example checks that Linear layers see ``[1, in]`` and Conv2d ``[1, C, H, W]``
     and that the output is ``[1, outputs]`` (the shapes the batched form assumes)."""
-    if not shapes:
+    if not shapes or has_hooks(model):
         return None
     try:
         graph = torch.fx.symbolic_trace(model).graph

@@ -159,3 +159,52 @@ def test_a_pass_trains_the_same_weights_on_either_path(model_name: str, options:
         trained[fast] = engine.train(RoundContext(0, 0, seed=4), start, anchor=anchor, prox=0.3)
     assert float((trained[True] - start).abs().max()) > 1e-3  # it moved
     assert torch.allclose(trained[True], trained[False], rtol=1e-9, atol=1e-11)
+
+
+def _scale_output(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+    return 3.0 * output
+
+
+@pytest.mark.parametrize("hook", ["forward", "forward_pre", "full_backward", "global_forward"])
+def test_a_hooked_model_keeps_torch_func(hook: str) -> None:
+    """``functional_call`` runs a module's hooks and the ghost path's batched re-implementation
+    would not (the fresh-eyes review measured clipped sums 63% off with a forward hook scaling
+    a layer's output): any hook, on a module or global, sends the model to torch.func."""
+    from torch.nn.modules import module as torch_module
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 10))
+    assert chain_layers(model, param_shapes(model), (1, 8, 8)) is not None
+    if hook == "forward":
+        handle = model[1].register_forward_hook(_scale_output)
+    elif hook == "forward_pre":
+        handle = model[3].register_forward_pre_hook(lambda module, inputs: (5.0 * inputs[0],))
+    elif hook == "full_backward":
+        handle = model[1].register_full_backward_hook(lambda module, grad_in, grad_out: None)
+    else:
+        handle = torch_module.register_module_forward_hook(_scale_output)
+    try:
+        assert chain_layers(model, param_shapes(model), (1, 8, 8)) is None
+    finally:
+        handle.remove()
+    assert chain_layers(model, param_shapes(model), (1, 8, 8)) is not None
+
+
+def test_a_hook_added_after_the_engine_was_built_sends_its_steps_to_torch_func() -> None:
+    sizes = [30, 40]
+    data = load_silo_data("rotated_digits", sizes, seed=0)
+    model = build_model("mlp", data.train, seed=0, hidden=[16]).double()
+    mechanism = SiloMechanism(sampling_rates=(0.3, 0.2), noise_multipliers=(0.8, 1.1), clip_norm=0.5,
+                              steps_per_pass=(3, 3), passes=1, num_samples=tuple(sizes))
+    start = flatten_params(model).expand(2, -1).clone()
+    engine = DpSgdEngine(model, data.train, [0, 1], mechanism, lr=0.2)
+    reference = DpSgdEngine(model, data.train, [0, 1], mechanism, lr=0.2, ghost_clipping=False)
+    assert engine.gradient_path == "ghost"
+    handle = model.layers[1].register_forward_hook(_scale_output)
+    try:
+        assert engine.gradient_path == "torch.func"
+        hooked = engine.train(RoundContext(0, 0, seed=4), start)
+        expected = reference.train(RoundContext(0, 0, seed=4), start)
+    finally:
+        handle.remove()
+    assert torch.allclose(hooked, expected, rtol=1e-9, atol=1e-11)
+    assert engine.gradient_path == "ghost"
