@@ -68,6 +68,10 @@ def test_privacy_plot_has_each_private_group_spent_and_budget():
     assert "client-level DP" in axes.get_title() and axes.get_ylabel() == "epsilon spent"
     nonprivate = [record(0, 0.5, 1.0, {"out": None})]
     assert privacy_figure(nonprivate, {"out": None}, "privacy", "client-level DP") is None
+    # a long notion (a silo run's) is wrapped so that the title is not cut off at the sides
+    notion = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of that silo)"
+    wrapped = privacy_figure(RECORDS, {"strict": 1.0}, "privacy", notion).axes[0].get_title()
+    assert max(len(line) for line in wrapped.splitlines()) <= 55 and " ".join(wrapped.split()[1:]) == notion
 
 
 def test_a_smoke_mark_is_drawn_over_the_plot_pixel_for_pixel(tmp_path) -> None:

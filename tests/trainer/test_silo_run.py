@@ -145,7 +145,8 @@ def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) ->
     parts = [data.test_of(k)[1].numpy() for k in range(3)]
     expected_accuracy = sum(np.bincount(y).max() for y in parts) / sum(len(y) for y in parts)
     chance = drawn["chance"]
-    assert isinstance(chance, ChanceLevel) and chance == chance_level_by_part(parts, "classification")
+    assert isinstance(chance, ChanceLevel) and chance == chance_level_by_part(parts, "classification", part="silo")
+    assert chance.accuracy_label == "each silo's most frequent label, weighted by examples"  # the legend's words
     assert chance.accuracy == pytest.approx(expected_accuracy)
     assert chance.loss == pytest.approx(sum(len(y) * chance_level(y, "classification").loss for y in parts) / 36)
     # per silo, never below the pooled labels' level (a silo may learn its own frequencies)

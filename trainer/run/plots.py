@@ -35,6 +35,9 @@ class ChanceLevel:
 
     accuracy: float
     loss: float
+    # What the constant predictor is, for the legend (a silo run's is one per silo).
+    accuracy_label: str = "most frequent label"
+    loss_label: str = "label frequencies"
 
 
 def chance_level(test_labels: Any, task: str) -> ChanceLevel | None:
@@ -48,7 +51,7 @@ def chance_level(test_labels: Any, task: str) -> ChanceLevel | None:
     return ChanceLevel(accuracy=float(frequencies.max()), loss=float(-(frequencies * np.log(frequencies)).sum()))
 
 
-def chance_level_by_part(part_labels: Sequence[Any], task: str) -> ChanceLevel | None:
+def chance_level_by_part(part_labels: Sequence[Any], task: str, part: str = "part") -> ChanceLevel | None:
     """The chance level of a test set evaluated in parts, each by its own model (a silo run:
     silo k's model on silo k's test split, metrics weighted by examples): each part's best
     constant predictor, ``accuracy = sum_k n_k max_c p_kc / n`` and ``loss = sum_k n_k H(p_k) / n``
@@ -62,6 +65,8 @@ def chance_level_by_part(part_labels: Sequence[Any], task: str) -> ChanceLevel |
     return ChanceLevel(
         accuracy=sum(n * level.accuracy for n, level in levels if level is not None) / total,
         loss=sum(n * level.loss for n, level in levels if level is not None) / total,
+        accuracy_label=f"each {part}'s most frequent label, weighted by examples",
+        loss_label=f"each {part}'s label frequencies, weighted by examples",
     )
 
 
@@ -148,7 +153,7 @@ def metric_figure(
         axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
     if chance is not None:
         level = getattr(chance, metric)
-        what = "most frequent label" if metric == "accuracy" else "label frequencies"
+        what = chance.accuracy_label if metric == "accuracy" else chance.loss_label
         axes.axhline(level, color="grey", linestyle="--", label=f"chance ({what}): {level:.3g}")
     _finish(figure, axes, title, metric)
     return figure
@@ -180,7 +185,9 @@ def privacy_figure(
         budget = budgets.get(group)
         if budget is not None:
             axes.axhline(budget, color=line.get_color(), linestyle="--", label=f"{group}: budget {budget:g}")
-    _finish(figure, axes, f"{title}\n{notion}", "epsilon spent")
+    import textwrap  # a notion can be long (a silo run's): wrapped, so the title is not cut off
+
+    _finish(figure, axes, f"{title}\n" + textwrap.fill(notion, 55), "epsilon spent")
     return figure
 
 
