@@ -209,7 +209,7 @@ def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
 
 def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     from trainer.flower import check_flwr_version
-    from trainer.flower.local import LocalFederation
+    from trainer.flower.local import LocalFederation, terminate_on_signals
     from trainer.run.options import format_summary
     from trainer.run.runner import RunSummary
 
@@ -223,7 +223,8 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     if warning:
         sys.stderr.write(f"gdpfed: {warning}\n")
     work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
-    with LocalFederation(work, nodes, port=args.port, max_processes=args.max_processes or 0) as federation:
+    with terminate_on_signals(), LocalFederation(work, nodes, port=args.port,
+                                                 max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
         code = federation.run(args.app_dir, {"min-nodes": str(len(nodes))}, timeout_s=args.timeout)
     summary_path = Path(str(run_config["out-dir"])) / "summary.json"
@@ -236,6 +237,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
 def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:
     from trainer.flower import check_flwr_version
     from trainer.flower.client_app import build_client_app
+    from trainer.flower.local import terminate_on_signals
     from trainer.flower.server_app import run_plan
     from trainer.flower.testing import LoopbackGrid
     from trainer.run.options import format_summary
@@ -248,5 +250,6 @@ def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:
     if warning:
         sys.stderr.write(f"gdpfed: {warning}\n")
     grid = LoopbackGrid(build_client_app(args.app_dir), {1 + i: n for i, n in enumerate(nodes)}, run_config)
-    summary = run_plan(grid, document, {**run_config, "min-nodes": len(nodes)})
+    with terminate_on_signals():  # one line and exit 128 + signal, as gdpfed flower local
+        summary = run_plan(grid, document, {**run_config, "min-nodes": len(nodes)})
     return summary, format_summary(summary)

@@ -29,7 +29,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -38,6 +41,48 @@ from accounting.errors import GdpfedError, InvalidInputError
 
 CONNECTION = "gdpfed-local"
 DEFAULT_POLL_INTERVAL_S = 0.2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(GdpfedError):
+    """The command was sent SIGTERM or SIGHUP; it exits ``128 + signal`` (143 for SIGTERM), the shell's convention."""
+
+    def __init__(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name}; every process it started was stopped")
+        self.exit_code = 128 + signum
+
+
+@contextmanager
+def terminate_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into ``Terminated`` while the block runs, so the ``with
+    LocalFederation`` inside it unwinds and stops its processes (docs/flower.md §3).
+
+    The processes run in their own sessions, so a signal sent to gdpfed (``timeout``,
+    ``docker stop``, systemd) never reaches them: without this the interpreter would die on
+    the default action and leave them running. Only the first signal raises; later ones are
+    ignored so they cannot cut the cleanup short. The previous handlers come back on exit.
+    Outside the main thread (where Python allows no handler) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def handle(signum: int, _frame: object) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated(signum)
+
+    previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        # a signal that arrives during the cleanup is ignored (raised is set by then or set now)
+        raised = True
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def free_port() -> int:

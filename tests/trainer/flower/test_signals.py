@@ -1,0 +1,108 @@
+"""``gdpfed flower local`` sent SIGTERM or SIGHUP stops every process it started (docs/flower.md §3).
+
+The SuperLink, the SuperNodes and the SuperExec run in their own sessions, so a signal sent
+to gdpfed alone (``timeout``, ``docker stop``, systemd) never reaches them: the command
+must stop them itself. Real processes: gdpfed is started as a subprocess, its process tree
+is read from /proc once the run is under way, and after the signal every process of that
+tree must be gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import cli as app_cli
+from tests.trainer.trainer_plans import hand_plan
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+
+TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]", "--local-steps", "1"]
+
+
+def _parent_and_command(pid: int) -> tuple[int, str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1]), command  # fields after "(comm)": state, ppid
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root``: pid -> command line."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (row := _parent_and_command(int(entry))) is not None:
+            table[int(entry)] = row
+    found: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, command) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = command
+                frontier.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_flower_local_stops_every_process_it_started(tmp_path: Path, capsys, signum: int) -> None:
+    plan = hand_plan([("strict", 1.0, 2, 1.0), ("loose", 4.0, 2, 1.0)],
+                     [("p_strict", ["strict"], 1.2, 2, 0.3), ("p_loose", ["loose"], 0.4, 2, 1.0)], rounds=50)
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    code = app_cli.run(["flower", "app", "--plan", str(tmp_path / "plan.json"), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+
+    gdpfed = subprocess.Popen(
+        [sys.executable, "-c", "from app.cli import main; main()", "flower", "local", str(tmp_path / "app"),
+         "--nodes", "4", "--work", str(tmp_path / "work")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    started: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 60
+        # under way: the SuperExec (started last) and `flwr run` are up
+        while not (any("trainer.flower.superexec" in c for c in started.values())
+                   and any(" run " in c and "flwr" in c for c in started.values())):
+            assert gdpfed.poll() is None, gdpfed.communicate()
+            assert time.monotonic() < deadline, f"the federation did not start: {started}"
+            time.sleep(0.2)
+            started = descendants(gdpfed.pid)
+        assert sum("flower-supernode" in c for c in started.values()) == 4, started
+        assert any("flower-superlink" in c for c in started.values()), started
+
+        gdpfed.send_signal(signum)
+        _, err = gdpfed.communicate(timeout=30)
+        deadline = time.monotonic() + 5
+        while (left := {pid: c for pid, c in started.items() if alive(pid)}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"still running after {signal.Signals(signum).name}: {left}"
+        assert gdpfed.returncode == 128 + signum, err
+        lines = [line for line in err.splitlines() if line.startswith("gdpfed flower: ")]
+        assert lines == [f"gdpfed flower: error: stopped by {signal.Signals(signum).name}; "
+                         "every process it started was stopped"], err
+    finally:
+        if gdpfed.poll() is None:
+            gdpfed.kill()
+            gdpfed.wait()
+        for pid in started:  # before the fix they outlive gdpfed: do not leave them behind
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
