@@ -23,6 +23,7 @@ from trainer.run.options import (
     config_from_args,
     format_summary,
     read_json_file,
+    refuse_unused_options,
 )
 
 
@@ -180,7 +181,9 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
 
 
 def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
+    from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
+    from trainer.run.mechanisms import mechanism_for
     from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
     from trainer.run.runner import execute_run, prepare_run
 
@@ -190,6 +193,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     link = _link(args, target[0]) if target is not None else None
     try:
         plan, document, config, out, dataset = _resolve(args, link)
+        refuse_unused_options(args, mechanism_for(plan), unit_of(plan).name)
         plan_id = args.plan_id or (target[1] if target is not None else None) or (
             document.get("id") if isinstance(document.get("id"), str) else None
         )

@@ -154,3 +154,66 @@ def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) ->
     assert (tmp_path / "digits" / "accuracy.png").is_file()
     run(plan_for([20, 20], rounds=1), mean_estimation([20, 20], seed=0), tmp_path / "mean", cfg=config(1, eval_every=1))
     assert drawn["chance"] is None
+
+
+@pytest.fixture
+def silo_plan_file(tmp_path):
+    path = tmp_path / "silo-plan.json"
+    path.write_text(plan_for([30, 30, 30], rounds=2, batch=10).model_dump_json())
+    return path
+
+
+SILO_CLI = ["--dataset", "mean_estimation", "--model", "mean", "--lr", "0.1"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--secagg", "full"], "--secagg"),
+        (["--secagg-execution", "exact_sum"], "--secagg-execution"),
+        (["--late-dropout-fraction", "0.1"], "--late-dropout-fraction"),
+        (["--local-steps", "2"], "--local-steps"),
+        (["--server-lr", "0.5"], "--server-lr"),
+        (["--server-momentum", "0.5"], "--server-momentum"),
+        (["--batch-size", "8"], "--batch-size"),
+        (["--momentum", "0.5"], "--momentum"),
+        (["--engine", "loop"], "--engine"),
+        (["--partition", "dirichlet"], "--partition"),
+        (["--alpha", "0.3"], "--alpha"),
+        (["--dataset-option", "client_test_fraction=0.2"], "--dataset-option"),
+        (["--opt-out-assignment", "skewed"], "--opt-out-assignment"),
+        (["--skewed-label", "3"], "--skewed-label"),
+    ],
+)
+def test_a_silo_run_refuses_client_level_options_it_would_ignore(tmp_path, capsys, silo_plan_file, extra, flag) -> None:
+    from app import cli as app_cli
+
+    code = app_cli.run(["train", "--plan", str(silo_plan_file), *SILO_CLI, *extra, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert f"{flag.lstrip('-')}: silo_sample runs do not use {flag}" in lines[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_silo_run_records_no_secure_aggregation_and_its_gradient_path(tmp_path, capsys, silo_plan_file) -> None:
+    import json
+
+    from app import cli as app_cli
+
+    code = app_cli.run(["train", "--plan", str(silo_plan_file), *SILO_CLI, "--out", str(tmp_path / "run")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["secagg_execution"] is None and summary["secagg_graphs"] == {}
+    assert summary["gradient_path"] in ("ghost", "torch.func")
+    assert f"DP-SGD per-example gradients: {summary['gradient_path']}" in out.out
+    assert "secure aggregation" not in out.out
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert not {"secagg_execution", "secagg_mode", "late_dropout_fraction", "local_steps", "server_lr"} & set(stored)
+    assert stored["lr"] == 0.1 and stored["dataset"] == "mean_estimation"
+    # the run resumes from that configuration (a finished run: nothing left to do, no error)
+    code = app_cli.run(["train", "--out", str(tmp_path / "run"), "--resume", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["gradient_path"] == summary["gradient_path"]

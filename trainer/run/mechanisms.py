@@ -31,7 +31,9 @@ class TrainingMechanism:
     of ``trainer.run.runner.prepare_run``); ``ledger(plan, epsilon_fn)`` the run's privacy
     ledger (``record_round``, ``spent``, ``final_spent``, ``state_dict``); ``execute``
     (``None``: ``trainer.run.runner.execute_run``'s client-level loop) runs a prepared
-    run of this mechanism with ``execute_run``'s arguments.
+    run of this mechanism with ``execute_run``'s arguments. ``unused_options`` are the
+    ``TrainConfig`` fields the mechanism never reads: ``gdpfed train`` refuses them when
+    given (``unused_reason`` says why) and the run's config.json leaves them out.
     """
 
     name: str
@@ -39,6 +41,8 @@ class TrainingMechanism:
     prepare: Callable[..., Any]
     ledger: Callable[..., Any]
     execute: Callable[..., Any] | None = None
+    unused_options: tuple[str, ...] = ()
+    unused_reason: str = ""
 
 
 def _prepare_client_run(*args: Any, **kwargs: Any) -> Any:
@@ -71,6 +75,15 @@ DPSGD_SILO = TrainingMechanism(
     summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
     prepare=_prepare_silo_run,
     ledger=_silo_ledger,
+    # trainer/run/silo.py reads dataset, model, model_options, rounds, lr, seed, strategy,
+    # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
+    unused_options=(
+        "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
+        "batch_size", "engine", "server_lr", "server_momentum", "late_dropout_fraction", "secagg_mode",
+        "secagg_execution",
+    ),
+    unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
+    "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",
 )
 
 def _prepare_metric_run(*args: Any, **kwargs: Any) -> Any:

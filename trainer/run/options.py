@@ -39,6 +39,26 @@ CONFIG_OPTIONS = (
     "skewed_label",
 )
 
+# The command-line spelling of a TrainConfig field where it is not --field-name.
+OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option",
+                "model_options": "--model-option", "strategy_options": "--strategy-option"}
+
+
+def option_flag(name: str) -> str:
+    """``--local-steps`` for ``local_steps``, ``--secagg`` for ``secagg_mode``."""
+    return OPTION_FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def refuse_unused_options(args: argparse.Namespace, mechanism: Any, unit: str) -> None:
+    """An option given on the command line that the run's mechanism never reads
+    (``TrainingMechanism.unused_options``) is an ``InvalidInputError`` naming it, not a
+    setting silently ignored. Given means not ``None``: every run option defaults to ``None``."""
+    arg_name = {"dataset_options": "dataset_option", "model_options": "model_option",
+                "strategy_options": "strategy_option"}
+    for name in mechanism.unused_options:
+        if getattr(args, arg_name.get(name, name), None) is not None:
+            flag = option_flag(name)
+            raise InvalidInputError(flag.lstrip("-"), f"{unit} runs do not use {flag}: {mechanism.unused_reason}")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -158,6 +178,8 @@ def format_summary(summary: Any) -> str:
     leakage = {k: summary.final_metrics.get(f"metric_leakage_{k}") for k in ("median", "max")}
     if summary.epsilon_spent or leakage["max"] is not None:
         lines.append(f"privacy: {summary.notion}")
+    if summary.gradient_path is not None:
+        lines.append(f"DP-SGD per-example gradients: {summary.gradient_path}")
     if leakage["max"] is not None:  # a metric ledger's figures: leakage, never an epsilon
         lines.append(f"metric leakage per client: median {leakage['median']:.4g}, max {leakage['max']:.4g}")
     for group, spent in summary.epsilon_spent.items():

@@ -161,7 +161,13 @@ class RunSummary(BaseModel):
     personal_accuracy: float | None = Field(
         None, description="mean over all clients of their personal model's accuracy on their own test data"
     )
-    secagg_execution: str = Field("protocol", description="protocol (real secure aggregation) or exact_sum")
+    secagg_execution: str | None = Field(
+        "protocol", description="protocol (real secure aggregation) or exact_sum; null: the run's mechanism uses none (silo runs)"
+    )
+    gradient_path: str | None = Field(
+        None, description="silo runs: the DP-SGD path that computed the clipped per-example gradient sums, ghost "
+        "(ghost clipping) or torch.func (docs/mrmtl.md §4.1); null for other runs"
+    )
     secagg_graphs: dict[str, list[str]] = Field(
         default_factory=dict, description="pool id -> the graphs its sessions ran (full, sparse k=.. t=..)"
     )
@@ -209,6 +215,7 @@ class PreparedRun:
     run_start: int = 0  # global index of the run's first round (its first plan's start_round)
     current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
     plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
+    gradient_path: str | None = None  # a DP-SGD run's DpSgdEngine.gradient_path, for its summary
 
 
 def load_run_data(config: TrainConfig, total_clients: int) -> Any:
@@ -609,7 +616,8 @@ def execute_run(
     else:
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
-        atomic_write_json(run_dir.config, config.model_dump(mode="json"))
+        # the options the mechanism never reads are left out (a silo run's has no secure aggregation)
+        atomic_write_json(run_dir.config, config.model_dump(mode="json", exclude=set(prepared.mechanism.unused_options)))
         if reporter is not None:
             atomic_write_json(run_dir.reporting, {"url": reporter.link.url, "plan_id": reporter.plan_id})
     records = truncate_rounds(run_dir.rounds, prepared.run_start + next_round)
@@ -810,7 +818,9 @@ def summarize(
         strategy=prepared.config.strategy,
         final_metrics=evaluated[-1].metrics if evaluated else {},
         **personal_fields(evaluated[-1] if evaluated else None),
-        secagg_execution=prepared.config.secagg_execution,
+        secagg_execution=None if "secagg_execution" in prepared.mechanism.unused_options
+        else prepared.config.secagg_execution,
+        gradient_path=prepared.gradient_path,
         secagg_graphs={
             pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
             for pool_id in pool_ids

@@ -211,4 +211,5 @@ def prepare_silo_run(
         engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
         mechanism=DPSGD_SILO, run_start=0, evaluator=evaluator,
         chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task, part="silo"),
+        gradient_path=engine.gradient_path,
     )
