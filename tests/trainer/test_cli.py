@@ -225,3 +225,22 @@ def test_float32_math_is_ieee_unless_tf32_is_asked_for(capsys, tmp_path, plan_fi
         for backend, value in zip(backends, before[0]):
             backend.fp32_precision = value
         torch.backends.cudnn.deterministic = before[1]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
+        pytest.param(lambda data: b'{"x": ', id="json_fragment"),
+        pytest.param(lambda data: b"", id="empty"),
+        pytest.param(lambda data: b"\x80\x04garbage that is no pickle", id="bad_pickle"),
+    ],
+)
+def test_resume_from_a_damaged_checkpoint_is_one_line_naming_the_file(capsys, tmp_path, plan_file, damage):
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    checkpoint = out / "checkpoint.pt"
+    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert_one_line_error(code, err, "resume", str(checkpoint))

@@ -16,6 +16,7 @@ tensors and plain Python values, never arbitrary pickled objects.
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by ``save_checkpoint``; refuse other formats."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise InvalidInputError("resume", f"cannot read checkpoint {path}: {exc}") from exc
+    except pickle.UnpicklingError:  # neither a zip archive nor a pickle torch.load accepts (torch's text is many lines)
+        raise InvalidInputError("resume", f"cannot read checkpoint {path}: not a torch checkpoint (damaged or another file)") from None
+    except Exception as exc:  # a truncated or damaged file fails in many ways; each is bad input
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InvalidInputError("resume", f"cannot read checkpoint {path}: {reason}") from exc
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise InvalidInputError("resume", f"{path} is not a gdpfed checkpoint (format {CHECKPOINT_FORMAT})")
     return state
