@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
         "shares, secure aggregation per pool, top-k, fixed-denominator averaging, privacy ledger.",
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--plan", type=Path, help="plan document (JSON) to execute")
+    source.add_argument("--plan", type=Path, help="plan document to execute (JSON, or YAML if it ends .yaml/.yml)")
     source.add_argument("--scenario", type=Path, help="scenario (JSON) to plan first with --method")
     parser.add_argument("--method", help="planning method for --scenario (e.g. gdpfed_plus)")
     add_run_options(parser)
@@ -69,19 +69,20 @@ def _plan_from_args(
     ``prepare_run`` dispatches on it. ``config_for(rounds)`` is the run's configuration; the
     dataset loaded to build the model is returned so the run does not load it again.
     """
+    from planner.loading import read_document
     from planner.schema import load_plan_document
 
     if args.plan is not None:
         if args.method is not None:
             raise InvalidInputError("method", "--method goes with --scenario, not --plan")
-        document = read_json_file(args.plan, "plan")
+        document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON, like every document
         return load_plan_document(document), document, None
     if args.scenario is not None:
         if not args.method:
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
         if args.method == "compare":
             raise InvalidInputError("method", "compare plans every method side by side; train one method")
-        from planner.loading import load_scenario_document, read_document
+        from planner.loading import load_scenario_document
         from planner.units import make_plan, privacy_unit
 
         data = read_document(args.scenario, "scenario")

@@ -244,3 +244,20 @@ def test_resume_from_a_damaged_checkpoint_is_one_line_naming_the_file(capsys, tm
     checkpoint.write_bytes(damage(checkpoint.read_bytes()))
     code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
     assert_one_line_error(code, err, "resume", str(checkpoint))
+
+
+def test_a_yaml_plan_trains_like_its_json_and_bad_yaml_is_one_line(capsys, tmp_path, plan_file):
+    """Plans are read as every other document (planner.loading.read_document): .yaml/.yml as YAML, else JSON."""
+    import yaml
+
+    document = json.loads(plan_file.read_text())
+    plan_yaml = tmp_path / "plan.yaml"
+    plan_yaml.write_text(yaml.safe_dump(document))
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_yaml, *TINY, "--rounds", "1", "--out", tmp_path / "run")
+    assert code == 0, err
+    assert json.loads((tmp_path / "run" / "plan.json").read_text()) == document
+    broken = tmp_path / "broken.yml"
+    broken.write_text("groups: [a, b\nrounds: 3\n")
+    code, _, err = gdpfed(capsys, "train", "--plan", broken, *TINY, "--out", tmp_path / "other")
+    assert_one_line_error(code, err, "plan", f"{broken}:", "not valid YAML")
+    assert not (tmp_path / "other").exists()

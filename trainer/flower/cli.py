@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
 
     app = commands.add_parser("app", help="write the Flower app directory for a plan",
                               description="Write the app directory `flwr run` takes for a plan.")
-    app.add_argument("--plan", type=Path, required=True, help="plan document (JSON), e.g. the service's plan")
+    app.add_argument("--plan", type=Path, required=True, help="plan document (JSON, or YAML if it ends .yaml/.yml), e.g. the service's plan")
     add_run_options(app)
     app.add_argument("--out", type=Path, required=True, help="app directory to write (new or empty)")
     app.add_argument("--run-dir", type=Path, required=True,
@@ -82,16 +82,17 @@ def refuse_client_state(strategy: str) -> None:
 
 
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from planner.loading import read_document
     from planner.schema import load_plan
     from planner.verify import verify_executable
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
-    from trainer.run.options import config_from_args, read_json_file
+    from trainer.run.options import config_from_args
     from trainer.run.runner import registered_strategy
 
     check_flwr_version()
-    document = read_json_file(args.plan, "plan")
+    document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
     plan = load_plan(document)
     verify_executable(plan)
     config = config_from_args(args, None, plan.rounds)
@@ -196,14 +197,14 @@ def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
         raise InvalidInputError(
             "nodes",
             f"--nodes {count} gives no pool its secure-aggregation threshold m_P ({detail}), so every round "
-            f"would abort and nothing would train: use --nodes {min(needed.values())} or more for a pool to "
-            f"release, {max(needed.values())} for every pool (default: the plan's population, "
-            f"{plan.scenario.total_clients})",
+            f"would abort and nothing would train: with --nodes {min(needed.values())} or more a pool can release, "
+            "but with exactly m_P of its nodes present only in rounds that sample all of them; "
+            f"{max(needed.values())} for every pool (default: the plan's population, {plan.scenario.total_clients})",
         )
     return (
         f"warning: with --nodes {count} pool(s) {', '.join(short)} can never reach m_P ({detail}) and abort "
-        f"every round, so their groups' nodes train in none; --nodes {max(needed.values())} gives every pool "
-        "its threshold"
+        f"every round, so their groups' nodes train in none; with --nodes {max(needed.values())} every pool "
+        "can release, but only in rounds that sample at least m_P of its nodes"
     )
 
 

@@ -113,6 +113,8 @@ def test_local_refuses_too_few_nodes_for_any_threshold_before_starting_anything(
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "nodes: --nodes 1 gives no pool its secure-aggregation threshold m_P" in err, err
     assert "4 for every pool" in err and "p_loose needs 4 nodes" in err, err
+    # exactly m_P nodes in a pool release only in rounds that sample every one of them
+    assert "only in rounds that sample all of them" in err, err
     assert not (tmp_path / "work").exists()
 
     from planner.schema import load_plan
@@ -130,7 +132,19 @@ def test_local_refuses_too_few_nodes_for_any_threshold_before_starting_anything(
         elif not all(reached):
             warning = check_node_count(plan, count, 0)
             assert warning is not None and "can never reach m_P" in warning
+            assert "only in rounds that sample at least m_P of its nodes" in warning
             assert all(p.id in warning for p, ok in zip(plan.pools, reached) if not ok)
         else:
             assert check_node_count(plan, count, 0) is None
     assert check_node_count(plan, None, 0) is None
+
+
+def test_app_takes_a_yaml_plan(plan_file: Path, tmp_path: Path, capsys) -> None:
+    import yaml
+
+    document = json.loads(plan_file.read_text())
+    (tmp_path / "plan.yml").write_text(yaml.safe_dump(document))
+    code = app_cli.run(["flower", "app", "--plan", str(tmp_path / "plan.yml"), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "app" / "plan.json").read_text()) == document
