@@ -21,6 +21,7 @@ from fastapi_offline import FastAPIOffline
 from app.compute import ComputePool
 from app.db import make_engine, session_factory
 from app.deps import AppState
+from app.duplicate_keys import DuplicateKeyMiddleware
 from app.errors import ErrorBody, install_error_handlers
 from app.limits import BodySizeLimitMiddleware
 from app.metrics import MetricsMiddleware, make_metrics
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
     )
     app.state.gdpfed = state
     install_error_handlers(app)
+    app.add_middleware(DuplicateKeyMiddleware)  # inside the size limit: reads a bounded body
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     for module in (health, accounting, plans, ledger, populations, keys, console):

@@ -7,6 +7,7 @@ are pydantic validation errors naming the field. Both map to exit code 2 / HTTP 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,76 @@ def read_text(path: Path, kind: str) -> str:
         raise InvalidInputError(kind, f"cannot read {path}: {exc.__class__.__name__}") from None
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object or YAML mapping names one key twice. Refused rather than resolved to the
+    last value, which would silently change a privacy setting (``epsilon: 1`` then ``epsilon: 8``)."""
+
+    def __init__(self, key: str, where: str = "") -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+        self.where = where
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads` that refuses a key given twice in one object."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """``json.loads`` refusing duplicate keys (:class:`DuplicateKeyError`)."""
+    return json.loads(text, object_pairs_hook=unique_object)
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its (key, value) pairs, duplicates kept (see :func:`duplicate_key_path`)."""
+
+
+def duplicate_key_path(text: str | bytes) -> list[str | int] | None:
+    """The path (``["scenario", "groups", 1, "epsilon"]``) of the first key given twice in one
+    object of the JSON ``text``, or None when every key is unique or the text is not JSON."""
+    try:
+        document = json.loads(text, object_pairs_hook=_Pairs)
+    except ValueError:
+        return None
+
+    def walk(value: Any, path: list[str | int]) -> list[str | int] | None:
+        if isinstance(value, _Pairs):
+            seen: set[str] = set()
+            for key, _ in value:
+                if key in seen:
+                    return [*path, key]
+                seen.add(key)
+            items: list[tuple[str | int, Any]] = list(value)
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        else:
+            return None
+        for step, item in items:
+            found = walk(item, [*path, step])
+            if found is not None:
+                return found
+        return None
+
+    return walk(document, [])
+
+
 def parse_json(text: str, path: str | Path, kind: str) -> Any:
     """``json.loads(text)``; a syntax error is one ``InvalidInputError(kind)`` line naming
-    the file, the position and the problem (``scenario.json:3:9: not valid JSON: Expecting value``)."""
+    the file, the position and the problem (``scenario.json:3:9: not valid JSON: Expecting value``).
+    A key given twice in one object is refused the same way, naming the key
+    (``scenario.json: duplicate key 'epsilon' (at groups.0.epsilon)``): the last value never silently wins."""
     try:
-        return json.loads(text)
+        return loads_unique(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(kind, f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except DuplicateKeyError as exc:
+        where = ".".join(str(part) for part in duplicate_key_path(text) or [exc.key])
+        raise InvalidInputError(kind, f"{path}: duplicate key {exc.key!r} (at {where}): give each key once") from None
 
 
 def parse_yaml(text: str, path: str | Path, kind: str) -> Any:
@@ -58,9 +122,39 @@ def parse_yaml(text: str, path: str | Path, kind: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=unique_key_loader())  # a SafeLoader subclass: safe
+    except DuplicateKeyError as exc:
+        raise InvalidInputError(kind, f"{path}:{exc.where}: duplicate key {exc.key!r}: give each key once") from None
     except yaml.YAMLError as exc:
         raise InvalidInputError(kind, yaml_error_line(exc, path, text)) from None
+
+
+@functools.cache
+def unique_key_loader() -> Any:
+    """A ``yaml.SafeLoader`` subclass whose mappings refuse a key given twice
+    (:class:`DuplicateKeyError` with the second key's line:column, 1-based). A key brought
+    in by a merge (``<<: *base``) may still be overridden, as YAML defines."""
+    import yaml
+
+    class UniqueKeySafeLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        repeated = key in seen
+                    except TypeError:  # an unhashable key: SafeLoader itself refuses it
+                        break
+                    if repeated:
+                        mark = key_node.start_mark
+                        raise DuplicateKeyError(str(key), f"{mark.line + 1}:{mark.column + 1}")
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeySafeLoader
 
 
 def yaml_error_line(exc: Exception, path: str | Path, text: str) -> str:

@@ -70,3 +70,47 @@ def test_flower_app_directory_with_a_broken_manifest(capsys, tmp_path):
     (app / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     err = one_line_error(capsys, ["flower", "loopback", str(app)])
     assert "no [tool.flwr.app.config] table" in err, err
+
+
+DUPLICATE_YAML = """groups:
+  - id: strict
+    epsilon: 1
+    num_clients: 100
+    epsilon: 8
+  - {id: loose, epsilon: 4, num_clients: 100}
+delta: 1.0e-5
+rounds: 10
+clip_norm: 1.0
+model_dim: 1000
+expected_clients: 30
+"""
+
+
+def test_a_duplicate_yaml_key_is_refused_not_resolved_to_the_last(capsys, tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(DUPLICATE_YAML)
+    err = one_line_error(capsys, ["plan", str(dup)])
+    assert f"{dup}:5:5: duplicate key 'epsilon'" in err, err
+    # a merge key may still be overridden, as YAML defines
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(DUPLICATE_YAML.replace("    num_clients: 100\n    epsilon: 8\n", "    num_clients: 100\n")
+                      .replace("  - {id: loose, epsilon: 4, num_clients: 100}",
+                               "  - &base {id: loose, epsilon: 4, num_clients: 100}\n  - {<<: *base, id: late}"))
+    assert run(["plan", str(merged), "--out", str(tmp_path / "plan.json")]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["plan", "{dup}"], ["train", "--plan", "{dup}"]])
+def test_a_duplicate_json_key_is_refused_not_resolved_to_the_last(capsys, tmp_path, argv):
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"groups": [{"id": "strict", "epsilon": 1, "num_clients": 100, "epsilon": 8}],\n'
+                   ' "delta": 1e-5, "rounds": 10, "clip_norm": 1.0, "model_dim": 1000, "expected_clients": 30}\n')
+    err = one_line_error(capsys, [a.format(dup=dup) for a in argv])
+    assert f"{dup}: duplicate key 'epsilon'" in err, err
+
+
+def test_a_json_experiment_config_is_read_as_json(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "tiny",\n "seeds": [0],\n}\n')
+    err = one_line_error(capsys, ["experiment", str(bad)])
+    assert f"{bad}:3:1: not valid JSON" in err, err
+

@@ -216,11 +216,12 @@ class CellSpec(_Strict):
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate a YAML configuration."""
-    from planner.loading import parse_yaml, read_text
+    """Read and validate a configuration: JSON for a ``.json`` file, else YAML."""
+    from planner.loading import parse_json, parse_yaml, read_text
 
     file = Path(path)
-    data = parse_yaml(read_text(file, "config"), file, "config")
+    text = read_text(file, "config")
+    data = parse_json(text, file, "config") if file.suffix.lower() == ".json" else parse_yaml(text, file, "config")
     if not isinstance(data, dict):
         raise InvalidInputError("config", f"{file} must hold a mapping")
     if data.get("kind", "train") == "sweep":
