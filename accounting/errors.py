@@ -10,6 +10,10 @@ They live in ``accounting`` because it is the bottom of the dependency graph
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 
 class GdpfedError(Exception):
     """Base class of all errors that gdpfed reports to its users."""
@@ -55,3 +59,34 @@ class BudgetConflictError(InvalidInputError):
     """
 
     code = "budget_conflict"
+
+
+# pydantic names a union's member in an error's location (``keep_ratio.constrained-float``,
+# ``keep_ratios.literal['auto']``, ``value.function-after[...]``): a schema's name, not a field
+_UNION_MEMBER_TAG = re.compile(r"^(constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\])$", re.DOTALL)
+# pydantic's prefixes of a message raised by a validator (``Value error, silo id 'a' appears twice``)
+_MESSAGE_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def validation_error_location(loc: Sequence[Any]) -> list[str]:
+    """A pydantic error's location as the user's field path: union-member tags dropped."""
+    return [str(part) for part in loc if not _UNION_MEMBER_TAG.match(str(part))]
+
+
+def validation_error_message(error: Mapping[str, Any]) -> str:
+    """A pydantic error's message without pydantic's ``Value error, `` prefix."""
+    message = str(error.get("msg", "invalid value"))
+    for prefix in _MESSAGE_PREFIXES:
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
+
+
+def validation_error_line(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(field path, message) of the first of pydantic's ``errors``, the message ending in
+    ``(and N more)`` when there are more; the field is ``""`` for an error of the whole input."""
+    if not errors:
+        return "", "invalid value"
+    first = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ".".join(validation_error_location(first.get("loc", ()))), validation_error_message(first) + more

@@ -70,12 +70,10 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 def format_validation_error(exc: pydantic.ValidationError) -> str:
     """One line naming the first offending field (``groups.1.epsilon: ...``)."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    location = ".".join(str(part) for part in first.get("loc", ())) or "input"
-    message = first.get("msg", "invalid value")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{location}: {message}{more}"
+    from accounting.errors import validation_error_line
+
+    location, message = validation_error_line(exc.errors(include_url=False))
+    return f"{location or 'input'}: {message}"
 
 
 def chosen_subcommand(argv: Sequence[str], names: Sequence[str]) -> str | None:

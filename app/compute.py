@@ -87,9 +87,10 @@ def _portable_error(exc: BaseException) -> tuple[str, Any]:
     import pydantic
 
     if isinstance(exc, pydantic.ValidationError):
-        errors = exc.errors(include_url=False)
-        field = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
-        exc = InvalidInputError(field or "input", errors[0]["msg"] if errors else "invalid value")
+        from accounting.errors import validation_error_line
+
+        field, message = validation_error_line(exc.errors(include_url=False))
+        exc = InvalidInputError(field or "input", message)
     try:
         pickle.loads(pickle.dumps(exc))
         return "exception", exc

@@ -19,7 +19,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accounting.errors import BudgetConflictError, GdpfedError, InfeasibleError, InvalidInputError
+from accounting.errors import (
+    BudgetConflictError,
+    GdpfedError,
+    InfeasibleError,
+    InvalidInputError,
+    validation_error_location,
+    validation_error_message,
+)
 
 logger = logging.getLogger("gdpfed.app")
 
@@ -117,8 +124,11 @@ SCENARIO_TAGS = ("client", "silo_sample")
 
 
 def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    """``("body", "scenario", "groups", 1, "epsilon")`` -> ``scenario.groups.1.epsilon``."""
-    parts = [str(p) for p in loc]
+    """``("body", "scenario", "groups", 1, "epsilon")`` -> ``scenario.groups.1.epsilon``;
+    ``("body",)`` (an error of the whole body, e.g. a PATCH that changes nothing) -> ``body``."""
+    parts = validation_error_location(loc)
+    if parts == ["body"]:
+        return "body"
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     # a scenario is a union tagged by its privacy unit (app.schemas.PlanCreate): the tag
@@ -133,7 +143,7 @@ def validation_response(errors: list[Any]) -> JSONResponse:
         return error_response(422, "invalid_input", "invalid input")
     first = errors[0]
     field = location_to_field(first.get("loc", ()))
-    message = str(first.get("msg", "invalid value"))
+    message = validation_error_message(first)
     if first.get("type") == "json_invalid":
         # FastAPI locates a JSON syntax error at ("body", <offset>); the body is to blame
         field, message = "body", f"the request body is not valid JSON ({message})"

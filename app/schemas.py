@@ -228,6 +228,17 @@ class PopulationCreate(_Input):
     scenario: Scenario
     method: PlanMethod = "gdpfed_plus"
 
+    @field_validator("scenario", mode="before")
+    @classmethod
+    def _client_level(cls, scenario: Any) -> Any:
+        unit = scenario.get("privacy_unit", "client") if isinstance(scenario, dict) else "client"
+        if unit != "client":
+            raise ValueError(
+                f"populations hold client-level scenarios only; this one's privacy_unit is {unit!r} "
+                "(plan it with POST /v1/plans)"
+            )
+        return scenario
+
 
 class PopulationOut(BaseModel):
     id: str
@@ -258,7 +269,7 @@ class GroupPatch(_Input):
     @model_validator(mode="after")
     def _something(self) -> GroupPatch:
         if self.epsilon is None and self.num_clients is None and not self.opt_out:
-            raise ValueError("give at least one of epsilon, num_clients, opt_out")
+            raise ValueError("give at least one of epsilon, num_clients, opt_out (null or absent: unchanged)")
         if self.opt_out and self.epsilon is not None:
             raise ValueError("give epsilon or opt_out, not both")
         return self

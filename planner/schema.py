@@ -25,9 +25,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
@@ -63,7 +67,18 @@ Fraction = Annotated[float, Field(ge=1e-6, le=1, allow_inf_nan=False)]
 UnitInterval = Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False)]
 ClientCount = Annotated[float, Field(ge=1e-3, le=1e12, allow_inf_nan=False)]
 GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
-KeepRatio = Fraction | Literal["auto"]
+
+
+def _one_keep_ratio_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One error for the union, saying what it takes, not one per member under pydantic's
+    member tags (``keep_ratio.constrained-float: Input should be ... (and 1 more)``)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("keep_ratio", "must be a number in [1e-06, 1] or 'auto'") from None
+
+
+KeepRatio = Annotated[Fraction | Literal["auto"], WrapValidator(_one_keep_ratio_error)]
 
 
 class _Strict(BaseModel):

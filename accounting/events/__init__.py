@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import pydantic
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from accounting.events.base import NOTION_LABELS, ApproximateDpEvent, MetricEvent, Notion, PrivacyEvent
 from accounting.events.composed import ComposedEvent
 from accounting.events.metric_leakage import MetricLeakage
@@ -83,10 +83,10 @@ def validate_events(events: Sequence[Any] | ComposedEvent, field: str) -> list[P
             result.append(_EVENT.validate_python(event))
         except pydantic.ValidationError as exc:
             first = exc.errors(include_url=False)[0]
-            loc = [str(part) for part in first.get("loc", ())]
+            loc = validation_error_location(first.get("loc", ()))
             if loc and loc[0] in EVENT_KINDS:
                 loc = loc[1:]  # the union's tag, not a field
-            raise InvalidInputError(f"{name}.{'.'.join(loc)}" if loc else name, first["msg"]) from None
+            raise InvalidInputError(f"{name}.{'.'.join(loc)}" if loc else name, validation_error_message(first)) from None
     return result
 
 

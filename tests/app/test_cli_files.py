@@ -114,3 +114,23 @@ def test_a_json_experiment_config_is_read_as_json(capsys, tmp_path):
     err = one_line_error(capsys, ["experiment", str(bad)])
     assert f"{bad}:3:1: not valid JSON" in err, err
 
+
+def test_a_keep_ratio_error_in_a_file_names_the_field_and_the_allowed_values(capsys, tmp_path):
+    scenario = json.loads((ROOT / "examples" / "scenario.json").read_text())
+    scenario["groups"][0]["keep_ratio"] = 5
+    bad = tmp_path / "kr.json"
+    bad.write_text(json.dumps(scenario))
+    err = one_line_error(capsys, ["plan", str(bad)])
+    assert err.endswith("groups.0.keep_ratio: must be a number in [1e-06, 1] or 'auto'\n"), err
+
+
+def test_replan_names_every_changes_field_with_one_prefix(capsys, tmp_path):
+    plan, changes = tmp_path / "plan.json", tmp_path / "changes.json"
+    assert run(["plan", str(ROOT / "examples" / "scenario.json"), "--out", str(plan)]) == 0
+    argv = ["plan", "replan", str(plan), "--changes", str(changes), "--rounds-done", "10"]
+    changes.write_text(json.dumps({"groups": [{"id": "strict", "epsilon": -1}]}))
+    invalid = one_line_error(capsys, argv)
+    changes.write_text(json.dumps({"groups": [{"id": "strict", "epsilon": 1e-6}]}))
+    conflict = one_line_error(capsys, argv)
+    assert "changes.groups.0.epsilon: " in invalid and "Value error" not in invalid, invalid
+    assert "changes.groups.0.epsilon" in conflict, conflict

@@ -39,3 +39,44 @@ def test_duplicate_key_deep_in_a_plan_request_names_its_path(client: TestClient)
     # the same body without the duplicate is planned
     assert _post_raw(client, "POST", "/v1/plans", json.dumps({"scenario": SMALL_SCENARIO})).status_code == 201
 
+
+KEEP_RATIO_MESSAGE = "must be a number in [1e-06, 1] or 'auto'"
+
+
+def test_a_keep_ratio_error_names_the_body_field_and_the_allowed_values(client: TestClient) -> None:
+    scenario = copy.deepcopy(SMALL_SCENARIO)
+    scenario["groups"][0]["keep_ratio"] = 5
+    for where, response in [
+        ("scenario.groups.0.keep_ratio", client.post("/v1/plans", json={"scenario": scenario})),
+        ("scenario.keep_ratio", client.post("/v1/plans", json={"scenario": {**SMALL_SCENARIO, "keep_ratio": "all"}})),
+    ]:
+        assert response.status_code == 422, response.text
+        assert response.json()["field"] == where, response.json()
+        assert response.json()["message"] == f"{where}: {KEEP_RATIO_MESSAGE}", response.json()
+    plan_id = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO}).json()["id"]
+    replan = client.post(f"/v1/plans/{plan_id}/replan",
+                         json={"rounds_done": 1, "changes": {"groups": [{"id": "strict", "keep_ratio": 5}]}})
+    assert replan.json()["field"] == "changes.groups.0.keep_ratio", replan.json()
+    assert replan.json()["message"].endswith(KEEP_RATIO_MESSAGE), replan.json()
+    population_id = client.post("/v1/populations", json={"name": "p", "scenario": SMALL_SCENARIO}).json()["id"]
+    added = client.post(f"/v1/populations/{population_id}/groups",
+                        json={"id": "new", "epsilon": 3.0, "num_clients": 10, "keep_ratio": 5})
+    assert (added.status_code, added.json()["field"]) == (422, "keep_ratio"), added.json()
+    assert added.json()["message"] == f"keep_ratio: {KEEP_RATIO_MESSAGE}", added.json()
+
+
+def test_messages_carry_no_pydantic_prefix_and_a_body_level_error_names_the_body(client: TestClient) -> None:
+    population_id = client.post("/v1/populations", json={"name": "p", "scenario": SMALL_SCENARIO}).json()["id"]
+    for body in ({}, {"epsilon": None}):
+        response = client.patch(f"/v1/populations/{population_id}/groups/strict", json=body)
+        assert (response.status_code, response.json()["field"]) == (422, "body"), response.json()
+        assert response.json()["message"].startswith("body: give at least one of epsilon, num_clients, opt_out")
+    silos = {"privacy_unit": "silo_sample", "delta": 1e-5, "rounds": 5, "batch_size": 8,
+             "silos": [{"id": "a", "num_samples": 40, "epsilon": 1.0}, {"id": "a", "num_samples": 40, "epsilon": 2.0}]}
+    twice = client.post("/v1/plans", json={"scenario": silos})
+    assert twice.json()["message"] == "scenario.silos: silo id 'a' appears twice", twice.json()
+    silos["silos"][1]["id"] = "b"
+    population = client.post("/v1/populations", json={"name": "s", "scenario": silos})
+    assert (population.status_code, population.json()["field"]) == (422, "scenario"), population.json()
+    assert "populations hold client-level scenarios only" in population.json()["message"], population.json()
+    assert "Value error" not in population.json()["message"]

@@ -257,9 +257,11 @@ class StrategySpec:
         try:
             return self.options.model_validate(dict(values))
         except ValidationError as exc:
+            from accounting.errors import validation_error_location, validation_error_message
+
             first = exc.errors(include_url=False)[0]
-            key = ".".join(str(part) for part in first.get("loc", ())) or "options"
-            raise InvalidInputError(f"strategy-option {key}", f"{first.get('msg', 'invalid')} (strategy {self.name})") from None
+            key = ".".join(validation_error_location(first.get("loc", ()))) or "options"
+            raise InvalidInputError(f"strategy-option {key}", f"{validation_error_message(first)} (strategy {self.name})") from None
 
     def check_plan(self, plan: PlanDocument) -> None:
         """Refuse (``InvalidInputError("strategy")``) a plan this strategy does not run on."""
