@@ -11,6 +11,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import validation_response
+from app.limits import replaying
 from planner.loading import duplicate_key_path
 
 
@@ -51,9 +52,4 @@ class DuplicateKeyMiddleware:
             await response(scope, receive, send)
             return
 
-        async def replay() -> Message:
-            if messages:
-                return messages.pop(0)
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(messages, receive), send)

@@ -13,6 +13,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.errors import error_response
 
 
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that hands out the already-read ``messages`` first, then the rest: how a
+    middleware that read the body lets the app read it again."""
+
+    async def replay() -> Message:
+        if messages:
+            return messages.pop(0)
+        return await receive()
+
+    return replay
+
+
 class BodySizeLimitMiddleware:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -45,12 +57,7 @@ class BodySizeLimitMiddleware:
             if not message.get("more_body", False):
                 break
 
-        async def replay() -> Message:
-            if messages:
-                return messages.pop(0)
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(messages, receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(

@@ -165,6 +165,14 @@ def plot_metric(
     save_png(metric_figure(records, metric, title, chance), path)
 
 
+def notion_title(title: str, notion: str) -> str:
+    """``title`` over the privacy ``notion``, wrapped at 55 characters: a notion can be long
+    (a silo run's, a metric run's) and an unwrapped title is cut off at both sides."""
+    import textwrap
+
+    return f"{title}\n" + textwrap.fill(notion, 55)
+
+
 def privacy_figure(
     records: Sequence[RoundRecord], budgets: Mapping[str, float | None], title: str, notion: str
 ) -> Figure | None:
@@ -185,9 +193,7 @@ def privacy_figure(
         budget = budgets.get(group)
         if budget is not None:
             axes.axhline(budget, color=line.get_color(), linestyle="--", label=f"{group}: budget {budget:g}")
-    import textwrap  # a notion can be long (a silo run's): wrapped, so the title is not cut off
-
-    _finish(figure, axes, f"{title}\n" + textwrap.fill(notion, 55), "epsilon spent")
+    _finish(figure, axes, notion_title(title, notion), "epsilon spent")
     return figure
 
 
@@ -207,9 +213,7 @@ def metric_leakage_figure(records: Sequence[RoundRecord], title: str, notion: st
     for which, points in series.items():
         xs, ys = zip(*points)
         axes.plot(xs, ys, marker="o" if len(points) < 30 else None, label=f"{which} over clients")
-    import textwrap  # the metric notion is long: wrapped, so the title is not cut off
-
-    _finish(figure, axes, f"{title}\n" + textwrap.fill(notion, 55), "metric leakage (n / nu per participation)")
+    _finish(figure, axes, notion_title(title, notion), "metric leakage (n / nu per participation)")
     return figure
 
 
