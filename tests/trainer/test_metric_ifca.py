@@ -301,3 +301,51 @@ def test_a_metric_run_is_labelled_with_the_metric_notion_everywhere(capsys, tmp_
     assert f"metric leakage per client: median {leak['metric_leakage_median']:.4g}, max {leak['metric_leakage_max']:.4g}" in console
     everything = console + json.dumps(summary) + (run / "rounds.jsonl").read_text() + " ".join(titles.values())
     assert "client-level" not in everything and "epsilon spent" not in everything
+
+
+METRIC_CLI = ["--dataset", "metric_synthetic", "--partition", "natural", "--model", "mlp", "--model-option", "hidden=[]",
+              "--model-option", "bias=false", "--local-steps", "1", "--batch-size", "10", "--lr", "0.1",
+              "--strategy", "metric_ifca"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--secagg", "full"], "--secagg"),
+        (["--secagg-execution", "exact_sum"], "--secagg-execution"),
+        (["--late-dropout-fraction", "0.1"], "--late-dropout-fraction"),
+        (["--opt-out-assignment", "skewed"], "--opt-out-assignment"),
+        (["--skewed-label", "3"], "--skewed-label"),
+    ],
+)
+def test_a_metric_run_refuses_the_secure_aggregation_options_it_would_ignore(tmp_path, capsys, extra, flag) -> None:
+    """As a silo run does (trainer.run.mechanisms' unused_options): exit 2, one line naming the option."""
+    path = tmp_path / "plan.json"
+    path.write_text(metric_plan(rounds=2, budget=1.0).model_dump_json())
+    code = app_cli.run(["train", "--plan", str(path), *METRIC_CLI, *extra, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert f"{flag.lstrip('-')}: metric_local runs do not use {flag}: " in lines[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_metric_run_records_no_secure_aggregation(tmp_path, capsys) -> None:
+    """summary.json's secagg_execution is null (none ran), config.json leaves the options out,
+    the console says nothing of secure aggregation, and the run resumes from that config."""
+    path = tmp_path / "plan.json"
+    path.write_text(metric_plan(rounds=2, budget=1.0).model_dump_json())
+    run = tmp_path / "run"
+    code = app_cli.run(["train", "--plan", str(path), *METRIC_CLI, "--rounds", "2", "--out", str(run)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["secagg_execution"] is None and summary["secagg_graphs"] == {}
+    assert "secure aggregation" not in out.out
+    stored = json.loads((run / "config.json").read_text())
+    assert not {"secagg_execution", "secagg_mode", "late_dropout_fraction", "opt_out_assignment", "skewed_label"} & set(stored)
+    assert stored["local_steps"] == 1 and stored["strategy"] == "metric_ifca"
+    code = app_cli.run(["train", "--out", str(run), "--resume", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["secagg_execution"] is None

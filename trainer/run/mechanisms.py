@@ -44,6 +44,15 @@ class TrainingMechanism:
     unused_options: tuple[str, ...] = ()
     unused_reason: str = ""
 
+    def recorded_config(self, config: Any) -> dict[str, Any]:
+        """The run's ``config.json``: ``config`` without the options this mechanism never reads."""
+        return dict(config.model_dump(mode="json", exclude=set(self.unused_options)))
+
+    def secagg_execution(self, config: Any) -> str | None:
+        """The summary's ``secagg_execution``: ``config``'s, or ``None`` for a mechanism that
+        runs no secure aggregation (it never reads the option)."""
+        return None if "secagg_execution" in self.unused_options else str(config.secagg_execution)
+
 
 def _prepare_client_run(*args: Any, **kwargs: Any) -> Any:
     from trainer.run.runner import prepare_client_run  # the runner imports this module
@@ -110,6 +119,12 @@ METRIC_LAPLACE = TrainingMechanism(
     prepare=_prepare_metric_run,
     ledger=_metric_ledger,
     execute=_execute_metric_run,
+    # trainer/run/metric_run.py deals clients into groups at random (build_population's
+    # default) and its engine (trainer/metric_rounds.py) drops no client after training and
+    # aggregates no secret shares: it never reads these.
+    unused_options=("opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution"),
+    unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
+    "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",
 )
 
 MECHANISMS: dict[str, TrainingMechanism] = {m.name: m for m in (GAUSSIAN_SECAGG, METRIC_LAPLACE, DPSGD_SILO)}

@@ -128,7 +128,7 @@ def execute_metric_run(
     else:
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
-        atomic_write_json(run_dir.config, config.model_dump(mode="json"))
+        atomic_write_json(run_dir.config, prepared.mechanism.recorded_config(config))
     records = truncate_rounds(run_dir.rounds, next_round)
     display = progress or Progress(config.rounds, next_round)
     for warning in prepared.warnings:
@@ -189,6 +189,7 @@ def execute_metric_run(
         device=str(prepared.device), seconds=time.perf_counter() - started, diverged=divergence,
         warnings=list(prepared.warnings), privacy_unit=ledger.privacy_unit, notion=ledger.notion, strategy=config.strategy,
         final_metrics=records[-1].metrics if records else {},
+        secagg_execution=prepared.mechanism.secagg_execution(config),
     )
     atomic_write_json(run_dir.summary, summary.model_dump(mode="json"))
     plot_run(

@@ -162,7 +162,7 @@ class RunSummary(BaseModel):
         None, description="mean over all clients of their personal model's accuracy on their own test data"
     )
     secagg_execution: str | None = Field(
-        "protocol", description="protocol (real secure aggregation) or exact_sum; null: the run's mechanism uses none (silo runs)"
+        "protocol", description="protocol (real secure aggregation) or exact_sum; null: the run's mechanism uses none (silo and metric runs)"
     )
     gradient_path: str | None = Field(
         None, description="silo runs: the DP-SGD path that computed the clipped per-example gradient sums, ghost "
@@ -617,7 +617,7 @@ def execute_run(
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
         # the options the mechanism never reads are left out (a silo run's has no secure aggregation)
-        atomic_write_json(run_dir.config, config.model_dump(mode="json", exclude=set(prepared.mechanism.unused_options)))
+        atomic_write_json(run_dir.config, prepared.mechanism.recorded_config(config))
         if reporter is not None:
             atomic_write_json(run_dir.reporting, {"url": reporter.link.url, "plan_id": reporter.plan_id})
     records = truncate_rounds(run_dir.rounds, prepared.run_start + next_round)
@@ -818,8 +818,7 @@ def summarize(
         strategy=prepared.config.strategy,
         final_metrics=evaluated[-1].metrics if evaluated else {},
         **personal_fields(evaluated[-1] if evaluated else None),
-        secagg_execution=None if "secagg_execution" in prepared.mechanism.unused_options
-        else prepared.config.secagg_execution,
+        secagg_execution=prepared.mechanism.secagg_execution(prepared.config),
         gradient_path=prepared.gradient_path,
         secagg_graphs={
             pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
