@@ -90,3 +90,46 @@ def validation_error_line(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str
     first = errors[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return ".".join(validation_error_location(first.get("loc", ()))), validation_error_message(first) + more
+
+
+def located_validation_error(title: str, errors: Sequence[tuple[Sequence[str | int], str, Any]]) -> Any:
+    """A pydantic ``ValidationError`` of ``(location, message, input)`` errors: a validator
+    raises it to put an error at a field below the one it validates (pydantic re-bases the
+    locations at the validator's own). The messages are kept verbatim."""
+    from pydantic import ValidationError
+    from pydantic_core import PydanticCustomError
+
+    return ValidationError.from_exception_data(
+        title,
+        [{"type": PydanticCustomError("value_error", message), "loc": tuple(loc), "input": value}
+         for loc, message, value in errors],
+    )
+
+
+def one_error_for_union(accepts: str) -> Any:
+    """A pydantic ``WrapValidator`` for a union-typed field: one error at the field the user
+    wrote, ``must be {accepts}``, instead of one per union member under pydantic's member
+    tags (``keep_ratios.list[float]: Input should be a valid list (and 1 more)``).
+
+    When a member got inside the value (a mapping's key, a list's item, a model's field),
+    its errors there are the ones kept, at their path below the field
+    (``lambdas.a: Input should be greater than or equal to 0``): the value had that
+    member's shape, so they say what to fix better than ``must be ...`` would.
+    """
+    from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+    from pydantic_core import PydanticCustomError
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            # a member's error is located (member tag, path inside the value ...)
+            inside = [e for e in exc.errors(include_url=False) if len(e["loc"]) > 1]
+            if not inside:
+                raise PydanticCustomError("union_value", "must be {accepts}", {"accepts": accepts}) from None
+            member = inside[0]["loc"][0]
+            raise located_validation_error(
+                exc.title, [(e["loc"][1:], validation_error_message(e), e["input"]) for e in inside if e["loc"][0] == member]
+            ) from None
+
+    return WrapValidator(validate)

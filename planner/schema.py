@@ -25,15 +25,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    WrapValidator,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.events import Phase
 from accounting.validation import Flag
 
@@ -69,16 +65,7 @@ ClientCount = Annotated[float, Field(ge=1e-3, le=1e12, allow_inf_nan=False)]
 GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
 
-def _one_keep_ratio_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """One error for the union, saying what it takes, not one per member under pydantic's
-    member tags (``keep_ratio.constrained-float: Input should be ... (and 1 more)``)."""
-    try:
-        return handler(value)
-    except ValidationError:
-        raise PydanticCustomError("keep_ratio", "must be a number in [1e-06, 1] or 'auto'") from None
-
-
-KeepRatio = Annotated[Fraction | Literal["auto"], WrapValidator(_one_keep_ratio_error)]
+KeepRatio = Annotated[Fraction | Literal["auto"], one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
 
 class _Strict(BaseModel):

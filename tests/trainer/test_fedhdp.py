@@ -172,6 +172,28 @@ def test_bad_options_are_named(plan, data, options, words):
     assert all(word in text for word in words), text
 
 
+@pytest.mark.parametrize(
+    ("value", "field", "message"),
+    [
+        ("high", "strategy-option lambdas", "must be a number >= 0, or a mapping of group id to a number >= 0"),
+        ([0.1], "strategy-option lambdas", "must be a number >= 0, or a mapping of group id to a number >= 0"),
+        (-1.0, "strategy-option lambdas", "must be a number >= 0, or a mapping of group id to a number >= 0"),
+        ({"private": "x"}, "strategy-option lambdas.private", "Input should be a valid number"),
+        ({"private": -1}, "strategy-option lambdas.private", "Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_bad_lambdas_option_is_one_error_at_the_key_given(value, field, message):
+    """lambdas is a number or a mapping: one error saying so (or at the mapping's key), not
+    one per union member under pydantic's member tags (lambdas.dict[str,...], lambdas.float)."""
+    from trainer.strategies import STRATEGIES
+
+    with pytest.raises(InvalidInputError) as info:
+        STRATEGIES["fedhdp"].parse_options({"lambdas": value})
+    assert info.value.field == field and info.value.reason == f"{message} (strategy fedhdp)" or (
+        message == "Input should be a valid number" and info.value.reason.startswith(message)
+    ), (info.value.field, info.value.reason)
+
+
 def test_fedhdp_is_registered_with_its_options():
     from trainer.strategies import STRATEGIES
 

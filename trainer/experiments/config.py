@@ -21,8 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union
 from planner.methods import METHODS
+from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
 from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
 
@@ -63,7 +64,9 @@ class Setting(_Strict):
         None, description="fraction of all clients in each group (group order); the total stays the same"
     )
     clip_scale: float | None = Field(None, gt=0, description="multiply the clip norm")
-    keep_ratios: list[float] | Literal["auto"] | None = Field(
+    keep_ratios: Annotated[
+        list[Fraction] | Literal["auto"], one_error_for_union("a list of numbers in [1e-06, 1], one per group, or 'auto'")
+    ] | None = Field(
         None, description="per-group keep ratio (group order), or auto"
     )
     silo_epsilons: list[float] | None = Field(
@@ -87,6 +90,10 @@ class MethodEntry(_Strict):
     strategy: str = Field("plan", description="training strategy (trainer.strategies.registry)")
     options: dict[str, Any] = Field(default_factory=dict, description="the strategy's options")
 
+
+MethodOrName = Annotated[
+    str | MethodEntry, one_error_for_union("a method's name or a mapping with name, plan and optionally strategy, options")
+]
 
 # Strategy options added after experiment cells were first recorded, with their defaults
 # (adaptive_clip: docs/trainer.md §Adaptive clipping).
@@ -143,7 +150,7 @@ class TrainExperiment(_Strict):
     description: str = ""
     scenario: dict[str, Any] = Field(description="the base scenario (model_dim is set from the model)")
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields shared by every cell")
-    methods: list[str | MethodEntry] = Field(
+    methods: list[MethodOrName] = Field(
         min_length=1, description="planning methods, strategies, or {name, plan, strategy, options} entries"
     )
     datasets: list[DatasetEntry] = Field(min_length=1)
@@ -160,10 +167,27 @@ class TrainExperiment(_Strict):
             if "pfa" in self.strategies:
                 raise ValueError("give the pfa options under strategies.pfa or pfa, not both")
             self.strategies = {**self.strategies, "pfa": self.pfa}
-        entries = [resolve_method(method, self.strategies) for method in self.methods]
+        entries = []
+        for index, method in enumerate(self.methods):
+            try:
+                entries.append(resolve_method(method, self.strategies))
+            except ValueError as exc:  # InvalidInputError too
+                where: tuple[str | int, ...] = ("methods", index)
+                message = str(exc)
+                if isinstance(exc, InvalidInputError) and exc.field.startswith("strategy-option "):
+                    # a strategy's option: at the option where the configuration gave it
+                    option = exc.field.removeprefix("strategy-option ").split(".")
+                    where = ("strategies", method, *option) if isinstance(method, str) else (*where, "options", *option)
+                    message = exc.reason
+                elif isinstance(exc, InvalidInputError) and exc.field == "strategy" and not isinstance(method, str):
+                    where, message = (*where, "strategy"), exc.reason
+                raise located_validation_error("methods", [(where, message, method)]) from None
         names = [entry.name for entry in entries]
-        if len(set(names)) != len(names):
-            raise ValueError("a method is listed twice")
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise located_validation_error(
+                    "methods", [(("methods", index), f"{name!r} is listed twice (a cell's method label)", name)]
+                )
         self.methods = list(entries)
         return self
 

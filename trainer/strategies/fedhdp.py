@@ -33,19 +33,20 @@ the default is the plan's fixed ``C_g``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, one_error_for_union
 from planner.schema import Plan
 from trainer.sparsify import top_k
 from trainer.strategies.base import Population, RoundContext, StrategySpec
 from trainer.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
 
 DEFAULT_LAMBDA = 0.05
+Lambda = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # Personal models scored per evaluation chunk: bounds the [clients, d] block built at once.
 EVALUATION_CHUNK = 256
 
@@ -60,7 +61,9 @@ class FedHDPOptions(BaseModel):
         description="pool id -> r_P in [0, 1] for the pools with noise; pools not named keep the plan's predicted r* "
         "(predicted.fedhdp, from the scenario's update_dispersion) or 1; every opted-out pool keeps 1",
     )
-    lambdas: dict[str, float] | float = Field(
+    lambdas: Annotated[
+        dict[str, Lambda] | Lambda, one_error_for_union("a number >= 0, or a mapping of group id to a number >= 0")
+    ] = Field(
         DEFAULT_LAMBDA, description="Ditto's lambda: one number for every group, or group id -> lambda (>= 0)"
     )
     personal_lr: float | None = Field(None, gt=0, description="personal models' step size (default: the run's lr)")

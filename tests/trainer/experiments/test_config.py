@@ -50,8 +50,8 @@ def test_an_entry_runs_any_strategy_on_any_plan_it_accepts():
         ({"methods": [{"name": "x", "plan": "gdpfed", "strategy": "fedsgd"}]}, "unknown strategy 'fedsgd'"),
         ({"methods": [{"name": "x", "plan": "gdpfed++", "strategy": "plan"}]}, "unknown plan method 'gdpfed++'"),
         ({"methods": [{"name": "x", "plan": "dp_fedavg", "strategy": "pfa"}]}, "runs on plans of gdpfed"),
-        ({"pfa": {"rank": 0}}, "strategy-option rank"),
-        ({"strategies": {"pfa": {"depth": 2}}}, "strategy-option depth"),
+        ({"pfa": {"rank": 0}}, "strategies.pfa.rank"),
+        ({"strategies": {"pfa": {"depth": 2}}}, "strategies.pfa.depth"),
         ({"pfa": {"rank": 2}, "strategies": {"pfa": {"rank": 3}}}, "not both"),
         ({"methods": ["gdpfed", {"name": "gdpfed", "plan": "gdpfed_plus"}]}, "listed twice"),
     ],
@@ -60,6 +60,43 @@ def test_bad_methods_and_options_are_refused_when_read(changes: dict[str, Any], 
     with pytest.raises(ValidationError) as exc:
         experiment(**changes)
     assert words in str(exc.value)
+
+
+FEDHDP = {"name": "h", "plan": "gdpfed_plus", "strategy": "fedhdp"}
+LAMBDAS = "a number >= 0, or a mapping of group id to a number >= 0 (strategy fedhdp)"
+
+
+@pytest.mark.parametrize(
+    "changes, line",
+    [
+        ({"methods": ["gdpfed", 3]},
+         "methods.1: must be a method's name or a mapping with name, plan and optionally strategy, options"),
+        ({"methods": [{"name": "x"}]}, "methods.0.plan: Field required"),
+        ({"methods": [{"name": "x", "plan": "gdpfed", "opts": {}}]}, "methods.0.opts: Extra inputs are not permitted"),
+        ({"methods": ["gdpfed", "fedsgd"]}, "methods.1: unknown method 'fedsgd'"),
+        ({"methods": [{"name": "x", "plan": "gdpfed", "strategy": "fedsgd"}]}, "methods.0.strategy: unknown strategy 'fedsgd'"),
+        ({"methods": ["gdpfed", "gdpfed"]}, "methods.1: 'gdpfed' is listed twice"),
+        ({"methods": [{**FEDHDP, "options": {"lambdas": "high"}}]}, f"methods.0.options.lambdas: must be {LAMBDAS}"),
+        ({"methods": [{**FEDHDP, "options": {"lambdas": -1}}]}, f"methods.0.options.lambdas: must be {LAMBDAS}"),
+        ({"methods": [{**FEDHDP, "options": {"lambdas": {"a": -1}}}]},
+         "methods.0.options.lambdas.a: Input should be greater than or equal to 0 (strategy fedhdp)"),
+        ({"methods": ["fedhdp"], "strategies": {"fedhdp": {"lambdas": [0.1]}}}, f"strategies.fedhdp.lambdas: must be {LAMBDAS}"),
+        ({"settings": [{"name": "s", "keep_ratios": 0.5}]},
+         "settings.0.keep_ratios: must be a list of numbers in [1e-06, 1], one per group, or 'auto'"),
+        ({"settings": [{"name": "s", "keep_ratios": "all"}]},
+         "settings.0.keep_ratios: must be a list of numbers in [1e-06, 1], one per group, or 'auto'"),
+        ({"settings": [{"name": "s", "keep_ratios": [0.5, 2]}]}, "settings.0.keep_ratios.1: Input should be less than or equal to 1"),
+    ],
+)
+def test_one_mistake_in_a_union_typed_field_is_one_error_naming_its_path(changes: dict[str, Any], line: str):
+    """Not one error per union member under pydantic's member tags (methods.0.str,
+    keep_ratios.list[float], lambdas.dict[str,float]): the path the config wrote and what it takes."""
+    from app.cli import format_validation_error
+
+    with pytest.raises(ValidationError) as exc:
+        experiment(**changes)
+    assert len(exc.value.errors()) == 1, exc.value.errors()
+    assert format_validation_error(exc.value).startswith(line), format_validation_error(exc.value)
 
 
 SILOS = {
