@@ -106,8 +106,6 @@ def run_cell(spec: CellSpec, out: Path) -> CellResult:
 def _run_cell(spec: CellSpec, out: Path) -> CellResult:
     """The fields every cell records, its ``TrainConfig``, then its privacy unit's run
     (``trainer.experiments.units``)."""
-    from trainer.run.runner import TrainConfig
-
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
     rounds = int(scenario_data["rounds"])
@@ -124,8 +122,16 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         command=rerun_command(spec, out),
         rounds=rounds,
     )
-    train = {"eval_every": rounds, **spec.train}
-    config = TrainConfig(
+    return experiment_unit(scenario_data).run(spec, out, cell_config(spec), base, started)
+
+
+def cell_config(spec: CellSpec) -> Any:
+    """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
+    configuration's training options (pydantic's ``ValidationError`` if they are not valid)."""
+    from trainer.run.runner import TrainConfig
+
+    rounds = int(spec.scenario["rounds"])
+    return TrainConfig(
         dataset=spec.dataset.resolved_spec(),
         model=spec.dataset.model,
         model_options=spec.dataset.model_options,
@@ -134,9 +140,8 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         checkpoint_every=rounds,
         strategy=spec.strategy,
         strategy_options=spec.strategy_options,
-        **train,
+        **{"eval_every": rounds, **spec.train},
     )
-    return experiment_unit(scenario_data).run(spec, out, config, base, started)
 
 
 def cell_data(spec: CellSpec, config: Any, total_clients: int) -> tuple[Any, int]:

@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union
+from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union, validation_error_line
 from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
@@ -212,6 +212,15 @@ class SweepExperiment(_Strict):
     smoke_epsilons: list[float] | None = Field(None, description="the points used with --smoke (default: the first two)")
     method: str = "gdpfed_plus"
 
+    @field_validator("scenario")
+    @classmethod
+    def _planner_scenario(cls, scenario: dict[str, Any]) -> dict[str, Any]:
+        """Checked when the configuration is read (errors at ``scenario.<path>``), not when the sweep runs."""
+        from planner import Scenario
+
+        Scenario.model_validate(scenario)
+        return scenario
+
 
 Experiment = TrainExperiment | SweepExperiment
 
@@ -240,7 +249,9 @@ class CellSpec(_Strict):
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate a configuration: JSON for a ``.json`` file, else YAML."""
+    """Read and validate a configuration: JSON for a ``.json`` file, else YAML. An invalid
+    one is ``InvalidInputError("config")`` naming the file, then the field's path in it
+    (``config: exp.yaml: methods.1: unknown method 'x'``), as a file that does not parse is."""
     from planner.loading import parse_json, parse_yaml, read_text
 
     file = Path(path)
@@ -248,9 +259,28 @@ def load_experiment(path: str | Path) -> Experiment:
     data = parse_json(text, file, "config") if file.suffix.lower() == ".json" else parse_yaml(text, file, "config")
     if not isinstance(data, dict):
         raise InvalidInputError("config", f"{file} must hold a mapping")
-    if data.get("kind", "train") == "sweep":
-        return SweepExperiment.model_validate(data)
-    return TrainExperiment.model_validate(data)
+    try:
+        if data.get("kind", "train") == "sweep":
+            return SweepExperiment.model_validate(data)
+        return TrainExperiment.model_validate(data)
+    except ValidationError as exc:
+        field, message = validation_error_line(exc.errors(include_url=False))
+        raise InvalidInputError("config", f"{file}: {field or 'input'}: {message}") from None
+
+
+def _check_training_options(cells: list[CellSpec]) -> None:
+    """Every cell's ``TrainConfig`` is valid (``InvalidInputError("train.<field>")`` naming
+    the setting and dataset whose training options are not), before any cell trains."""
+    from trainer.experiments.cell import cell_config
+
+    for cell in cells:
+        try:
+            cell_config(cell)
+        except ValidationError as exc:
+            field, message = validation_error_line(exc.errors(include_url=False))
+            raise InvalidInputError(
+                f"train.{field}" if field else "train", f"{message} (setting {cell.setting}, dataset {cell.dataset.name})"
+            ) from None
 
 
 def cell_id(setting: str, dataset: str, method: str, seed: int) -> str:
@@ -301,8 +331,16 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
     Each cell's scenario is validated here by its privacy unit's scenario model (with a
     placeholder ``model_dim``; the real one comes from the model when the cell runs) and
     every method checked to plan that unit (``trainer.experiments.units``), so a bad
-    configuration fails before any training.
+    configuration fails before any training, with ``InvalidInputError("config")`` naming
+    ``config_path`` and the setting.
     """
+    try:
+        return _expand_cells(experiment, config_path, smoke=smoke)
+    except InvalidInputError as exc:
+        raise InvalidInputError("config", f"{config_path}: {exc.message}") from None
+
+
+def _expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke: bool) -> list[CellSpec]:
     cells = []
     for setting in experiment.settings:
         base_scenario = apply_setting(experiment.scenario, setting)
@@ -313,8 +351,12 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
                 scenario, cell_train, cell_dataset = shrink_for_smoke(base_scenario, train, dataset)
             try:
                 validate_scenario(scenario, [m.plan for m in experiment.method_entries()])
-            except Exception as exc:
-                raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc).splitlines()[0] + ": " + str(exc)) from None
+            except ValidationError as exc:  # the scenario's own model: at the field's path in it
+                field, message = validation_error_line(exc.errors(include_url=False))
+                raise InvalidInputError(f"settings.{setting.name}.scenario.{field}" if field else
+                                        f"settings.{setting.name}.scenario", message) from None
+            except ValueError as exc:  # InvalidInputError too
+                raise InvalidInputError(f"settings.{setting.name}.scenario", str(exc)) from None
             for method in experiment.method_entries():
                 for seed in experiment.seeds:
                     cells.append(
@@ -334,7 +376,8 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
                             smoke=smoke,
                         )
                     )
+    _check_training_options(cells)
     ids = [c.cell_id for c in cells]
     if len(set(ids)) != len(ids):
-        raise InvalidInputError("config", "two cells have the same id (repeated setting or dataset name)")
+        raise InvalidInputError("cells", "two cells have the same id (repeated setting or dataset name)")
     return cells

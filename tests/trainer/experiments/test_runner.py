@@ -267,6 +267,45 @@ def test_unknown_cell_and_bad_method_are_user_errors(tmp_path, capsys):
     assert "fedsgd" in capsys.readouterr().err
 
 
+SWEEP = """
+kind: sweep
+name: s
+scenario:
+  groups: [{id: a, epsilon: 1.0, num_clients: 8}, {id: b, epsilon: -2.0, num_clients: 8}]
+  delta: 0.001
+  rounds: 2
+  expected_clients: 4
+  model_dim: 100
+group: a
+epsilons: [1.0]
+"""
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (TINY.replace("[gdpfed_plus, pfa]", "[gdpfed_plus, fedsgd]"), "methods.1: unknown method 'fedsgd'"),
+        (TINY.replace("seeds: [0, 1]", "seeds: [0, one]"), "seeds.1: Input should be a valid integer"),
+        (TINY.replace("epsilon: 2.0", "epsilon: -2.0"),
+         "settings.default.scenario.groups.1.epsilon: Input should be greater than 0"),
+        (TINY + "settings: [{name: half, keep_ratios: [0.5, 0.5]}]\n", "settings.half.keep_ratios: needs 3 entries"),
+        (TINY.replace("lr: 0.1", "lr: 0.1, local_stepz: 2"),
+         "train.local_stepz: Extra inputs are not permitted (setting default, dataset digits)"),
+        (SWEEP, "scenario.groups.1.epsilon: Input should be greater than 0"),
+    ],
+)
+def test_a_bad_configuration_is_one_line_naming_the_file_and_the_field(tmp_path, capsys, text, where):
+    """As gdpfed plan and train name the file they read: exit 2, one line, no traceback,
+    before any cell trains or anything is written."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    code = gdpfed(["experiment", str(config), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"gdpfed experiment: error: config: {config}: {where}"), err
+    assert not (tmp_path / "o" / "cells").exists() and not (tmp_path / "o" / "sweep.csv").exists()
+
+
 def test_accuracy_plot_says_smoke_size_only_on_smoke_cells(tmp_path):
     import yaml
 
