@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_line
 
 # Run-config keys that configure the Flower run rather than the training (TrainConfig).
 FLOWER_KEYS = (
@@ -109,13 +109,15 @@ def run_config_of(options: FlowerOptions, config: Any) -> dict[str, Any]:
 
 
 def _validated(model: Any, fields: dict[str, Any]) -> Any:
-    """``model`` from run-config fields; a bad field is one ``InvalidInputError`` naming its run-config key."""
+    """``model`` from run-config fields; a bad field is one ``InvalidInputError`` naming its
+    run-config key (``local-steps``, ``strategy-options.rank``), worded as the command line and
+    the service word pydantic's errors (``accounting.errors.validation_error_line``)."""
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        key = ".".join(str(part) for part in first.get("loc", ())) or "run-config"
-        raise InvalidInputError(key.replace("_", "-"), first.get("msg", "invalid value")) from None
+        field, message = validation_error_line(exc.errors(include_url=False))
+        key, dot, rest = field.partition(".")
+        raise InvalidInputError(key.replace("_", "-") + dot + rest if field else "run-config", message) from None
 
 
 def _json_option(key: str, value: Any) -> Any:
