@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -206,7 +207,8 @@ def test_float32_math_is_ieee_unless_tf32_is_asked_for(capsys, tmp_path, plan_fi
     """docs/trainer.md §Reproducible GPU math: cuDNN's TF32 default is switched off for a run."""
     import torch
 
-    backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+    cudnn: Any = torch.backends.cudnn  # its conv/rnn submodules are set at import, untyped (as in trainer/device.py)
+    backends: tuple[Any, ...] = (torch.backends.cuda.matmul, cudnn.conv, cudnn.rnn)
     before = [b.fp32_precision for b in backends], torch.backends.cudnn.deterministic
     try:
         for backend in backends:

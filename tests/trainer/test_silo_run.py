@@ -148,9 +148,12 @@ def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) ->
     assert isinstance(chance, ChanceLevel) and chance == chance_level_by_part(parts, "classification", part="silo")
     assert chance.accuracy_label == "each silo's most frequent label, weighted by examples"  # the legend's words
     assert chance.accuracy == pytest.approx(expected_accuracy)
-    assert chance.loss == pytest.approx(sum(len(y) * chance_level(y, "classification").loss for y in parts) / 36)
+    per_silo = [chance_level(y, "classification") for y in parts]
+    assert all(level is not None for level in per_silo)  # classification labels: a level each
+    assert chance.loss == pytest.approx(sum(len(y) * level.loss for y, level in zip(parts, per_silo) if level) / 36)
     # per silo, never below the pooled labels' level (a silo may learn its own frequencies)
-    assert chance.accuracy >= chance_level(np.concatenate(parts), "classification").accuracy - 1e-12
+    pooled = chance_level(np.concatenate(parts), "classification")
+    assert pooled is not None and chance.accuracy >= pooled.accuracy - 1e-12
     assert (tmp_path / "digits" / "accuracy.png").is_file()
     run(plan_for([20, 20], rounds=1), mean_estimation([20, 20], seed=0), tmp_path / "mean", cfg=config(1, eval_every=1))
     assert drawn["chance"] is None
