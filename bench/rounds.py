@@ -13,7 +13,11 @@ session's X25519 agreements (two per client per neighbour: channel and mask key)
 agreement's cost, both measured in the same run; divided by the workers for the rows on
 all cores. (Until 11-24 the floor was one 256 MiB call into freshly allocated memory,
 which page faults bound at a third of the real rate: the stage looked at the floor when it
-was not.) Inputs are made before the clock starts where they fit in memory, as a round's
+was not.) SecAgg+ rows also time the session's ``cryptography`` calls alone
+(``primitive_calls_seconds``: the same agreements with their HKDF, AEAD seals and opens,
+masks with their adds, through the protocol's own functions, without its logic, split over
+the same workers): the least any implementation of the protocol on these primitives could
+take here. Inputs are made before the clock starts where they fit in memory, as a round's
 privatised vectors exist before its secure-aggregation stage. A configuration whose
 estimated time or memory exceeds the suite's caps is listed as skipped with the estimate
 (from the rows measured before it). A row whose first session takes under
@@ -53,6 +57,8 @@ MAX_MEMORY_BYTES = 3 * 2**30
 # Rows faster than this are re-run WARM_REPEATS times after the first and report the median.
 WARM_REPEAT_BELOW_SECONDS = 2.5
 WARM_REPEATS = 5
+# The primitive-calls bound of such a row is the best of this many runs.
+CALLS_REPEATS = 3
 
 
 def cpu_seconds() -> float:
@@ -97,6 +103,64 @@ def x25519_seconds(agreements: int = 2_000, repeats: int = 3) -> float:
             private.exchange(public)
         best = min(best, time.perf_counter() - start)
     return best / agreements
+
+
+def primitive_calls_seconds(num_clients: int, degree: int, dimension: int, workers: int) -> float:
+    """Wall seconds of a session's ``cryptography`` calls alone, spread like the session over ``workers``.
+
+    The calls every client of a no-dropout session makes, through the protocol's own
+    functions (``trainer.secagg.keys``, ``trainer.secagg.prg.add_masks``): parse its two
+    private keys and derive their public keys; per neighbour one channel agreement
+    (X25519 + HKDF), one AEAD object, one share sealed and one opened; per neighbour one
+    mask agreement; and ``degree + 1`` masks (a fresh ChaCha20 per mask, wraparound add);
+    plus the server's ``num_clients`` self masks. No protocol logic, encoding, Shamir
+    arithmetic, routing or checks: what the session cannot do without, given design's
+    primitives. The clients and the server's self masks are split evenly over the
+    processes (``workers - 1`` forked children and this one), a lower bound on the
+    session's split (``docs/benchmarks.md`` §Issue 17).
+    """
+    import multiprocessing
+    import warnings
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from trainer.secagg import keys
+    from trainer.secagg.prg import add_masks
+
+    session_id = bytes(16)
+    peer = X25519PrivateKey.generate().public_key()
+    plaintext = bytes(4 + 2 * 64)  # a share: x, then 16 limbs of b_u and 16 of s_u^SK, 4 bytes each
+
+    def clients(count: int, server_masks: int) -> None:
+        total = np.zeros(dimension, dtype=np.uint32)
+        for client in range(count):
+            secret = client.to_bytes(32, "little")
+            cipher_key, mask_key = keys.private_key_from_bytes(secret), keys.private_key_from_bytes(secret[::-1])
+            keys.public_key_bytes(cipher_key), keys.public_key_bytes(mask_key)
+            for _ in range(degree):
+                channel = keys.channel_cipher(keys.agreed_key(cipher_key, peer, session_id, keys.CHANNEL_INFO))
+                keys.open_sealed(channel, session_id, 1, 2, keys.seal(channel, session_id, 1, 2, plaintext))
+            pairwise = [(keys.agreed_key(mask_key, peer, session_id, keys.PAIRWISE_MASK_INFO), 1)
+                        for _ in range(degree)]
+            add_masks(total, [(secret, 1), *pairwise])
+        add_masks(total, [(index.to_bytes(32, "big"), 1) for index in range(server_masks)])
+
+    client_split = np.array_split(np.arange(num_clients), workers)
+    context = multiprocessing.get_context("fork")
+    start = time.perf_counter()
+    children = [context.Process(target=clients, args=(len(chunk), len(chunk)), daemon=True)
+                for chunk in client_split[1:]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork in a multi-threaded process, as the session
+        for child in children:
+            child.start()
+    clients(len(client_split[0]), len(client_split[0]))
+    for child in children:
+        child.join()
+    elapsed = time.perf_counter() - start
+    if any(child.exitcode != 0 for child in children):
+        raise RuntimeError("a primitive-calls worker failed")
+    return elapsed
 
 
 class GridVectors(Mapping[int, np.ndarray]):
@@ -180,7 +244,8 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
                 floor = keystream_bytes / throughput + agreements * agreement_s
                 rows.append({**label, "wall_s": None, "cpu_s": None, "keystream_GB": keystream_bytes / 1e9,
                              "GB_per_s": None, "agreements": agreements, "floor_s": floor / workers,
-                             "wall_vs_floor": None, "note": f"skipped ({why})"})
+                             "wall_vs_floor": None, "calls_s": None, "wall_vs_calls": None,
+                             "note": f"skipped ({why})"})
                 continue
             def session() -> tuple[Any, float, float]:
                 cpu, start = cpu_seconds(), time.perf_counter()
@@ -207,10 +272,15 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
                 seconds_per_byte = wall / generated
             # The floor of the primitives every client runs, spread over this row's workers.
             floor = (generated / throughput + agreements * agreement_s) / workers
+            calls = None
+            if mode == "sparse":  # the issue's target rows; full mode's calls would double its minutes
+                repeats = CALLS_REPEATS if wall < WARM_REPEAT_BELOW_SECONDS else 1
+                calls = min(primitive_calls_seconds(num_clients, degree, dimension, workers) for _ in range(repeats))
             rows.append({
                 **label, "wall_s": wall, "cpu_s": cpu, "keystream_GB": generated / 1e9,
                 "GB_per_s": generated / wall / 1e9 if generated else None, "agreements": agreements,
                 "floor_s": floor, "wall_vs_floor": wall / floor if generated else None,
+                "calls_s": calls, "wall_vs_calls": wall / calls if calls else None,
                 "note": f"loadavg {os.getloadavg()[0]:.1f}" + (f", median of {runs - 1} after a warm-up" if runs > 1 else ""),
             })
     return rows, floors

@@ -17,6 +17,10 @@ def test_rounds_suite_quick():
         else:  # the protocol generated keystream and ran two agreements per client per neighbour
             degree = row["clients"] - 1 if row["mode"] == "full" else row["k"]
             assert row["keystream_GB"] > 0 and row["floor_s"] > 0 and row["agreements"] == 2 * row["clients"] * degree
+        # SecAgg+ rows also time the primitive calls alone, which the whole session cannot beat.
+        assert (row["calls_s"] is not None) == (row["mode"] == "sparse")
+        if row["calls_s"] is not None:
+            assert 0 < row["calls_s"] and row["wall_vs_calls"] == row["wall_s"] / row["calls_s"]
     sparse = next(r for r in stages if r["mode"] == "sparse")
     full = next(r for r in stages if r["mode"] == "full")
     assert sparse["k"] < 39 and sparse["keystream_GB"] < full["keystream_GB"]

@@ -66,8 +66,8 @@ def session_workers(num_clients: int, degree: int, dimension: int, word_bytes: i
     """Workers for a session: all available cores when its client work is worth forking for, else 1.
 
     The serial estimate: each client expands degree + 1 masks of ``dimension`` words and
-    makes 4 degree key agreements (channel and mask key, both ends of every edge counted
-    once per client: sealing and opening, masking and unmasking).
+    makes 2 degree key agreements (per neighbour a channel key, used for sealing and
+    opening, and a mask key).
     """
     keystream = num_clients * (degree + 1) * dimension * word_bytes / _KEYSTREAM_BYTES_PER_SECOND
     agreements = num_clients * degree * 2 * _AGREEMENT_SECONDS
