@@ -55,5 +55,6 @@ def _handle(args: argparse.Namespace) -> tuple[Any, str]:
 
     tables = run_suite(args.suite, args.quick, args.device)
     text = "\n\n".join(format_table(rows, title) for title, rows in tables)
-    data = {title: rows for title, rows in tables}
+    # Titles carry measured values (rates, load): a list keeps the JSON's keys the same every run.
+    data = [{"title": title, "rows": rows} for title, rows in tables]
     return data, text

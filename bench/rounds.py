@@ -26,7 +26,7 @@ those (its note says so): a trainer runs a session every round in one process, a
 first session here also pays first-touch page faults on fresh memory.
 
 Table 2, one trainer round (``RoundEngine.run``) of the scenario of issue 14: 3 groups x
-1,000 clients (epsilon 1, 3, 8), ``gdpfed_plus``, LEAF synthetic data, the MLP of
+1,000 clients (epsilon 1, 3, 8), ``gdpfed_plus``, FedProx's synthetic data, the MLP of
 d = 54,410, 5 local steps of batch 32; 300 and 1,000 expected clients a round; the
 stages select, train, privatize, secagg, aggregate, account, evaluate, per secure
 aggregation mode (auto = the plan's graphs with the real protocol; exact_sum; full,
@@ -183,14 +183,16 @@ class GridVectors(Mapping[int, np.ndarray]):
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     stage_rows, floors = stage_table(quick)
-    round_rows = round_table(quick)
+    round_rows, round_setup = round_table(quick)
     return [
         (
             f"Secure-aggregation stage, one pool session (on one core: ChaCha20 {floors}; "
             f"loadavg at start {load}; {os.cpu_count()} cores)",
             stage_rows,
         ),
-        ("Round breakdown, 3 groups x 1,000 clients, gdpfed_plus, synthetic MLP (median seconds)", round_rows),
+        (f"Round breakdown, {round_setup}, gdpfed_plus (median seconds; round_s = select + train + privatize + "
+         "secagg + aggregate + account; evaluate_s, one test-set evaluation after the rounds, is not in it)",
+         round_rows),
     ]
 
 
@@ -198,8 +200,9 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
     """The stage rows, and the primitive costs their floors use (for the title)."""
     from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
     from trainer.secagg import choose_params, exact_sum, secure_sum
-    from trainer.secagg.parallel import available_workers
-    from trainer.secagg.params import Mode
+    from trainer.secagg.encoding import word_dtype
+    from trainer.secagg.parallel import available_workers, session_workers
+    from trainer.secagg.params import Mode, default_scale
 
     sizes = [(40, 2_000)] if quick else [(300, 54_410), (1_000, 54_410), (300, 1_000_000), (1_000, 1_000_000)]
     all_cores = max(2, available_workers()) if quick else available_workers()
@@ -214,7 +217,7 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
         ids = list(range(num_clients))
         threshold = int(0.88 * num_clients)  # the realistic plan's m_P / n
         found = harary_parameters(num_clients, DEFAULT_CORRUPT_FRACTION, 0.0)
-        scale = 2.0**20
+        scale = default_scale(num_clients, VALUE_BOUND)  # as the round engine picks it: 32-bit words where they fit
         throughput = throughputs[dimension]
         made = GridVectors(ids, dimension, scale)
         # Made before the clock starts where they fit (a round's vectors exist before its stage).
@@ -232,11 +235,14 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
             )
             degree = num_clients - 1 if neighbours is None else neighbours
             masks = num_clients * (degree + 1) + num_clients  # clients' masks and the server's self masks
-            keystream_bytes = masks * dimension * 4 if mode != "exact_sum" else 0
+            word_bytes = word_dtype(params.modulus_bits).itemsize
+            keystream_bytes = masks * dimension * word_bytes if mode != "exact_sum" else 0
             agreements = 2 * num_clients * degree if mode != "exact_sum" else 0  # no dropouts: no server agreements
             memory = 8 * dimension * (num_clients if mode != "exact_sum" else 4)
-            label = {"clients": num_clients, "d": dimension, "mode": mode, "k": neighbours,
-                     "t": found.share_threshold if neighbours is not None and found is not None else threshold,
+            # m: the session's threshold m_P; t: the Shamir threshold of a share group (m in full mode).
+            label = {"clients": num_clients, "d": dimension, "mode": mode, "m": threshold, "k": neighbours,
+                     "t": None if mode == "exact_sum" else (
+                         found.share_threshold if neighbours is not None and found is not None else threshold),
                      "workers": workers if mode != "exact_sum" else None}
             estimate = None if seconds_per_byte is None else keystream_bytes * seconds_per_byte
             if memory > MAX_MEMORY_BYTES or (estimate is not None and estimate > MAX_SECONDS * workers):
@@ -281,12 +287,16 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
                 "GB_per_s": generated / wall / 1e9 if generated else None, "agreements": agreements,
                 "floor_s": floor, "wall_vs_floor": wall / floor if generated else None,
                 "calls_s": calls, "wall_vs_calls": wall / calls if calls else None,
-                "note": f"loadavg {os.getloadavg()[0]:.1f}" + (f", median of {runs - 1} after a warm-up" if runs > 1 else ""),
+                "note": f"loadavg {os.getloadavg()[0]:.1f}" + (f", median of {runs - 1} after a warm-up" if runs > 1 else "")
+                + (", too small to pay for workers: a round runs it serially"
+                   if generated and workers > 1 and session_workers(num_clients, degree, dimension, word_bytes) == 1
+                   else ""),
             })
     return rows, floors
 
 
-def round_table(quick: bool) -> list[dict[str, Any]]:
+def round_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
+    """The round rows, and the setup they share (for the title)."""
     from planner import Scenario, make_plan
     from trainer.data import load_dataset
     from trainer.run.runner import TrainConfig
@@ -318,7 +328,7 @@ def round_table(quick: bool) -> list[dict[str, Any]]:
             config = TrainConfig(**base, secagg_mode=mode, secagg_execution=execution)
             row = _measure_round(plan, config, dataset, rounds, warmup=1)
             rows.append({"expected_clients": expected, "secagg": mode, "execution": execution, **row})
-    return rows
+    return rows, f"3 groups x {per_group:,} clients (epsilon 1, 3, 8), FedProx synthetic data, MLP"
 
 
 def _measure_round(plan: Any, config: Any, dataset: Any, rounds: int, warmup: int) -> dict[str, Any]:

@@ -14,3 +14,17 @@ def test_cli_benchmark_times_every_subcommand_against_python() -> None:
     assert "gdpfed --help" in commands and "gdpfed account epsilon ..." in commands
     assert {f"gdpfed {name} --help" for name in SUBCOMMAND_MODULES} <= set(commands)
     assert all(row["median_s"] > 0 and row["repeats"] == 1 for row in rows)
+
+
+def test_bench_json_keys_do_not_carry_measured_titles(monkeypatch) -> None:
+    """--json is a list of {title, rows}: a title holds measured values, so it must not be a key."""
+    import argparse
+
+    import bench.cli
+
+    tables = [("Suite (load average 0.5)", [{"x": 1}]), ("Other (2.9 GB/s)", [{"y": 2}])]
+    monkeypatch.setattr(bench.cli, "run_suite", lambda name, quick, device=None: tables)
+    data, text = bench.cli._handle(argparse.Namespace(suite="rounds", quick=True, device=None))
+    assert data == [{"title": "Suite (load average 0.5)", "rows": [{"x": 1}]},
+                    {"title": "Other (2.9 GB/s)", "rows": [{"y": 2}]}]
+    assert "Suite (load average 0.5)" in text

@@ -8,6 +8,7 @@ from bench.rounds import run
 def test_rounds_suite_quick():
     (stage_title, stages), (round_title, rounds) = run(quick=True)
     assert "on one core: ChaCha20" in stage_title and "X25519" in stage_title and "Round breakdown" in round_title
+    assert "3 groups x 30 clients" in round_title and "evaluate_s" in round_title  # the quick setup, not the full one
     assert {(r["mode"], r["workers"]) for r in stages} == {("full", 1), ("full", 2), ("sparse", 1), ("sparse", 2),
                                                            ("exact_sum", None)}
     for row in stages:
@@ -21,6 +22,9 @@ def test_rounds_suite_quick():
         assert (row["calls_s"] is not None) == (row["mode"] == "sparse")
         if row["calls_s"] is not None:
             assert 0 < row["calls_s"] and row["wall_vs_calls"] == row["wall_s"] / row["calls_s"]
+        # m is the session threshold m_P; t the Shamir threshold of a share group (m itself in full mode).
+        expected_t = {"full": row["m"], "exact_sum": None}.get(row["mode"], row["t"])
+        assert row["t"] == expected_t and (row["mode"] != "sparse" or row["t"] < row["m"])
     sparse = next(r for r in stages if r["mode"] == "sparse")
     full = next(r for r in stages if r["mode"] == "full")
     assert sparse["k"] < 39 and sparse["keystream_GB"] < full["keystream_GB"]
