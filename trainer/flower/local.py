@@ -42,6 +42,8 @@ from accounting.errors import GdpfedError, InvalidInputError
 CONNECTION = "gdpfed-local"
 DEFAULT_POLL_INTERVAL_S = 0.2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# What signals_deferred holds back: the stop signals and Ctrl-C (KeyboardInterrupt).
+DEFERRED_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
 
 
 class Terminated(GdpfedError):
@@ -83,6 +85,51 @@ def terminate_on_signals() -> Iterator[None]:
         raised = True
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_deferred(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[None]:
+    """Hold ``signums`` back while the block runs, then deliver them: their handlers
+    (``terminate_on_signals``' ``Terminated``, Python's ``KeyboardInterrupt``) run after it.
+
+    ``LocalFederation`` starts each process and records it for ``stop()`` in such a block: a
+    handler that raised between ``subprocess.Popen`` starting the child (Popen still runs
+    Python code after the fork) and the list holding it would leave that child running in
+    its own session, out of reach of the cleanup. The handlers are swapped for one that
+    records the signal, rather than the signals blocked with ``pthread_sigmask`` around
+    ``Popen``, because a child inherits a blocked mask through exec and would then ignore
+    ``stop()``'s SIGTERM; the mask is blocked only while the handlers are swapped, so no
+    handler runs half-way through the swap. Python runs handlers in the main thread only:
+    elsewhere nothing can interrupt the block and it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def record(signum: int, _frame: object) -> None:
+        caught.append(signum)
+
+    with _masked(signums):
+        previous = {signum: signal.signal(signum, record) for signum in signums}
+    try:
+        yield
+    finally:
+        with _masked(signums):
+            for signum, handler in previous.items():
+                if handler is not None:  # None: a handler not installed from Python; leave it
+                    signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):  # each once, in the order they came
+            signal.raise_signal(signum)
+
+
+@contextmanager
+def _masked(signums: tuple[int, ...]) -> Iterator[None]:
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def free_port() -> int:
@@ -173,16 +220,18 @@ class LocalFederation:
         self._spawn("superexec", command)
 
     def run(self, app_dir: Path, run_config: dict[str, str] | None = None, timeout_s: float = 3600.0) -> int:
-        """``flwr run APP gdpfed-local --stream``; its exit code (output in ``work/flwr-run.log``)."""
-        command = ["flwr", "run", str(app_dir), CONNECTION, "--stream"]
+        """``flwr run APP gdpfed-local --stream``; its exit code (output in ``work/flwr-run.log``).
+        Started as the other processes are, so ``stop()`` ends it too if the run is cut short."""
+        command = ["flwr", "run", str(Path(app_dir).resolve()), CONNECTION, "--stream"]
         for key, value in (run_config or {}).items():
             command += ["--run-config", f"{key}={value}"]
-        with (self.work / "flwr-run.log").open("ab") as log:
-            try:
-                return subprocess.run(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                      timeout=timeout_s, check=False).returncode
-            except subprocess.TimeoutExpired:
-                raise GdpfedError(f"flwr run did not finish within {timeout_s:g} s (see {self.work})") from None
+        process = self._spawn("flwr-run", command)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise GdpfedError(f"flwr run did not finish within {timeout_s:g} s (see {self.work})") from None
 
     def stop(self) -> None:
         """Stop every process this federation started (and their children), SuperNodes first."""
@@ -215,13 +264,16 @@ class LocalFederation:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, command: list[str]) -> None:
+    def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
         log = (self.work / f"{name}.log").open("ab")
         self._logs.append(log)
         # A new session makes the process the leader of its own group: stop() ends it and the
-        # processes it started (SuperExec, ServerApp, ClientApps) by that group id.
-        self.processes.append(subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                               cwd=self.work, start_new_session=True))
+        # processes it started (SuperExec, ServerApp, ClientApps) by that group id. A signal
+        # waits until the process is in the list stop() walks (signals_deferred).
+        with signals_deferred():
+            self.processes.append(subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                   cwd=self.work, start_new_session=True))
+        return self.processes[-1]
 
     def _wait_port(self, port: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

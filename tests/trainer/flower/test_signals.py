@@ -106,3 +106,69 @@ def test_a_signal_to_flower_local_stops_every_process_it_started(tmp_path: Path,
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+class _SignalledDuringPopen:
+    """A stand-in for ``subprocess.Popen`` that "starts" a child, then has ``signum`` sent to
+    this process before it returns: Popen runs Python code after its fork, where a handler
+    may raise, and before the caller can record the child."""
+
+    started: list[_SignalledDuringPopen] = []
+    signum = signal.SIGTERM
+
+    def __init__(self, command: list[str], **_: object) -> None:
+        self.command, self.pid, self.returncode = command, -1, None
+        type(self).started.append(self)
+        os.kill(os.getpid(), type(self).signum)  # the handler is due at the next bytecode
+
+    def poll(self) -> int | None:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"),
+    [(signal.SIGTERM, "Terminated"), (signal.SIGHUP, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
+    ids=["SIGTERM", "SIGHUP", "SIGINT"],
+)
+def test_a_signal_while_a_process_starts_is_handled_once_stop_can_reach_it(tmp_path, monkeypatch, signum, raised) -> None:
+    """The handler's exception (Terminated under terminate_on_signals, KeyboardInterrupt for
+    Ctrl-C) comes only once the started process is in the list stop() walks; the handlers
+    are the same afterwards."""
+    from trainer.flower import local
+
+    monkeypatch.setattr(_SignalledDuringPopen, "started", [])
+    monkeypatch.setattr(_SignalledDuringPopen, "signum", signum)
+    monkeypatch.setattr(local.subprocess, "Popen", _SignalledDuringPopen)
+    federation = local.LocalFederation(tmp_path, [])
+    before = {s: signal.getsignal(s) for s in local.DEFERRED_SIGNALS}
+    with pytest.raises((local.Terminated, KeyboardInterrupt)) as caught, local.terminate_on_signals():
+        inside = {s: signal.getsignal(s) for s in local.DEFERRED_SIGNALS}
+        federation._spawn("superlink", ["flower-superlink"])
+    assert type(caught.value).__name__ == raised
+    assert len(_SignalledDuringPopen.started) == 1
+    assert federation.processes == _SignalledDuringPopen.started  # stop() reaches it
+    assert {s: signal.getsignal(s) for s in local.DEFERRED_SIGNALS} == before
+    federation.stop()
+    assert federation.processes == []
+    # inside terminate_on_signals the stop signals had its handler, and _spawn put it back
+    assert inside[signal.SIGTERM] is not before[signal.SIGTERM]
+
+
+def test_signals_deferred_delivers_each_signal_once_after_the_block() -> None:
+    from trainer.flower import local
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGHUP, lambda signum, _frame: seen.append(signum))
+    try:
+        with local.signals_deferred():
+            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(1000):  # bytecodes at which an undeferred handler would have run
+                pass
+            assert seen == []
+        assert seen == [signal.SIGHUP]
+    finally:
+        signal.signal(signal.SIGHUP, previous)
