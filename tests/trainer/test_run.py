@@ -213,6 +213,7 @@ def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
 
     record = RoundRecord(
         round=0, loss=0.5, accuracy=0.9, epsilon_spent={"a": 1.0, "b": None}, aborted_pools=["pb"],
+        abort_reasons={"pb": "1 clients sampled, fewer than the threshold m_P=2"},
         sampled={"a": 3}, survived={"pa": 3}, dropped_before_masking=0, dropped_after_masking=0, seconds=0.1,
     )
 
@@ -225,10 +226,39 @@ def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
     plain.round_done(record)
     plain.close()
     # the console's round number is the files' global index (rounds.jsonl says round 0)
-    assert lines.getvalue() == "round 0 [1/2]  loss 0.5000  acc 0.9000  eps a=1  clients 3/3  ABORTED pb  0.10s\n"
+    assert lines.getvalue() == (
+        "round 0 [1/2]  loss 0.5000  acc 0.9000  eps a=1  clients 3/3  "
+        "ABORTED pb (1 clients sampled, fewer than the threshold m_P=2)  0.10s\n"
+    )
     screen = Terminal()
     bar = Progress(2, 0, stream=screen)
     assert bar.use_bar
     bar.round_done(record)
     bar.close()
     assert "1/2" in screen.getvalue() and "round 0" not in screen.getvalue()
+    assert "pool pb aborted: 1 clients sampled, fewer than the threshold m_P=2" in screen.getvalue()
+
+
+def test_rounds_jsonl_keeps_each_aborted_pools_reason():
+    """docs/trainer.md §Runs: aborted pools are listed with the reason (``abort_reasons``)."""
+    from trainer.rounds import RoundOutcome
+    from trainer.run.metrics import RoundRecord
+    from trainer.run.runner import round_record
+
+    outcome = RoundOutcome(
+        global_round=3, sampled={"a": 1}, survived={"pa": 0}, aborted_pools=["pa"],
+        abort_reasons={"pa": "1 clients sampled, fewer than the threshold m_P=2"},
+        dropped_before_masking=0, dropped_after_masking=0, timing={},
+    )
+
+    class Ledger:
+        def spent(self):
+            return {"a": 0.5}
+
+    record = round_record(outcome, Ledger(), None, 0.1, {})
+    line = json.loads(record.model_dump_json())
+    assert line["aborted_pools"] == ["pa"]
+    assert line["abort_reasons"] == {"pa": "1 clients sampled, fewer than the threshold m_P=2"}
+    # a line written before the field existed still reads
+    del line["abort_reasons"]
+    assert RoundRecord.model_validate(line).abort_reasons == {}

@@ -28,6 +28,10 @@ class RoundRecord(BaseModel):
         "the plan); null = no DP for this group"
     )
     aborted_pools: list[str] = Field(description="pools that released nothing this round")
+    abort_reasons: dict[str, str] = Field(
+        default_factory=dict, description="aborted pool id -> why it released nothing (too few sampled, "
+        "too few survivors, a protocol abort)"
+    )
     sampled: dict[str, int] = Field(description="group id -> clients Poisson-sampled")
     survived: dict[str, int] = Field(description="pool id -> clients whose inputs are in the released sum")
     dropped_before_masking: int

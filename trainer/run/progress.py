@@ -28,7 +28,10 @@ def describe_round(record: RoundRecord, total_rounds: int) -> str:
         parts.append("eps " + ",".join(spent))
     parts.append(f"clients {sum(record.survived.values())}/{sum(record.sampled.values())}")
     if record.aborted_pools:
-        parts.append("ABORTED " + ",".join(record.aborted_pools))
+        parts.append("ABORTED " + ", ".join(
+            f"{pool} ({record.abort_reasons[pool]})" if pool in record.abort_reasons else pool
+            for pool in record.aborted_pools
+        ))
     if record.nonfinite_updates:
         parts.append(f"non-finite updates sent as zeros: {record.nonfinite_updates}")
     if record.diverged:
@@ -59,6 +62,8 @@ class Progress:
                 postfix["aborted"] = ",".join(record.aborted_pools)
             self._bar.set_postfix(postfix, refresh=False)
             self._bar.update(1)
+            for pool in record.aborted_pools:  # the bar has room for ids only: each reason on its line
+                self.message(f"pool {pool} aborted: {record.abort_reasons.get(pool, 'no reason recorded')}")
         else:
             self.stream.write(describe_round(record, self.total_rounds) + "\n")
             self.stream.flush()

@@ -534,6 +534,7 @@ def round_record(
         epsilon_spent=ledger.spent(),
         privacy_unit=getattr(ledger, "privacy_unit", "client"),
         aborted_pools=outcome.aborted_pools,
+        abort_reasons={pool: outcome.abort_reasons.get(pool, "aborted") for pool in outcome.aborted_pools},
         sampled=outcome.sampled,
         survived=outcome.survived,
         dropped_before_masking=outcome.dropped_before_masking,
