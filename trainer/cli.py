@@ -38,6 +38,11 @@ def register(subparsers: Any) -> None:
     source.add_argument("--scenario", type=Path, help="scenario (JSON) to plan first with --method")
     parser.add_argument("--method", help="planning method for --scenario (e.g. gdpfed_plus)")
     add_run_options(parser)
+    parser.add_argument(
+        "--secagg-workers", metavar="N|auto",
+        help="the most processes a secure-aggregation session's clients run in (default auto: every core, "
+        "for sessions large enough to pay); results are the same for any count",
+    )
     parser.add_argument("--out", type=Path, help="run directory (default runs/<method>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")

@@ -44,6 +44,7 @@ from planner.schema import Plan
 from planner.secagg import SecaggGraph, graph_label, planned_participants, secagg_graph
 from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
+from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
 from trainer.secagg.parallel import session_workers
 from trainer.strategies.base import (
@@ -126,8 +127,9 @@ class RoundEngine:
     ) -> None:
         """``secagg_mode``: each pool's graph; ``auto`` keeps the one the plan states for the
         pool (re-derived, never read from the document), ``full``/``sparse`` force it; (k, t)
-        are computed for each session's participants. ``secagg_workers``: processes for a
-        session's clients (``None``: all cores when the session is large enough to pay)."""
+        are computed for each session's participants. ``secagg_workers``: the most processes
+        a session's clients run in (``None``: every core); a session too small to pay for
+        forking runs in one either way (``trainer.secagg.parallel.session_workers``)."""
         # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
         # the noise for it (docs/trainer.md §Adaptive clipping)
         self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
@@ -147,11 +149,21 @@ class RoundEngine:
             raise InvalidInputError("secagg_execution", f"must be protocol or exact_sum, got {secagg_execution!r}")
         self.secagg_mode = secagg_mode
         self.secagg_execution = secagg_execution
+        if secagg_workers is not None and (isinstance(secagg_workers, bool) or secagg_workers < 1):
+            raise InvalidInputError("secagg_workers", f"must be a positive integer or auto, got {secagg_workers!r}")
         self.secagg_workers = secagg_workers
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}
         self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
+
+    @property
+    def secagg_processes(self) -> int | None:
+        """The most processes a session of this engine may use (``None``: exact-sum, no protocol)."""
+        if self.secagg_execution == "exact_sum":
+            return None
+        cores = secagg_parallel.available_workers()
+        return cores if self.secagg_workers is None else min(cores, self.secagg_workers)
 
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
         """One round from ``global_params``; returns the next parameters and what happened."""
@@ -313,8 +325,8 @@ class RoundEngine:
             return exact_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
                              drop_before_unmasking=before_unmasking)
         degree = len(pool_vectors) - 1 if graph.neighbours is None else graph.neighbours
-        workers = self.secagg_workers or session_workers(
-            len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize
-        )
+        workers = session_workers(len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize)
+        if self.secagg_workers is not None:
+            workers = min(workers, self.secagg_workers)
         return secure_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
                           drop_before_unmasking=before_unmasking, workers=workers)

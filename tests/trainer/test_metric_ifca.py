@@ -316,6 +316,7 @@ METRIC_CLI = ["--dataset", "metric_synthetic", "--partition", "natural", "--mode
         (["--late-dropout-fraction", "0.1"], "--late-dropout-fraction"),
         (["--opt-out-assignment", "skewed"], "--opt-out-assignment"),
         (["--skewed-label", "3"], "--skewed-label"),
+        (["--secagg-workers", "2"], "--secagg-workers"),
     ],
 )
 def test_a_metric_run_refuses_the_secure_aggregation_options_it_would_ignore(tmp_path, capsys, extra, flag) -> None:
@@ -343,7 +344,9 @@ def test_a_metric_run_records_no_secure_aggregation(tmp_path, capsys) -> None:
     assert summary["secagg_execution"] is None and summary["secagg_graphs"] == {}
     assert "secure aggregation" not in out.out
     stored = json.loads((run / "config.json").read_text())
-    assert not {"secagg_execution", "secagg_mode", "late_dropout_fraction", "opt_out_assignment", "skewed_label"} & set(stored)
+    assert not {"secagg_execution", "secagg_mode", "late_dropout_fraction", "opt_out_assignment", "skewed_label",
+                 "secagg_workers"} & set(stored)
+    assert summary["secagg_workers"] is None
     assert stored["local_steps"] == 1 and stored["strategy"] == "metric_ifca"
     code = app_cli.run(["train", "--out", str(run), "--resume", "--json"])
     out = capsys.readouterr()

@@ -174,6 +174,7 @@ SILO_CLI = ["--dataset", "mean_estimation", "--model", "mean", "--lr", "0.1"]
     [
         (["--secagg", "full"], "--secagg"),
         (["--secagg-execution", "exact_sum"], "--secagg-execution"),
+        (["--secagg-workers", "2"], "--secagg-workers"),
         (["--late-dropout-fraction", "0.1"], "--late-dropout-fraction"),
         (["--local-steps", "2"], "--local-steps"),
         (["--server-lr", "0.5"], "--server-lr"),

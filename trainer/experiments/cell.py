@@ -91,19 +91,21 @@ def rerun_command(spec: CellSpec, out: Path) -> str:
     return shlex.join(parts)
 
 
-def run_cell(spec: CellSpec, out: Path) -> CellResult:
-    """Plan and train one cell; its run directory is ``out/runs/<cell_id>`` (replaced)."""
+def run_cell(spec: CellSpec, out: Path, *, secagg_workers: int | None = None) -> CellResult:
+    """Plan and train one cell; its run directory is ``out/runs/<cell_id>`` (replaced).
+    ``secagg_workers``: the cell's secure-aggregation processes unless its train options
+    set them (``trainer.experiments.runner.cell_secagg_workers``)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run_cell(spec, out)
+        return _run_cell(spec, out, secagg_workers)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_cell(spec: CellSpec, out: Path) -> CellResult:
+def _run_cell(spec: CellSpec, out: Path, secagg_workers: int | None = None) -> CellResult:
     """The fields every cell records, its ``TrainConfig``, then its privacy unit's run
     (``trainer.experiments.units``)."""
     started = time.perf_counter()
@@ -122,15 +124,19 @@ def _run_cell(spec: CellSpec, out: Path) -> CellResult:
         command=rerun_command(spec, out),
         rounds=rounds,
     )
-    return experiment_unit(scenario_data).run(spec, out, cell_config(spec), base, started)
+    return experiment_unit(scenario_data).run(spec, out, cell_config(spec, secagg_workers), base, started)
 
 
-def cell_config(spec: CellSpec) -> Any:
+def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> Any:
     """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
-    configuration's training options (pydantic's ``ValidationError`` if they are not valid)."""
+    configuration's training options (pydantic's ``ValidationError`` if they are not valid).
+    ``secagg_workers`` applies unless those options set it."""
     from trainer.run.runner import TrainConfig
 
     rounds = int(spec.scenario["rounds"])
+    train = {"eval_every": rounds, **spec.train}
+    if secagg_workers is not None:
+        train.setdefault("secagg_workers", secagg_workers)
     return TrainConfig(
         dataset=spec.dataset.resolved_spec(),
         model=spec.dataset.model,
@@ -140,7 +146,7 @@ def cell_config(spec: CellSpec) -> Any:
         checkpoint_every=rounds,
         strategy=spec.strategy,
         strategy_options=spec.strategy_options,
-        **{"eval_every": rounds, **spec.train},
+        **train,
     )
 
 

@@ -243,8 +243,10 @@ class CellSpec(_Strict):
     smoke: bool
 
     def fingerprint(self) -> str:
-        """A hash of what determines the cell's result (not where its files go)."""
+        """A hash of what determines the cell's result (not where its files go, nor the
+        secure-aggregation worker count, which changes no result)."""
         data = self.model_dump(mode="json", exclude={"config_path"})
+        data["train"].pop("secagg_workers", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

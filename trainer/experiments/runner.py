@@ -10,7 +10,9 @@
 - ``results.csv``, ``results.md``, ``accuracy.png``: written from every finished cell of
   the grid at the end (see ``trainer.experiments.report``).
 
-``jobs > 1`` runs cells in that many worker processes (spawned, so no forked torch state).
+``jobs > 1`` runs cells in that many worker processes (spawned, so no forked torch state);
+each cell's secure-aggregation sessions then fork at most ``max(1, cores // jobs)``
+processes (``cell_secagg_workers``) unless the configuration sets ``secagg_workers``.
 """
 
 from __future__ import annotations
@@ -73,10 +75,19 @@ def write_result(out: Path, result: CellResult) -> None:
     os.replace(temp, path)
 
 
-def _work(spec_json: str, out: str) -> str:
+def cell_secagg_workers(jobs: int) -> int | None:
+    """The secure-aggregation processes of each cell when ``jobs`` cells run at once: the
+    cores shared out, ``max(1, cores // jobs)``; ``None`` (automatic) for one at a time.
+    Without it every cell's sessions would fork a process per core (docs/results.md §Runner)."""
+    from trainer.secagg import parallel
+
+    return None if jobs <= 1 else max(1, parallel.available_workers() // jobs)
+
+
+def _work(spec_json: str, out: str, secagg_workers: int | None = None) -> str:
     """Worker entry (top level so it pickles): run one cell, store and return its result."""
     spec = CellSpec.model_validate_json(spec_json)
-    result = run_cell(spec, Path(out))
+    result = run_cell(spec, Path(out), secagg_workers=secagg_workers)
     write_result(Path(out), result)
     return result.model_dump_json()
 
@@ -135,7 +146,8 @@ def run_experiment(
             say(_describe(index, len(todo), result))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_work, spec.model_dump_json(), str(out)): spec for spec in todo}
+            workers = cell_secagg_workers(jobs)
+            futures = {pool.submit(_work, spec.model_dump_json(), str(out), workers): spec for spec in todo}
             for index, future in enumerate(as_completed(futures), 1):
                 result = CellResult.model_validate_json(future.result())
                 ran.append(result.cell_id)

@@ -89,7 +89,7 @@ DPSGD_SILO = TrainingMechanism(
     unused_options=(
         "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
         "batch_size", "engine", "server_lr", "server_momentum", "late_dropout_fraction", "secagg_mode",
-        "secagg_execution",
+        "secagg_execution", "secagg_workers",
     ),
     unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
     "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",
@@ -122,7 +122,10 @@ METRIC_LAPLACE = TrainingMechanism(
     # trainer/run/metric_run.py deals clients into groups at random (build_population's
     # default) and its engine (trainer/metric_rounds.py) drops no client after training and
     # aggregates no secret shares: it never reads these.
-    unused_options=("opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution"),
+    unused_options=(
+        "opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution",
+        "secagg_workers",
+    ),
     unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
     "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",
 )

@@ -49,6 +49,17 @@ def option_flag(name: str) -> str:
     return OPTION_FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
+def secagg_worker_count(value: Any) -> int | str:
+    """A ``secagg_workers`` setting: ``"auto"`` or a positive integer (a string of one from
+    the command line); anything else is a ``ValueError`` saying what it takes."""
+    if value == "auto":
+        return "auto"
+    count = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    raise ValueError(f"must be a positive integer or auto, got {value!r}")
+
+
 def refuse_unused_options(args: argparse.Namespace, mechanism: Any, unit: str) -> None:
     """An option given on the command line that the run's mechanism never reads
     (``TrainingMechanism.unused_options``) is an ``InvalidInputError`` naming it, not a
@@ -145,6 +156,13 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     from trainer.run.runner import TrainConfig
 
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
+    # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)
+    workers = None
+    if getattr(args, "secagg_workers", None) is not None:
+        try:
+            workers = secagg_worker_count(args.secagg_workers)
+        except ValueError as exc:
+            raise InvalidInputError("secagg-workers", str(exc)) from None
     if args.model_option:
         given["model_options"] = parse_json_options(args.model_option, "model-option")
     if args.strategy_option:
@@ -156,13 +174,16 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
             if name not in given:
                 raise InvalidInputError(name, f"--{name} is required")
         given.setdefault("rounds", plan_rounds)
-        return TrainConfig(**given)
+        return TrainConfig(**given, **({} if workers is None else {"secagg_workers": workers}))
     config = TrainConfig.model_validate(stored)
+    if workers is not None:
+        config = config.model_copy(update={"secagg_workers": workers})
     for name, value in given.items():
         if getattr(config, name) != value:
+            flag = option_flag(name)  # the option the user typed: --secagg for secagg_mode
             raise InvalidInputError(
-                name.replace("_", "-"),
-                f"{value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
+                flag.lstrip("-"),
+                f"{flag} {value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
             )
     return config
 
@@ -196,6 +217,8 @@ def format_summary(summary: Any) -> str:
     graphs = "; ".join(f"{pool} {', '.join(ran)}" for pool, ran in summary.secagg_graphs.items() if ran)
     if graphs:
         execution = "real protocol" if summary.secagg_execution == "protocol" else "exact-sum simulation"
+        if summary.secagg_workers is not None:
+            execution += f", {summary.secagg_workers} worker process{'' if summary.secagg_workers == 1 else 'es'}"
         lines.append(f"secure aggregation ({execution}): {graphs}")
     aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
     if aborted:

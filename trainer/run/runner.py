@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
@@ -39,6 +39,7 @@ from trainer.run.divergence import Divergence, divergence_hint, learnability_mes
 from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
+from trainer.run.options import secagg_worker_count
 from trainer.run.plots import ChanceLevel, chance_level, plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
@@ -86,17 +87,29 @@ class TrainConfig(BaseModel):
         description="protocol: real secure aggregation; exact_sum: its bit-identical release without the "
         "cryptography, for experiments on learning (docs/secure-aggregation.md §Exact)",
     )
+    secagg_workers: int | Literal["auto"] = Field(
+        "auto",
+        description="processes a secure-aggregation session's clients may run in: a positive integer (at most "
+        "that many), or auto (every core, for sessions large enough to pay); results do not depend on it "
+        "(docs/secure-aggregation.md §Parallel)",
+    )
     checkpoint_every: int = Field(1, ge=1)
     strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
     strategy_options: dict[str, Any] = Field(
         default_factory=dict, description="the strategy's options, validated by its options model"
     )
 
+    @field_validator("secagg_workers", mode="before")
+    @classmethod
+    def _worker_count(cls, value: Any) -> Any:
+        return secagg_worker_count(value)
+
     def fingerprint_data(self) -> dict[str, Any]:
         """What a checkpoint's configuration fingerprint covers: every field, except the
         fields added after runs were first checkpointed while they hold their defaults, so
-        that a run started before they existed still resumes."""
-        data = self.model_dump(mode="json")
+        that a run started before they existed still resumes, and ``secagg_workers``, which
+        changes no result (a resumed run may change it)."""
+        data = self.model_dump(mode="json", exclude={"secagg_workers"})
         for name in LATER_CONFIG_FIELDS:
             if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
                 del data[name]
@@ -170,6 +183,12 @@ class RunSummary(BaseModel):
     )
     secagg_graphs: dict[str, list[str]] = Field(
         default_factory=dict, description="pool id -> the graphs its sessions ran (full, sparse k=.. t=..)"
+    )
+    secagg_workers: int | None = Field(
+        None,
+        description="the most processes a secure-aggregation session of this run could use (secagg_workers, or "
+        "under auto the cores available; a session too small to pay runs in 1); null: no protocol ran "
+        "(exact_sum, silo and metric runs)",
     )
 
 
@@ -446,6 +465,7 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         late_dropout_fraction=config.late_dropout_fraction,
         secagg_mode=config.secagg_mode,
         secagg_execution=config.secagg_execution,
+        secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
     )
 
 
@@ -825,6 +845,7 @@ def summarize(
             pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
             for pool_id in pool_ids
         },
+        secagg_workers=getattr(prepared.engine, "secagg_processes", None),
     )
 
 
