@@ -275,17 +275,17 @@ def check_stated_graph(pool: PoolPlan, dropout_rate: float, abort_probability: f
     if pool.secagg_mode is None:
         return
     derived = secagg_graph(planned_participants(pool.expected_clients), dropout_rate, abort_probability)
-    stated = (
-        pool.secagg_mode,
-        pool.secagg_participants,
-        pool.secagg_neighbours,
-        pool.secagg_share_threshold,
-        pool.secagg_corrupt_fraction,
-        pool.secagg_dropout_fraction,
-    )
-    if stated != tuple(derived):
-        raise InvalidInputError(
-            f"pools.{pool.id}.secagg_mode",
-            f"states the graph {stated}, but the pool's size and dropout rate give {tuple(derived)}: "
-            "the document is inconsistent",
-        )
+    for name, value in zip(STATED_GRAPH_FIELDS, derived):
+        if getattr(pool, name) != value:  # the first field that differs, as the plan names it
+            raise InvalidInputError(
+                f"pools.{pool.id}.{name}",
+                f"states {getattr(pool, name)!r}, but the pool's participants and bounds give {value!r}: "
+                "the document is inconsistent",
+            )
+
+
+# A pool's stated graph, field by field in SecaggGraph's order.
+STATED_GRAPH_FIELDS = (
+    "secagg_mode", "secagg_participants", "secagg_neighbours", "secagg_share_threshold", "secagg_corrupt_fraction",
+    "secagg_dropout_fraction",
+)

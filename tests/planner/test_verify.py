@@ -120,3 +120,34 @@ def test_plans_without_a_stated_graph_still_verify() -> None:
     plan = load_plan(document)
     assert plan.pools[0].secagg_mode is None
     verify_executable(plan)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "stated", "derived"),
+    [
+        ({"secagg_neighbours": 20}, "secagg_neighbours", "20", "32"),
+        ({"secagg_share_threshold": 5}, "secagg_share_threshold", "5", "31"),
+        ({"secagg_participants": 300, "secagg_neighbours": 20}, "secagg_participants", "300", "280"),
+        ({"secagg_mode": "full"}, "secagg_mode", "'full'", "'sparse'"),
+    ],
+)
+def test_an_edited_graph_names_the_first_field_that_differs(edit: dict[str, Any], field: str, stated: str,
+                                                              derived: str) -> None:
+    from types import SimpleNamespace
+
+    from planner.secagg import check_stated_graph, secagg_graph
+
+    graph = secagg_graph(280, 0.0, 1e-3)
+    assert (graph.mode, graph.neighbours, graph.share_threshold) == ("sparse", 32, 31)
+    pool = SimpleNamespace(
+        id="P3", expected_clients=280.0, secagg_mode=graph.mode, secagg_participants=graph.num_clients,
+        secagg_neighbours=graph.neighbours, secagg_share_threshold=graph.share_threshold,
+        secagg_corrupt_fraction=graph.corrupt_fraction, secagg_dropout_fraction=graph.dropout_fraction,
+    )
+    check_stated_graph(pool, 0.0, 1e-3)  # as derived: accepted
+    for name, value in edit.items():
+        setattr(pool, name, value)
+    with pytest.raises(InvalidInputError) as info:
+        check_stated_graph(pool, 0.0, 1e-3)
+    assert info.value.field == f"pools.P3.{field}"
+    assert info.value.reason.startswith(f"states {stated}, but the pool's participants and bounds give {derived}"), info.value.reason
