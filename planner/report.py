@@ -8,7 +8,7 @@ from typing import Any
 
 from planner.adaptive_clip import initial_clip_norm
 from planner.schema import Plan
-from planner.secagg import graph_label
+from planner.secagg import graph_and_reason, graph_label, planned_participants
 
 
 def plan_text(plan: Plan) -> str:
@@ -94,7 +94,7 @@ def pool_lines(plan: Plan) -> list[str]:
             str(p.secagg_threshold),
             _num(share_std),
             _num(p.abort_probability),
-            graph_label(p.secagg_mode, p.secagg_neighbours, p.secagg_share_threshold),
+            _graph_text(plan, p),
         ])
     lines = [table(header, rows)]
     if settings is not None:
@@ -104,6 +104,18 @@ def pool_lines(plan: Plan) -> list[str]:
             "gets noise std sigma_Delta S^t and the count of unclipped clients sigma_b (docs/planning.md §15)"
         )
     return lines
+
+
+def _graph_text(plan: Plan, pool: Any) -> str:
+    """The pool's stated graph; a full one with the reason SecAgg+ was not taken where one
+    was weighed (``full (SecAgg+ k=70 saves < 4x)``, docs/secure-aggregation.md §Automatic mode)."""
+    label = graph_label(pool.secagg_mode, pool.secagg_neighbours, pool.secagg_share_threshold)
+    if pool.secagg_mode != "full":
+        return label
+    _, reason = graph_and_reason(
+        planned_participants(pool.expected_clients), float(plan.scenario.dropout_rate), plan.scenario.abort_probability
+    )
+    return label if reason is None else f"{label} ({reason})"
 
 
 def learnability_lines(plan: Plan) -> list[str]:

@@ -235,23 +235,39 @@ def secagg_graph(
     then the only secure choice) or gamma + delta is infeasible; ``auto`` is sparse only
     when n >= SPARSE_MIN_CLIENTS and k + 1 <= n / SPARSE_MIN_SAVING; ``full`` is full.
     """
+    return graph_and_reason(num_clients, dropout_rate, abort_probability, requested, corrupt_fraction)[0]
+
+
+def graph_and_reason(
+    num_clients: int,
+    dropout_rate: float,
+    abort_probability: float,
+    requested: RequestedGraph = "auto",
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
+) -> tuple[SecaggGraph, str | None]:
+    """``secagg_graph``'s graph, and why it is full where SecAgg+ was asked for or weighed:
+    no Harary graph meets the bounds, gamma + delta leaves none, or (``auto``) SecAgg+'s
+    k would save less than ``SPARSE_MIN_SAVING`` times the pairwise work. ``None`` for a
+    sparse graph, ``full`` as asked, and ``auto`` below ``SPARSE_MIN_CLIENTS`` (full is
+    the rule there, not a rejection). For the console only: plans store no reason."""
     if requested not in ("full", "sparse", "auto"):
         raise InvalidInputError("secagg", f"must be full, sparse or auto, got {requested!r}")
     delta = dropout_bound(num_clients, dropout_rate, abort_probability)
     full = SecaggGraph("full", num_clients, None, None, corrupt_fraction, delta)
     if requested == "full":
-        return full
+        return full, None
     try:
         found = harary_parameters(num_clients, corrupt_fraction, delta)
-    except InvalidInputError:
-        return full  # gamma + delta too large for any sparse graph
+    except InvalidInputError:  # gamma + delta too large for any sparse graph
+        return full, f"gamma + delta = {corrupt_fraction + delta:.3g} leaves no SecAgg+ graph"
     if found is None:
-        return full
-    if requested == "auto" and (
-        num_clients < SPARSE_MIN_CLIENTS or SPARSE_MIN_SAVING * (found.neighbours + 1) > num_clients
-    ):
-        return full
-    return SecaggGraph("sparse", num_clients, found.neighbours, found.share_threshold, corrupt_fraction, delta)
+        return full, f"no SecAgg+ graph with k < n - 1 meets the bounds at n={num_clients}, delta={delta:.3g}"
+    if requested == "auto":
+        if num_clients < SPARSE_MIN_CLIENTS:
+            return full, None
+        if SPARSE_MIN_SAVING * (found.neighbours + 1) > num_clients:
+            return full, f"SecAgg+ k={found.neighbours} saves < {SPARSE_MIN_SAVING}x"
+    return SecaggGraph("sparse", num_clients, found.neighbours, found.share_threshold, corrupt_fraction, delta), None
 
 
 def graph_label(mode: str | None, neighbours: int | None, share_threshold: int | None) -> str:

@@ -41,7 +41,7 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan
-from planner.secagg import SecaggGraph, graph_label, planned_participants, secagg_graph
+from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
 from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import parallel as secagg_parallel
@@ -99,6 +99,21 @@ def pool_graph_kinds(plan: Plan, secagg_mode: SecAggMode) -> dict[str, SecAggMod
         )
         for pool in plan.pools
     }
+
+
+def full_mode_reasons(plan: Plan, secagg_mode: SecAggMode) -> dict[str, str]:
+    """Pool id -> why its sessions run full mode although ``secagg_mode`` asked for SecAgg+
+    or weighed it (``planner.secagg.graph_and_reason`` at the pool's expected participants):
+    no Harary graph meets the bounds, or under auto SecAgg+ would save too little. For the
+    console; the graphs themselves come from ``pool_graph_kinds`` and ``session_graph``."""
+    scenario = plan.scenario
+    reasons = {}
+    for pool in plan.pools:
+        _, reason = graph_and_reason(planned_participants(pool.expected_clients), float(scenario.dropout_rate),
+                                     scenario.abort_probability, secagg_mode)
+        if reason is not None:
+            reasons[pool.id] = reason
+    return reasons
 
 
 def session_graph(plan: Plan, kind: SecAggMode, participants: int) -> SecaggGraph:

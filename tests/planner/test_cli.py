@@ -138,3 +138,16 @@ def test_adaptive_clip_plan_text_shows_each_pools_update_and_count_noise(capsys,
         assert math.isclose(float(row["share std"]),
                             pool.update_noise_multiplier * 0.5 / math.sqrt(pool.secagg_threshold), rel_tol=1e-3)
     assert any(line.startswith("adaptive clipping: S^0 = 0.5") for line in lines)
+
+
+def test_plan_text_says_why_a_large_pool_stays_full(capsys, tmp_path):
+    """A pool auto keeps full although SecAgg+ exists shows why; the JSON is unchanged."""
+    scenario = tmp_path / "dropouts.json"
+    scenario.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "groups": [
+        {"id": "a", "epsilon": 8.0, "num_clients": 3000}], "expected_clients": 280, "dropout_rate": 0.05, "rounds": 10}))
+    assert run(["plan", str(scenario), "--method", "gdpfed_plus"]) == 0
+    text = capsys.readouterr().out
+    assert "full (SecAgg+ k=70 saves < 4x)" in text
+    assert run(["plan", str(scenario), "--method", "gdpfed_plus", "--json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pools"][0]
+    assert pool["secagg_mode"] == "full" and pool["secagg_neighbours"] is None

@@ -111,3 +111,23 @@ def test_auto_takes_sparse_only_where_it_pays() -> None:
     # A dropout rate raises delta and with it k.
     raised = secagg_graph(1000, 0.2, 0.01).neighbours
     assert raised is not None and raised > large.neighbours
+
+
+def test_a_full_graph_says_why_sparse_was_not_taken() -> None:
+    """graph_and_reason: the console's reason for full mode (docs/secure-aggregation.md §Automatic mode)."""
+    from planner.secagg import graph_and_reason
+
+    # auto at n = 280, dropout 0.05: Bell et al.'s k = 70, and 4 (k + 1) = 284 > 280
+    graph, reason = graph_and_reason(280, 0.05, 0.01)
+    assert graph == secagg_graph(280, 0.05, 0.01) and graph.mode == "full"
+    assert reason == "SecAgg+ k=70 saves < 4x"
+    assert graph_and_reason(280, 0.05, 0.01, "sparse") == (secagg_graph(280, 0.05, 0.01, "sparse"), None)
+    # no Harary graph: sparse falls back to full, and says so
+    graph, reason = graph_and_reason(3, 0.0, 0.01, "sparse")
+    assert graph.mode == "full" and reason is not None and "no SecAgg+ graph" in reason and "n=3" in reason
+    graph, reason = graph_and_reason(200, 0.6, 0.01, "sparse")
+    assert graph.mode == "full" and reason is not None
+    # full by the rule, asked for, or sparse: nothing to explain
+    assert graph_and_reason(SPARSE_MIN_CLIENTS - 1, 0.0, 0.01)[1] is None
+    assert graph_and_reason(1000, 0.0, 0.01, "full")[1] is None
+    assert graph_and_reason(1000, 0.0, 0.01) == (secagg_graph(1000, 0.0, 0.01), None)

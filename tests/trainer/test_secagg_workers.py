@@ -145,7 +145,7 @@ def test_an_experiment_refuses_a_bad_worker_count(tmp_path, value):
         cell_module.run_cell(next(c for c in cells if c.setting == "capped"), tmp_path)
     error = caught.value
     field, reason = (error.field, error.reason) if isinstance(error, InvalidInputError) else validation_error_line(error.errors())
-    assert "secagg_workers" in field and reason.startswith("must be a positive integer or auto"), (field, reason)
+    assert "secagg_workers: must be a positive integer or auto" in f"{field}: {reason}", (field, reason)
 
 
 def test_train_config_takes_auto_or_a_positive_count():
@@ -153,3 +153,41 @@ def test_train_config_takes_auto_or_a_positive_count():
 
     assert TrainConfig(dataset="digits", model="mlp", rounds=1).secagg_workers == "auto"
     assert TrainConfig(dataset="digits", model="mlp", rounds=1, secagg_workers=2).secagg_workers == 2
+
+
+def test_sparse_warns_once_for_pools_that_fall_back_to_full(capsys, tmp_path):
+    """--secagg sparse on pools too small for any Harary graph: one warning line naming each
+    pool and why, not a silent full mode (docs/secure-aggregation.md §Automatic mode)."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({  # a dropout rate of 0.6: no Harary graph meets the bounds
+        "groups": [{"id": "s", "epsilon": 4.0, "num_clients": 20}, {"id": "r", "epsilon": 8.0, "num_clients": 20}],
+        "delta": 1e-5, "rounds": 5, "expected_clients": 16, "min_clients_per_pool": 2, "dropout_rate": 0.6,
+    }))
+    out = tmp_path / "sparse"
+    code, stdout, err = gdpfed(capsys, "train", "--scenario", scenario, "--method", "gdpfed_plus", *TINY, "--rounds",
+                               "1", "--secagg", "sparse", "--out", out)
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if "--secagg sparse" in line]
+    assert len(warned) == 1, err
+    pools = [pool["id"] for pool in json.loads((out / "plan.json").read_text())["pools"]]
+    assert warned[0].startswith("warning: ") and all(f"{pool} (" in warned[0] for pool in pools), (pools, warned)
+    assert "no SecAgg+ graph" in warned[0] and "run full mode" in warned[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert any("--secagg sparse" in w for w in summary["warnings"])
+
+
+def test_the_train_console_says_why_a_pool_ran_full():
+    """summary secagg_full_reasons: the console's graph line says why auto kept full mode."""
+    from trainer.run.options import format_summary
+    from trainer.run.runner import RunSummary
+
+    summary = RunSummary(
+        run_dir="r", method="gdpfed_plus", plan_id=None, complete=True, rounds_run=1, rounds=1, start_round=0,
+        final_accuracy=None, final_loss=None, best_accuracy=None, epsilon_spent={}, epsilon_target={},
+        aborted_rounds={}, model_dim=10, device="cpu", seconds=1.0,
+        secagg_graphs={"P1": ["full"], "P2": ["sparse k=70 t=52"]}, secagg_workers=2,
+        secagg_full_reasons={"P1": "SecAgg+ k=70 saves < 4x"},
+    )
+    line = next(line for line in format_summary(summary).splitlines() if line.startswith("secure aggregation"))
+    assert line == ("secure aggregation (real protocol, 2 worker processes): P1 full (SecAgg+ k=70 saves < 4x); "
+                    "P2 sparse k=70 t=52")

@@ -214,7 +214,14 @@ def format_summary(summary: Any) -> str:
     if summary.personal_accuracy is not None:
         lines.append(f"personal models: accuracy {summary.personal_accuracy:.4f}"
                      + (f"; by group {_by_group(summary.personal_accuracy_by_group)}" if summary.personal_accuracy_by_group else ""))
-    graphs = "; ".join(f"{pool} {', '.join(ran)}" for pool, ran in summary.secagg_graphs.items() if ran)
+    reasons = summary.secagg_full_reasons  # why a pool ran full where SecAgg+ was weighed
+
+    def graph(pool: str, label: str) -> str:
+        return f"{label} ({reasons[pool]})" if label == "full" and pool in reasons else label
+
+    graphs = "; ".join(
+        f"{pool} {', '.join(graph(pool, label) for label in ran)}" for pool, ran in summary.secagg_graphs.items() if ran
+    )
     if graphs:
         execution = "real protocol" if summary.secagg_execution == "protocol" else "exact-sum simulation"
         if summary.secagg_workers is not None:

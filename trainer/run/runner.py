@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.schema import Plan, PlanDocument
-from trainer.rounds import RoundEngine, RoundOutcome
+from trainer.rounds import RoundEngine, RoundOutcome, full_mode_reasons
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence, divergence_hint, learnability_message
@@ -183,6 +183,11 @@ class RunSummary(BaseModel):
     )
     secagg_graphs: dict[str, list[str]] = Field(
         default_factory=dict, description="pool id -> the graphs its sessions ran (full, sparse k=.. t=..)"
+    )
+    secagg_full_reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="pool id -> why its sessions run full mode where SecAgg+ was asked for or weighed (no Harary "
+        "graph meets the bounds; auto: SecAgg+ k=.. saves < 4x); the plan states the graph, not this",
     )
     secagg_workers: int | None = Field(
         None,
@@ -399,6 +404,13 @@ def prepare_client_run(
     learnability, unlikely = learnability_message(plan, dim)
     if unlikely:
         warnings.append(learnability)
+    if config.secagg_mode == "sparse":
+        fallbacks = full_mode_reasons(plan, "sparse")
+        if fallbacks:
+            warnings.append(
+                "--secagg sparse: " + "; ".join(f"{pool} ({reason})" for pool, reason in fallbacks.items())
+                + " run full mode, the only secure graph there (docs/secure-aggregation.md §Automatic mode)"
+            )
 
     def build_strategy(for_plan: Plan) -> Strategy:
         return factory(
@@ -846,6 +858,8 @@ def summarize(
             for pool_id in pool_ids
         },
         secagg_workers=getattr(prepared.engine, "secagg_processes", None),
+        secagg_full_reasons=full_mode_reasons(plan, prepared.config.secagg_mode) if isinstance(plan, Plan)
+        and prepared.mechanism.secagg_execution(prepared.config) is not None else {},
     )
 
 
