@@ -41,7 +41,7 @@ from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput,
 from trainer.secagg.params import SecAggParams
 
 # Run a session in parallel when its serial client work is at least about this long
-# (docs/benchmarks.md, "Secure aggregation at scale": forking and joining costs ~0.05 s).
+# (docs/benchmarks.md §Issue 17: rounds at 300 and 1,000 clients; forking and joining costs ~0.05 s).
 PARALLEL_MIN_SECONDS = 0.25
 # Rough single-core costs for that estimate: ChaCha20 keystream and one X25519 agreement + HKDF.
 _KEYSTREAM_BYTES_PER_SECOND = 2e9
