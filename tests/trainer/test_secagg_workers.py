@@ -191,3 +191,10 @@ def test_the_train_console_says_why_a_pool_ran_full():
     line = next(line for line in format_summary(summary).splitlines() if line.startswith("secure aggregation"))
     assert line == ("secure aggregation (real protocol, 2 worker processes): P1 full (SecAgg+ k=70 saves < 4x); "
                     "P2 sparse k=70 t=52")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1.5", "-0.1"])
+def test_a_late_dropout_fraction_outside_0_1_says_what_it_takes(capsys, tmp_path, plan_file, value):  # noqa: F811
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--late-dropout-fraction", value,
+                          "--out", tmp_path / "never")
+    assert_one_line_error(code, err, "late_dropout_fraction", "must be a number in [0, 1]", value)

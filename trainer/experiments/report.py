@@ -194,6 +194,13 @@ def metric_table(experiment: TrainExperiment, results: Sequence[CellResult]) -> 
     return [*lines, ""]
 
 
+def accuracy_caption(seeds: Sequence[int]) -> str:
+    """The accuracy tables' caption: how many seeds the mean and std are over, and which."""
+    if len(seeds) == 1:
+        return f"Final test accuracy, one seed (seed {seeds[0]}; no std)"
+    return f"Final test accuracy, mean ± std over {len(seeds)} seeds ({', '.join(str(s) for s in seeds)})"
+
+
 def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) -> str:
     """The accuracy table of every setting and the noise table (see the module docstring)."""
     by_key: dict[tuple[str, str, str], list[CellResult]] = {}
@@ -211,7 +218,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
              if any(r.setting == s.name and (r.final_accuracy is not None or r.status != "ok") for r in results)]
     measured = any(r.final_accuracy is not None for r in results)
     lines += [
-        (f"Final test accuracy, mean ± std over seeds ({seeds})" if shown else f"Seeds {seeds}; no cell measures accuracy")
+        (accuracy_caption(experiment.seeds) if shown else f"Seeds {seeds}; no cell measures accuracy")
         + f"{' — SMOKE SIZE, not a result' if smoke else ''}.",
         "",
     ]

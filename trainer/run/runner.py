@@ -99,6 +99,14 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="the strategy's options, validated by its options model"
     )
 
+    @field_validator("late_dropout_fraction", mode="before")
+    @classmethod
+    def _fraction(cls, value: Any) -> Any:
+        # pydantic's bounds would call nan "not less than or equal to 1": one message for every miss
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value <= 1:
+            raise ValueError(f"must be a number in [0, 1], got {value}")
+        return value
+
     @field_validator("secagg_workers", mode="before")
     @classmethod
     def _worker_count(cls, value: Any) -> Any:
