@@ -270,16 +270,25 @@ def load_experiment(path: str | Path) -> Experiment:
         raise InvalidInputError("config", f"{file}: {field or 'input'}: {message}") from None
 
 
-def _check_training_options(cells: list[CellSpec]) -> None:
-    """Every cell's ``TrainConfig`` is valid (``InvalidInputError("train.<field>")`` naming
-    the setting and dataset whose training options are not), before any cell trains."""
+def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) -> None:
+    """Every cell's ``TrainConfig`` is valid, before any cell trains: an ``InvalidInputError``
+    names the train block the bad value came from (a setting's wins over a dataset's over
+    the shared one, as they merge): ``settings.<name>.train.<field>``,
+    ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
     from trainer.experiments.cell import cell_config
 
+    settings = {s.name: s for s in experiment.settings}
     for cell in cells:
         try:
             cell_config(cell)
         except ValidationError as exc:
             field, message = validation_error_line(exc.errors(include_url=False))
+            key = field.split(".")[0]
+            setting = settings.get(cell.setting)
+            if field and setting is not None and key in setting.train:
+                raise InvalidInputError(f"settings.{setting.name}.train.{field}", message) from None
+            if field and key in cell.dataset.train:
+                raise InvalidInputError(f"datasets.{cell.dataset.name}.train.{field}", message) from None
             raise InvalidInputError(
                 f"train.{field}" if field else "train", f"{message} (setting {cell.setting}, dataset {cell.dataset.name})"
             ) from None
@@ -378,7 +387,7 @@ def _expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke
                             smoke=smoke,
                         )
                     )
-    _check_training_options(cells)
+    _check_training_options(experiment, cells)
     ids = [c.cell_id for c in cells]
     if len(set(ids)) != len(ids):
         raise InvalidInputError("cells", "two cells have the same id (repeated setting or dataset name)")
