@@ -90,6 +90,10 @@ def train_config(run_config: Mapping[str, Any]) -> Any:
         raise InvalidInputError(
             "secagg-execution", "is a simulation setting; on Flower, the nodes run the real protocol"
         )
+    if config.secagg_workers != "auto":
+        raise InvalidInputError(
+            "secagg-workers", "is a simulation setting; on Flower, every node runs its own secure-aggregation client"
+        )
     if config.opt_out_assignment != "random":
         # nodes declare their own group (node config); a study's skewed dealing is the simulator's
         raise InvalidInputError(
