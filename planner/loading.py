@@ -1,20 +1,24 @@
 """Reading scenarios, changes and plans from JSON or YAML files (or dicts).
 
 File problems (missing, unreadable, not JSON/YAML, not an object) are
-:class:`~accounting.errors.InvalidInputError` naming the kind of document; content problems
-are pydantic validation errors naming the field. Both map to exit code 2 / HTTP 422.
+:class:`~accounting.errors.InvalidInputError` naming the kind of document and the file;
+content problems of a file name the kind, the file and the field (:func:`naming_file`), those
+of a dict (the service's bodies) are pydantic validation errors naming the field. All map to
+exit code 2 / HTTP 422.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_line
 from planner.schema import Changes, Plan, Scenario, load_plan
 
 
@@ -179,22 +183,46 @@ def yaml_error_line(exc: Exception, path: str | Path, text: str) -> str:
     return f"{path}: not valid YAML: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
+@contextmanager
+def naming_file(kind: str, path: str | Path | dict[str, Any] | None) -> Iterator[None]:
+    """Errors in the content of a document read from the file ``path`` name the file, then
+    the field's path in the document, as a file that does not parse does:
+    ``InvalidInputError(kind)`` reading ``scenario: bad.yaml: groups.0.epsilon: Input should
+    be greater than 0`` for pydantic's ``ValidationError`` (its first error), ``plan:
+    plan.json: schema_version: missing: ...`` for an ``InvalidInputError``. A document given
+    as a dict (``path`` a dict or None) has no file: its errors pass unchanged."""
+    if path is None or isinstance(path, dict):
+        yield
+        return
+    try:
+        yield
+    except ValidationError as exc:
+        field, message = validation_error_line(exc.errors(include_url=False))
+        raise InvalidInputError(kind, f"{path}: {field or 'input'}: {message}") from None
+    except InvalidInputError as exc:
+        raise InvalidInputError(kind, f"{path}: {exc.message}") from None
+
+
 def load_scenario_document(source: str | Path | dict[str, Any]) -> BaseModel:
     """A validated scenario of the privacy unit it names (``privacy_unit``, default
-    ``client``) from a JSON/YAML file or a dict; an unknown unit is refused by name."""
+    ``client``) from a JSON/YAML file or a dict; an unknown unit is refused by name.
+    Errors in a file's content name the file (:func:`naming_file`)."""
     from planner.units import load_scenario_document as validate
 
-    return validate(read_document(source, "scenario"))
+    document = read_document(source, "scenario")
+    with naming_file("scenario", source):
+        return validate(document)
 
 
 def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
     """A validated client-level :class:`Scenario` from a JSON/YAML file or a dict."""
     scenario = load_scenario_document(source)
     if not isinstance(scenario, Scenario):
-        raise InvalidInputError(
-            "privacy_unit",
-            f"this command plans client-level scenarios; this one's privacy_unit is {getattr(scenario, 'privacy_unit', None)!r}",
-        )
+        with naming_file("scenario", source):
+            raise InvalidInputError(
+                "privacy_unit",
+                f"this command plans client-level scenarios; this one's privacy_unit is {getattr(scenario, 'privacy_unit', None)!r}",
+            )
     return scenario
 
 
@@ -213,5 +241,8 @@ def load_changes(source: str | Path | dict[str, Any]) -> Changes:
 
 
 def load_plan_file(source: str | Path | dict[str, Any]) -> Plan:
-    """A plan document of a known schema version from a file or a dict."""
-    return load_plan(read_document(source, "plan"))
+    """A client-level plan document of a known schema version from a file or a dict;
+    errors in a file's content name the file (:func:`naming_file`)."""
+    document = read_document(source, "plan")
+    with naming_file("plan", source):
+        return load_plan(document)

@@ -74,14 +74,15 @@ def _plan_from_args(
     ``prepare_run`` dispatches on it. ``config_for(rounds)`` is the run's configuration; the
     dataset loaded to build the model is returned so the run does not load it again.
     """
-    from planner.loading import read_document
+    from planner.loading import naming_file, read_document
     from planner.schema import load_plan_document
 
     if args.plan is not None:
         if args.method is not None:
             raise InvalidInputError("method", "--method goes with --scenario, not --plan")
         document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON, like every document
-        return load_plan_document(document), document, None
+        with naming_file("plan", args.plan):
+            return load_plan_document(document), document, None
     if args.scenario is not None:
         if not args.method:
             raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
@@ -92,11 +93,14 @@ def _plan_from_args(
 
         data = read_document(args.scenario, "scenario")
         dataset = None
-        if "model_dim" in privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_fields:
+        with naming_file("scenario", args.scenario):
+            planned_for_model = "model_dim" in privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_fields
+        if planned_for_model:
             from trainer.engines import num_params
             from trainer.run.runner import build_run_model, load_run_data
 
-            draft: Any = load_scenario_document({**data, "model_dim": data.get("model_dim", 1)})  # validates the rest
+            with naming_file("scenario", args.scenario):  # validates the rest
+                draft: Any = load_scenario_document({**data, "model_dim": data.get("model_dim", 1)})
             config = config_for(draft.rounds)
             dataset = load_run_data(config, draft.total_clients)
             dim = num_params(build_run_model(config, dataset))
@@ -104,7 +108,8 @@ def _plan_from_args(
                 _warn(f"the scenario's model_dim {data['model_dim']} is replaced by the model's {dim} parameters")
             scenario = draft.model_copy(update={"model_dim": dim})
         else:
-            scenario = load_scenario_document(data)
+            with naming_file("scenario", args.scenario):
+                scenario = load_scenario_document(data)
         plan = make_plan(scenario, args.method)
         return plan, plan.model_dump(mode="json"), dataset
     return None
@@ -150,6 +155,7 @@ def _link(args: argparse.Namespace, url: str) -> Any:
 def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path, Any]:
     """The plan, its document, the run configuration, the run directory and the dataset if
     one was loaded already (None: the run loads it), all validated."""
+    from planner.loading import naming_file
     from planner.schema import load_plan_document
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
     from trainer.run.reporting import fetch_service_plan
@@ -159,7 +165,8 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
             raise InvalidInputError("resume", "--resume needs --out, the run directory to continue")
         run_dir = check_resumable_run_directory(args.out)
         stored_document = read_json_file(run_dir.plan, "plan")
-        stored_plan = load_plan_document(stored_document)
+        with naming_file("plan", run_dir.plan):
+            stored_plan = load_plan_document(stored_document)
         config = config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
         given = _plan_from_args(args, lambda rounds: config)
         if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(

@@ -134,3 +134,51 @@ def test_replan_names_every_changes_field_with_one_prefix(capsys, tmp_path):
     conflict = one_line_error(capsys, argv)
     assert "changes.groups.0.epsilon: " in invalid and "Value error" not in invalid, invalid
     assert "changes.groups.0.epsilon" in conflict, conflict
+
+
+def _invalid_files(tmp_path: Path) -> dict[str, Path]:
+    """A scenario (JSON and YAML) and a plan whose content does not validate."""
+    import yaml
+
+    scenario = json.loads((ROOT / "examples" / "scenario.json").read_text())
+    scenario["groups"][0]["epsilon"] = -1
+    files = {"scenario": tmp_path / "bad-scenario.json", "yaml": tmp_path / "bad-scenario.yaml",
+             "plan": tmp_path / "bad-plan.json", "versionless": tmp_path / "versionless.json"}
+    files["scenario"].write_text(json.dumps(scenario))
+    files["yaml"].write_text(yaml.safe_dump(scenario))
+    assert run(["plan", str(ROOT / "examples" / "scenario.json"), "--out", str(files["plan"])]) == 0
+    plan = json.loads(files["plan"].read_text())
+    files["versionless"].write_text(json.dumps({k: v for k, v in plan.items() if k != "schema_version"}))
+    plan["rounds"] = -3
+    files["plan"].write_text(json.dumps(plan))
+    return files
+
+
+@pytest.mark.parametrize(
+    "argv, kind, file, where",
+    [
+        (["plan", "{scenario}"], "scenario", "scenario", "groups.0.epsilon: Input should be greater than 0"),
+        (["plan", "{yaml}"], "scenario", "yaml", "groups.0.epsilon: Input should be greater than 0"),
+        (["plan", "sweep", "{scenario}", "--group", "strict", "--epsilons", "1"], "scenario", "scenario",
+         "groups.0.epsilon: Input should be greater than 0"),
+        (["train", "--scenario", "{yaml}", "--method", "gdpfed_plus", "--dataset", "synthetic", "--model", "logreg",
+          "--out", "{tmp}/run"], "scenario", "yaml", "groups.0.epsilon: Input should be greater than 0"),
+        (["train", "--plan", "{plan}", "--dataset", "synthetic", "--model", "logreg", "--out", "{tmp}/run"],
+         "plan", "plan", "rounds: Input should be greater than or equal to 0"),
+        (["train", "--plan", "{versionless}", "--dataset", "synthetic", "--model", "logreg", "--out", "{tmp}/run"],
+         "plan", "versionless", "schema_version: missing"),
+        (["plan", "replan", "{plan}", "--changes", "{tmp}/none.json", "--rounds-done", "1"], "plan", "plan", "rounds: Input should be greater than or equal to 0"),
+        (["flower", "app", "--plan", "{plan}", "--dataset", "synthetic", "--model", "logreg", "--out", "{tmp}/app",
+          "--run-dir", "{tmp}/run"], "plan", "plan", "rounds: Input should be greater than or equal to 0"),
+    ],
+)
+def test_an_invalid_scenario_or_plan_file_is_named_with_the_field(capsys, tmp_path, argv, kind, file, where):
+    """As a file that does not parse, and as gdpfed experiment's configurations: exit 2, one
+    line, ``KIND: FILE: field.path: problem``."""
+    if argv[0] == "flower":
+        pytest.importorskip("flwr", reason="the flower extra is not installed")
+    files = _invalid_files(tmp_path)
+    (tmp_path / "none.json").write_text("{}")
+    err = one_line_error(capsys, [a.format(tmp=tmp_path, **files) for a in argv])
+    assert err.startswith(f"gdpfed {argv[0]}: error: {kind}: {files[file]}: {where}"), err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "app").exists()

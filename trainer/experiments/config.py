@@ -254,20 +254,17 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate a configuration: JSON for a ``.json`` file, else YAML. An invalid
     one is ``InvalidInputError("config")`` naming the file, then the field's path in it
     (``config: exp.yaml: methods.1: unknown method 'x'``), as a file that does not parse is."""
-    from planner.loading import parse_json, parse_yaml, read_text
+    from planner.loading import naming_file, parse_json, parse_yaml, read_text
 
     file = Path(path)
     text = read_text(file, "config")
     data = parse_json(text, file, "config") if file.suffix.lower() == ".json" else parse_yaml(text, file, "config")
     if not isinstance(data, dict):
         raise InvalidInputError("config", f"{file} must hold a mapping")
-    try:
+    with naming_file("config", file):
         if data.get("kind", "train") == "sweep":
             return SweepExperiment.model_validate(data)
         return TrainExperiment.model_validate(data)
-    except ValidationError as exc:
-        field, message = validation_error_line(exc.errors(include_url=False))
-        raise InvalidInputError("config", f"{file}: {field or 'input'}: {message}") from None
 
 
 def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) -> None:
@@ -345,10 +342,10 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
     configuration fails before any training, with ``InvalidInputError("config")`` naming
     ``config_path`` and the setting.
     """
-    try:
+    from planner.loading import naming_file
+
+    with naming_file("config", config_path):
         return _expand_cells(experiment, config_path, smoke=smoke)
-    except InvalidInputError as exc:
-        raise InvalidInputError("config", f"{config_path}: {exc.message}") from None
 
 
 def _expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke: bool) -> list[CellSpec]:

@@ -82,7 +82,7 @@ def refuse_client_state(strategy: str) -> None:
 
 
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from planner.loading import read_document
+    from planner.loading import naming_file, read_document
     from planner.schema import load_plan
     from planner.verify import verify_executable
     from trainer.flower import check_flwr_version
@@ -93,7 +93,8 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
-    plan = load_plan(document)
+    with naming_file("plan", args.plan):
+        plan = load_plan(document)
     verify_executable(plan)
     config = config_from_args(args, None, plan.rounds)
     if config.rounds > plan.rounds:
@@ -123,7 +124,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(plan, plan document, run config) of an app directory."""
     import tomllib
 
-    from planner.loading import read_text
+    from planner.loading import naming_file, read_text
     from planner.schema import load_plan
     from trainer.run.options import read_json_file
 
@@ -139,7 +140,8 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         raise InvalidInputError("app_dir", f"{manifest} has no [tool.flwr.app.config] table: rewrite it with gdpfed flower app") from None
     if not isinstance(run_config, dict):
         raise InvalidInputError("app_dir", f"{manifest}: [tool.flwr.app.config] is not a table")
-    return load_plan(document), document, run_config
+    with naming_file("plan", app_dir / "plan.json"):
+        return load_plan(document), document, run_config
 
 
 def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
