@@ -268,27 +268,43 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) -> None:
-    """Every cell's ``TrainConfig`` is valid, before any cell trains: an ``InvalidInputError``
-    names the train block the bad value came from (a setting's wins over a dataset's over
-    the shared one, as they merge): ``settings.<name>.train.<field>``,
+    """Every cell's ``TrainConfig`` is valid and sets no option its privacy unit's mechanism
+    never reads (``TrainingMechanism.unused_options``: ``secagg_mode`` on a metric or silo
+    cell, as ``gdpfed train`` refuses ``--secagg`` there), before any cell trains: an
+    ``InvalidInputError`` names the train block the value came from (a setting's wins over a
+    dataset's over the shared one, as they merge): ``settings.<name>.train.<field>``,
     ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
+    from planner.units import privacy_unit
     from trainer.experiments.cell import cell_config
+    from trainer.experiments.units import unit_name
+    from trainer.run.mechanisms import MECHANISMS
+    from trainer.run.options import unused_option_reason
 
     settings = {s.name: s for s in experiment.settings}
+
+    def refuse(cell: CellSpec, field: str, message: str) -> InvalidInputError:
+        key = field.split(".")[0]
+        setting = settings.get(cell.setting)
+        if field and setting is not None and key in setting.train:
+            return InvalidInputError(f"settings.{setting.name}.train.{field}", message)
+        if field and key in cell.dataset.train:
+            return InvalidInputError(f"datasets.{cell.dataset.name}.train.{field}", message)
+        return InvalidInputError(
+            f"train.{field}" if field else "train", f"{message} (setting {cell.setting}, dataset {cell.dataset.name})"
+        )
+
     for cell in cells:
         try:
             cell_config(cell)
         except ValidationError as exc:
-            field, message = validation_error_line(exc.errors(include_url=False))
-            key = field.split(".")[0]
-            setting = settings.get(cell.setting)
-            if field and setting is not None and key in setting.train:
-                raise InvalidInputError(f"settings.{setting.name}.train.{field}", message) from None
-            if field and key in cell.dataset.train:
-                raise InvalidInputError(f"datasets.{cell.dataset.name}.train.{field}", message) from None
-            raise InvalidInputError(
-                f"train.{field}" if field else "train", f"{message} (setting {cell.setting}, dataset {cell.dataset.name})"
-            ) from None
+            raise refuse(cell, *validation_error_line(exc.errors(include_url=False))) from None
+        # an option the cell's mechanism never reads, refused as gdpfed train refuses its flag
+        unit = unit_name(cell.scenario)
+        mechanism = MECHANISMS[privacy_unit(unit).mechanism]
+        given = {**experiment.train, **cell.dataset.train, **getattr(settings.get(cell.setting), "train", {})}
+        for name in mechanism.unused_options:
+            if name in given:
+                raise refuse(cell, name, unused_option_reason(name, mechanism, unit))
 
 
 def cell_id(setting: str, dataset: str, method: str, seed: int) -> str:

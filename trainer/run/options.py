@@ -68,8 +68,14 @@ def refuse_unused_options(args: argparse.Namespace, mechanism: Any, unit: str) -
                 "strategy_options": "strategy_option"}
     for name in mechanism.unused_options:
         if getattr(args, arg_name.get(name, name), None) is not None:
-            flag = option_flag(name)
-            raise InvalidInputError(flag.lstrip("-"), f"{unit} runs do not use {flag}: {mechanism.unused_reason}")
+            raise InvalidInputError(option_flag(name).lstrip("-"), unused_option_reason(name, mechanism, unit))
+
+
+def unused_option_reason(name: str, mechanism: Any, unit: str) -> str:
+    """Why ``mechanism`` (of ``unit``'s runs) refuses the ``TrainConfig`` field ``name``, one
+    of its ``unused_options``, named as the command line spells it: ``metric_local runs do
+    not use --secagg: ...`` (``gdpfed train`` and ``gdpfed experiment``'s train blocks)."""
+    return f"{unit} runs do not use {option_flag(name)}: {mechanism.unused_reason}"
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

@@ -107,8 +107,8 @@ SILOS = {
 
 
 def test_silo_methods_are_their_own_strategies_and_settings_mix_budgets():
-    exp = experiment(
-        scenario=SILOS, methods=["mrmtl", "local", {"name": "mrmtl-l3", "plan": "mrmtl", "options": {"prox": 3.0}}],
+    exp = experiment(  # silo runs take batch sizes and steps from the plan: TINY's would be refused
+        scenario=SILOS, train={"lr": 0.1}, methods=["mrmtl", "local", {"name": "mrmtl-l3", "plan": "mrmtl", "options": {"prox": 3.0}}],
         strategies={"mrmtl": {"prox": 0.3}}, settings=[{"name": "mix", "silo_epsilons": [0.5, 4.0]}],
     )
     cells = expand_cells(exp, "silo.yaml")
