@@ -297,6 +297,12 @@ epsilons: [1.0]
 def test_a_bad_configuration_is_one_line_naming_the_file_and_the_field(tmp_path, capsys, text, where):
     """As gdpfed plan and train name the file they read: exit 2, one line, no traceback,
     before any cell trains or anything is written."""
+    assert_refused_before_any_cell(tmp_path, capsys, text, where)
+
+
+def assert_refused_before_any_cell(tmp_path, capsys, text: str, where: str) -> None:
+    """``gdpfed experiment`` on config ``text``: exit 2, one line starting with the file and
+    ``where``, and no cell trained or result written."""
     config = tmp_path / "bad.yaml"
     config.write_text(text)
     code = gdpfed(["experiment", str(config), "--out", str(tmp_path / "o")])

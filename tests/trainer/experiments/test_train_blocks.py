@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli import run as gdpfed
-from tests.trainer.experiments.test_runner import TINY
+from tests.trainer.experiments.test_runner import TINY, assert_refused_before_any_cell
 
 SILO_TINY = """
 name: silos
@@ -65,11 +64,5 @@ seeds: [0]
     ],
 )
 def test_a_bad_train_value_names_its_block_before_any_cell_runs(tmp_path, capsys, text, where):
-    config = tmp_path / "bad.yaml"
-    config.write_text(text)
-    code = gdpfed(["experiment", str(config), "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"gdpfed experiment: error: config: {config}: {where}"), err
-    assert not (tmp_path / "o" / "cells").exists()
+    assert_refused_before_any_cell(tmp_path, capsys, text, where)
 
