@@ -122,7 +122,9 @@ def test_a_registered_unit_plugs_in_and_client_paths_refuse_it(tmp_path: Path, c
     scenario_file.write_text(json.dumps({"privacy_unit": "test_silo", "silos": {"a": 1.0, "b": 4.0}, "rounds": 8}))
     with pytest.raises(InvalidInputError) as exc:
         load_scenario_document(scenario_file)
-    assert exc.value.field == "privacy_unit" and "'test_silo'" in str(exc.value)
+    # a file's content error names the file, then the field (planner.loading.naming_file)
+    assert exc.value.field == "scenario" and f"{scenario_file}: privacy_unit: " in str(exc.value)
+    assert "'test_silo'" in str(exc.value)
     with fake_unit.registered():
         scenario = load_scenario_document(scenario_file)
         assert isinstance(scenario, fake_unit.FakeScenario)
@@ -144,7 +146,8 @@ def test_a_registered_unit_plugs_in_and_client_paths_refuse_it(tmp_path: Path, c
         assert exc.value.field == "privacy_unit" and "'test_silo'" in str(exc.value)
         with pytest.raises(InvalidInputError) as exc:
             load_scenario(scenario_file)
-        assert exc.value.field == "privacy_unit" and "'test_silo'" in str(exc.value)
+        assert exc.value.field == "scenario" and f"{scenario_file}: privacy_unit: " in str(exc.value)
+        assert "'test_silo'" in str(exc.value)
         path = tmp_path / "plan.json"
         path.write_text(json.dumps(document))
         err = one_line_error(capsys, ["plan", "replan", str(path), "--rounds-done", "1", "--changes", str(CHANGES)])
