@@ -229,13 +229,9 @@ def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
 def load_changes(source: str | Path | dict[str, Any]) -> Changes:
     """Validated :class:`Changes` (re-planning) from a JSON/YAML file or a dict; a field is
     named ``changes.<path>``, as a budget conflict of the same re-plan names it."""
-    import pydantic
-
-    from accounting.errors import validation_error_line
-
     try:
         return Changes.model_validate(read_document(source, "changes"))
-    except pydantic.ValidationError as exc:
+    except ValidationError as exc:
         field, message = validation_error_line(exc.errors(include_url=False))
         raise InvalidInputError(f"changes.{field}" if field else "changes", message) from None
 

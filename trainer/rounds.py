@@ -46,7 +46,6 @@ from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
-from trainer.secagg.parallel import session_workers
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
     PURPOSE_DROPOUT,
@@ -340,7 +339,7 @@ class RoundEngine:
             return exact_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
                              drop_before_unmasking=before_unmasking)
         degree = len(pool_vectors) - 1 if graph.neighbours is None else graph.neighbours
-        workers = session_workers(len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize)
+        workers = secagg_parallel.session_workers(len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize)
         if self.secagg_workers is not None:
             workers = min(workers, self.secagg_workers)
         return secure_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
