@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import httpx
 import pytest
+import torch
 
 from app.main import create_app
 from app.settings import Settings
 from planner.schema import load_plan
-from tests.trainer.trainer_plans import quiet_progress
+from tests.trainer.trainer_plans import NullStream, comparable, quiet_progress
 from trainer.run.checkpoint import load_checkpoint
+from trainer.run.metrics import read_rounds
+from trainer.run.progress import Progress
 from trainer.run.reporting import ReportingStoppedError, RoundReporter, ServiceLink
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 
@@ -53,28 +56,22 @@ def _link(client: Any) -> ServiceLink:
     return ServiceLink("http://testserver", TOKEN, client=client, backoff_s=0.0)
 
 
-class BetweenRounds:
-    """A progress display that runs ``action(round)`` after the given global rounds."""
+class BetweenRounds(Progress):
+    """A quiet progress display that runs ``action()`` after the given global rounds."""
 
     def __init__(self, total: int, actions: dict[int, Any]) -> None:
-        self.inner = quiet_progress(total)
+        super().__init__(total, 0, stream=cast(TextIO, NullStream()), use_bar=False)
         self.actions = actions
 
-    def message(self, text: str) -> None:
-        self.inner.message(text)
-
     def round_done(self, record: Any) -> None:
-        self.inner.round_done(record)
+        super().round_done(record)
         action = self.actions.get(record.round)
         if action is not None:
             action()
 
-    def close(self) -> None:
-        self.inner.close()
 
-
-def _population_plan(client: Any) -> dict[str, Any]:
-    population = client.post("/v1/populations", json={"name": "p", "scenario": SCENARIO})
+def _population_plan(client: Any, name: str = "p") -> dict[str, Any]:
+    population = client.post("/v1/populations", json={"name": name, "scenario": SCENARIO})
     assert population.status_code == 201, population.text
     plan = client.post(f"/v1/populations/{population.json()['id']}/plans")
     assert plan.status_code == 201, plan.text
@@ -110,6 +107,65 @@ def test_budget_change_mid_run_is_followed_and_both_ledgers_agree(client: Any, t
     # each round was claimed then completed exactly once, on the plan that ran it
     rounds = [r for r in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines() if r]
     assert len(rounds) == 6
+
+
+def test_resume_after_following_a_replan_continues_on_it_and_follows_one_made_while_down(
+    client: Any, tmp_path: Path
+) -> None:
+    """Issue 25 §1: a run that followed a re-plan (strict 2 -> 3 after round 1, from round 2)
+    is interrupted after round 3; strict is raised again (3 -> 4, from round 4) while it is
+    down. ``--resume`` continues on the re-plan it was executing (it refused: "it starts at
+    round 2, this run is at round 4"), follows the one made while it was down, and ends
+    exactly as an uninterrupted run with the same two changes: parameters, log and
+    ledger, the service's equal to the summary."""
+    config = TrainConfig(**CONFIG, rounds=6)
+
+    def raise_strict(document: dict[str, Any], epsilon: float) -> Any:
+        def change() -> None:
+            response = client.patch(f"/v1/populations/{document['population_id']}/groups/strict",
+                                    json={"epsilon": epsilon})
+            assert response.status_code == 200, response.text
+        return change
+
+    whole = _population_plan(client, "uninterrupted")
+    prepared = prepare_run(load_plan(whole), whole, config, tmp_path / "whole")
+    expected = execute_run(prepared, reporter=RoundReporter(_link(client), whole["id"]), plan_id=whole["id"],
+                           progress=BetweenRounds(6, {1: raise_strict(whole, 3.0), 3: raise_strict(whole, 4.0)}))
+    assert len(expected.superseded_plans) == 2
+
+    document = _population_plan(client, "interrupted")
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=BetweenRounds(6, {1: raise_strict(document, 3.0), 3: interrupt}))
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert state["next_round"] == 4 and state["current_plan"]["start_round"] == 2
+    raise_strict(document, 4.0)()  # the operator's second change lands while the run is down
+
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    summary = execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                          progress=quiet_progress(6))
+    assert summary.complete and summary.rounds_run == 6 and summary.reports_pending == 0
+    assert len(summary.superseded_plans) == 2 and summary.superseded_plans[0] == document["id"]
+    assert summary.epsilon_target["strict"] == 4.0
+    assert summary.epsilon_spent == expected.epsilon_spent
+    assert torch.equal(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["global_params"])
+    records = read_rounds(tmp_path / "run" / "rounds.jsonl")
+    assert [r.round for r in records] == list(range(6))
+    assert comparable(records) == comparable(read_rounds(tmp_path / "whole" / "rounds.jsonl"))
+
+    starts = [client.get(f"/v1/plans/{plan_id}/ledger").json()["start_round"]
+              for plan_id in [*summary.superseded_plans, summary.plan_id]]
+    assert starts == [0, 2, 4]
+    last = client.get(f"/v1/plans/{summary.plan_id}/ledger").json()
+    assert last["rounds_counted"] == 2 and last["rounds_reported"] == 2
+    service_spent = {g["id"]: g["epsilon_spent"] for g in last["groups"]}
+    assert service_spent == pytest.approx(summary.epsilon_spent, rel=1e-12)
 
 
 def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(client: Any, tmp_path: Path) -> None:

@@ -496,7 +496,7 @@ def switch_plan(
     global_round: int,
     epsilon_fn: EpsilonFn | None = None,
     *,
-    check_history: bool = True,
+    resuming: bool = False,
 ) -> PrivacyLedger:
     """Continue the run on ``document``, the service's re-plan, from ``global_round``.
 
@@ -505,6 +505,13 @@ def switch_plan(
     ids and client counts: the simulator cannot re-deal clients mid-run), and its spent
     history must be exactly what this run's ledger spent so far (docs/ledger.md §6).
     The global parameters and the strategy's state carry over. Returns the new ledger.
+
+    ``resuming``: ``document`` is the plan a checkpoint was executing and ``global_round``
+    the next round to run. The run switched to it at its own ``start_round``, which must
+    lie in this run's rounds up to ``global_round``, and is rebuilt as of that round (the
+    round engine sized for the rounds from there, as the uninterrupted run built it); the
+    spent history is checked when the checkpoint's ledger is loaded into the returned one
+    (``PrivacyLedger.load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
     """
     from planner.ledger import merge_phases
     from planner.schema import load_plan
@@ -520,13 +527,20 @@ def switch_plan(
     current = prepared.plan
     end = prepared.run_start + prepared.config.rounds
     problems = []
-    if successor.start_round != global_round:
+    if resuming:
+        if not prepared.run_start <= successor.start_round <= global_round:
+            problems.append(
+                f"it starts at round {successor.start_round}, outside this run's rounds {prepared.run_start} to "
+                f"{global_round} (the checkpoint's next round)"
+            )
+        global_round = successor.start_round
+    elif successor.start_round != global_round:
         problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
     if successor.start_round + successor.rounds < end:
         problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
     if [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]:
         problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
-    elif check_history:
+    elif not resuming:
         for group in successor.groups:
             mine = merge_phases(ledger.phases(group.id))
             theirs = merge_phases(plan_ledger.group_history(successor, group, 0))
@@ -642,10 +656,11 @@ def execute_run(
         params = state["global_params"].to(prepared.device)
         prepared.strategy.load_state_dict(state["strategy"])
         if state.get("current_plan") is not None:
-            # the run had followed a re-plan: continue on it (verified again, never trusted)
+            # the run had followed a re-plan: continue on it from its own start round (verified
+            # again, never trusted); a re-plan made while the run was down is followed at its claim
             prepared.plan_history = list(state.get("plan_history", []))
             ledger = switch_plan(prepared, ledger, state["current_plan"], prepared.run_start + next_round,
-                                 epsilon_fn, check_history=False)
+                                 epsilon_fn, resuming=True)
         ledger.load_state_dict(state["ledger"])
         if ledger.rounds_run != prepared.run_start + next_round - prepared.plan.start_round:
             raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
