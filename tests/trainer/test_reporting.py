@@ -14,11 +14,12 @@ import httpx
 import pytest
 import torch
 
+from accounting.errors import InvalidInputError
 from app.main import create_app
 from app.settings import Settings
 from planner.schema import load_plan
 from tests.trainer.trainer_plans import NullStream, comparable, quiet_progress
-from trainer.run.checkpoint import load_checkpoint
+from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.reporting import ReportingStoppedError, RoundReporter, ServiceLink
@@ -166,6 +167,38 @@ def test_resume_after_following_a_replan_continues_on_it_and_follows_one_made_wh
     assert last["rounds_counted"] == 2 and last["rounds_reported"] == 2
     service_spent = {g["id"]: g["epsilon_spent"] for g in last["groups"]}
     assert service_spent == pytest.approx(summary.epsilon_spent, rel=1e-12)
+
+
+def test_resume_refuses_a_checkpoint_whose_replan_starts_outside_the_run(client: Any, tmp_path: Path) -> None:
+    """The plan a checkpoint was executing is verified again on resume: one that starts after
+    the checkpoint's next round (a damaged checkpoint) is refused naming resume, before any round."""
+    document = _population_plan(client)
+
+    def raise_strict() -> None:
+        response = client.patch(f"/v1/populations/{document['population_id']}/groups/strict", json={"epsilon": 3.0})
+        assert response.status_code == 200, response.text
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=BetweenRounds(6, {0: raise_strict, 1: interrupt}))
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = load_checkpoint(path)
+    assert state["next_round"] == 2 and state["current_plan"]["start_round"] == 1
+    state["current_plan"]["start_round"] = 7
+    save_checkpoint(path, {name: value for name, value in state.items() if name != "format"})
+    logged = (tmp_path / "run" / "rounds.jsonl").read_text()
+
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    with pytest.raises(InvalidInputError, match="starts at round 7, outside this run's rounds 0 to 2") as refused:
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=quiet_progress(6))
+    assert refused.value.field == "resume"
+    assert (tmp_path / "run" / "rounds.jsonl").read_text() == logged
 
 
 def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(client: Any, tmp_path: Path) -> None:

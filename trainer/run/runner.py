@@ -529,9 +529,10 @@ def switch_plan(
     problems = []
     if resuming:
         if not prepared.run_start <= successor.start_round <= global_round:
-            problems.append(
-                f"it starts at round {successor.start_round}, outside this run's rounds {prepared.run_start} to "
-                f"{global_round} (the checkpoint's next round)"
+            # a damaged checkpoint, not the service's doing: bad input (exit 2), as its other checks
+            raise InvalidInputError(
+                "resume", f"the checkpoint's plan {name} starts at round {successor.start_round}, outside this "
+                f"run's rounds {prepared.run_start} to {global_round} (the checkpoint's next round)"
             )
         global_round = successor.start_round
     elif successor.start_round != global_round:
