@@ -240,6 +240,51 @@ def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(clie
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"] == []
 
 
+def test_a_finished_run_that_followed_a_replan_delivers_its_pending_reports_on_resume(
+    client: Any, tmp_path: Path
+) -> None:
+    """A run that followed a re-plan and finished with undelivered reports (exit 3, "rerun with
+    --resume to deliver them") delivers them on resume; the resume refused before (the re-plan
+    starts at round 2, "this run is at round 4"), so those rounds were never completed."""
+    document = _population_plan(client)
+    flaky = {"fail": False}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if flaky["fail"] and b'"completed"' in request.content:
+            return httpx.Response(503)
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    def link() -> ServiceLink:
+        proxy = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://testserver")
+        return ServiceLink("http://testserver", TOKEN, client=proxy, backoff_s=0.0)
+
+    def raise_strict() -> None:
+        response = client.patch(f"/v1/populations/{document['population_id']}/groups/strict", json={"epsilon": 3.0})
+        assert response.status_code == 200, response.text
+
+    def service_goes_flaky() -> None:
+        flaky["fail"] = True
+
+    config = TrainConfig(**CONFIG, rounds=4)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    summary = execute_run(prepared, reporter=RoundReporter(link(), document["id"]), plan_id=document["id"],
+                          progress=BetweenRounds(4, {1: raise_strict, 2: service_goes_flaky}))
+    assert summary.complete and summary.reports_pending == 1 and len(summary.superseded_plans) == 1
+
+    flaky["fail"] = False
+    resumed = RoundReporter(link(), document["id"])
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    summary = execute_run(prepared, reporter=resumed, plan_id=document["id"], progress=quiet_progress(4))
+    assert summary.reports_pending == 0 and resumed.delivered == 1
+    assert summary.superseded_plans == [document["id"]] and summary.plan_id != document["id"]
+    ledger = client.get(f"/v1/plans/{summary.plan_id}/ledger").json()
+    assert ledger["start_round"] == 2 and ledger["rounds_counted"] == 2 and ledger["rounds_reported"] == 2
+    assert {g["id"]: g["epsilon_spent"] for g in ledger["groups"]} == pytest.approx(summary.epsilon_spent, rel=1e-12)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"] == []
+
+
 def test_unreachable_service_stops_before_running_an_unclaimed_round(tmp_path: Path) -> None:
     document = None
 
