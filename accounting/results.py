@@ -12,6 +12,9 @@ import pydantic
 
 from accounting.accountants import AccountantName
 
+# What a calibration solved for (named so the service's OpenAPI document names it).
+SolvedFor = Literal["noise_multiplier", "sampling_rate", "rounds"]
+
 
 class EpsilonReport(pydantic.BaseModel):
     """The privacy spent by a history of events at ``delta``.
@@ -46,7 +49,7 @@ class Calibration(pydantic.BaseModel):
     events alone.
     """
 
-    solved_for: Literal["noise_multiplier", "sampling_rate", "rounds"]
+    solved_for: SolvedFor
     sampling_rate: float
     noise_multiplier: float
     rounds: int

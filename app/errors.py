@@ -16,7 +16,6 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accounting.errors import (
@@ -27,6 +26,7 @@ from accounting.errors import (
     validation_error_location,
     validation_error_message,
 )
+from planner.service_api import ErrorBody
 
 logger = logging.getLogger("gdpfed.app")
 
@@ -44,18 +44,6 @@ _STATUS_CODES: dict[int, str] = {
     429: "too_many_requests",
     503: "unavailable",
 }
-
-
-class ErrorBody(BaseModel):
-    """The JSON body of every error response."""
-
-    code: str
-    message: str
-    field: str | None = None
-    superseded_by: str | None = Field(
-        None, description="code superseded: the plan that covers this round (its re-plan)"
-    )
-    start_round: int | None = Field(None, description="code superseded: the round the re-plan starts at")
 
 
 class ServiceError(GdpfedError):
@@ -118,6 +106,30 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
                    headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
     body = ErrorBody(code=code, message=message, field=field, **(extra or {}))
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+# What each error status means, for the OpenAPI document: every error response is
+# declared with its ErrorBody model (docs/service.md §Errors, §Clients).
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    401: "missing or invalid API key",
+    403: "the key's role does not allow this",
+    404: "no such plan, population, group or key (code not_found)",
+    409: "the change conflicts with the stored state (code conflict, budget_conflict, superseded, "
+    "no_service_ledger, ...; field names the input to blame)",
+    413: "request body too large",
+    422: "invalid input (code invalid_input, with field) or infeasible plan (code infeasible)",
+    503: "the computation ran past its time limit (code timeout), or the plan is being re-planned "
+    "(code replanning, with Retry-After)",
+}
+
+
+def error_responses(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` declaring each status's body as ``ErrorBody``; ``descriptions``
+    (keyed ``s409``) replace the general line where a route knows more."""
+    return {
+        status: {"model": ErrorBody, "description": descriptions.get(f"s{status}", ERROR_DESCRIPTIONS[status])}
+        for status in statuses
+    }
 
 
 SCENARIO_TAGS = ("client", "silo_sample")

@@ -22,10 +22,11 @@ from app.compute import ComputePool
 from app.db import make_engine, session_factory
 from app.deps import AppState
 from app.duplicate_keys import DuplicateKeyMiddleware
-from app.errors import ErrorBody, install_error_handlers
+from app.errors import error_responses, install_error_handlers
 from app.limits import BodySizeLimitMiddleware
 from app.metrics import MetricsMiddleware, make_metrics
 from app.migrate import upgrade_head
+from app.openapi import install_openapi
 from app.routes import accounting, console, health, keys, ledger, plans, populations
 from app.services.keys import INITIAL_KEY_NAME, ensure_initial_key
 from app.settings import Settings
@@ -34,16 +35,8 @@ logger = logging.getLogger("gdpfed.app")
 
 API_VERSION = "1"
 
-_ERROR_RESPONSES = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in [
-        (401, "missing or invalid API key"),
-        (403, "the key's role does not allow this"),
-        (413, "request body too large"),
-        (422, "invalid input (code invalid_input, with field) or infeasible plan (code infeasible)"),
-        (503, "the computation ran past its time limit (code timeout)"),
-    ]
-}
+# every route may answer these; routes declare their own 404 and 409 (app.errors.error_responses)
+_ERROR_RESPONSES = error_responses(401, 403, 413, 422, 503)
 
 
 def bootstrap(settings: Settings) -> tuple[AppState, str | None]:
@@ -105,8 +98,15 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
         "`X-API-Key: <key>`. Errors are JSON `{code, message, field?}`.",
         lifespan=lifespan,
         responses=_ERROR_RESPONSES,
+        # one schema per model, not pydantic's -Input/-Output pair with one title (a
+        # generated client would drop the duplicates and the responses that use them)
+        separate_input_output_schemas=False,
+        # operationId = the route function's name (create_plan, get_ledger, ...): a generated
+        # client's function names, instead of FastAPI's create_plan_v1_plans_post
+        generate_unique_id_function=lambda route: route.name,
     )
     app.state.gdpfed = state
+    install_openapi(app)
     install_error_handlers(app)
     app.add_middleware(DuplicateKeyMiddleware)  # inside the size limit: reads a bounded body
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)

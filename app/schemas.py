@@ -3,19 +3,19 @@
 Scenario, plan and change documents are the planner's own models (``planner.schema``),
 and accounting requests are ``accounting.requests``: the CLI and HTTP share one
 validation. This module adds only what is specific to the service (ids, pages, keys,
-populations, the ledger).
+populations, the ledger). The bodies the service's own clients send and read (round
+reports, ledgers, the key's identity, errors) are ``planner.service_api``'s, re-exported
+here: the trainer's reporting client uses the same classes (docs/service.md §Clients).
 """
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from accounting.accountants import AccountantName
-from accounting.events import Phase
 from accounting.validation import Flag
 from app.errors import SCENARIO_TAGS
 from app.models import as_utc
@@ -31,22 +31,19 @@ from planner.schema import (
     RequestedMethod,
     Scenario,
 )
+from planner.service_api import GroupLedger, KeyIdentity, LedgerOut, RoundReport, RoundStatus
 from planner.units.silo_sample import SILO_METHODS, SiloSamplePlan, SiloScenario
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
-PoolId = Annotated[str, Field(min_length=1, max_length=64)]
-MetricName = Annotated[str, Field(min_length=1, max_length=64)]
 # SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
-RoundStatus = Literal["started", "completed"]
+
+
+__all__ = ["GroupLedger", "KeyIdentity", "LedgerOut", "RoundReport", "RoundStatus"]  # re-exported
 
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 # --- keys -------------------------------------------------------------------------------
@@ -162,24 +159,6 @@ class ReplanRequest(_Input):
 # --- ledger -----------------------------------------------------------------------------
 
 
-class RoundReport(_Input):
-    round_index: int = Field(
-        ..., ge=0, le=10**9,
-        description="GLOBAL round index: plan.start_round <= round_index < plan.start_round + plan.rounds",
-    )
-    status: RoundStatus = Field(
-        "completed",
-        description="started: claim the round before running it (an attached trainer; the round counts "
-        "as spent from then on); completed: the round ran, with its aborted pools and metrics",
-    )
-    aborted_pools: list[PoolId] = Field(default_factory=list, max_length=10_000)
-    metrics: dict[MetricName, Annotated[float | None, AfterValidator(_finite_or_none)]] = Field(
-        default_factory=dict, max_length=256,
-        description="informational numbers (loss, accuracy, ...); NaN and infinities are stored as null "
-        "so that a diverged round is still recorded",
-    )
-
-
 class RoundRecord(BaseModel):
     plan_id: str
     round_index: int
@@ -189,35 +168,6 @@ class RoundRecord(BaseModel):
     reported_at: UtcDatetime
     reported_by: str | None = None
     duplicate: bool = Field(False, description="true when this round was already recorded (nothing changed)")
-
-
-class GroupLedger(BaseModel):
-    id: str
-    epsilon: float | None = Field(description="the group's target epsilon in this plan; null = opted out")
-    phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
-    steps: int = Field(description="rounds this group was sampled with a nonzero rate")
-    epsilon_spent: float | None = Field(description="epsilon of the phases; null when a phase had no noise")
-    epsilon_remaining: float | None = None
-    opted_out: bool = False
-
-
-class LedgerOut(BaseModel):
-    plan_id: str
-    privacy_unit: str = Field(description="the notion of every epsilon below: client = client-level DP per group")
-    accountant: AccountantName = Field(
-        description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form)"
-    )
-    delta: float
-    start_round: int
-    rounds: int
-    rounds_reported: int = Field(description="distinct rounds of this plan reported")
-    last_round_index: int | None = None
-    rounds_counted: int = Field(
-        description="rounds of this plan counted as spent: every round up to the last one claimed "
-        "or reported (a lost report never hides privacy spent)"
-    )
-    superseded_by: str | None = None
-    groups: list[GroupLedger]
 
 
 # --- populations ------------------------------------------------------------------------
@@ -302,11 +252,6 @@ GroupAdd = GroupSpec
 
 
 # --- operator console (docs/service.md §Console) ----------------------------------------
-
-
-class KeyIdentity(BaseModel):
-    name: str
-    role: str
 
 
 class ConsoleGroup(BaseModel):

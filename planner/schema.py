@@ -53,6 +53,10 @@ PlanMethod = Literal[
 ]
 # What a caller may ask for: a single method, or every method side by side.
 RequestedMethod = Literal[PlanMethod, "compare"]
+# A group's state in a plan (GroupPlan.status) and a pool's secure-aggregation graph
+# (PoolPlan.secagg_mode); named so the service's OpenAPI document names them (app/openapi.py).
+GroupStatus = Literal["active", "exhausted", "removed"]
+SecaggMode = Literal["full", "sparse"]
 
 # Domains of the scenario's numbers. The bounds are far outside any real deployment but
 # keep the arithmetic of the objective (d C^2 / K^2, U^2 p (1 - kappa)^beta) finite: a
@@ -65,7 +69,9 @@ ClientCount = Annotated[float, Field(ge=1e-3, le=1e12, allow_inf_nan=False)]
 GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
 
-KeepRatio = Annotated[Fraction | Literal["auto"], one_error_for_union("a number in [1e-06, 1] or 'auto'")]
+# keep_ratio "auto": the planner chooses (named for the service's OpenAPI document, app/openapi.py)
+KeepRatioAuto = Literal["auto"]
+KeepRatio = Annotated[Fraction | KeepRatioAuto, one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
 
 class _Strict(BaseModel):
@@ -264,7 +270,7 @@ class GroupPlan(BaseModel):
         description="rounds of parent plans in which the group was sampled without noise "
         "(while opted out); a group with any cannot later claim a finite epsilon",
     )
-    status: Literal["active", "exhausted", "removed"] = Field(
+    status: GroupStatus = Field(
         "active",
         description="exhausted: its budget is used up; removed: dropped by a change. "
         "Both are sampled at rate 0 in this plan",
@@ -286,7 +292,7 @@ class PoolPlan(BaseModel):
     expected_noise_inflation: float = Field(description="E[survivors] / m_P")
     # The secure-aggregation graph stated at the expected pool size (planner.secagg.secagg_graph,
     # docs/secure-aggregation.md §SecAgg). null in plans written before these fields existed.
-    secagg_mode: Literal["full", "sparse"] | None = Field(
+    secagg_mode: SecaggMode | None = Field(
         None, description="full (complete graph) or sparse (SecAgg+), as chosen by --secagg auto"
     )
     secagg_participants: int | None = Field(None, description="n: the pool size the graph is stated for")

@@ -69,3 +69,14 @@ def test_ci_runs_ruff_and_mypy_after_the_tests() -> None:
     assert lines.index(test_command) < lines.index("ruff check .") and lines.index(test_command) < lines.index("mypy")
     pyproject = (REPO / "pyproject.toml").read_text()
     assert "[tool.ruff" in pyproject and "[tool.mypy]" in pyproject and "pydantic.mypy" in pyproject
+
+
+def test_ci_provides_the_openapi_client_generator_to_the_tests() -> None:
+    """Issue 31: tests/app/test_generated_client.py generates a client with openapi-python-client
+    0.29.1 from a venv of its own (its ruff is newer than the dev pin); in CI it must run, not skip."""
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    test_command = _readme_commands()[1]
+    install = lines.index('"$GENERATOR_VENV/bin/pip" install -q "openapi-python-client==0.29.1"')
+    export = lines.index('export GDPFED_OPENAPI_GENERATOR="$GENERATOR_VENV/bin/openapi-python-client"')
+    assert lines.index('python3 -m venv "$GENERATOR_VENV"') < install < export < lines.index(test_command)
+    assert any('"$GENERATOR_VENV"' in line for line in lines if line.startswith("trap "))

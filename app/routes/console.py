@@ -14,6 +14,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
 from app.deps import PlannerKey, State
+from app.errors import error_responses
 from app.schemas import ConsoleComparison, ConsolePopulation
 from app.services import console as console_service
 
@@ -28,12 +29,14 @@ async def console_page() -> FileResponse:
 
 
 @router.get("/v1/console/populations/{population_id}", response_model=ConsolePopulation,
-            summary="a population as the console shows it: budgets, spending over rounds, plan lineage")
+            summary="a population as the console shows it: budgets, spending over rounds, plan lineage",
+            responses=error_responses(404))
 def population_view(population_id: str, state: State, _caller: PlannerKey) -> ConsolePopulation:
     return console_service.population_view(state, population_id)
 
 
 @router.post("/v1/console/populations/{population_id}/comparison", response_model=ConsoleComparison,
-             summary="every method on the population as it is now (not stored), with the recommendation")
+             summary="every method on the population as it is now (not stored), with the recommendation",
+             responses=error_responses(404))
 def comparison(population_id: str, state: State, _caller: PlannerKey) -> ConsoleComparison:
     return console_service.comparison(state, population_id)

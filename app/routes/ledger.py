@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.deps import OperatorKey, PlannerKey, State
-from app.errors import ErrorBody
+from app.errors import error_responses
 from app.schemas import LedgerOut, RoundRecord, RoundReport
 from app.services import ledger as ledger_service
 
@@ -16,8 +16,8 @@ router = APIRouter(prefix="/v1/plans", tags=["ledger"])
     "/{plan_id}/rounds", status_code=201, response_model=RoundRecord,
     summary="report one training round (idempotent on round_index)",
     responses={200: {"model": RoundRecord, "description": "already recorded (duplicate: true)"},
-               409: {"model": ErrorBody, "description": "superseded (report to the re-plan), or no_service_ledger "
-                     "(a silo sample-level plan: its run keeps its own ledger)"}},
+               **error_responses(404, 409, s409="superseded (report to the re-plan), or no_service_ledger "
+                                 "(a silo sample-level plan: its run keeps its own ledger)")},
 )
 def report_round(plan_id: str, body: RoundReport, state: State, caller: OperatorKey,
                  response: Response) -> RoundRecord:
@@ -29,8 +29,8 @@ def report_round(plan_id: str, body: RoundReport, state: State, caller: Operator
 
 @router.get(
     "/{plan_id}/ledger", response_model=LedgerOut, summary="privacy spent per group",
-    responses={409: {"model": ErrorBody, "description": "no_service_ledger: a silo sample-level plan "
-                     "(its run keeps its own ledger, docs/mrmtl.md §6)"}},
+    responses=error_responses(404, 409, s409="no_service_ledger: a silo sample-level plan "
+                              "(its run keeps its own ledger, docs/mrmtl.md §6)"),
 )
 def get_ledger(plan_id: str, state: State, _caller: PlannerKey) -> LedgerOut:
     return ledger_service.ledger(state, plan_id)

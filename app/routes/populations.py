@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.deps import OperatorKey, PlannerKey, ReadSession, State
+from app.errors import error_responses
 from app.schemas import (
     ChangePage,
     GroupAdd,
@@ -36,7 +37,8 @@ def list_populations(session: ReadSession, _caller: PlannerKey, limit: Limit = 5
     return population_service.list_populations(session, limit, offset)
 
 
-@router.get("/{population_id}", response_model=PopulationOut, summary="one population")
+@router.get("/{population_id}", response_model=PopulationOut, summary="one population",
+            responses=error_responses(404))
 def get_population(population_id: str, session: ReadSession, _caller: PlannerKey) -> PopulationOut:
     return population_service.get_population(session, population_id)
 
@@ -44,6 +46,8 @@ def get_population(population_id: str, session: ReadSession, _caller: PlannerKey
 @router.patch(
     "/{population_id}/groups/{group_id}", response_model=PopulationChangeResult,
     summary="change a group's epsilon or size (re-plans the active plan)",
+    responses=error_responses(404, 409, s409="the change cannot be honoured: e.g. a budget lowered below what "
+                              "the group has spent (code budget_conflict, field epsilon)"),
 )
 def patch_group(population_id: str, group_id: str, body: GroupPatch, state: State,
                 caller: OperatorKey) -> PopulationChangeResult:
@@ -53,12 +57,14 @@ def patch_group(population_id: str, group_id: str, body: GroupPatch, state: Stat
 @router.post(
     "/{population_id}/groups", status_code=201, response_model=PopulationChangeResult,
     summary="add a group (re-plans the active plan)",
+    responses=error_responses(404, 409),
 )
 def add_group(population_id: str, body: GroupAdd, state: State, caller: OperatorKey) -> PopulationChangeResult:
     return population_service.add_group(state, population_id, body, caller)
 
 
-@router.get("/{population_id}/changes", response_model=ChangePage, summary="change history")
+@router.get("/{population_id}/changes", response_model=ChangePage, summary="change history",
+            responses=error_responses(404))
 def list_changes(population_id: str, session: ReadSession, _caller: PlannerKey, limit: Limit = 50,
                  offset: Offset = 0) -> ChangePage:
     return population_service.list_changes(session, population_id, limit, offset)
@@ -67,6 +73,7 @@ def list_changes(population_id: str, session: ReadSession, _caller: PlannerKey, 
 @router.post(
     "/{population_id}/plans", status_code=201, response_model=StoredPlan,
     summary="plan the population and make it the active plan",
+    responses=error_responses(404, 409),
 )
 def create_active_plan(population_id: str, state: State, caller: OperatorKey) -> StoredPlan:
     return population_service.create_active_plan(state, population_id, caller)

@@ -341,3 +341,30 @@ def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) 
     prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
     with pytest.raises(ReportingStoppedError, match="cannot follow the re-plan"):
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
+
+
+def test_the_trainers_reporting_client_uses_the_served_models() -> None:
+    """The bodies trainer.run.reporting sends and parses are the classes the service serves
+    (planner.service_api), so the document and the trainer cannot drift."""
+    import app.errors
+    import app.schemas
+    import planner.service_api as shared
+    from trainer.run import reporting
+
+    for name in ("RoundReport", "LedgerOut", "KeyIdentity", "ErrorBody"):
+        assert getattr(reporting, name) is getattr(shared, name), name
+    assert app.schemas.RoundReport is shared.RoundReport and app.schemas.LedgerOut is shared.LedgerOut
+    assert app.schemas.KeyIdentity is shared.KeyIdentity and app.errors.ErrorBody is shared.ErrorBody
+
+
+def test_a_409_that_is_not_the_error_model_stops_the_run_with_its_text() -> None:
+    """A claim refused with a body that is not ErrorBody (a proxy's page) is read through the
+    model: the run stops with the page's text, not with a JSON decoding traceback."""
+
+    def handler(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, text="<html>conflict at the proxy</html>")
+
+    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                       backoff_s=0.0)
+    with pytest.raises(ReportingStoppedError, match="HTTP 409: <html>conflict at the proxy"):
+        RoundReporter(link, "p1").claim(0)

@@ -16,7 +16,10 @@
    at the end, and kept in the checkpoint; the claim already counts the round.
 4. Any other refusal (4xx besides 408/429) stops the run after its checkpoint, exit 3.
 
-The key is sent as ``Authorization: Bearer KEY`` and never written anywhere.
+The key is sent as ``Authorization: Bearer KEY`` and never written anywhere. The bodies
+sent and read are the service's own models (``planner.service_api``: ``RoundReport``,
+``LedgerOut``, ``KeyIdentity``, ``ErrorBody``), the classes its OpenAPI document declares
+(docs/service.md §Clients).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
+from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, RoundReport
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -111,7 +116,7 @@ class ServiceLink:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
         return reason
 
-    def preflight(self, plan_id: str) -> dict[str, Any]:
+    def preflight(self, plan_id: str) -> LedgerOut:
         """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``)."""
         health = self.request("GET", "/healthz")
         if isinstance(health, str) or health.status_code >= 400:
@@ -123,7 +128,9 @@ class ServiceLink:
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({whoami})")
         if whoami.status_code == 401:
             raise InvalidInputError("api-key", f"the service at {self.url} does not accept this API key")
-        if whoami.status_code == 403 or (whoami.status_code < 400 and whoami.json().get("role") != "operator"):
+        if whoami.status_code == 403 or (
+            whoami.status_code < 400 and KeyIdentity.model_validate(whoami.json()).role != "operator"
+        ):
             raise InvalidInputError("api-key", "the key lacks the operator role, which reporting rounds needs")
         ledger = self.request("GET", f"/v1/plans/{plan_id}/ledger")
         if isinstance(ledger, str):
@@ -132,7 +139,7 @@ class ServiceLink:
             raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
         if ledger.status_code >= 400:
             raise InvalidInputError("report-to", f"the service answered HTTP {ledger.status_code}: {_message(ledger)}")
-        return dict(ledger.json())
+        return LedgerOut.model_validate(ledger.json())
 
     def fetch_plan(self, plan_id: str) -> dict[str, Any]:
         """The service's plan document (``GET /v1/plans/{id}``), provenance fields included."""
@@ -155,12 +162,17 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _message(response: httpx.Response) -> str:
+def _error(response: httpx.Response) -> ErrorBody | None:
+    """The service's error body (``ErrorBody``), or None when the answer is not one (a proxy's page)."""
     try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200]
-    return str(body.get("message", body)) if isinstance(body, dict) else str(body)[:200]
+        return ErrorBody.model_validate_json(response.content)
+    except pydantic.ValidationError:
+        return None
+
+
+def _message(response: httpx.Response) -> str:
+    error = _error(response)
+    return error.message if error is not None else response.text[:200]
 
 
 def fetch_service_plan(
@@ -175,14 +187,14 @@ def fetch_service_plan(
     from trainer.run.directory import fingerprint
 
     ledger = link.preflight(plan_id)
-    if ledger.get("superseded_by"):
+    if ledger.superseded_by:
         raise InvalidInputError(
-            "plan-id", f"plan {plan_id} was re-planned as {ledger['superseded_by']}; train that plan instead"
+            "plan-id", f"plan {plan_id} was re-planned as {ledger.superseded_by}; train that plan instead"
         )
-    if ledger.get("rounds_counted", 0) > 0:
+    if ledger.rounds_counted > 0:
         raise InvalidInputError(
             "plan-id",
-            f"the service's ledger already counts {ledger['rounds_counted']} round(s) of plan {plan_id}: another "
+            f"the service's ledger already counts {ledger.rounds_counted} round(s) of plan {plan_id}: another "
             "run trained on it (continue that run with --resume, or plan again)",
         )
     document = link.fetch_plan(plan_id)
@@ -203,17 +215,18 @@ class RoundReporter:
 
     def claim(self, round_index: int) -> Superseded | None:
         """Claim ``round_index`` on the current plan; the successor when it was re-planned."""
-        response = self.link.request("POST", f"/v1/plans/{self.plan_id}/rounds",
-                                     {"round_index": round_index, "status": "started"})
+        claim = RoundReport(round_index=round_index, status="started")
+        response = self.link.request("POST", f"/v1/plans/{self.plan_id}/rounds", claim.model_dump(mode="json"))
         if isinstance(response, str):
             raise ReportingStoppedError(
                 f"cannot claim round {round_index} of plan {self.plan_id} at {self.link.url} ({response}); "
                 "the round was not run. Rerun with --resume once the service is reachable"
             )
         if response.status_code == 409:
-            body = response.json()
-            if body.get("code") == "superseded":
-                return Superseded(str(body["superseded_by"]), int(body["start_round"]))
+            error = _error(response)
+            if (error is not None and error.code == "superseded" and error.superseded_by is not None
+                    and error.start_round is not None):
+                return Superseded(error.superseded_by, error.start_round)
         if response.status_code >= 400:
             raise ReportingStoppedError(
                 f"the service refused round {round_index} of plan {self.plan_id} "
@@ -223,9 +236,9 @@ class RoundReporter:
 
     def complete(self, round_index: int, aborted_pools: list[str], metrics: dict[str, Any]) -> None:
         """Queue this round's completion and deliver everything queued, oldest first."""
-        body = {"round_index": round_index, "status": "completed", "aborted_pools": list(aborted_pools),
-                "metrics": metrics}
-        self.pending.append({"plan_id": self.plan_id, "body": body})
+        report = RoundReport(round_index=round_index, status="completed", aborted_pools=list(aborted_pools),
+                             metrics=metrics)
+        self.pending.append({"plan_id": self.plan_id, "body": report.model_dump(mode="json")})
         self.flush()
 
     def flush(self) -> None:

@@ -1,0 +1,99 @@
+"""The service's wire models that its own clients share (docs/service.md §Clients).
+
+The trainer's reporting client (``trainer.run.reporting``) claims and reports rounds,
+reads ledgers, checks its key and parses the service's errors. The bodies it sends and
+reads are these models, and the service (``app.schemas``, ``app.errors``) serves the very
+same classes, so its OpenAPI document and the trainer's code cannot drift. They live here,
+below both ``app`` and ``trainer`` (the trainer never imports ``app``, docs/architecture.md
+§Dependency direction), beside the plan schema they travel with.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from accounting.accountants import AccountantName
+from accounting.events import Phase
+
+PoolId = Annotated[str, Field(min_length=1, max_length=64)]
+MetricName = Annotated[str, Field(min_length=1, max_length=64)]
+RoundStatus = Literal["started", "completed"]
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+class ErrorBody(BaseModel):
+    """The JSON body of every error response (docs/service.md §Errors)."""
+
+    code: str
+    message: str
+    field: str | None = None
+    superseded_by: str | None = Field(
+        None, description="code superseded: the plan that covers this round (its re-plan)"
+    )
+    start_round: int | None = Field(None, description="code superseded: the round the re-plan starts at")
+
+
+class KeyIdentity(BaseModel):
+    """``GET /v1/keys/me``: the calling key's name and role."""
+
+    name: str
+    role: str
+
+
+class RoundReport(BaseModel):
+    """``POST /v1/plans/{plan_id}/rounds``: one round, claimed or completed (docs/ledger.md §6)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round_index: int = Field(
+        ..., ge=0, le=10**9,
+        description="GLOBAL round index: plan.start_round <= round_index < plan.start_round + plan.rounds",
+    )
+    status: RoundStatus = Field(
+        "completed",
+        description="started: claim the round before running it (an attached trainer; the round counts "
+        "as spent from then on); completed: the round ran, with its aborted pools and metrics",
+    )
+    aborted_pools: list[PoolId] = Field(default_factory=list, max_length=10_000)
+    metrics: dict[MetricName, Annotated[float | None, AfterValidator(_finite_or_none)]] = Field(
+        default_factory=dict, max_length=256,
+        description="informational numbers (loss, accuracy, ...); NaN and infinities are stored as null "
+        "so that a diverged round is still recorded",
+    )
+
+
+class GroupLedger(BaseModel):
+    id: str
+    epsilon: float | None = Field(description="the group's target epsilon in this plan; null = opted out")
+    phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
+    steps: int = Field(description="rounds this group was sampled with a nonzero rate")
+    epsilon_spent: float | None = Field(description="epsilon of the phases; null when a phase had no noise")
+    epsilon_remaining: float | None = None
+    opted_out: bool = False
+
+
+class LedgerOut(BaseModel):
+    """``GET /v1/plans/{plan_id}/ledger``: privacy spent per group (docs/ledger.md §3)."""
+
+    plan_id: str
+    privacy_unit: str = Field(description="the notion of every epsilon below: client = client-level DP per group")
+    accountant: AccountantName = Field(
+        description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form)"
+    )
+    delta: float
+    start_round: int
+    rounds: int
+    rounds_reported: int = Field(description="distinct rounds of this plan reported")
+    last_round_index: int | None = None
+    rounds_counted: int = Field(
+        description="rounds of this plan counted as spent: every round up to the last one claimed "
+        "or reported (a lost report never hides privacy spent)"
+    )
+    superseded_by: str | None = None
+    groups: list[GroupLedger]
