@@ -62,8 +62,12 @@ def die_with_parent(parent: int) -> bool:
     return armed
 
 
-def exit_when_closed(fd: int) -> threading.Thread:
+def exit_when_closed(fd: int, *, kill_group: bool = False) -> threading.Thread:
     """Start a daemon thread that ends this process (``os._exit``) once the peer of ``fd`` closes.
+
+    With ``kill_group`` it SIGKILLs this process's group instead, which ends every process
+    started here that did not arm a death signal (a subprocess); this process must then
+    lead its own group (``os.setsid()``), or the group would be its parent's.
 
     ``fd`` is this process's end of a socket pair (``multiprocessing.Pipe()``) whose other
     end only the watched process holds. The thread polls for the peer's hang-up alone
@@ -81,6 +85,8 @@ def exit_when_closed(fd: int) -> threading.Thread:
             except InterruptedError:  # pragma: no cover - retried by Python since 3.5
                 continue
             if events:
+                if kill_group:
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
                 os._exit(1)
 
     thread = threading.Thread(target=watch, name="gdpfed-parent-watch", daemon=True)
