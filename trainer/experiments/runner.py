@@ -148,7 +148,9 @@ def run_experiment(
             say(_describe(index, len(todo), result))
     else:
         # A worker ends with this process, however it ends (a kill -9 runs no shutdown):
-        # otherwise it would finish its cell, then wait for the next one forever (docs/architecture.md §Processes).
+        # otherwise it would finish its cell, then wait for the next one forever. submit()
+        # starts the workers from this thread, which outlives them (the death signal follows
+        # the starting thread; docs/architecture.md §Processes).
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                  initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             workers = cell_secagg_workers(jobs)
