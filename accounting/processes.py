@@ -24,9 +24,30 @@ import select
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 # <linux/prctl.h>
 _PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (Linux), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+# Looked up when the module is imported, in the parent: a child forked from a process
+# with other threads must not dlopen (one of them may have held the loader's lock).
+_PRCTL = _load_prctl()
 
 
 def die_with_parent(parent: int) -> bool:
@@ -45,18 +66,7 @@ def die_with_parent(parent: int) -> bool:
     or prctl refused) nothing is armed and False is returned; the caller's pipe to the
     parent (:func:`exit_when_closed`, an ``EOFError``) is then what ends the child.
     """
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            prctl = libc.prctl
-            prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-            prctl.restype = ctypes.c_int
-            armed = prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-        except (OSError, AttributeError):  # no libc prctl here: the pipe is the only guard
-            armed = False
+    armed = _PRCTL is not None and _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
     if os.getppid() != parent:
         os._exit(1)  # orphaned before the signal was armed: nothing to serve, nothing to clean
     return armed
