@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from accounting import rdp, search
+from accounting.processes import die_with_parent
 
 # Default wall-clock limits for one isolated PRV job (docs/accounting.md §5.3).
 EPSILON_TIME_LIMIT_S = 10.0
@@ -237,15 +238,17 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: fl
     """Run ``fn(*args)`` in a child process; its result, or :class:`PrvFailure`.
 
     The child is forked (cheap, and it inherits the imported modules) where the
-    platform allows, else spawned; it is killed at the deadline. Any exception in the
-    child, a crash, or the deadline becomes a PrvFailure with the reason.
+    platform allows, else spawned; it is killed at the deadline, and it dies with this
+    process if this one dies first (``die_with_parent``, docs/architecture.md §Processes),
+    instead of computing on for minutes as an orphan. Any exception in the child, a
+    crash, or the deadline becomes a PrvFailure with the reason.
     """
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     if method == "fork":
         preload()
     context: Any = multiprocessing.get_context(method)  # typeshed's BaseContext lacks Process
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_child_main, args=(sender, fn, args), daemon=True)
+    process = context.Process(target=_child_main, args=(sender, fn, args, os.getpid()), daemon=True)
     started = time.monotonic()
     process.start()
     sender.close()
@@ -281,7 +284,8 @@ def preload() -> None:
         return
 
 
-def _child_main(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _child_main(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...], parent: int) -> None:
+    die_with_parent(parent)
     try:
         _limit_memory()
         with warnings.catch_warnings():

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.processes import exit_when_closed
 from app.errors import compute_timeout
 
 logger = logging.getLogger("gdpfed.app")
@@ -127,6 +128,11 @@ def _worker_main(connection: Connection) -> None:
     # Its own process group: killing the group on a timeout also ends the PRV children it
     # forked (accounting.prv.run_isolated), which would otherwise compute on, orphaned.
     os.setsid()
+    # It serves the server, but its parent is the forkserver, which lives as long as any
+    # worker does: so the worker watches its pipe to the server, and when the server dies
+    # (a kill -9 included) it ends itself and its group at once instead of computing on
+    # for nobody (docs/architecture.md §Processes).
+    exit_when_closed(connection.fileno(), kill_group=True)
     # Daemonic to its parent (it dies with the server), but it may start children itself:
     # PRV runs in fenced child processes (accounting.prv.run_isolated).
     multiprocessing.current_process().daemon = False

@@ -10,7 +10,8 @@
 - ``results.csv``, ``results.md``, ``accuracy.png``: written from every finished cell of
   the grid at the end (see ``trainer.experiments.report``).
 
-``jobs > 1`` runs cells in that many worker processes (spawned, so no forked torch state);
+``jobs > 1`` runs cells in that many worker processes (spawned, so no forked torch state;
+they end when this process does);
 each cell's secure-aggregation sessions then fork at most ``max(1, cores // jobs)``
 processes (``cell_secagg_workers``) unless the configuration sets ``secagg_workers``.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from accounting.errors import InvalidInputError
+from accounting.processes import die_with_parent
 from trainer.experiments.cell import CellResult, run_cell
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment, expand_cells, load_experiment
 
@@ -145,7 +147,12 @@ def run_experiment(
             ran.append(spec.cell_id)
             say(_describe(index, len(todo), result))
     else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        # A worker ends with this process, however it ends (a kill -9 runs no shutdown):
+        # otherwise it would finish its cell, then wait for the next one forever. submit()
+        # starts the workers from this thread, which outlives them (the death signal follows
+        # the starting thread; docs/architecture.md §Processes).
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             workers = cell_secagg_workers(jobs)
             futures = {pool.submit(_work, spec.model_dump_json(), str(out), workers): spec for spec in todo}
             for index, future in enumerate(as_completed(futures), 1):

@@ -183,6 +183,9 @@ class LocalFederation:
     extra_env: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
+    # trainer.flower.keeper: stops the groups if this process dies without stop() (kill -9)
+    _keeper: subprocess.Popen[bytes] | None = None
+    _keeper_pipe: IO[str] | None = None
 
     @property
     def flwr_home(self) -> Path:
@@ -201,6 +204,7 @@ class LocalFederation:
         (self.flwr_home / "config.toml").write_text(
             f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n', encoding="utf-8"
         )
+        self._start_keeper()
         self._spawn("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
                                   "--disable-runtime-dependency-installation"])
         self._wait_port(self.port, timeout_s)
@@ -252,6 +256,15 @@ class LocalFederation:
             log.close()
         self.processes.clear()
         self._logs.clear()
+        self._tell_keeper("done")  # every group has ended: nothing is left for it to stop
+        if self._keeper is not None and self._keeper_pipe is not None:
+            self._keeper_pipe.close()
+            try:
+                self._keeper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._keeper.kill()
+                self._keeper.wait()
+        self._keeper, self._keeper_pipe = None, None
 
     def __enter__(self) -> LocalFederation:
         try:
@@ -273,7 +286,36 @@ class LocalFederation:
         with signals_deferred():
             self.processes.append(subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                                    cwd=self.work, start_new_session=True))
+            self._tell_keeper(f"+{self.processes[-1].pid}")  # its group id: it leads a new session
         return self.processes[-1]
+
+    def _start_keeper(self) -> None:
+        """Start ``trainer.flower.keeper``, which stops every group this federation started if
+        this process dies without ``stop()`` (a kill -9 runs none; docs/architecture.md §Processes).
+        The pipe's write end is this process's alone (not inheritable; Popen closes the rest),
+        so the keeper reads end-of-file exactly when this process is gone or says it is done."""
+        if self._keeper is not None:
+            return
+        read, write = os.pipe()
+        try:
+            with signals_deferred():
+                self._keeper = subprocess.Popen([sys.executable, "-m", "trainer.flower.keeper"], stdin=read,
+                                                env=self.env, cwd=self.work, start_new_session=True)
+                self._keeper_pipe = os.fdopen(write, "w", buffering=1)
+        except BaseException:
+            if self._keeper_pipe is None:
+                os.close(write)
+            raise
+        finally:
+            os.close(read)
+
+    def _tell_keeper(self, line: str) -> None:
+        if self._keeper_pipe is None:
+            return
+        try:
+            self._keeper_pipe.write(line + "\n")
+        except (BrokenPipeError, ValueError):  # a keeper that died cannot help; stop() still can
+            pass
 
     def _wait_port(self, port: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

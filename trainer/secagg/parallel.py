@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from accounting.errors import InvalidInputError
+from accounting.processes import die_with_parent
 from trainer.secagg.client import Client
 from trainer.secagg.encoding import word_dtype
 from trainer.secagg.errors import ProtocolError
@@ -103,12 +104,17 @@ class ForkedClients:
         self._connections: list[Connection] = []
         self._processes: list[Any] = []
         context = multiprocessing.get_context("fork")
+        driver = os.getpid()
         try:
             for chunk in chunks[1:]:  # forked before this process builds its own clients
                 parent, child = context.Pipe()
+                # The child inherits this process's end of its own pipe and of every earlier
+                # child's: it closes them, so each pipe's far end lives in the driver alone
+                # and a worker reading it sees EOF when the driver dies (docs/secure-aggregation.md §Parallel).
+                inherited = [*self._connections, parent]
                 process = context.Process(
                     target=_host,
-                    args=(child, chunk, vectors, params, setup, seed, self._masked, self._row),
+                    args=(child, chunk, vectors, params, setup, seed, self._masked, self._row, driver, inherited),
                     daemon=True,
                 )
                 with warnings.catch_warnings():
@@ -208,8 +214,18 @@ def _host(
     seed: int,
     masked: np.ndarray,
     row: Mapping[int, int],
+    driver: int,
+    inherited: Sequence[Connection],
 ) -> None:
-    """A worker: build its clients, then answer the driver's requests until ``close``."""
+    """A worker: build its clients, then answer the driver's requests until ``close``.
+
+    It ends with the driver however the driver ends (a kill -9 included): the kernel kills
+    it when the driver dies (``die_with_parent``), and failing that its pipe reads EOF, as
+    no other process holds the driver's end (``inherited`` are closed here).
+    """
+    die_with_parent(driver)
+    for end in inherited:
+        end.close()
     clients: dict[int, Client] = {}
 
     def answer(work: Any) -> None:
@@ -229,7 +245,10 @@ def _host(
 
     answer(start)
     while True:
-        command, payload = connection.recv()
+        try:
+            command, payload = connection.recv()
+        except EOFError:  # the driver is gone: nobody is left to answer
+            break
         if command == "close":
             break
         if command == "share_keys":

@@ -59,8 +59,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_a_signal_to_flower_local_stops_every_process_it_started(tmp_path: Path, capsys, signum: int) -> None:
+    """SIGKILL runs no handler and no cleanup in gdpfed: the keeper it started (trainer.flower.keeper)
+    stops the federation when gdpfed's pipe to it closes."""
     plan = hand_plan([("strict", 1.0, 2, 1.0), ("loose", 4.0, 2, 1.0)],
                      [("p_strict", ["strict"], 1.2, 2, 0.3), ("p_loose", ["loose"], 0.4, 2, 1.0)], rounds=50)
     (tmp_path / "plan.json").write_text(plan.model_dump_json())
@@ -92,6 +94,9 @@ def test_a_signal_to_flower_local_stops_every_process_it_started(tmp_path: Path,
         while (left := {pid: c for pid, c in started.items() if alive(pid)}) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left, f"still running after {signal.Signals(signum).name}: {left}"
+        if signum == signal.SIGKILL:
+            assert gdpfed.returncode == -signum
+            return
         assert gdpfed.returncode == 128 + signum, err
         lines = [line for line in err.splitlines() if line.startswith("gdpfed flower: ")]
         assert lines == [f"gdpfed flower: error: stopped by {signal.Signals(signum).name}; "
@@ -172,3 +177,12 @@ def test_signals_deferred_delivers_each_signal_once_after_the_block() -> None:
         assert seen == [signal.SIGHUP]
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_the_keeper_forgets_the_groups_once_gdpfed_has_stopped_them() -> None:
+    """After ``done`` the groups' ids may be reused by other processes: the keeper must not signal them."""
+    from trainer.flower.keeper import read_groups
+
+    assert read_groups(["+41\n", "+42\n"]) == {41, 42}  # gdpfed died: both are stopped
+    assert read_groups(["+41\n", "+42\n", "done\n"]) == set()
+    assert read_groups(["+41\n", "done\n", "+43\n"]) == {43}  # a federation started again
