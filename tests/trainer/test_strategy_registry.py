@@ -75,6 +75,25 @@ def test_every_boolean_option_takes_only_true_or_false():
     assert checked >= 2  # plan's adaptive_clip, fedhdp's personalize and adaptive_clip
 
 
+def test_train_help_and_errors_list_the_registered_strategies(capsys):
+    """``gdpfed train --help`` lists every registered strategy (it said ``plan or pfa`` while
+    four were registered), from ``STRATEGY_NAMES``, which must equal the registry's names
+    (the parser cannot import the registry without torch); an unknown name's error lists them."""
+    with pytest.raises(SystemExit):
+        app_cli.run(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    [strategy_help] = [part for part in help_text.split("--strategy NAME ")[1:] if part.startswith("training strategy")]
+    listed = strategy_help.split(":", 1)[1].split("(")[0].replace(" or ", ", ")
+    assert [name.strip() for name in listed.split(",")] == list(STRATEGIES)
+    from trainer.run.options import STRATEGY_NAMES
+
+    assert STRATEGY_NAMES == tuple(STRATEGIES)
+    with pytest.raises(InvalidInputError, match=", ".join(STRATEGIES)):
+        from trainer.strategies import strategy_spec
+
+        strategy_spec("fedsgd")
+
+
 def test_rng_purposes_are_distinct():
     purposes = {name: value for name, value in vars(base).items() if name.startswith("PURPOSE_")}
     assert {"PURPOSE_DPSGD", "PURPOSE_LAPLACE", "PURPOSE_KMEANS"} <= set(purposes)
