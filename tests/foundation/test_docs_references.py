@@ -128,3 +128,14 @@ def test_outside_citations_are_found_however_spelled() -> None:
     found = _outside_citations("(design: `../shared/design/trainer.md`) and `shared/design/mrmtl.md`, "
                                "`design/metric-privacy.md`; not " + "docs/" + "design.md or trainer/design/x.md")
     assert found == ["../shared", "shared/design", "design/metric-privacy.md"]
+
+
+def test_code_cites_docs_not_the_design_notes() -> None:
+    """Docstrings cite docs/ sections; a design note beside the checkout is not in a clone."""
+    cited = []
+    for package in ("accounting", "planner", "app", "trainer", "bench"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(r"shared/(?:design|papers)\b", line):
+                    cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not cited, "\n".join(cited)

@@ -1,6 +1,6 @@
 """FedHDP (and FeO2, its two-level case): per-pool ratios and Ditto personal models.
 
-(docs/trainer.md §FedHDP; the math in ../shared/design/fedhdp.md §2.) Selection, local
+(docs/trainer.md §FedHDP; the math in docs/planning.md §14.) Selection, local
 training of the released update and the privacy mechanism are ``PlanStrategy``'s; two
 things differ:
 
