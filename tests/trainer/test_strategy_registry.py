@@ -6,6 +6,7 @@ options and plans are one-line errors naming them, a strategy's own evaluation r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,6 +89,8 @@ def test_train_help_and_errors_list_the_registered_strategies(capsys):
     from trainer.run.options import STRATEGY_NAMES
 
     assert STRATEGY_NAMES == tuple(STRATEGIES)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"[--strategy {'|'.join(STRATEGIES)}]" in readme  # the README's gdpfed train synopsis
     with pytest.raises(InvalidInputError, match=", ".join(STRATEGIES)):
         from trainer.strategies import strategy_spec
 
