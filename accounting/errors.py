@@ -133,3 +133,12 @@ def one_error_for_union(accepts: str) -> Any:
             ) from None
 
     return WrapValidator(validate)
+
+
+def install_hint(extra: str) -> str:
+    """How to install the optional dependencies ``extra`` (pyproject.toml's extras), from a
+    package index and from a checkout: ``pip install 'gdpfed[trainer]' (from a checkout:
+    pip install -e ".[trainer]")``. The missing-extra errors of ``gdpfed`` (docs/architecture.md
+    §The command line) say both because ``gdpfed[trainer]`` alone fails in a clone: pip looks
+    for gdpfed on the index, where the checkout's code is not."""
+    return f"pip install 'gdpfed[{extra}]' (from a checkout: pip install -e \".[{extra}]\")"

@@ -124,12 +124,15 @@ MODULE_EXTRAS: dict[str, str] = {
 
 
 def missing_module_message(exc: ModuleNotFoundError) -> str:
-    """``needs the 'trainer' extra (torch is not installed): pip install 'gdpfed[trainer]'``."""
+    """``needs the 'trainer' extra (torch is not installed): pip install 'gdpfed[trainer]' (from a
+    checkout: pip install -e ".[trainer]")`` (``accounting.errors.install_hint``)."""
+    from accounting.errors import install_hint
+
     module = (exc.name or "").split(".")[0]
     extra = MODULE_EXTRAS.get(module)
     if extra is None:
         return f"a required module is not installed: {module or exc}"
-    return f"needs the {extra!r} extra ({module} is not installed): pip install 'gdpfed[{extra}]'"
+    return f"needs the {extra!r} extra ({module} is not installed): {install_hint(extra)}"
 
 
 def _register_listed(subparsers: Any, name: str) -> None:

@@ -53,7 +53,7 @@ def make_engine(database_url: str, busy_timeout_seconds: float = 30.0) -> Engine
     """An engine for ``database_url`` with the SQLite connection settings described above."""
     from sqlalchemy.exc import NoSuchModuleError
 
-    from accounting.errors import InvalidInputError
+    from accounting.errors import InvalidInputError, install_hint
 
     url = parse_database_url(database_url)
     if url.get_backend_name() != "sqlite":
@@ -61,7 +61,7 @@ def make_engine(database_url: str, busy_timeout_seconds: float = 30.0) -> Engine
             # Enough connections for the threads that serve requests (uvicorn's thread pool has 40).
             return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
         except (ModuleNotFoundError, NoSuchModuleError) as exc:
-            hint = " (pip install 'gdpfed[postgres]')" if url.get_backend_name() == "postgresql" else ""
+            hint = f" ({install_hint('postgres')})" if url.get_backend_name() == "postgresql" else ""
             raise InvalidInputError(
                 "database-url", f"the driver for {url.drivername} is not installed{hint}: {exc}"
             ) from None

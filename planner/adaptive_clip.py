@@ -1,7 +1,7 @@
 """Adaptive clipping in a plan: the update's and the count's noise from one multiplier.
 
-(docs/planning.md §15; Andrew et al. 2021, as ../shared/design/fedhdp.md §2.2 reconstructs
-it.) With adaptive clipping a pool's released vector carries the clipped updates (clip
+(docs/planning.md §15; Andrew et al. 2021's Theorem 1, as that section reconstructs it
+[recon].) With adaptive clipping a pool's released vector carries the clipped updates (clip
 ``S^t``, sensitivity ``S^t``) with noise std ``sigma_Delta S^t``, and one more coordinate,
 the count of ``b - 1/2`` (``b = 1`` for a client whose update was not clipped:
 sensitivity ``1/2``) with noise std ``sigma_b``. Both parts of one client's contribution

@@ -69,9 +69,19 @@ def handle(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     """Plan with the planner of the scenario's privacy unit (planner.units)."""
-    from planner.loading import load_scenario_document
-    from planner.units import make_plan, unit_of
+    from planner.loading import load_scenario_document, naming_file, read_document
+    from planner.units import make_plan, privacy_unit, unit_of
 
+    document = read_document(path, "scenario")
+    with naming_file("scenario", path):
+        if "model_dim" in privacy_unit(document.get("privacy_unit", "client")).scenario_model.model_fields \
+                and "model_dim" not in document:
+            # pydantic would say only 'Field required': say what it is and where it can come from
+            raise InvalidInputError(
+                "model_dim", "missing: the parameter count of the model (n; one hypothesis of a metric plan) enters "
+                "the plan, and gdpfed plan builds no model; give it, or let gdpfed train --scenario set it from the "
+                "model it trains"
+            )
     scenario = _with_accountant(load_scenario_document(path), args.accountant)
     plan = make_plan(scenario, args.method)
     _write(plan, args.out)

@@ -1,7 +1,7 @@
 """FedHDP's closed forms: the server ratio ``r*`` and Ditto's ``lambda*`` (docs/planning.md §14).
 
 Advisory numbers for ``--strategy fedhdp`` (docs/trainer.md §FedHDP), on the paper's
-federated point-estimation model (../shared/design/fedhdp.md §2.1): client ``j`` of level
+federated point-estimation model (docs/planning.md §14, [recon] where the paper's text is lost): client ``j`` of level
 ``k`` holds a local mean ``phi_hat_j = phi + p_j + v_j`` with ``p_j ~ N(0, tau2)`` (data
 heterogeneity) and ``v_j ~ N(0, alpha2)`` (sampling noise), and sends ``psi_j = phi_hat_j +
 l_j`` with ``l_j ~ N(0, N_k gamma2_k)`` (its level's noise; ``gamma2 = 0`` for opted-out
@@ -50,7 +50,7 @@ def level_ratios(alpha2: float, tau2: float, counts: Sequence[float], gamma2: Se
 
 
 def optimal_lambdas(alpha2: float, tau2: float, counts: Sequence[float], gamma2: Sequence[float]) -> np.ndarray:
-    """Ditto's ``lambda*`` per level when the server uses ``level_ratios`` (design note §2.1.4)::
+    """Ditto's ``lambda*`` per level when the server uses ``level_ratios`` (docs/planning.md §14)::
 
         sigma2_k = alpha2 + tau2 + N_k gamma2_k
         A_j      = sum_k N_k / sigma2_k - 1 / sigma2_j     (precision of all other clients)
@@ -81,8 +81,8 @@ def optimal_lambda_private(alpha2: float, tau2: float, gamma2: float, total: flo
 
 
 def pool_ratio(update_dispersion: float, model_dim: int, noise_std: float, expected_clients: float) -> float:
-    """``r_P* = (V/d) / (V/d + s_P^2 / K_P)`` for a noised pool of the trainer (design note
-    §2.6): ``V = E||Delta_i - mean Delta||^2`` the clipped updates' dispersion across
+    """``r_P* = (V/d) / (V/d + s_P^2 / K_P)`` for a noised pool of the trainer
+    (docs/planning.md §14, [recon]): ``V = E||Delta_i - mean Delta||^2`` the clipped updates' dispersion across
     clients, ``s_P = sigma_P C`` the pool sum's noise std, ``K_P`` its expected clients. It
     minimises the variance of the combined update and ignores the bias between groups,
     which makes the best ratio larger when opted-out clients are unrepresentative."""

@@ -42,7 +42,7 @@ def test_missing_extra_is_named_in_one_line(command: list[str], monkeypatch: pyt
 
     real_import = builtins.__import__
 
-    def no_torch(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def no_torch(name, *args, **kwargs):
         if name.split(".")[0] in ("torch", "cvxpy", "opacus", "flwr"):
             raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}", name=name.split(".")[0])
         return real_import(name, *args, **kwargs)
@@ -56,3 +56,5 @@ def test_missing_extra_is_named_in_one_line(command: list[str], monkeypatch: pyt
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err
     assert "extra" in lines[0] and "pip install 'gdpfed[" in lines[0], lines[0]
+    # from a clone, 'gdpfed[extra]' asks the package index, not the checkout: say both
+    assert re.search(r"""pip install 'gdpfed\[(\w+)\]' \(from a checkout: pip install -e "\.\[\1\]"\)$""", lines[0]), lines[0]

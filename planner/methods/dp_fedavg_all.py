@@ -1,6 +1,6 @@
 """``dp_fedavg_all``: DP-FedAvg with everyone private, opted-out groups included (docs/planning.md §2).
 
-FedHDP's baseline (``../shared/design/fedhdp.md`` §2.5): the opted-out groups are planned
+FedHDP's baseline (docs/trainer.md §FedHDP, "Baselines"): the opted-out groups are planned
 as if they had chosen the strictest private budget, and every group shares ``dp_fedavg``'s
 one pool at the uniform rate. The scenario is unchanged (those groups still opted out);
 their plan entries carry the strictest epsilon and are accounted like every private group.

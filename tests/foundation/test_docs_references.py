@@ -5,6 +5,10 @@ reference to a section that was renamed or never written sends a reader nowhere.
 reference is a docs file (``docs/`` + name + ``.md``) followed by ``§N`` / ``§N.M`` (a numbered heading
 ``N.`` / ``N.M``) or ``§Word`` (a heading whose text, after its number, starts with Word),
 and chained ones: ``§1-§3``, ``§7.1, §7.6``, ``§2 and §3``.
+
+The docs stand alone: no page of ``docs/`` (nor the README) cites the design notes or
+papers kept beside the checkout (``../shared/design/*.md``, ``shared/papers``,
+``design/NAME.md``), which a clone does not have.
 """
 
 from __future__ import annotations
@@ -94,3 +98,44 @@ def test_resolution_rules() -> None:
     assert _resolves("Threat", numbers, texts)
     assert _resolves("Runs", numbers, texts)
     assert not _resolves("Aggregation", numbers, texts)
+
+
+# A citation of material a clone does not have: the design notes and papers kept beside
+# the checkout, however the path is spelled (../shared/..., shared/design/..., design/NAME.md).
+OUTSIDE = re.compile(r"(?:\.\./shared\b|\bshared/(?:design|papers)\b|(?<![\w/.-])design/[\w.-]+\.md)")
+
+
+def _outside_citations(text: str) -> list[str]:
+    return [match.group(0) for match in OUTSIDE.finditer(text)]
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_docs_cite_nothing_outside_the_repository(page: str) -> None:
+    lines = (ROOT / "docs" / page).read_text(encoding="utf-8").splitlines()
+    cited = [f"docs/{page}:{n}: {line.strip()}" for n, line in enumerate(lines, 1) if _outside_citations(line)]
+    assert not cited, "docs must stand alone; a clone has no ../shared:\n" + "\n".join(cited)
+
+
+def test_readme_cites_no_design_note_or_paper() -> None:
+    # The README may say where the optional Shakespeare test text is read from (a data
+    # path, not a citation); it cites no design note or paper.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not [c for c in _outside_citations(text) if c != "../shared"], _outside_citations(text)
+    assert "shared/design" not in text and "shared/papers" not in text
+
+
+def test_outside_citations_are_found_however_spelled() -> None:
+    found = _outside_citations("(design: `../shared/design/trainer.md`) and `shared/design/mrmtl.md`, "
+                               "`design/metric-privacy.md`; not " + "docs/" + "design.md or trainer/design/x.md")
+    assert found == ["../shared", "shared/design", "design/metric-privacy.md"]
+
+
+def test_code_cites_docs_not_the_design_notes() -> None:
+    """Docstrings cite docs/ sections; a design note beside the checkout is not in a clone."""
+    cited = []
+    for package in ("accounting", "planner", "app", "trainer", "bench"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(r"shared/(?:design|papers)\b", line):
+                    cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not cited, "\n".join(cited)

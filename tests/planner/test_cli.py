@@ -151,3 +151,18 @@ def test_plan_text_says_why_a_large_pool_stays_full(capsys, tmp_path):
     assert run(["plan", str(scenario), "--method", "gdpfed_plus", "--json"]) == 0
     pool = json.loads(capsys.readouterr().out)["pools"][0]
     assert pool["secagg_mode"] == "full" and pool["secagg_neighbours"] is None
+
+
+def test_a_scenario_without_model_dim_says_where_it_comes_from(capsys, tmp_path):
+    """A metric (or client) scenario without ``model_dim``: ``gdpfed plan`` has no model to
+    count, so the one line names the field, what it is and that ``gdpfed train --scenario``
+    sets it from the model (pydantic alone said ``model_dim: Field required``)."""
+    for example in ("metric.json", "scenario.json"):
+        scenario = json.loads((ROOT / "examples" / example).read_text())
+        del scenario["model_dim"]
+        path = tmp_path / example
+        path.write_text(json.dumps(scenario))
+        assert run(["plan", str(path)]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"gdpfed plan: error: scenario: {path}: model_dim: missing: the parameter count"), line
+        assert "gdpfed train --scenario set it from the model" in line

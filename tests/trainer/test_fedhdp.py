@@ -295,3 +295,24 @@ def test_lemma_7_quadratic_toy_through_the_round_engine():
                 expected = (float(phi_hat[j]) + lam[group] * float(received[0])) / (1 + lam[group])
                 assert float(fedhdp.personal[j][0]) == pytest.approx(expected, abs=1e-5)
             received = after
+
+
+def test_a_run_without_client_test_rows_warns_that_personal_models_go_unevaluated(plan, tmp_path):
+    """Without per-client test rows a fedhdp run reported ``personal_accuracy_by_group: null``
+    and said nothing; now it warns before round 0 (console and summary.json's warnings), naming
+    the option that holds rows out. With rows, or without personal models, there is no warning."""
+    bare = load_dataset("digits", num_clients=40, partition="one_label", seed=0)
+    cfg = config(strategy="fedhdp", dataset_options={}, rounds=2)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), cfg, tmp_path / "bare", dataset=bare)
+    summary = execute_run(prepared, progress=quiet_progress(2))
+    assert summary.personal_accuracy_by_group is None
+    [warning] = [w for w in summary.warnings if w.startswith("fedhdp:")]
+    assert "client_test_fraction" in warning and "personalize=false" in warning
+    assert warning in json.loads((tmp_path / "bare" / "summary.json").read_text())["warnings"]
+
+    off = config(strategy="fedhdp", strategy_options={"personalize": False}, dataset_options={}, rounds=2)
+    assert not [w for w in prepare_run(plan, plan.model_dump(mode="json"), off, tmp_path / "off", dataset=bare).warnings
+                if w.startswith("fedhdp:")]
+    with_rows = load_dataset("digits", num_clients=40, partition="one_label", seed=0, client_test_fraction=0.25)
+    kept = prepare_run(plan, plan.model_dump(mode="json"), config(strategy="fedhdp"), tmp_path / "rows", dataset=with_rows)
+    assert not [w for w in kept.warnings if w.startswith("fedhdp:")]

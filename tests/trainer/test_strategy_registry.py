@@ -6,6 +6,7 @@ options and plans are one-line errors naming them, a strategy's own evaluation r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +74,27 @@ def test_every_boolean_option_takes_only_true_or_false():
             for value in (True, False):
                 assert getattr(spec.parse_options({name: value}), name) is value
     assert checked >= 2  # plan's adaptive_clip, fedhdp's personalize and adaptive_clip
+
+
+def test_train_help_and_errors_list_the_registered_strategies(capsys):
+    """``gdpfed train --help`` lists every registered strategy (it said ``plan or pfa`` while
+    four were registered), from ``STRATEGY_NAMES``, which must equal the registry's names
+    (the parser cannot import the registry without torch); an unknown name's error lists them."""
+    with pytest.raises(SystemExit):
+        app_cli.run(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    [strategy_help] = [part for part in help_text.split("--strategy NAME ")[1:] if part.startswith("training strategy")]
+    listed = strategy_help.split(":", 1)[1].split("(")[0].replace(" or ", ", ")
+    assert [name.strip() for name in listed.split(",")] == list(STRATEGIES)
+    from trainer.run.options import STRATEGY_NAMES
+
+    assert STRATEGY_NAMES == tuple(STRATEGIES)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"[--strategy {'|'.join(STRATEGIES)}]" in readme  # the README's gdpfed train synopsis
+    with pytest.raises(InvalidInputError, match=", ".join(STRATEGIES)):
+        from trainer.strategies import strategy_spec
+
+        strategy_spec("fedsgd")
 
 
 def test_rng_purposes_are_distinct():

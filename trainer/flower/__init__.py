@@ -33,12 +33,12 @@ def check_flwr_version() -> str:
     import flwr  # noqa: F401
     from packaging.specifiers import SpecifierSet
 
-    from accounting.errors import InvalidInputError
+    from accounting.errors import InvalidInputError, install_hint
 
     try:
         installed = version("flwr")
     except PackageNotFoundError:
-        raise InvalidInputError("flower", "flwr is not installed: pip install 'gdpfed[flower]'") from None
+        raise InvalidInputError("flower", f"flwr is not installed: {install_hint('flower')}") from None
     if installed not in SpecifierSet(FLWR_REQUIREMENT):
         raise InvalidInputError(
             "flower", f"flwr {installed} is installed; gdpfed is tested with flwr{FLWR_REQUIREMENT}"

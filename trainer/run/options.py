@@ -44,6 +44,17 @@ OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option"
                 "model_options": "--model-option", "strategy_options": "--strategy-option"}
 
 
+# The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
+# without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
+# the two equal.
+STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
+
+
+def strategy_choices() -> str:
+    """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
+    return f"{', '.join(STRATEGY_NAMES[:-1])} or {STRATEGY_NAMES[-1]}"
+
+
 def option_flag(name: str) -> str:
     """``--local-steps`` for ``local_steps``, ``--secagg`` for ``secagg_mode``."""
     return OPTION_FLAGS.get(name, "--" + name.replace("_", "-"))
@@ -87,15 +98,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
     )
     # The registry (trainer.strategies.registry) checks the name and the options when the
-    # run is prepared: importing it here would import torch just to build the parser.
+    # run is prepared: importing it here would import torch just to build the parser, so
+    # the help lists STRATEGY_NAMES, which a test keeps equal to the registry's.
     parser.add_argument(
         "--strategy", metavar="NAME",
-        help="training strategy: plan (default: the plan's own algorithm) or pfa; "
-        "an unknown name is refused with the list of registered ones",
+        help=f"training strategy: {strategy_choices()} (default {STRATEGY_NAMES[0]}: the plan's own algorithm; "
+        "a silo plan runs its own method's); an unknown name is refused with the list of registered ones",
     )
     parser.add_argument(
         "--strategy-option", action="append", metavar="KEY=JSON", dest="strategy_option",
-        help="strategy option, e.g. rank=4 (pfa); values are JSON; repeatable",
+        help="strategy option, e.g. rank=4 (pfa), ratios={\"P1\": 0.5} (fedhdp); values are JSON; repeatable",
     )
     parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
     parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")

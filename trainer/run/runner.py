@@ -433,6 +433,7 @@ def prepare_client_run(
         )
 
     strategy = build_strategy(plan)
+    warnings.extend(strategy.run_warnings(dataset))
     if engine_factory is not None and strategy.adaptive_clip is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     engine = (engine_factory or build_engine)(plan, strategy, population, dim, config, config.rounds)

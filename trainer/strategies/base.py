@@ -148,6 +148,12 @@ class Strategy(ABC):
         run's evaluation of ``global_params`` on the test set."""
         return None
 
+    def run_warnings(self, dataset: Any) -> list[str]:
+        """What the run should warn about before round 0, given its data: a report the
+        strategy cannot give with this data, say (``FedHDPStrategy`` without per-client test
+        rows). Printed and kept in ``summary.json``'s ``warnings``; none by default."""
+        return []
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state (tensors and plain values only); stateless by default."""
         return {}

@@ -1,6 +1,6 @@
 """FedHDP (and FeO2, its two-level case): per-pool ratios and Ditto personal models.
 
-(docs/trainer.md §FedHDP; the math in ../shared/design/fedhdp.md §2.) Selection, local
+(docs/trainer.md §FedHDP; the math in docs/planning.md §14.) Selection, local
 training of the released update and the privacy mechanism are ``PlanStrategy``'s; two
 things differ:
 
@@ -193,6 +193,17 @@ class FedHDPStrategy(PlanStrategy):
                 continue
             total += ratio * top_k(pool_sum.to(total), pool.keep_ratio)
         return total / denominator
+
+    def run_warnings(self, dataset: Any) -> list[str]:
+        """Personal models are scored on each client's own test rows only: without them the
+        run would report ``personal_accuracy_by_group: null`` and say nothing (docs/trainer.md §FedHDP)."""
+        if not self.personalize or getattr(dataset, "has_client_tests", False):
+            return []
+        return [
+            "fedhdp: the dataset has no per-client test rows, so the personal models are trained but never "
+            "evaluated (personal_accuracy and personal_accuracy_by_group stay null); hold some out with "
+            "--dataset-option client_test_fraction=0.25, or turn them off with --strategy-option personalize=false"
+        ]
 
     def evaluate(self, ctx: RoundContext, global_params: torch.Tensor, dataset: Any) -> dict[str, float] | None:
         """Personal models on each client's own test rows (``personal_accuracy`` overall and
