@@ -132,6 +132,36 @@ def single_group_thresholds(
     return out
 
 
+def pool_thresholds(
+    pools: Sequence[tuple[np.ndarray, np.ndarray]], dropout_rate: float, abort_probability: float
+) -> list[SecaggThreshold | None]:
+    """Each pool's threshold from its members' ``(num_clients, sampling_rates)``; ``None`` for a
+    pool that expects no client (docs/planning.md §6).
+
+    One-group pools (most of them with many groups) are answered in one batch
+    (:func:`single_group_thresholds`), the others by :func:`secagg_threshold`. The plan
+    (``planner.finalize``) and the population-scaled designs of ``planner.learnability``
+    (docs/planning.md §13) both read their thresholds here.
+    """
+    singles = [p for p, (n, q) in enumerate(pools) if len(n) == 1 and q[0] > 0]
+    batch = single_group_thresholds(
+        np.array([pools[p][0][0] for p in singles], dtype=float),
+        np.array([pools[p][1][0] for p in singles], dtype=float),
+        dropout_rate,
+        abort_probability,
+    ) if singles else []
+    batched = dict(zip(singles, batch))
+    out: list[SecaggThreshold | None] = []
+    for p, (n, q) in enumerate(pools):
+        if p in batched:
+            out.append(batched[p])
+        elif float(np.dot(n, q)) > 0:
+            out.append(secagg_threshold(np.asarray(n).tolist(), np.asarray(q).tolist(), dropout_rate, abort_probability))
+        else:
+            out.append(None)
+    return out
+
+
 def _exact_threshold(counts: list[int], rates: list[float], alpha: float, mean: float) -> SecaggThreshold:
     offset, pmf, left_out = survivor_distribution(counts, rates, tail_mass=alpha * _TAIL_FRACTION)
     # cdf_below[i] = P(S < offset + i) (upper bound: the neglected lower tails are added).
