@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
-from scipy import signal, stats
+from scipy import stats
 
 from accounting.errors import InvalidInputError
 from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
@@ -209,6 +209,10 @@ def _normal_threshold(mean: float, variance: float, alpha: float) -> SecaggThres
 
 def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     if min(len(left), len(right)) > 20_000:
+        # scipy.signal only here: it adds ~40 modules to every gdpfed plan's start-up, and
+        # only pools with very wide survivor supports convolve by FFT (issue 26 §3)
+        from scipy import signal
+
         out = signal.fftconvolve(left, right)
         # FFT round-off (~1e-16 of the peak) only matters for abort probabilities far
         # below any practical target; clip the tiny negatives it leaves.

@@ -54,6 +54,17 @@ def test_account_epsilon_imports_the_accountant_only(tmp_path: Path) -> None:
         assert loaded(modules, heavy) == [], heavy
 
 
+def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
+    # issue 26 §3: scipy.signal (FFT convolution of very wide survivor supports only) is
+    # imported where it is used, not by every gdpfed plan
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenario.json"
+    code, modules = imported(tmp_path, "plan", str(scenario))
+    assert code == 0
+    assert "planner.secagg" in modules
+    for heavy in ("scipy.signal", "trainer", "torch", "fastapi"):
+        assert loaded(modules, heavy) == [], heavy
+
+
 @pytest.mark.parametrize("name", sorted(cli.SUBCOMMAND_MODULES))
 def test_each_subcommand_help_is_its_own_parser(tmp_path: Path, name: str) -> None:
     code, modules = imported(tmp_path, name, "--help")
