@@ -48,6 +48,8 @@ MAX_GROUP_SIZE = 10**9
 DERIVED_RESOLUTION = 1.001
 # The smallest scale the derivation tries (a target the plan already meets).
 SMALLEST_FACTOR = 1e-6
+# Secant steps towards the crossing before bracketing (docs/planning.md §13).
+SECANT_STEPS = 4
 
 
 def update_noise_std(pool: PoolPlan) -> float:
@@ -260,9 +262,10 @@ def derived_clients_needed(
     """The smallest scale f at which ``plan``'s design has rho <= each target (docs/planning.md §13).
 
     rho of the scaled design (:class:`ScaledDesign`) falls about as 1/f, so the first trial
-    is ``f = rho(1) / target``; the crossing is bracketed from there and bisected in log f
-    until the smallest f known to meet is within ``DERIVED_RESOLUTION`` of the largest
-    known to miss (about ten threshold computations per target, no plan). For the uniform
+    is ``f = rho(1) / target``, followed by up to ``SECANT_STEPS`` secant steps in log rho
+    against log f; the crossing is then bracketed and bisected in log f until the smallest
+    f known to meet is within ``DERIVED_RESOLUTION`` of the largest known to miss (about
+    six threshold computations per target, no plan). For the uniform
     methods this is the size re-planning finds (their rate ``K / N`` is scale-free); the
     optimising methods may re-choose rates at the larger size and need somewhat fewer
     clients, so for them it is an upper estimate of what re-planning (``clients_needed``)
@@ -275,32 +278,51 @@ def derived_clients_needed(
 
 
 def _derive(design: ScaledDesign, target: float, ratio_now: float, largest: float) -> ClientsForNoiseToSignal:
-    def meets(factor: float) -> bool:
-        return design.ratio(factor) <= target
+    cache: dict[float, float] = {}
 
-    guess = min(largest, max(SMALLEST_FACTOR, ratio_now / target)) if math.isfinite(ratio_now) else 1.0
-    # bracket the crossing, stepping away from the 1/f guess in one direction (widening steps)
-    miss: float | None = None
-    meet: float | None = None
-    step = 1.01
-    if meets(guess):
-        meet = guess
-        while miss is None and meet > SMALLEST_FACTOR:
-            factor = max(SMALLEST_FACTOR, meet / step)
-            if meets(factor):
-                meet = factor
-            else:
-                miss = factor
-            step *= step
-    else:
-        miss = guess
-        while meet is None and miss < largest:
-            factor = min(largest, miss * step)
-            if meets(factor):
-                meet = factor
-            else:
-                miss = factor
-            step *= step
+    def clamp(factor: float) -> float:
+        return min(largest, max(SMALLEST_FACTOR, factor))
+
+    def rho(factor: float) -> float:
+        if factor not in cache:
+            cache[factor] = design.ratio(factor)
+        return cache[factor]
+
+    # rho f is nearly constant (only ceil and I_P move it): from the 1/f guess, a few secant
+    # steps in log rho against log f (slope -1 until two points are known) land next to the
+    # crossing, aimed a little above it so that they tend to meet the target
+    factor = clamp(ratio_now / target) if math.isfinite(ratio_now) else 1.0
+    previous: tuple[float, float] | None = None
+    for _ in range(SECANT_STEPS):
+        value = rho(factor)
+        if not (math.isfinite(value) and value > 0):
+            break
+        slope = -1.0
+        if previous is not None and previous[0] != factor and previous[1] != value:
+            slope = min(-0.1, math.log(value / previous[1]) / math.log(factor / previous[0]))
+        previous = (factor, value)
+        following = clamp(factor * math.exp(math.log(target / value) / slope) * DERIVED_RESOLUTION**0.5)
+        if abs(math.log(following / factor)) <= math.log(DERIVED_RESOLUTION):
+            break
+        factor = following
+    meet = min((f for f, r in cache.items() if r <= target), default=None)
+    miss = max((f for f, r in cache.items() if r > target and (meet is None or f < meet)), default=None)
+    # bracket the crossing with widening steps away from the known side
+    step = DERIVED_RESOLUTION**2
+    while meet is None and miss is not None and miss < largest:
+        f = clamp(miss * step)
+        if rho(f) <= target:
+            meet = f
+        else:
+            miss = f
+        step *= step
+    while miss is None and meet is not None and meet > SMALLEST_FACTOR:
+        f = clamp(meet / step)
+        if rho(f) <= target:
+            meet = f
+        else:
+            miss = f
+        step *= step
     if meet is None:
         population = int(scaled_sizes(design.num_clients, largest).sum())
         return ClientsForNoiseToSignal(
@@ -313,7 +335,7 @@ def _derive(design: ScaledDesign, target: float, ratio_now: float, largest: floa
     else:
         while meet / miss > DERIVED_RESOLUTION:
             mid = math.sqrt(meet * miss)
-            if meets(mid):
+            if rho(mid) <= target:
                 meet = mid
             else:
                 miss = mid
@@ -322,6 +344,6 @@ def _derive(design: ScaledDesign, target: float, ratio_now: float, largest: floa
         target=target,
         expected_clients=design.participation(sizes, meet),
         total_clients=int(sizes.sum()),
-        noise_to_signal=design.ratio(meet),
+        noise_to_signal=rho(meet),
         note=note,
     )
