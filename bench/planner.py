@@ -7,7 +7,11 @@ its estimate) when the 10,000-group time extrapolates past ``CVXPY_CAP_S``.
 Table 2 times complete ``gdpfed_plus`` plans with rdp (tables, optimisation, exact
 re-calibration, verification of every group, secure-aggregation thresholds) at 3, 100 and
 1,000 groups, with the uniform-rate ``gdpfed`` plan on the same scenario for the ratio of J.
-``quick`` runs 3 and 100 groups only.
+Table 3 (issue 26 §2) times ``make_plan`` with every prediction a plan carries: the plan
+alone, with ``clients_needed`` derived from its design (today's default) and with the
+previous re-planning search (``planner.plan.replanned_clients_needed``) in the same run,
+their ratio and both sizes for the target 1 (docs/planning.md §13).
+``quick`` runs 3 and 100 groups only (table 3: 3 groups).
 """
 
 from __future__ import annotations
@@ -123,10 +127,64 @@ def plan_times(sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+# issue 26 §2: make_plan with every prediction, in-process
+CLIENTS_NEEDED_TARGETS_S = {3: 0.02, 1000: 0.5}
+
+
+def clients_needed_times(sizes: list[int], quick: bool) -> list[dict[str, Any]]:
+    """make_plan (gdpfed_plus, rdp) alone, with the derived clients_needed and with the
+    re-planning search it replaced, side by side (3 groups: examples/scenario.json)."""
+    from pathlib import Path
+
+    from planner.loading import load_scenario
+    from planner.plan import make_plan, replanned_clients_needed
+
+    rows = []
+    for n in sizes:
+        if n == 3:
+            scenario = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
+        else:
+            scenario = big_scenario(n)
+        repeats = 1 if quick else (7 if n <= 3 else (3 if n <= 100 else 1))
+        warmup = 1 if n <= 100 else 0
+        alone = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus", clients_needed=False), repeats, warmup=warmup))
+        derived_s = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus"), repeats, warmup=warmup))
+        plan = make_plan(scenario, "gdpfed_plus")
+        # the previous default: the same plan, then its re-planning search (about nine plans)
+        searches = []
+        for _ in range(1 if n > 3 or quick else 3):
+            start = time.perf_counter()
+            replanned = replanned_clients_needed(plan)
+            searches.append(time.perf_counter() - start)
+        replanned_s = alone + median(searches)
+        target = CLIENTS_NEEDED_TARGETS_S.get(n)
+        k_derived, k_replanned = plan.predicted.clients_needed[0].expected_clients, replanned[0].expected_clients
+        rows.append(
+            {
+                "groups": n,
+                "plan_alone_s": alone,
+                "with_derived_s": derived_s,
+                "with_replanning_s": replanned_s,
+                "speedup": f"{replanned_s / derived_s:.1f}x",
+                "target_s": target if target is not None else "-",
+                "meets": ("yes" if derived_s <= target else "no") if target is not None else "-",
+                "K_rho1_derived": k_derived if k_derived is not None else "-",
+                "K_rho1_replanned": k_replanned if k_replanned is not None else "-",
+            }
+        )
+    return rows
+
+
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     qp_sizes = [3, 100] if quick else [3, 100, 10_000, 100_000]
     plan_sizes = [3, 100] if quick else [3, 100, 1000]
+    needed_sizes = [3] if quick else [3, 100, 1000]
     return [
         ("KKT water-filling vs cvxpy (CLARABEL), same QP", kkt_vs_cvxpy(qp_sizes)),
         ("gdpfed_plus plans with rdp (J ratio: uniform-rate gdpfed / gdpfed_plus)", plan_times(plan_sizes)),
+        (
+            "make_plan gdpfed_plus (rdp) with clients_needed: derived from the plan vs re-planning search "
+            "(issue 26; seconds, same run)",
+            clients_needed_times(needed_sizes, quick),
+        ),
     ]

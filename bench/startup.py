@@ -4,8 +4,10 @@ Every command runs as a fresh process (the installed ``gdpfed`` script beside th
 Python, or ``python -m app.cli``), round-robin, so that load on a shared machine hits
 all of them alike; each row is the median of the repeats and its ratio to the median of
 ``python -c pass`` (the interpreter's own start). Subcommands are timed on ``--help``
-(parsing only: what every call of the subcommand pays before its work), and
-``account epsilon`` on a real rdp calculation. The load average is printed in the title.
+(parsing only: what every call of the subcommand pays before its work),
+``account epsilon`` on a real rdp calculation, ``plan examples/scenario.json`` on a
+whole plan with its predictions and a ``train`` refused for a bad option (exit 2 before
+the trainer loads; issue 26 §3). The load average is printed in the title.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ ACCOUNT_EPSILON = [
     "account", "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1.1", "--rounds", "1000",
     "--delta", "1e-5",
 ]
+EXAMPLE_SCENARIO = str(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
+PLAN_EXAMPLE = ["plan", EXAMPLE_SCENARIO]
+# refused by TrainConfig (lr must be > 0): exit 2, one line, no torch
+TRAIN_REFUSED = [
+    "train", "--scenario", EXAMPLE_SCENARIO, "--method", "gdpfed", "--dataset", "digits", "--model", "mlp",
+    "--lr", "-1",
+]
+# commands expected to exit with another status than 0
+EXIT_CODES = {"gdpfed train (refused: --lr -1)": 2}
 
 
 def gdpfed_command() -> list[str]:
@@ -36,6 +47,8 @@ def commands() -> list[tuple[str, list[str]]]:
     gdpfed = gdpfed_command()
     rows = [("python -c pass", [sys.executable, "-c", "pass"]), ("gdpfed --help", [*gdpfed, "--help"])]
     rows.append(("gdpfed account epsilon ...", [*gdpfed, *ACCOUNT_EPSILON]))
+    rows.append(("gdpfed plan examples/scenario.json", [*gdpfed, *PLAN_EXAMPLE]))
+    rows.append(("gdpfed train (refused: --lr -1)", [*gdpfed, *TRAIN_REFUSED]))
     rows += [(f"gdpfed {name} --help", [*gdpfed, name, "--help"]) for name in SUBCOMMAND_MODULES]
     return rows
 
@@ -55,8 +68,10 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     for _ in range(repeats):
         for name, argv in timed:
             start = time.perf_counter()
-            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
             seconds[name].append(time.perf_counter() - start)
+            if code != EXIT_CODES.get(name, 0):
+                raise RuntimeError(f"{name}: exit {code}, expected {EXIT_CODES.get(name, 0)}")
     baseline = median(seconds["python -c pass"])
     rows = [
         {

@@ -24,7 +24,7 @@ from planner.methods import METHODS, Design
 from planner.objective import objective_terms
 from planner.problem import Problem
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted
-from planner.secagg import planned_participants, secagg_graph, secagg_threshold, single_group_thresholds
+from planner.secagg import planned_participants, pool_thresholds, secagg_graph
 
 # Relative slack for comparing a verified epsilon with its target (float round-off only).
 _VERIFY_SLACK = 1e-9
@@ -332,22 +332,16 @@ def _pool_plans(
     s = problem.scenario
     plans = []
     expected = np.zeros(len(design.pools))
-    # one-group pools (most of them with many groups) get their thresholds in one batch
-    singles = [p for p, members in enumerate(design.pools) if len(members) == 1 and rates[members[0]] > 0]
-    batch = single_group_thresholds(
-        problem.num_clients[[design.pools[p][0] for p in singles]],
-        rates[[design.pools[p][0] for p in singles]],
-        s.dropout_rate,
-        s.abort_probability,
-    ) if singles else []
-    batched = dict(zip(singles, batch))
+    thresholds = pool_thresholds(
+        [(problem.num_clients[members], rates[members]) for members in design.pools], s.dropout_rate, s.abort_probability
+    )
     for p, members in enumerate(design.pools):
         n = problem.num_clients[members]
         q = rates[members]
         expected[p] = float(np.dot(n, q))
         private = bool(np.any(problem.private[members])) and design.noise_rule != "none"
-        if expected[p] > 0:
-            threshold = batched.get(p) or secagg_threshold(n.tolist(), q.tolist(), s.dropout_rate, s.abort_probability)
+        threshold = thresholds[p]
+        if expected[p] > 0 and threshold is not None:
             m, abort = threshold.threshold, threshold.abort_probability
             inflation = threshold.expected_survivors / m
             if not threshold.meets_target:

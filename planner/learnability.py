@@ -12,10 +12,16 @@ group's clip norm, all aligned) is ``sum_g q_g N_g C_g / K``. Their ratio is
 
 A ratio above 1 means each round's noise is larger than the best possible signal.
 
-``clients_needed`` answers "how many clients per round (and in the population) bring rho
-to a target with the same budgets and rounds": it scales every group's size and K by one
-factor f (the same share of the population sampled per round) and *re-plans* with the
-same method at each trial f, searching for the smallest f whose plan meets the target.
+``derived_clients_needed`` answers "how many clients per round (and in the population)
+bring rho to a target with the same budgets and rounds": it scales every group's size and
+K by one factor f (the same share of the population sampled per round) and keeps the
+plan's design (rates, pools, keep ratios): a noise multiplier depends only on
+``(q, T, epsilon, delta)``, so the multipliers are the plan's own at every f, and only the
+signal ``sum q ceil(N f) C``, the secure-aggregation inflation ``I_P`` and (adaptive
+clipping) ``sigma_Delta`` move with f. Each trial f costs a few thresholds, not a plan.
+``clients_needed`` is the earlier search that *re-plans* the scaled scenario with the
+same method at each trial f (about nine plans); it is kept as the reference the bench
+and the tests compare with (docs/planning.md §13).
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from accounting.errors import GdpfedError
-from planner.schema import ClientsForNoiseToSignal, GroupPlan, PoolPlan, Scenario
+from planner.adaptive_clip import DEFAULT_COUNT_NOISE_PER_CLIENT, update_noise_multiplier
+from planner.schema import ClientsForNoiseToSignal, GroupPlan, Plan, PoolPlan, Scenario
+from planner.secagg import pool_thresholds
 
 # The targets ``make_plan`` reports (docs/planning.md §13).
 NOISE_TO_SIGNAL_TARGETS = (1.0, 0.1)
@@ -34,6 +44,12 @@ SCALE_RESOLUTION = 1.02
 MAX_PLANS_PER_TARGET = 10
 # Largest scaled group (the scenario schema's bound on num_clients).
 MAX_GROUP_SIZE = 10**9
+# The derived size is within this factor of the smallest scale whose design meets a target.
+DERIVED_RESOLUTION = 1.001
+# The smallest scale the derivation tries (a target the plan already meets).
+SMALLEST_FACTOR = 1e-6
+# Secant steps towards the crossing before bracketing (docs/planning.md §13).
+SECANT_STEPS = 4
 
 
 def update_noise_std(pool: PoolPlan) -> float:
@@ -171,5 +187,163 @@ def _search(
         expected_clients=scaled.participation,
         total_clients=scaled.total_clients,
         noise_to_signal=cache[meet],
+        note=note,
+    )
+
+
+def scaled_sizes(num_clients: np.ndarray, factor: float) -> np.ndarray:
+    """``max(1, ceil(N_g f))`` per group, as :func:`scaled_scenario` scales them."""
+    return np.maximum(1.0, np.ceil(np.asarray(num_clients, dtype=float) * factor - 1e-9))
+
+
+class ScaledDesign:
+    """``plan``'s design (rates, pools, noise std, keep ratios) on its population scaled by f.
+
+    docs/planning.md §13: the scaled plan keeps every rate, so every noise multiplier (a
+    function of ``(q, T, epsilon, delta)`` alone); :meth:`ratio` recomputes what depends on
+    the population: the signal ``sum_g q_g ceil(N_g f) C_g``, each pool's threshold and
+    inflation ``I_P`` (``planner.secagg.pool_thresholds``, as the plan computes them) and,
+    with adaptive clipping, ``sigma_Delta`` for ``sigma_b`` at the scaled K. At f = 1 it is
+    the plan's own ``noise_to_signal``.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        scenario = plan.scenario
+        self.scenario = scenario
+        index = {g.id: i for i, g in enumerate(plan.groups)}
+        self.num_clients = np.array([float(g.num_clients) for g in plan.groups])
+        self.rates = np.array([float(g.sampling_rate) for g in plan.groups])
+        self.clip_norms = np.array([float(g.clip_norm) for g in plan.groups])
+        self.members = [np.array([index[g] for g in pool.groups], dtype=int) for pool in plan.pools]
+        self.keep = np.array([float(pool.keep_ratio) for pool in plan.pools])
+        self.noise_std = np.array([float(pool.noise_std) for pool in plan.pools])
+        self.multipliers = np.array([float(pool.noise_multiplier) for pool in plan.pools])
+        self.adaptive = scenario.adaptive_clip is not None and any(p.update_noise_multiplier is not None for p in plan.pools)
+
+    def participation(self, sizes: np.ndarray, factor: float) -> float:
+        """K at scale f: ``expected_clients f``, or the global rate times the scaled population."""
+        s = self.scenario
+        if s.expected_clients is not None:
+            return float(s.expected_clients) * factor
+        assert s.sampling_rate is not None
+        return float(s.sampling_rate) * float(sizes.sum())
+
+    def ratio(self, factor: float) -> float:
+        """rho of the design at scale f (``inf`` where adaptive clipping's sigma_b is too small)."""
+        sizes = scaled_sizes(self.num_clients, factor)
+        signal = float(np.dot(self.rates * sizes, self.clip_norms))
+        if not signal > 0:
+            return math.inf
+        s = self.scenario
+        thresholds = pool_thresholds(
+            [(sizes[m], self.rates[m]) for m in self.members], float(s.dropout_rate), s.abort_probability
+        )
+        inflation = np.array([1.0 if t is None else max(1.0, t.expected_survivors / t.threshold) for t in thresholds])
+        std = self.noise_std
+        if self.adaptive:
+            settings = s.adaptive_clip
+            assert settings is not None
+            sigma_b = (
+                float(settings.count_noise_std) if settings.count_noise_std is not None
+                else DEFAULT_COUNT_NOISE_PER_CLIENT * self.participation(sizes, factor)
+            )
+            try:
+                update = np.array([update_noise_multiplier(z, sigma_b) if z > 0 else 0.0 for z in self.multipliers])
+            except GdpfedError:
+                return math.inf
+            std = np.where(self.multipliers > 0, std * update / np.where(self.multipliers > 0, self.multipliers, 1.0), std)
+        energy = float(np.dot(self.keep * inflation, std * std))
+        return math.sqrt(s.model_dim * energy) / signal
+
+
+def derived_clients_needed(
+    plan: Plan, targets: Sequence[float] = NOISE_TO_SIGNAL_TARGETS
+) -> list[ClientsForNoiseToSignal]:
+    """The smallest scale f at which ``plan``'s design has rho <= each target (docs/planning.md §13).
+
+    rho of the scaled design (:class:`ScaledDesign`) falls about as 1/f, so the first trial
+    is ``f = rho(1) / target``, followed by up to ``SECANT_STEPS`` secant steps in log rho
+    against log f; the crossing is then bracketed and bisected in log f until the smallest
+    f known to meet is within ``DERIVED_RESOLUTION`` of the largest known to miss (about
+    six threshold computations per target, no plan). For the uniform
+    methods this is the size re-planning finds (their rate ``K / N`` is scale-free); the
+    optimising methods may re-choose rates at the larger size and need somewhat fewer
+    clients, so for them it is an upper estimate of what re-planning (``clients_needed``)
+    reports (bench planner prints both).
+    """
+    design = ScaledDesign(plan)
+    ratio_now = design.ratio(1.0)
+    largest = MAX_GROUP_SIZE / float(design.num_clients.max())
+    return [_derive(design, target, ratio_now, largest) for target in targets]
+
+
+def _derive(design: ScaledDesign, target: float, ratio_now: float, largest: float) -> ClientsForNoiseToSignal:
+    cache: dict[float, float] = {}
+
+    def clamp(factor: float) -> float:
+        return min(largest, max(SMALLEST_FACTOR, factor))
+
+    def rho(factor: float) -> float:
+        if factor not in cache:
+            cache[factor] = design.ratio(factor)
+        return cache[factor]
+
+    # rho f is nearly constant (only ceil and I_P move it): from the 1/f guess, a few secant
+    # steps in log rho against log f (slope -1 until two points are known) land next to the
+    # crossing, aimed a little above it so that they tend to meet the target
+    factor = clamp(ratio_now / target) if math.isfinite(ratio_now) else 1.0
+    previous: tuple[float, float] | None = None
+    for _ in range(SECANT_STEPS):
+        value = rho(factor)
+        if not (math.isfinite(value) and value > 0):
+            break
+        slope = -1.0
+        if previous is not None and previous[0] != factor and previous[1] != value:
+            slope = min(-0.1, math.log(value / previous[1]) / math.log(factor / previous[0]))
+        previous = (factor, value)
+        following = clamp(factor * math.exp(math.log(target / value) / slope) * DERIVED_RESOLUTION**0.5)
+        if abs(math.log(following / factor)) <= math.log(DERIVED_RESOLUTION):
+            break
+        factor = following
+    meet = min((f for f, r in cache.items() if r <= target), default=None)
+    miss = max((f for f, r in cache.items() if r > target and (meet is None or f < meet)), default=None)
+    # bracket the crossing with widening steps away from the known side
+    step = DERIVED_RESOLUTION**2
+    while meet is None and miss is not None and miss < largest:
+        f = clamp(miss * step)
+        if rho(f) <= target:
+            meet = f
+        else:
+            miss = f
+        step *= step
+    while miss is None and meet is not None and meet > SMALLEST_FACTOR:
+        f = clamp(meet / step)
+        if rho(f) <= target:
+            meet = f
+        else:
+            miss = f
+        step *= step
+    if meet is None:
+        population = int(scaled_sizes(design.num_clients, largest).sum())
+        return ClientsForNoiseToSignal(
+            target=target,
+            note=f"not reached with up to {population} clients (groups scaled to the schema's limit)",
+        )
+    note = None
+    if miss is None:
+        note = "met by every scale tried down to this one"
+    else:
+        while meet / miss > DERIVED_RESOLUTION:
+            mid = math.sqrt(meet * miss)
+            if rho(mid) <= target:
+                meet = mid
+            else:
+                miss = mid
+    sizes = scaled_sizes(design.num_clients, meet)
+    return ClientsForNoiseToSignal(
+        target=target,
+        expected_clients=design.participation(sizes, meet),
+        total_clients=int(sizes.sum()),
+        noise_to_signal=rho(meet),
         note=note,
     )

@@ -14,6 +14,7 @@ from planner.finalize import History, finalize
 from planner.methods import METHODS, Design, design, method_problem
 from planner.problem import Problem, build_problem
 from planner.schema import (
+    ClientsForNoiseToSignal,
     ComparisonPool,
     ComparisonRow,
     Plan,
@@ -33,8 +34,8 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, cl
 
     With ``clients_needed`` (the default) ``predicted.clients_needed`` says how large the
     federation must be for the noise-to-signal ratio to reach 1 and 0.1 (docs/planning.md
-    §13); that re-plans scaled scenarios a few times, so callers that make many plans
-    (sweeps, benchmarks of the planner, the service) turn it off.
+    §13), derived from this plan's design at scaled populations (a few secure-aggregation
+    thresholds, no re-planning); sweeps, experiment cells and the service turn it off.
 
     ``compare`` returns the recommended plan (the feasible private method with the
     smallest objective, ``recommendation`` says why) with ``comparison`` filled: one row
@@ -53,14 +54,30 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, cl
 
 
 def with_clients_needed(plan: Plan) -> Plan:
-    """``plan`` with ``predicted.clients_needed`` filled by re-planning scaled scenarios (§13).
+    """``plan`` with ``predicted.clients_needed`` derived from its design at scaled populations
+    (docs/planning.md §13; ``learnability.derived_clients_needed``, no re-planning).
 
     Only for a fresh plan (no spent history) with a positive noise-to-signal ratio.
     """
-    ratio = plan.predicted.noise_to_signal
-    if ratio is None or ratio <= 0 or plan.start_round != 0 or any(g.spent_phase_count for g in plan.groups):
+    if not _wants_clients_needed(plan):
         return plan
+    needed = learnability.derived_clients_needed(plan)
+    return plan.model_copy(update={"predicted": plan.predicted.model_copy(update={"clients_needed": needed})})
 
+
+def _wants_clients_needed(plan: Plan) -> bool:
+    ratio = plan.predicted.noise_to_signal
+    return not (ratio is None or ratio <= 0 or plan.start_round != 0 or any(g.spent_phase_count for g in plan.groups))
+
+
+def replanned_clients_needed(plan: Plan) -> list[ClientsForNoiseToSignal]:
+    """The reference for ``clients_needed``: the earlier search that re-plans the scaled
+    scenario with the plan's method at every trial size (``learnability.clients_needed``,
+    about nine plans; docs/planning.md §13). ``bench planner`` times it beside the
+    derivation and the tests compare the two; plans no longer call it.
+    """
+    if not _wants_clients_needed(plan):
+        return []
     # prv calibrations cost about a second each: the search re-plans with the accountant that
     # tabulates for it (rdp), whose multipliers are slightly larger, so the sizes it finds
     # are slightly larger too
@@ -74,13 +91,15 @@ def with_clients_needed(plan: Plan) -> Plan:
         return float("inf") if value is None else value
 
     scenario = plan.scenario
+    ratio = plan.predicted.noise_to_signal
+    assert ratio is not None
     needed = learnability.clients_needed(scenario, ratio_at(scenario) if by_rdp else ratio, ratio_at)
     if by_rdp:
         needed = [
             n.model_copy(update={"note": "; ".join(filter(None, [n.note, f"searched with {searched_with} multipliers (an upper estimate for {plan.accountant})"]))})
             for n in needed
         ]
-    return plan.model_copy(update={"predicted": plan.predicted.model_copy(update={"clients_needed": needed})})
+    return needed
 
 
 def check_method(method: str, *, allow_compare: bool = False) -> None:

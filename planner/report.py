@@ -133,7 +133,7 @@ def learnability_lines(plan: Plan) -> list[str]:
             continue
         lines.append(
             f"  to reach {needed.target:g}: K = {_num(needed.expected_clients)} clients per round, population "
-            f"{needed.total_clients} (same budgets, rounds and method; ratio {_num(needed.noise_to_signal)})"
+            f"{needed.total_clients} (this plan's rates and noise multipliers; ratio {_num(needed.noise_to_signal)})"
             + (f"; {needed.note}" if needed.note else "")
         )
     return lines

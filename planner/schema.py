@@ -313,14 +313,14 @@ class PoolPlan(BaseModel):
 class ClientsForNoiseToSignal(BaseModel):
     """How large the federation must be for the plan's noise-to-signal ratio to reach ``target``.
 
-    Every group's size and K scaled by one factor and re-planned with the same method,
-    budgets and rounds (docs/planning.md §13).
+    Every group's size and K scaled by one factor, the plan's design (rates, pools, keep
+    ratios, so its noise multipliers and epsilons) kept (docs/planning.md §13).
     """
 
     target: float = Field(description="noise-to-signal ratio to reach")
-    expected_clients: float | None = Field(None, description="K of the smallest scaled plan that reaches it")
+    expected_clients: float | None = Field(None, description="K of the smallest scale at which the plan's design reaches it")
     total_clients: int | None = Field(None, description="its population (all groups scaled alike)")
-    noise_to_signal: float | None = Field(None, description="the ratio that plan predicts (<= target)")
+    noise_to_signal: float | None = Field(None, description="the design's ratio at that scale (<= target)")
     note: str | None = Field(None, description="why no size is given, or how the search ended")
 
 
@@ -364,7 +364,7 @@ class Predicted(BaseModel):
     )
     clients_needed: list[ClientsForNoiseToSignal] = Field(
         default_factory=list,
-        description="for the same budgets and rounds, the smallest K and population whose plan brings the "
+        description="the smallest K and population (all groups scaled alike) at which this plan's design brings the "
         "ratio to 1 and to 0.1 (empty when not computed: re-plans, comparison rows)",
     )
     fedhdp: FedHDPPrediction | None = Field(

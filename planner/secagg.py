@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
-from scipy import signal, stats
+from scipy import stats
 
 from accounting.errors import InvalidInputError
 from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
@@ -132,6 +132,36 @@ def single_group_thresholds(
     return out
 
 
+def pool_thresholds(
+    pools: Sequence[tuple[np.ndarray, np.ndarray]], dropout_rate: float, abort_probability: float
+) -> list[SecaggThreshold | None]:
+    """Each pool's threshold from its members' ``(num_clients, sampling_rates)``; ``None`` for a
+    pool that expects no client (docs/planning.md §6).
+
+    One-group pools (most of them with many groups) are answered in one batch
+    (:func:`single_group_thresholds`), the others by :func:`secagg_threshold`. The plan
+    (``planner.finalize``) and the population-scaled designs of ``planner.learnability``
+    (docs/planning.md §13) both read their thresholds here.
+    """
+    singles = [p for p, (n, q) in enumerate(pools) if len(n) == 1 and q[0] > 0]
+    batch = single_group_thresholds(
+        np.array([pools[p][0][0] for p in singles], dtype=float),
+        np.array([pools[p][1][0] for p in singles], dtype=float),
+        dropout_rate,
+        abort_probability,
+    ) if singles else []
+    batched = dict(zip(singles, batch))
+    out: list[SecaggThreshold | None] = []
+    for p, (n, q) in enumerate(pools):
+        if p in batched:
+            out.append(batched[p])
+        elif float(np.dot(n, q)) > 0:
+            out.append(secagg_threshold(np.asarray(n).tolist(), np.asarray(q).tolist(), dropout_rate, abort_probability))
+        else:
+            out.append(None)
+    return out
+
+
 def _exact_threshold(counts: list[int], rates: list[float], alpha: float, mean: float) -> SecaggThreshold:
     offset, pmf, left_out = survivor_distribution(counts, rates, tail_mass=alpha * _TAIL_FRACTION)
     # cdf_below[i] = P(S < offset + i) (upper bound: the neglected lower tails are added).
@@ -179,6 +209,10 @@ def _normal_threshold(mean: float, variance: float, alpha: float) -> SecaggThres
 
 def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     if min(len(left), len(right)) > 20_000:
+        # scipy.signal only here: it adds ~40 modules to every gdpfed plan's start-up, and
+        # only pools with very wide survivor supports convolve by FFT (issue 26 §3)
+        from scipy import signal
+
         out = signal.fftconvolve(left, right)
         # FFT round-off (~1e-16 of the peak) only matters for abort probabilities far
         # below any practical target; clip the tiny negatives it leaves.

@@ -96,12 +96,13 @@ def _plan_from_args(
         with naming_file("scenario", args.scenario):
             planned_for_model = "model_dim" in privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_fields
         if planned_for_model:
-            from trainer.engines import num_params
-            from trainer.run.runner import build_run_model, load_run_data
-
             with naming_file("scenario", args.scenario):  # validates the rest
                 draft: Any = load_scenario_document({**data, "model_dim": data.get("model_dim", 1)})
             config = config_for(draft.rounds)
+            # torch only now: a bad scenario or option above is refused without it (issue 26 §3)
+            from trainer.engines import num_params
+            from trainer.run.runner import build_run_model, load_run_data
+
             dataset = load_run_data(config, draft.total_clients)
             dim = num_params(build_run_model(config, dataset))
             if "model_dim" in data and data["model_dim"] != dim:
@@ -198,7 +199,6 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     from trainer.run.divergence import TrainingDivergedError
     from trainer.run.mechanisms import mechanism_for
     from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
-    from trainer.run.runner import execute_run, prepare_run
 
     target = _service_target(args)
     if target is None and (args.api_key or args.api_key_file):
@@ -217,6 +217,10 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
                     raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
                 link.preflight(plan_id)
             reporter = RoundReporter(link, plan_id or "")
+        # the trainer (torch) is imported once the plan and every option are checked, so a
+        # refused call exits 2 without paying for torch (issue 26 §3; docs/trainer.md §CLI)
+        from trainer.run.runner import execute_run, prepare_run
+
         prepared = prepare_run(
             plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset,
             allow_tf32=args.allow_tf32,

@@ -12,6 +12,8 @@ def test_cli_benchmark_times_every_subcommand_against_python() -> None:
     commands = [row["command"] for row in rows]
     assert commands[0] == "python -c pass" and rows[0]["ratio_to_python"] == 1
     assert "gdpfed --help" in commands and "gdpfed account epsilon ..." in commands
+    # issue 26: a whole plan and a refused train (exit 2, checked by run) are timed too
+    assert "gdpfed plan examples/scenario.json" in commands and "gdpfed train (refused: --lr -1)" in commands
     assert {f"gdpfed {name} --help" for name in SUBCOMMAND_MODULES} <= set(commands)
     assert all(row["median_s"] > 0 and row["repeats"] == 1 for row in rows)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from app import cli
+from planner.loading import load_scenario
+from planner.plan import make_plan
 
 PROBE = """
 import json, sys
@@ -52,6 +54,17 @@ def test_account_epsilon_imports_the_accountant_only(tmp_path: Path) -> None:
         assert loaded(modules, heavy) == [], heavy
 
 
+def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
+    # issue 26 §3: scipy.signal (FFT convolution of very wide survivor supports only) is
+    # imported where it is used, not by every gdpfed plan
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenario.json"
+    code, modules = imported(tmp_path, "plan", str(scenario))
+    assert code == 0
+    assert "planner.secagg" in modules
+    for heavy in ("scipy.signal", "trainer", "torch", "fastapi"):
+        assert loaded(modules, heavy) == [], heavy
+
+
 @pytest.mark.parametrize("name", sorted(cli.SUBCOMMAND_MODULES))
 def test_each_subcommand_help_is_its_own_parser(tmp_path: Path, name: str) -> None:
     code, modules = imported(tmp_path, name, "--help")
@@ -65,3 +78,33 @@ def test_each_subcommand_help_is_its_own_parser(tmp_path: Path, name: str) -> No
 def test_every_subcommand_has_a_help_line() -> None:
     assert set(cli.SUBCOMMAND_HELP) == set(cli.SUBCOMMAND_MODULES)
     assert all(cli.SUBCOMMAND_HELP.values())
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--bogus"], None),  # argparse's own refusal
+        (["--dataset", "digits", "--model", "mlp"], "plan"),  # no plan at all
+        (["--plan", "PLAN", "--model", "mlp"], "dataset"),  # a required option missing
+        (["--plan", "PLAN", "--dataset", "digits", "--model", "mlp", "--local-steps", "0"], "local_steps"),
+        (["--plan", "PLAN", "--dataset", "digits", "--model", "mlp", "--lr", "-1"], "lr"),
+        (["--scenario", "examples/scenario.json", "--method", "gdpfed", "--dataset", "digits", "--model", "mlp",
+          "--momentum", "1.5"], "momentum"),
+    ],
+)
+def test_refused_train_exits_before_importing_torch(tmp_path: Path, argv: list[str], field: str | None) -> None:
+    # issue 26 §3: a refused gdpfed train paid for torch (3-7 s) before its options were checked
+    root = Path(__file__).resolve().parents[2]
+    plan = tmp_path / "plan.json"
+    scenario = load_scenario(root / "examples" / "scenario.json")
+    plan.write_text(json.dumps(make_plan(scenario, "dp_fedavg", clients_needed=False).model_dump(mode="json")))
+    args = [str(plan) if a == "PLAN" else a for a in argv]
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path / "modules.json"), "train", *args],
+        capture_output=True, text=True, check=True, cwd=root,
+    )
+    result = json.loads((tmp_path / "modules.json").read_text())
+    assert result["code"] == 2
+    if field is not None:
+        assert f"error: {field}:" in completed.stderr
+    assert loaded(set(result["modules"]), "torch") == []

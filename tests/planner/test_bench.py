@@ -17,3 +17,7 @@ def test_planner_bench_quick_runs():
     assert all(abs(r["objective_gap"]) < 1e-4 for r in qp_rows)
     assert [r["groups"] for r in plan_rows] == [3, 100]
     assert all(r["J_ratio"] >= 1 - 1e-6 for r in plan_rows)
+    # issue 26: the derived clients_needed beside the re-planning search it replaced
+    needed_rows = tables[2][1]
+    assert [r["groups"] for r in needed_rows] == [3]
+    assert needed_rows[0]["K_rho1_derived"] == pytest.approx(needed_rows[0]["K_rho1_replanned"], rel=0.025)

@@ -171,7 +171,7 @@ def parse_json_options(items: list[str], field: str = "model-option") -> dict[st
 
 
 def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
-    from trainer.run.runner import TrainConfig
+    from trainer.run.config import TrainConfig
 
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)

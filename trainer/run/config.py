@@ -1,0 +1,104 @@
+"""``TrainConfig``: a run's settings except the plan (``config.json``; docs/trainer.md §CLI).
+
+Kept free of torch so that ``gdpfed train`` checks every option (``config_from_args``)
+and refuses a bad one before the trainer, and torch with it, is imported (issue 26 §3).
+``trainer.run.runner`` re-exports these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trainer.run.options import secagg_worker_count
+
+
+class TrainConfig(BaseModel):
+    """Everything about a run except the plan (stored as ``config.json``; no secrets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str
+    model: str
+    model_options: dict[str, Any] = Field(
+        default_factory=dict, description="model constructor options, e.g. {\"hidden\": [64]} (see trainer.models)"
+    )
+    rounds: int = Field(ge=1, description="rounds of the plan to run (<= plan.rounds)")
+    partition: Literal["iid", "dirichlet", "one_label", "natural"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
+    dataset_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the loader's options, e.g. {\"client_test_fraction\": 0.2} (docs/trainer.md §Data)",
+    )
+    opt_out_assignment: Literal["random", "skewed"] = Field(
+        "random",
+        description="random: clients dealt into groups at random; skewed: the opted-out groups' clients "
+        "all hold skewed_label (FedHDP's skewed setting)",
+    )
+    skewed_label: int = Field(7, ge=0, description="the label every opted-out client holds when opt_out_assignment is skewed")
+    local_steps: int = Field(5, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    batch_size: int = Field(32, ge=1)
+    engine: Literal["batched", "loop"] = "batched"
+    seed: int = Field(0, ge=0)
+    eval_every: int = Field(1, ge=1)
+    server_lr: float = Field(1.0, gt=0)
+    server_momentum: float = Field(0.0, ge=0, lt=1)
+    late_dropout_fraction: float = Field(0.0, ge=0, le=1)
+    secagg_mode: Literal["full", "sparse", "auto"] = Field(
+        "auto", description="secure-aggregation graph per pool: auto (the plan's choice), full, or sparse (SecAgg+)"
+    )
+    secagg_execution: Literal["protocol", "exact_sum"] = Field(
+        "protocol",
+        description="protocol: real secure aggregation; exact_sum: its bit-identical release without the "
+        "cryptography, for experiments on learning (docs/secure-aggregation.md §Exact)",
+    )
+    secagg_workers: int | Literal["auto"] = Field(
+        "auto",
+        description="processes a secure-aggregation session's clients may run in: a positive integer (at most "
+        "that many), or auto (every core, for sessions large enough to pay); results do not depend on it "
+        "(docs/secure-aggregation.md §Parallel)",
+    )
+    checkpoint_every: int = Field(1, ge=1)
+    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict, description="the strategy's options, validated by its options model"
+    )
+
+    @field_validator("late_dropout_fraction", mode="before")
+    @classmethod
+    def _fraction(cls, value: Any) -> Any:
+        # pydantic's bounds would call nan "not less than or equal to 1": one message for every miss
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value <= 1:
+            raise ValueError(f"must be a number in [0, 1], got {value}")
+        return value
+
+    @field_validator("secagg_workers", mode="before")
+    @classmethod
+    def _worker_count(cls, value: Any) -> Any:
+        return secagg_worker_count(value)
+
+    def fingerprint_data(self) -> dict[str, Any]:
+        """What a checkpoint's configuration fingerprint covers: every field, except the
+        fields added after runs were first checkpointed while they hold their defaults, so
+        that a run started before they existed still resumes, and ``secagg_workers``, which
+        changes no result (a resumed run may change it)."""
+        data = self.model_dump(mode="json", exclude={"secagg_workers"})
+        for name in LATER_CONFIG_FIELDS:
+            if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+                del data[name]
+        return data
+
+
+# TrainConfig fields a checkpoint fingerprint leaves out while they are at their defaults.
+# The Flower scale-out's round executor clips at the plan's fixed C (docs/flower.md); adaptive
+# clipping's count coordinate and S^t live in the simulator's RoundEngine only.
+ADAPTIVE_CLIP_SIMULATOR_ONLY = (
+    "adaptive clipping runs in gdpfed train's round engine only; the Flower scale-out clips at the plan's fixed C"
+)
+
+LATER_CONFIG_FIELDS = (
+    "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
+)
