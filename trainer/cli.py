@@ -194,7 +194,26 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
     return plan, document, config, out, dataset
 
 
+# The trainer extra's top-level modules (pyproject.toml [trainer]) that a run imports.
+TRAINER_EXTRA_MODULES = ("torch", "cryptography", "sklearn")
+
+
+def require_trainer_extra() -> None:
+    """Raise ``ModuleNotFoundError`` naming the first missing module of the trainer extra.
+
+    ``find_spec`` of a top-level name locates it without importing it, so a missing extra is
+    said first (app.cli words it with the install command) while a refused call still exits
+    before torch is imported (docs/trainer.md §CLI).
+    """
+    import importlib.util
+
+    for module in TRAINER_EXTRA_MODULES:
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+
 def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
+    require_trainer_extra()
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
     from trainer.run.mechanisms import mechanism_for
