@@ -77,16 +77,26 @@ def spent_history(plan: Plan, group: GroupPlan) -> list[Phase]:
             and own[0].steps == plan.rounds
         )
         if not matches:
+            stated = "; ".join(_phase_words(p.sampling_rate, p.noise_multiplier, p.steps) for p in own)
+            runs_words = (
+                _phase_words(group.sampling_rate, sigma, plan.rounds) if runs
+                else "none: the group is not sampled with noise in this plan"
+            )
             raise InvalidInputError(
                 f"groups.{group.id}.phases",
-                f"this plan's own phase {own} is not the one it runs (sampling_rate "
-                f"{group.sampling_rate}, noise_multiplier {sigma}, {plan.rounds} rounds)",
+                f"this plan's own phase{'s' if len(own) > 1 else ''} ({stated}) "
+                f"{'are' if len(own) > 1 else 'is'} not the one it runs ({runs_words})",
             )
     elif runs and group.epsilon is not None:
         raise InvalidInputError(
             f"groups.{group.id}.phases", "lists no phase for this plan although the group is sampled with noise"
         )
     return history
+
+
+def _phase_words(sampling_rate: float, noise_multiplier: float, steps: int) -> str:
+    # a phase in words, for one-line errors (twelve digits: the check tolerates 1e-9)
+    return f"sampling_rate {sampling_rate:.12g}, noise_multiplier {noise_multiplier:.12g}, {steps} rounds"
 
 
 def merge_phases(phases: Sequence[Phase]) -> list[Phase]:

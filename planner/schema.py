@@ -19,6 +19,7 @@ as ``privacy_unit: client``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -432,6 +433,10 @@ def read_version_1(data: Any) -> Any:
     return data
 
 
+# (field path in the plan, the value the plan states, the value its scenario fixes)
+FixedField = tuple[str, Any, Any]
+
+
 class PlanDocument(BaseModel):
     """What every kind of plan carries: the contract's common part.
 
@@ -453,6 +458,14 @@ class PlanDocument(BaseModel):
     def _read_version_1(cls, data: Any) -> Any:
         return read_version_1(data)
 
+    def scenario_fixed(self) -> Iterator[FixedField]:
+        """The fields of this plan that its own ``scenario`` fixes, as ``(field, stated,
+        fixed)``: the path the plan names the field by, the value the document states and
+        the one its scenario gives (docs/ledger.md §5). Each plan kind declares its own;
+        ``check_scenario_fixed`` refuses a document that states anything else. A generator,
+        so a list of ids is compared before the entries that look ids up."""
+        return iter(())
+
 
 class Plan(PlanDocument):
     """A client-level plan document: what the trainer executes and the service stores.
@@ -472,6 +485,25 @@ class Plan(PlanDocument):
     predicted: Predicted
     comparison: list[ComparisonRow] | None = None
     recommendation: Recommendation | None = None
+
+    def scenario_fixed(self) -> Iterator[FixedField]:
+        """What a client-level plan's scenario fixes (docs/ledger.md §5): the rounds it covers
+        (``scenario.rounds - start_round``), the accountant, the groups (ids, in order) and each
+        group's epsilon, client count and clip norm (the group's own, else the scenario's).
+        ``idp_scale`` derives its noisy groups' clip norms from the pool's noise
+        (docs/planning.md §2), so there the scenario fixes no clip norm; the verifier checks
+        them against the noise instead."""
+        scenario = self.scenario
+        yield "rounds", self.rounds, scenario.rounds - self.start_round
+        yield "accountant", self.accountant, scenario.accountant
+        yield "groups", [g.id for g in self.groups], [g.id for g in scenario.groups]
+        for group in self.groups:
+            spec = scenario.group(group.id)
+            field = f"groups.{group.id}"
+            yield f"{field}.epsilon", group.epsilon, spec.epsilon
+            yield f"{field}.num_clients", group.num_clients, spec.num_clients
+            if self.method != "idp_scale":
+                yield f"{field}.clip_norm", group.clip_norm, spec.clip_norm if spec.clip_norm is not None else scenario.clip_norm
 
     def pool(self, pool_id: str) -> PoolPlan:
         for pool in self.pools:
@@ -533,7 +565,40 @@ def load_plan_document(data: Any) -> PlanDocument:
         raise InvalidInputError("privacy_unit", f"missing: a schema version {version} plan names its privacy unit")
     from planner.units import privacy_unit  # the registry imports this module
 
-    return privacy_unit(data["privacy_unit"]).plan_model.model_validate(data)
+    plan = privacy_unit(data["privacy_unit"]).plan_model.model_validate(data)
+    check_scenario_fixed(plan)
+    return plan
+
+
+def check_scenario_fixed(plan: PlanDocument) -> None:
+    """Refuse a plan that states a value other than its own scenario's for a field the
+    scenario fixes (``plan.scenario_fixed()``: budgets, client counts, rounds, clip norms,
+    the accountant; docs/ledger.md §5): ``InvalidInputError`` naming the field,
+    ``groups.strict.epsilon: states 10, but the plan's scenario fixes 1``. Every plan read
+    (``load_plan_document``) and every unit's verifier runs it, so a budget shown or
+    checked is the scenario's."""
+    for field, stated, fixed in plan.scenario_fixed():
+        if stated != fixed:  # exact: the planner copies these values from the scenario
+            raise InvalidInputError(field, stated_differs(stated, fixed, "the plan's scenario fixes"))
+
+
+def stated_differs(stated: Any, expected: Any, source: str) -> str:
+    """``states 10, but <source> 1``: one sentence for a document's field that is not what
+    ``source`` gives (numbers as written, text quoted, null for none)."""
+    return f"states {_shown(stated)}, but {source} {_shown(expected)}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        short = f"{value:.12g}"
+        return short if float(short) == value else repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(item) for item in value) + "]"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
 
 
 def load_plan(data: Any) -> Plan:

@@ -5,6 +5,10 @@ hand or produced by another version. Before round 0 the trainer re-derives, from
 fields the round engine will actually use, every group's mechanism and checks it against
 the group's budget with the plan's accountant. Nothing the planner wrote is trusted:
 
+0. **Scenario.** Every field the plan's own scenario fixes (the rounds, the accountant,
+   the groups, each group's epsilon, client count and clip norm) states the scenario's
+   value (``planner.schema.check_scenario_fixed``), so the budgets below are the
+   scenario's; delta is stated only there.
 1. **Structure.** Every group is in exactly the pool it names, every pool lists only
    groups that name it, clip norms and rates are in range.
 2. **Noise consistency.** For pool ``P`` the engine adds ``m_P`` shares of std ``s_P``
@@ -39,7 +43,7 @@ from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import check_adaptive_pools
 from planner.ledger import EpsilonFn
-from planner.schema import GroupPlan, Plan
+from planner.schema import GroupPlan, Plan, check_scenario_fixed
 from planner.secagg import check_stated_graph
 
 # The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
@@ -49,6 +53,7 @@ _REL_TOL = 1e-9
 
 def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> None:
     """Raise ``InvalidInputError`` unless ``plan`` is consistent and within every budget."""
+    check_scenario_fixed(plan)
     _check_structure(plan)
     _check_noise(plan)
     for group in plan.groups:

@@ -117,7 +117,7 @@ def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], Sp
                 budgets[group_id].append(None)
                 continue
             series[group_id].append(plan_ledger.epsilon_spent(stage_plan, group, max(0, global_round - start)))
-            budgets[group_id].append(group.epsilon)
+            budgets[group_id].append(stage_plan.scenario.group(group_id).epsilon)  # the budget its scenario fixes
     return list(rows), SpentSeries(rounds=wanted, epsilon_spent=series, budget=budgets)
 
 

@@ -222,12 +222,13 @@ def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
     for group in plan.groups:
         spent = plan_ledger.epsilon_spent(plan, group, rounds)
         phases: list[Phase] = plan_ledger.merge_phases(plan_ledger.group_history(plan, group, rounds))
+        budget = plan.scenario.group(group.id).epsilon  # the budget the plan's scenario fixes
         remaining = None
-        if spent is not None and group.epsilon is not None:
-            remaining = max(group.epsilon - spent, 0.0)
+        if spent is not None and budget is not None:
+            remaining = max(budget - spent, 0.0)
         result.append(GroupLedger(
             id=group.id,
-            epsilon=group.epsilon,
+            epsilon=budget,
             phases=phases,
             steps=plan_ledger.rounds_sampled(plan, group, rounds),
             epsilon_spent=spent,

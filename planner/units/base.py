@@ -28,7 +28,9 @@ class PrivacyUnit:
     """One entry of the privacy-unit registry (``planner.units.UNITS``).
 
     ``scenario_model`` and ``plan_model`` declare ``privacy_unit: Literal[name]`` (a test
-    checks it). ``make_plan(scenario, method)`` plans a scenario of this unit;
+    checks it); ``plan_model.scenario_fixed()`` lists the plan's fields its scenario fixes,
+    which every plan read and ``verify`` refuse to see differ
+    (``planner.schema.check_scenario_fixed``, docs/ledger.md §5). ``make_plan(scenario, method)`` plans a scenario of this unit;
     ``methods`` are the names it accepts (``default_method`` when none is given).
     ``describe(plan)`` is the text ``gdpfed plan`` prints. ``verify(plan)`` raises ``InvalidInputError`` unless the plan is consistent and
     within every budget (the trainer runs it on every plan, whatever its origin).

@@ -14,13 +14,14 @@ beside client-level (epsilon, delta) figures.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from accounting.errors import InvalidInputError
 from planner import ledger
-from planner.schema import GroupId, PlanDocument
+from planner.schema import FixedField, GroupId, PlanDocument, check_scenario_fixed, stated_differs
 from planner.units.base import PrivacyUnit
 
 NAME = "metric_local"
@@ -133,6 +134,19 @@ class MetricPlan(PlanDocument):
     sampling_rate: float = Field(description="q = U / N, the chance a client is sampled in a round")
     groups: list[MetricGroupPlan]
 
+    def scenario_fixed(self) -> Iterator[FixedField]:
+        """What a metric plan's scenario fixes (docs/metric-privacy.md §4): its rounds, the
+        groups (ids, in order) and each group's client count, leakage budget and, where the
+        scenario gives one, its noise multiplier nu."""
+        scenario = self.scenario
+        yield "rounds", self.rounds, scenario.rounds
+        yield "groups", [g.id for g in self.groups], [g.id for g in scenario.groups]
+        for group, spec in zip(self.groups, scenario.groups):
+            yield f"groups.{group.id}.num_clients", group.num_clients, spec.num_clients
+            yield f"groups.{group.id}.leakage_budget", group.leakage_budget, spec.leakage_budget
+            if spec.noise_multiplier is not None:
+                yield f"groups.{group.id}.noise_multiplier", group.noise_multiplier, spec.noise_multiplier
+
     def group(self, group_id: str) -> MetricGroupPlan:
         for group in self.groups:
             if group.id == group_id:
@@ -222,21 +236,24 @@ def plan_metric(scenario: MetricScenario, method: str = METHOD) -> MetricPlan:
 
 def verify_metric(plan: MetricPlan) -> None:
     """Re-derive every group's mechanism from the plan's own scenario and refuse a document
-    whose numbers differ (``InvalidInputError`` naming the group): the trainer never trusts
-    a file. A group's leakage bound never exceeds its budget (the cap sees to it)."""
-    if plan.start_round != 0 or plan.rounds != plan.scenario.rounds:
-        raise InvalidInputError("rounds", "metric plans cover their scenario's rounds from round 0 (no re-planning)")
+    whose numbers differ (``InvalidInputError`` naming the field: first those the scenario
+    fixes, ``MetricPlan.scenario_fixed``, then those it gives): the trainer never trusts a
+    file. A group's leakage bound never exceeds its budget (the cap sees to it)."""
+    check_scenario_fixed(plan)
+    if plan.start_round != 0:
+        raise InvalidInputError("start_round", "metric plans cover their scenario's rounds from round 0 (no re-planning)")
     expected = plan_metric(plan.scenario)
     if not math.isclose(plan.sampling_rate, expected.sampling_rate, rel_tol=1e-12):
-        raise InvalidInputError("sampling_rate", f"is {plan.sampling_rate}, the scenario gives {expected.sampling_rate}")
-    if [g.id for g in plan.groups] != [g.id for g in expected.groups]:
-        raise InvalidInputError("groups", "the plan's groups are not its scenario's")
+        raise InvalidInputError(
+            "sampling_rate", stated_differs(plan.sampling_rate, expected.sampling_rate, "the plan's scenario gives")
+        )
     for mine, theirs in zip(plan.groups, expected.groups):
-        if mine != theirs:
-            fields = [name for name in MetricGroupPlan.model_fields if getattr(mine, name) != getattr(theirs, name)]
-            raise InvalidInputError(
-                f"groups.{mine.id}", f"{', '.join(fields)} differ from what its scenario gives: the document was changed"
-            )
+        for name in MetricGroupPlan.model_fields:
+            if getattr(mine, name) != getattr(theirs, name):
+                raise InvalidInputError(
+                    f"groups.{mine.id}.{name}",
+                    stated_differs(getattr(mine, name), getattr(theirs, name), "the plan's scenario gives"),
+                )
         if mine.leakage_budget is not None and mine.leakage_bound is not None and mine.leakage_bound > mine.leakage_budget * (1 + 1e-12):
             raise InvalidInputError(f"groups.{mine.id}", "the leakage bound exceeds the budget")
 

@@ -19,6 +19,7 @@ privacy notion from client-level DP and are labelled ``NOTION`` wherever shown.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -29,7 +30,7 @@ from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentr
 from planner import ledger
 from planner import mean_estimation as toy
 from planner.ledger import EpsilonFn
-from planner.schema import Epsilon, GroupId, Norm, PlanDocument
+from planner.schema import Epsilon, FixedField, GroupId, Norm, PlanDocument, check_scenario_fixed, stated_differs
 from planner.units.base import PrivacyUnit
 
 NAME: Final = "silo_sample"
@@ -168,6 +169,19 @@ class SiloSamplePlan(PlanDocument):
     silos: list[SiloPlan]
     advice: MeanEstimationAdvice | None = None
 
+    def scenario_fixed(self) -> Iterator[FixedField]:
+        """What a silo plan's scenario fixes (docs/mrmtl.md §2): its rounds, accountant and
+        batch, the silos (ids, in order) and each silo's examples, budget and clip norm."""
+        scenario = self.scenario
+        yield "rounds", self.rounds, scenario.rounds
+        yield "accountant", self.accountant, scenario.accountant
+        yield "batch_size", self.batch_size, scenario.batch_size
+        yield "silos", [s.id for s in self.silos], [s.id for s in scenario.silos]
+        for silo, spec in zip(self.silos, scenario.silos):
+            yield f"silos.{silo.id}.num_samples", silo.num_samples, spec.num_samples
+            yield f"silos.{silo.id}.epsilon", silo.epsilon, spec.epsilon
+            yield f"silos.{silo.id}.clip_norm", silo.clip_norm, scenario.clip_norm
+
     def silo(self, silo_id: str) -> SiloPlan:
         for silo in self.silos:
             if silo.id == silo_id:
@@ -296,36 +310,40 @@ def make_plan(scenario: SiloScenario, method: str) -> SiloSamplePlan:
 def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None:
     """Re-derive every silo's mechanism from the scenario and check its budget (docs/mrmtl.md §2).
 
-    Nothing the document says is trusted: the silos must be the scenario's, in order;
-    ``q_k = B / n_k``, ``steps_per_round`` and the selections must be what the method
-    runs; ``sigma_k > 0``; and the silo's epsilon after every round, by the ledger's
-    accountant, must be within ``epsilon_k (1 + 1e-9)``. ``InvalidInputError`` names the field.
+    Nothing the document says is trusted: every field the scenario fixes must state the
+    scenario's value (``SiloSamplePlan.scenario_fixed``: rounds, accountant, batch, the
+    silos in order, each silo's examples, budget and clip norm); ``q_k = B / n_k``,
+    ``steps_per_round`` and the selections must be what the method runs; ``sigma_k > 0``;
+    and the silo's epsilon after every round, by the ledger's accountant, must be within
+    ``epsilon_k (1 + 1e-9)``. ``InvalidInputError`` names the field.
     """
     scenario = plan.scenario
-    if plan.rounds != scenario.rounds or plan.start_round != 0:
-        raise InvalidInputError("rounds", "a silo plan covers the scenario's rounds from round 0 (re-planning is not supported)")
-    if plan.overhead != OVERHEAD[plan.method] or plan.batch_size != scenario.batch_size:
-        raise InvalidInputError("overhead", f"{plan.method} runs {OVERHEAD[plan.method]} DP-SGD pass(es) per round with batch {scenario.batch_size}")
-    if [s.id for s in plan.silos] != [s.id for s in scenario.silos]:
-        raise InvalidInputError("silos", "the plan's silos are not the scenario's")
+    check_scenario_fixed(plan)
+    if plan.start_round != 0:
+        raise InvalidInputError("start_round", "a silo plan covers the scenario's rounds from round 0 (re-planning is not supported)")
+    if plan.overhead != OVERHEAD[plan.method]:
+        raise InvalidInputError(
+            "overhead", f"states {plan.overhead} DP-SGD passes per round, but {plan.method} runs {OVERHEAD[plan.method]}"
+        )
     selections = selection_rounds(scenario, plan.method)
     for spec, silo in zip(scenario.silos, plan.silos):
         field = f"silos.{silo.id}"
         expected = {
-            "num_samples": spec.num_samples, "epsilon": spec.epsilon,
             "sampling_rate": scenario.batch_size / spec.num_samples,
             "steps_per_round": OVERHEAD[plan.method] * scenario.passes_steps(spec),
-            "clip_norm": scenario.clip_norm, "selection_rounds": selections,
+            "selection_rounds": selections,
         }
         for name, value in expected.items():
             if not math.isclose(float(getattr(silo, name)), float(value), rel_tol=1e-12):
-                raise InvalidInputError(f"{field}.{name}", f"is {getattr(silo, name)}, the mechanism runs {value}")
+                raise InvalidInputError(f"{field}.{name}", stated_differs(getattr(silo, name), value, "the mechanism runs"))
         want_selection = scenario.selection_epsilon_fraction * spec.epsilon if selections else None
         if (silo.selection_epsilon is None) != (want_selection is None) or (
             want_selection is not None and silo.selection_epsilon is not None
             and not math.isclose(silo.selection_epsilon, want_selection, rel_tol=1e-12)
         ):
-            raise InvalidInputError(f"{field}.selection_epsilon", f"is {silo.selection_epsilon}, the method selects at {want_selection}")
+            raise InvalidInputError(
+                f"{field}.selection_epsilon", stated_differs(silo.selection_epsilon, want_selection, "the method selects at")
+            )
         if not silo.noise_multiplier > 0:
             raise InvalidInputError(f"{field}.noise_multiplier", "must be positive: every silo's DP-SGD steps are noised")
         final = silo_epsilon_spent(plan, silo, plan.rounds, epsilon_fn=epsilon_fn)

@@ -44,7 +44,8 @@ def _rate(doc: dict[str, Any]) -> None:
 
 
 def _target(doc: dict[str, Any]) -> None:
-    doc["groups"][0]["epsilon"] = doc["groups"][0]["epsilon"] / 3
+    # the scenario's budget with it: a group's alone is refused as not the scenario's (test_scenario_fixed.py)
+    doc["groups"][0]["epsilon"] = doc["scenario"]["groups"][0]["epsilon"] = doc["groups"][0]["epsilon"] / 3
 
 
 def _share(doc: dict[str, Any]) -> None:
@@ -151,3 +152,20 @@ def test_an_edited_graph_names_the_first_field_that_differs(edit: dict[str, Any]
         check_stated_graph(pool, 0.0, 1e-3)
     assert info.value.field == f"pools.P3.{field}"
     assert info.value.reason.startswith(f"states {stated}, but the pool's participants and bounds give {derived}"), info.value.reason
+
+
+def test_an_edited_phase_is_refused_in_one_plain_sentence() -> None:
+    """Issue 25 §4: a sampling rate edited without its phase named the phase as a Python repr."""
+    document = _document("gdpfed_plus")
+    document["groups"][0]["sampling_rate"] = 0.5
+    with pytest.raises(InvalidInputError) as info:
+        verify_executable(load_plan(document))
+    assert info.value.field == "groups.strict.phases"
+    phase = document["groups"][0]["phases"][-1]
+    assert info.value.reason == (
+        f"this plan's own phase (sampling_rate {phase['sampling_rate']:.12g}, noise_multiplier "
+        f"{phase['noise_multiplier']:.12g}, 100 rounds) is not the one it runs (sampling_rate 0.5, "
+        f"noise_multiplier {phase['noise_multiplier']:.12g}, 100 rounds)"
+    )
+    for repr_mark in ("PoissonSampledGaussian", "kind=", "[", "\n"):
+        assert repr_mark not in info.value.message

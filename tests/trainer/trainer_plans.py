@@ -30,24 +30,15 @@ def hand_plan(
 
     The result is an executable plan (``planner.verify`` accepts it): each group's phase
     uses its effective multiplier ``noise_std_P / C_g``, and a budget the mechanism would
-    overspend is raised to what it spends (these tests exercise the mechanism, not the
-    calibration; ``tests/planner/test_verify.py`` covers refusing overspending plans).
+    overspend is raised to what it spends, in the scenario as in the group (these tests
+    exercise the mechanism, not the calibration; ``tests/planner/test_verify.py`` covers
+    refusing overspending plans).
     """
     from planner.ledger import default_epsilon_fn
 
     clip_norms = clip_norms or {}
     total_expected = sum(n * q for _, _, n, q in groups)
     k = expected_clients if expected_clients is not None else total_expected
-    scenario = Scenario(
-        groups=[{"id": gid, "epsilon": eps, "num_clients": n} for gid, eps, n, _ in groups],
-        delta=delta,
-        rounds=start_round + rounds,
-        clip_norm=clip_norm,
-        model_dim=model_dim,
-        expected_clients=k,
-        dropout_rate=dropout_rate,
-        min_clients_per_pool=1,
-    )
     pool_of = {g: pid for pid, members, *_ in pools for g in members}
     sigma_of = {pid: sigma for pid, _, sigma, _, _ in pools}
 
@@ -60,6 +51,20 @@ def hand_plan(
         spent = default_epsilon_fn([Phase(sampling_rate=q, noise_multiplier=effective(gid), steps=rounds)], delta, "rdp")
         return max(eps, spent * (1 + 1e-6))
 
+    # the scenario fixes each group's budget, clients and clip norm (planner.schema.check_scenario_fixed)
+    scenario = Scenario(
+        groups=[
+            {"id": gid, "epsilon": budget(gid, eps, q), "num_clients": n, "clip_norm": clip_norms.get(gid)}
+            for gid, eps, n, q in groups
+        ],
+        delta=delta,
+        rounds=start_round + rounds,
+        clip_norm=clip_norm,
+        model_dim=model_dim,
+        expected_clients=k,
+        dropout_rate=dropout_rate,
+        min_clients_per_pool=1,
+    )
     group_plans = [
         GroupPlan(
             id=gid,

@@ -70,8 +70,8 @@ class PrivacyLedger:
         return {g.id: self.epsilon_spent(g.id, final=True) for g in self.plan.groups}
 
     def targets(self) -> dict[str, float | None]:
-        """Each group's budget in the plan (None: opted out)."""
-        return {g.id: g.epsilon for g in self.plan.groups}
+        """Each group's budget, as the plan's scenario fixes it (None: opted out; docs/ledger.md §5)."""
+        return {g.id: self.plan.scenario.group(g.id).epsilon for g in self.plan.groups}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -66,7 +66,9 @@ class RunSummary(BaseModel):
     epsilon_spent: dict[str, float | None] = Field(
         description="group id -> epsilon spent over all phases, under the plan's accountant"
     )
-    epsilon_target: dict[str, float | None] = Field(description="each group's budget in the plan the run ended on")
+    epsilon_target: dict[str, float | None] = Field(
+        description="each group's budget, as the scenario of the plan the run ended on fixes it"
+    )
     aborted_rounds: dict[str, int] = Field(description="pool id -> rounds it released nothing")
     model_dim: int
     device: str

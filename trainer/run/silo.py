@@ -63,7 +63,7 @@ class SiloLedger:
         return {s.id: self.epsilon_spent(s.id, final=True) for s in self.plan.silos}
 
     def targets(self) -> dict[str, float | None]:
-        return {s.id: s.epsilon for s in self.plan.silos}
+        return {s.id: s.epsilon for s in self.plan.scenario.silos}  # the budgets the scenario fixes
 
     def state_dict(self) -> dict[str, Any]:
         return {"rounds_run": self.rounds_run,

@@ -90,7 +90,8 @@ def test_bad_run_settings_are_refused_before_anything_is_written(plan, tmp_path,
         assert error.value.field == field, (change, error.value)
         assert not (tmp_path / "run").exists()
     overspending = json.loads(json.dumps(document))
-    overspending["groups"][0]["epsilon"] = overspending["groups"][0]["epsilon_spent"] / 2
+    halved = overspending["groups"][0]["epsilon_spent"] / 2  # in the scenario too, which fixes the budget
+    overspending["groups"][0]["epsilon"] = overspending["scenario"]["groups"][0]["epsilon"] = halved
     with pytest.raises(InvalidInputError):
         run_plan(grid, overspending, base)
     assert not (tmp_path / "run").exists()
