@@ -6,6 +6,7 @@ its ASGI transport); ``tests/app/test_attached_trainer.py`` runs the CLI against
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -189,16 +190,24 @@ def test_resume_refuses_a_checkpoint_whose_replan_starts_outside_the_run(client:
     path = tmp_path / "run" / "checkpoint.pt"
     state = load_checkpoint(path)
     assert state["next_round"] == 2 and state["current_plan"]["start_round"] == 1
-    state["current_plan"]["start_round"] = 7
-    save_checkpoint(path, {name: value for name, value in state.items() if name != "format"})
     logged = (tmp_path / "run" / "rounds.jsonl").read_text()
-
-    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
-    with pytest.raises(InvalidInputError, match="starts at round 7, outside this run's rounds 0 to 2") as refused:
-        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
-                    progress=quiet_progress(6))
-    assert refused.value.field == "resume"
-    assert (tmp_path / "run" / "rounds.jsonl").read_text() == logged
+    # moved to start after the next round, its rounds kept equal to what its scenario leaves
+    # (else reading it refuses the rounds field first: planner.schema.check_scenario_fixed)
+    moved_plan = json.loads(json.dumps(state["current_plan"]))
+    moved_plan["start_round"], moved_plan["rounds"] = 3, moved_plan["rounds"] - 2
+    for group in moved_plan["groups"]:  # its own phase, the last, shortened with it
+        group["phases"][-1]["steps"] -= 2
+    moved = {**state, "current_plan": moved_plan}
+    beyond = {**state, "current_plan": {**state["current_plan"], "start_round": 7}}
+    for tampered, field, message in ((moved, "resume", "starts at round 3, outside this run's rounds 0 to 2"),
+                                     (beyond, "rounds", "states 5, but the plan's scenario fixes -1")):
+        save_checkpoint(path, {name: value for name, value in tampered.items() if name != "format"})
+        prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+        with pytest.raises(InvalidInputError, match=message) as refused:
+            execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                        progress=quiet_progress(6))
+        assert refused.value.field == field
+        assert (tmp_path / "run" / "rounds.jsonl").read_text() == logged
 
 
 def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(client: Any, tmp_path: Path) -> None:
@@ -340,6 +349,33 @@ def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) 
                        backoff_s=0.0)
     prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
     with pytest.raises(ReportingStoppedError, match="cannot follow the re-plan"):
+        execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
+
+
+def test_a_successor_that_contradicts_its_own_scenario_stops_the_run_as_unverified(
+        client: Any, tmp_path: Path) -> None:
+    """A re-plan from the service is checked like a plan file (its scenario-fixed fields
+    included): one that fails stops reporting (exit 3, 'does not verify'), not as bad input."""
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    other = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    tampered = json.loads(json.dumps(other))
+    tampered["groups"][0]["epsilon"] = tampered["groups"][0]["epsilon"] * 10
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and "/rounds" in request.url.path and b'"round_index":2' in request.content.replace(
+                b" ", b""):
+            return httpx.Response(409, json={"code": "superseded", "message": "re-planned", "field": "round_index",
+                                             "superseded_by": other["id"], "start_round": 2})
+        if request.method == "GET" and request.url.path.endswith(f"/plans/{other['id']}"):
+            return httpx.Response(200, json=tampered)
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                       backoff_s=0.0)
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
+    with pytest.raises(ReportingStoppedError, match="does not verify: groups.*epsilon"):
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
 
 

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import pydantic
 import torch
 from pydantic import BaseModel, Field
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_line
 from planner import ledger as plan_ledger
 from planner.schema import Plan, PlanDocument
 from trainer.rounds import RoundEngine, RoundOutcome, full_mode_reasons
@@ -432,12 +433,16 @@ def switch_plan(
     from planner.verify import verify_executable
     from trainer.run.reporting import ReportingStoppedError
 
-    successor = load_plan(document)
     name = document.get("id", "the successor plan")
     try:
+        # reading checks the fields its scenario fixes (planner.schema.check_scenario_fixed)
+        successor = load_plan(document)
         verify_executable(successor)
-    except InvalidInputError as exc:
-        raise ReportingStoppedError(f"the re-plan {name} does not verify: {exc.message}") from None
+    except (InvalidInputError, pydantic.ValidationError) as exc:
+        if resuming:  # the checkpoint's own copy: damaged local input (exit 2), as its other checks
+            raise
+        message = exc.message if isinstance(exc, InvalidInputError) else validation_error_line(exc.errors())
+        raise ReportingStoppedError(f"the re-plan {name} does not verify: {message}") from None
     current = prepared.plan
     end = prepared.run_start + prepared.config.rounds
     problems = []
