@@ -68,9 +68,22 @@ _UNION_MEMBER_TAG = re.compile(r"^(constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\])$",
 _MESSAGE_PREFIXES = ("Value error, ", "Assertion failed, ")
 
 
+SHOWN_CHARS = 64
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as text for a one-line message, cut to ``limit`` characters (``aaaa...(1000
+    characters)``): a key or id the user wrote may be a megabyte long, the message stays a line."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
+
+
 def validation_error_location(loc: Sequence[Any]) -> list[str]:
-    """A pydantic error's location as the user's field path: union-member tags dropped."""
-    return [str(part) for part in loc if not _UNION_MEMBER_TAG.match(str(part))]
+    """A pydantic error's location as the user's field path: union-member tags dropped, each
+    part cut to :data:`SHOWN_CHARS` (an unknown key may be any length)."""
+    return [shown(part) for part in loc if not _UNION_MEMBER_TAG.match(str(part))]
 
 
 def validation_error_message(error: Mapping[str, Any]) -> str:
