@@ -10,6 +10,7 @@ They live in ``accounting`` because it is the bottom of the dependency graph
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -78,6 +79,17 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...({len(text)} characters)"
+
+
+def unknown_field_message(key: str, candidates: Sequence[str]) -> tuple[str, str | None]:
+    """(message, suggestion) for a key no field of a model takes: ``unknown field 'detla'; did
+    you mean 'delta'?`` when one of ``candidates`` (the model's names and aliases the input did
+    not give) is close to it (difflib's ratio >= 0.6), else ``unknown field 'x'``."""
+    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    message = f"unknown field {shown(key)!r}"
+    if close:
+        return f"{message}; did you mean {close[0]!r}?", close[0]
+    return message, None
 
 
 def validation_error_location(loc: Sequence[Any]) -> list[str]:

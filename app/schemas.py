@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 
 from accounting.accountants import AccountantName
 from accounting.events import Phase
-from accounting.validation import Flag
+from accounting.validation import Flag, InputModel
 from app.errors import SCENARIO_TAGS
 from app.models import as_utc
 from app.security import Role
@@ -41,7 +41,7 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 RoundStatus = Literal["started", "completed"]
 
 
-class _Input(BaseModel):
+class _Input(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 

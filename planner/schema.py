@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     field_validator,
@@ -31,7 +30,7 @@ from pydantic import (
 
 from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.events import Phase
-from accounting.validation import Flag
+from accounting.validation import Flag, InputModel, NumbersModel
 
 SCHEMA_VERSION: Final = 2
 # Versions load_plan_document reads (1: before privacy_unit, read as a client plan).
@@ -68,7 +67,7 @@ GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-
 KeepRatio = Annotated[Fraction | Literal["auto"], one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
 
-class _Strict(BaseModel):
+class _Strict(InputModel):
     """Inputs reject unknown fields so a typo (``epsilom``) is an error, not a default."""
 
     model_config = ConfigDict(extra="forbid", strict=False)
@@ -225,7 +224,7 @@ class Scenario(_Strict):
         raise InvalidInputError("group", f"no group with id {group_id!r}")
 
 
-class GroupPlan(BaseModel):
+class GroupPlan(NumbersModel):
     """The plan for one group (docs/planning.md §8)."""
 
     id: str
@@ -271,7 +270,7 @@ class GroupPlan(BaseModel):
     )
 
 
-class PoolPlan(BaseModel):
+class PoolPlan(NumbersModel):
     """One secure-aggregation session with one noise draw per round."""
 
     id: str
@@ -304,7 +303,7 @@ class PoolPlan(BaseModel):
     )
 
 
-class ClientsForNoiseToSignal(BaseModel):
+class ClientsForNoiseToSignal(NumbersModel):
     """How large the federation must be for the plan's noise-to-signal ratio to reach ``target``.
 
     Every group's size and K scaled by one factor and re-planned with the same method,
@@ -318,7 +317,7 @@ class ClientsForNoiseToSignal(BaseModel):
     note: str | None = Field(None, description="why no size is given, or how the search ended")
 
 
-class FedHDPPrediction(BaseModel):
+class FedHDPPrediction(NumbersModel):
     """FedHDP's advisory ratios for this plan (docs/planning.md §14): post-processing, no
     privacy number changes."""
 
@@ -327,7 +326,7 @@ class FedHDPPrediction(BaseModel):
     noise_energy: float = Field(description="d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2 with these ratios")
 
 
-class DittoLambdaPrediction(BaseModel):
+class DittoLambdaPrediction(NumbersModel):
     """Ditto's advisory lambda* per group on FedHDP's point-estimation model (docs/planning.md
     §14): a local choice of each client, no privacy number depends on it."""
 
@@ -345,7 +344,7 @@ class DittoLambdaPrediction(BaseModel):
     assumptions: str = Field(description="the model and conditions these numbers hold under")
 
 
-class Predicted(BaseModel):
+class Predicted(NumbersModel):
     """The objective's terms at the plan (docs/planning.md §3) and its learnability (§13)."""
 
     noise_energy: float = Field(description="(d C^2 / K^2) * sum_P kappa_P sigma_P^2")
@@ -371,7 +370,7 @@ class Predicted(BaseModel):
     )
 
 
-class ComparisonPool(BaseModel):
+class ComparisonPool(NumbersModel):
     """One pool of a comparison row: which groups share its noise draw, and that noise."""
 
     id: str
@@ -380,7 +379,7 @@ class ComparisonPool(BaseModel):
     keep_ratio: float = Field(description="kappa_P = k_P / d")
 
 
-class ComparisonRow(BaseModel):
+class ComparisonRow(NumbersModel):
     """One method in a ``compare`` plan: the paper's noise table, one row (docs/planning.md §10).
 
     A row is self-contained: its pools name their groups, and it carries each group's
@@ -410,7 +409,7 @@ class ComparisonRow(BaseModel):
     noise_to_signal: float | None = Field(None, description="predicted.noise_to_signal of the method's plan")
 
 
-class Recommendation(BaseModel):
+class Recommendation(NumbersModel):
     """compare's answer: the feasible private method with the lowest objective J."""
 
     method: PlanMethod
@@ -426,7 +425,7 @@ def read_version_1(data: Any) -> Any:
     return data
 
 
-class PlanDocument(BaseModel):
+class PlanDocument(NumbersModel):
     """What every kind of plan carries: the contract's common part.
 
     ``privacy_unit`` says whom the plan's figures protect and selects the model that

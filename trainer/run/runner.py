@@ -30,6 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from accounting.errors import InvalidInputError
+from accounting.validation import InputModel
 from planner import ledger as plan_ledger
 from planner.schema import Plan, PlanDocument
 from trainer.rounds import RoundEngine, RoundOutcome, full_mode_reasons
@@ -46,7 +47,7 @@ from trainer.run.reporting import RoundReporter
 from trainer.strategies.base import Population, RoundContext, Strategy
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(InputModel):
     """Everything about a run except the plan (stored as ``config.json``; no secrets)."""
 
     model_config = ConfigDict(extra="forbid")
