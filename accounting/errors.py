@@ -81,6 +81,16 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     return f"{text[:limit]}...({len(text)} characters)"
 
 
+MESSAGE_CHARS = 2000
+
+
+def message_line(message: str) -> str:
+    """An error message as the one line the CLI prints and the service answers: line breaks
+    (a value the user wrote may hold them) escaped, cut to :data:`MESSAGE_CHARS` (a message may
+    quote a value up to the document bounds' 100,000 characters)."""
+    return shown(message.replace("\r", "\\r").replace("\n", "\\n"), MESSAGE_CHARS)
+
+
 def unknown_field_message(key: str, candidates: Sequence[str]) -> tuple[str, str | None]:
     """(message, suggestion) for a key no field of a model takes: ``unknown field 'detla'; did
     you mean 'delta'?`` when one of ``candidates`` (the model's names and aliases the input did

@@ -5,12 +5,13 @@ line naming the file, never a RecursionError's 500 or traceback."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from app.cli import run
-from tests.app.conftest import TestClient
+from tests.app.conftest import SMALL_SCENARIO, TestClient
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_DOCUMENT_DEPTH = 64  # planner.loading's bounds, as docs/architecture.md §Errors states them
@@ -101,3 +102,16 @@ def test_a_strategy_option_is_bounded_like_a_file(capsys, tmp_path) -> None:
             "synthetic", "--model", "logreg", "--out", str(tmp_path / "run")]
     err = _one_line(capsys, [*argv, "--strategy-option", "rank=" + "[" * 1000 + "]" * 1000])
     assert "strategy-option rank: the value holds a value nested deeper than" in err, err
+
+
+def test_an_error_quoting_a_long_or_multiline_value_stays_one_short_line(client: TestClient, capsys, tmp_path) -> None:
+    """A message that quotes what the user wrote (``unknown method 'xxx...'``) is cut to 2,000
+    characters and its line breaks escaped (accounting.errors.message_line), on both edges."""
+    for method in ("x" * 99_999, "two\nlines"):
+        response = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO, "method": method})
+        assert (response.status_code, response.json()["field"]) == (422, "method"), response.text[:300]
+        assert len(response.json()["message"]) < 2100 and "\n" not in response.json()["message"], response.text[:300]
+        config = tmp_path / "long.yaml"
+        config.write_text("name: t\nmethods: [" + json.dumps(method) + "]\nseeds: [0]\n")
+        err = _one_line(capsys, ["experiment", str(config)])
+        assert len(err) < 2300, err[:300]
