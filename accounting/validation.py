@@ -101,6 +101,9 @@ Delta = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, lt=1, allow_inf_nan=False)
 ]
 Steps = Annotated[int, pydantic.BeforeValidator(reject_bool), pydantic.Field(ge=1)]
+
+
+# The core-schema types of a number: each gets reject_bool in front (NumbersModel).
 _NUMBER_SCHEMAS = frozenset({"int", "float", "decimal"})
 # Entries of a core schema that hold no validation schema (or one a before-validator may not wrap).
 _NOT_VALIDATION = frozenset({"metadata", "serialization", "default", "ref", "json_schema_input_schema"})
