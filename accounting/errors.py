@@ -10,6 +10,7 @@ They live in ``accounting`` because it is the bottom of the dependency graph
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -68,9 +69,43 @@ _UNION_MEMBER_TAG = re.compile(r"^(constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\])$",
 _MESSAGE_PREFIXES = ("Value error, ", "Assertion failed, ")
 
 
+SHOWN_CHARS = 64
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as text for a one-line message, cut to ``limit`` characters (``aaaa...(1000
+    characters)``): a key or id the user wrote may be a megabyte long, the message stays a line."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
+
+
+MESSAGE_CHARS = 2000
+
+
+def message_line(message: str) -> str:
+    """An error message as the one line the CLI prints and the service answers: line breaks
+    (a value the user wrote may hold them) escaped, cut to :data:`MESSAGE_CHARS` (a message may
+    quote a value up to the document bounds' 100,000 characters)."""
+    return shown(message.replace("\r", "\\r").replace("\n", "\\n"), MESSAGE_CHARS)
+
+
+def unknown_field_message(key: str, candidates: Sequence[str]) -> tuple[str, str | None]:
+    """(message, suggestion) for a key no field of a model takes: ``unknown field 'detla'; did
+    you mean 'delta'?`` when one of ``candidates`` (the model's names and aliases the input did
+    not give) is close to it (difflib's ratio >= 0.6), else ``unknown field 'x'``."""
+    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    message = f"unknown field {shown(key)!r}"
+    if close:
+        return f"{message}; did you mean {close[0]!r}?", close[0]
+    return message, None
+
+
 def validation_error_location(loc: Sequence[Any]) -> list[str]:
-    """A pydantic error's location as the user's field path: union-member tags dropped."""
-    return [str(part) for part in loc if not _UNION_MEMBER_TAG.match(str(part))]
+    """A pydantic error's location as the user's field path: union-member tags dropped, each
+    part cut to :data:`SHOWN_CHARS` (an unknown key may be any length)."""
+    return [shown(part) for part in loc if not _UNION_MEMBER_TAG.match(str(part))]
 
 
 def validation_error_message(error: Mapping[str, Any]) -> str:

@@ -15,10 +15,10 @@ from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accou
 from accounting.epsilon import epsilon_of_events
 from accounting.events import AnyEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
-from accounting.validation import Delta, Epsilon, Flag, NoiseMultiplier, SamplingRate, Steps
+from accounting.validation import Delta, Epsilon, Flag, InputModel, NoiseMultiplier, SamplingRate, Steps
 
 
-class _Request(pydantic.BaseModel):
+class _Request(InputModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     delta: Delta

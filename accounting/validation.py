@@ -13,8 +13,10 @@ import numbers
 from typing import Annotated, Any
 
 import pydantic
+import pydantic_core
+from pydantic_core import PydanticCustomError
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, unknown_field_message
 
 
 def reject_bool(value: Any) -> Any:
@@ -99,6 +101,104 @@ Delta = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, lt=1, allow_inf_nan=False)
 ]
 Steps = Annotated[int, pydantic.BeforeValidator(reject_bool), pydantic.Field(ge=1)]
+
+
+# The core-schema types of a number: each gets reject_bool in front (NumbersModel).
+_NUMBER_SCHEMAS = frozenset({"int", "float", "decimal"})
+# Entries of a core schema that hold no validation schema (or one a before-validator may not wrap).
+_NOT_VALIDATION = frozenset({"metadata", "serialization", "default", "ref", "json_schema_input_schema"})
+
+
+def _numbers_refuse_booleans(schema: Any) -> Any:
+    """A copy of the core ``schema`` with :func:`reject_bool` before every number's schema."""
+    if isinstance(schema, list):
+        return [_numbers_refuse_booleans(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in _NOT_VALIDATION else _numbers_refuse_booleans(value) for key, value in schema.items()}
+    kind = out.get("type")
+    numeric_literal = kind == "literal" and any(
+        isinstance(value, (int, float)) and not isinstance(value, bool) for value in out.get("expected", ())
+    )
+    if kind in _NUMBER_SCHEMAS or numeric_literal:
+        return pydantic_core.core_schema.no_info_before_validator_function(reject_bool, out)
+    return out
+
+
+class NumbersModel(pydantic.BaseModel):
+    """A model none of whose numbers takes a boolean: every ``int``, ``float`` and numeric
+    ``Literal`` in its fields, at any depth of their types (``dict[str, float]``,
+    ``list[int] | None``), refuses ``true``/``false`` with ``must be a number, not a boolean``.
+
+    pydantic's lax mode reads ``True`` as 1, so ``"epsilon": true`` was a budget of 1; strict
+    mode would fix that but also refuse ``"1e-5"``, which YAML hands over as a string. So the
+    model's schema is rewritten once, when the class is built: each number's schema gets
+    :func:`reject_bool` in front (docs/architecture.md §Errors). Nested models keep their own
+    schema, so each model of a document derives from this class (plans, events) or from
+    :class:`InputModel` (what users write)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: pydantic.GetCoreSchemaHandler) -> Any:
+        return _numbers_refuse_booleans(handler(source))
+
+
+class InputModel(NumbersModel):
+    """The base of every model of external input (scenarios, changes, request bodies,
+    experiment configurations, training options): numbers refuse booleans
+    (:class:`NumbersModel`), and a key no field takes is an error, named with the field the
+    user probably meant (``unknown field 'detla'; did you mean 'delta'?``, among the names and
+    aliases the input did not give), in place of pydantic's ``Extra inputs are not permitted``
+    and of the ``Field required`` of the field the typo replaced. The input's other errors
+    follow it (docs/architecture.md §Errors)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _unknown_fields(cls, data: Any, handler: pydantic.ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(data, dict) or cls.model_config.get("extra") != "forbid":
+            return handler(data)
+        known = cls._input_names()
+        unknown = [key for key in data if key not in known]
+        if not unknown:
+            return handler(data)
+        candidates = sorted(known - data.keys())
+        errors: list[Any] = []
+        suggested: set[str] = set()
+        for key in unknown:
+            message, suggestion = unknown_field_message(str(key), candidates)
+            if suggestion is not None:
+                suggested.add(suggestion)
+            errors.append({"type": PydanticCustomError("extra_forbidden", message), "loc": (key,), "input": data[key]})
+        try:
+            handler({key: value for key, value in data.items() if key in known})
+        except pydantic.ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                if error["type"] == "missing" and len(error["loc"]) == 1 and error["loc"][0] in suggested:
+                    continue  # the typo's own field: the suggestion names it
+                # kept verbatim (type, message, location): PydanticCustomError does not format
+                # a message given without a context
+                errors.append({"type": PydanticCustomError(error["type"], error["msg"]), "loc": error["loc"],
+                               "input": error.get("input")})
+        raise pydantic.ValidationError.from_exception_data(cls.__name__, errors)
+
+    @classmethod
+    def _input_names(cls) -> frozenset[str]:
+        """The keys a field of this model takes: names and aliases (computed once per class)."""
+        names = _INPUT_NAMES.get(cls)
+        if names is None:
+            found = set(cls.model_fields)
+            for field in cls.model_fields.values():
+                for alias in (field.alias, field.validation_alias):
+                    if isinstance(alias, str):
+                        found.add(alias)
+            names = _INPUT_NAMES[cls] = frozenset(found)
+        return names
+
+
+_INPUT_NAMES: dict[type, frozenset[str]] = {}
+
+
 # A switch that changes privacy or behaviour (opt out, raw closed form, adaptive clipping)
 # is a JSON boolean: pydantic's lax mode would read "yes", "on", 1 or even "false" as one,
 # and "yes" once opted a group out of DP. Strict mode takes only true/false.

@@ -184,18 +184,18 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(words)
     import pydantic
 
-    from accounting.errors import GdpfedError
+    from accounting.errors import GdpfedError, message_line
 
     handler: Callable[[argparse.Namespace], tuple[Any, str] | None] = args.handler
     try:
         output = handler(args)
     except GdpfedError as exc:
-        sys.stderr.write(f"gdpfed {args.command}: error: {exc.message}\n")
+        sys.stderr.write(f"gdpfed {args.command}: error: {message_line(exc.message)}\n")
         # 2 for input errors; a few errors carry their own code (3: reporting to the
         # service stopped or left reports undelivered, docs/trainer.md §CLI)
         return int(getattr(exc, "exit_code", EXIT_USAGE))
     except pydantic.ValidationError as exc:
-        sys.stderr.write(f"gdpfed {args.command}: error: {format_validation_error(exc)}\n")
+        sys.stderr.write(f"gdpfed {args.command}: error: {message_line(format_validation_error(exc))}\n")
         return EXIT_USAGE
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         sys.stderr.write(f"gdpfed {args.command}: error: {exc.strerror}: {exc.filename}\n")

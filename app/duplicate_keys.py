@@ -1,4 +1,6 @@
-"""Refusing a JSON request body that names a key twice (docs/service.md §Errors).
+"""Refusing a JSON request body that names a key twice, or that is past the document bounds
+(nested too deep, a string or number too long: ``planner.loading.json_shape_problem``,
+checked before any parser recurses; docs/service.md §Errors).
 
 JSON parsers keep the last of two equal keys, so ``{"epsilon": 0.7, "epsilon": 9}`` would
 silently plan at 9. The body is checked here, before FastAPI parses it, and answered 422
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from accounting.errors import shown
 from app.errors import validation_response
 from app.limits import replaying
-from planner.loading import duplicate_key_path
+from planner.loading import duplicate_key_path, json_shape_problem
 
 
 def is_json_request(scope: Scope) -> bool:
@@ -42,12 +45,19 @@ class DuplicateKeyMiddleware:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
+        problem = json_shape_problem(body)
+        if problem is not None:
+            response = validation_response([{
+                "type": "document_shape", "loc": ("body",), "msg": f"the request body holds {problem}",
+            }])
+            await response(scope, receive, send)
+            return
         path = duplicate_key_path(body) if body.strip() else None
         if path is not None:
             key = path[-1]
             response = validation_response([{
                 "type": "duplicate_key", "loc": ("body", *path),
-                "msg": f"duplicate key {key!r} in the request body: give each key once",
+                "msg": f"duplicate key {shown(key)!r} in the request body: give each key once",
             }])
             await response(scope, receive, send)
             return

@@ -23,6 +23,7 @@ from accounting.errors import (
     GdpfedError,
     InfeasibleError,
     InvalidInputError,
+    message_line,
     validation_error_location,
     validation_error_message,
 )
@@ -104,7 +105,7 @@ def superseded(plan_id: str, round_index: int, child_id: str, child_start: int) 
 
 def error_response(status: int, code: str, message: str, field: str | None = None,
                    headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
-    body = ErrorBody(code=code, message=message, field=field, **(extra or {}))
+    body = ErrorBody(code=code, message=message_line(message), field=field, **(extra or {}))
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from accounting.accountants import AccountantName
-from accounting.validation import Flag
+from accounting.validation import Flag, InputModel
 from app.errors import SCENARIO_TAGS
 from app.models import as_utc
 from app.security import Role
@@ -42,7 +42,7 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 __all__ = ["GroupLedger", "KeyIdentity", "LedgerOut", "RoundReport", "RoundStatus"]  # re-exported
 
 
-class _Input(BaseModel):
+class _Input(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from accounting.errors import InvalidInputError, validation_error_line
+from accounting.errors import InvalidInputError, shown, validation_error_line
 from planner.schema import Changes, Plan, Scenario, load_plan
 
 
@@ -37,9 +38,30 @@ def read_document(source: str | Path | dict[str, Any], kind: str) -> dict[str, A
     return data
 
 
+# Bounds on every external document (a file the CLI reads, a request body), checked before
+# the document is parsed (docs/architecture.md §Errors): the parsers and the checks after them
+# recurse once per level, so an unbounded depth is a RecursionError (a traceback, HTTP 500), and
+# a YAML alias repeats a node without its bytes ("billion laughs"). No real document comes near:
+# a plan nests 5 levels, an experiment configuration 7; the largest plan the schema allows
+# (200,000 groups) is about 150 MB.
+MAX_DOCUMENT_DEPTH = 64
+MAX_DOCUMENT_NODES = 5_000_000  # values after YAML aliases are expanded
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # a file; the service bounds bodies by GDPFED_MAX_REQUEST_BYTES
+MAX_STRING_CHARS = 100_000  # one string (a key or a value)
+MAX_NUMBER_DIGITS = 400  # one number literal (a double tops out at 309 digits; Python refuses ints of 4,300)
+
+
+class DocumentShapeError(ValueError):
+    """A document past one of the bounds above; the message says which, and where."""
+
+
 def read_text(path: Path, kind: str) -> str:
-    """The UTF-8 text of ``path``; a missing or unreadable file is ``InvalidInputError(kind)``."""
+    """The UTF-8 text of ``path``; a missing or unreadable file, or one larger than
+    ``MAX_DOCUMENT_BYTES``, is ``InvalidInputError(kind)``."""
     try:
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise InvalidInputError(kind, f"{path}: the file holds {size} bytes, more than {MAX_DOCUMENT_BYTES}")
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInputError(kind, f"file not found: {path}") from None
@@ -67,8 +89,52 @@ def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# A JSON string (escapes included), a bracket, or a run of digits too long for one number: the
+# tokens that decide a document's depth and sizes. Strings are matched whole, so brackets and
+# digits inside them do not count.
+_LONG_NUMBER = "[0-9]{" + str(MAX_NUMBER_DIGITS + 1) + ",}"
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|' + _LONG_NUMBER, re.DOTALL)
+
+
+def _position(text: str, offset: int) -> str:
+    """``line:column`` (1-based) of ``offset`` in ``text``."""
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"{line}:{column}"
+
+
+def json_shape_problem(text: str | bytes) -> str | None:
+    """Why the JSON ``text`` is past the document bounds (``a value nested deeper than 64
+    levels at 1:65``), or None. One pass over its tokens, iterative, before any parser recurses; text
+    that is not JSON is left to the parser to name."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        except (UnicodeDecodeError, LookupError):
+            return None
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DOCUMENT_DEPTH:
+                return f"a value nested deeper than {MAX_DOCUMENT_DEPTH} levels at {_position(text, match.start())}"
+        elif token in "]}":
+            depth -= 1
+        elif token[0] == '"':
+            if len(token) - 2 > MAX_STRING_CHARS:
+                return f"a string longer than {MAX_STRING_CHARS} characters at {_position(text, match.start())}"
+        else:
+            return f"a number with more than {MAX_NUMBER_DIGITS} digits at {_position(text, match.start())}"
+    return None
+
+
 def loads_unique(text: str | bytes) -> Any:
-    """``json.loads`` refusing duplicate keys (:class:`DuplicateKeyError`)."""
+    """``json.loads`` refusing duplicate keys (:class:`DuplicateKeyError`) and a document past
+    the bounds (:class:`DocumentShapeError`, checked first)."""
+    problem = json_shape_problem(text)
+    if problem is not None:
+        raise DocumentShapeError(problem)
     return json.loads(text, object_pairs_hook=unique_object)
 
 
@@ -78,7 +144,10 @@ class _Pairs(list[tuple[str, Any]]):
 
 def duplicate_key_path(text: str | bytes) -> list[str | int] | None:
     """The path (``["scenario", "groups", 1, "epsilon"]``) of the first key given twice in one
-    object of the JSON ``text``, or None when every key is unique or the text is not JSON."""
+    object of the JSON ``text``, or None when every key is unique, the text is not JSON or it
+    is past the document bounds (:func:`json_shape_problem` names those)."""
+    if json_shape_problem(text) is not None:
+        return None
     try:
         document = json.loads(text, object_pairs_hook=_Pairs)
     except ValueError:
@@ -115,8 +184,10 @@ def parse_json(text: str, path: str | Path, kind: str) -> Any:
     except json.JSONDecodeError as exc:
         raise InvalidInputError(kind, f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
     except DuplicateKeyError as exc:
-        where = ".".join(str(part) for part in duplicate_key_path(text) or [exc.key])
-        raise InvalidInputError(kind, f"{path}: duplicate key {exc.key!r} (at {where}): give each key once") from None
+        where = ".".join(shown(part) for part in duplicate_key_path(text) or [exc.key])
+        raise InvalidInputError(kind, f"{path}: duplicate key {shown(exc.key)!r} (at {where}): give each key once") from None
+    except DocumentShapeError as exc:
+        raise InvalidInputError(kind, f"{path}: {exc}") from None
 
 
 def parse_yaml(text: str, path: str | Path, kind: str) -> Any:
@@ -126,11 +197,76 @@ def parse_yaml(text: str, path: str | Path, kind: str) -> Any:
     import yaml
 
     try:
+        problem = yaml_shape_problem(text)
+        if problem is not None:
+            raise InvalidInputError(kind, f"{path}: {problem}")
         return yaml.load(text, Loader=unique_key_loader())  # a SafeLoader subclass: safe
     except DuplicateKeyError as exc:
-        raise InvalidInputError(kind, f"{path}:{exc.where}: duplicate key {exc.key!r}: give each key once") from None
+        raise InvalidInputError(kind, f"{path}:{exc.where}: duplicate key {shown(exc.key)!r}: give each key once") from None
     except yaml.YAMLError as exc:
         raise InvalidInputError(kind, yaml_error_line(exc, path, text)) from None
+
+
+def yaml_shape_problem(text: str) -> str | None:
+    """Why the YAML ``text`` is past the document bounds, or None: its depth and node count
+    with every alias expanded (an alias repeats its anchor's node, so ten aliases of ten
+    aliases of ... make a billion values from a few lines), an alias inside its own anchor
+    (a cycle), a string or a number too long. One pass over the parser's events, iterative,
+    before PyYAML's composer and constructor recurse; a syntax error is left to the loader."""
+    import yaml
+
+    # per anchor: (values, container levels) of its node, aliases expanded
+    anchors: dict[str, tuple[int, int]] = {}
+    # per open container: [anchor, values before it, deepest child's levels]
+    open_nodes: list[list[Any]] = []
+    values = 0
+
+    def add(levels: int, where: Any) -> str | None:
+        if len(open_nodes) + levels > MAX_DOCUMENT_DEPTH:
+            return f"a value nested deeper than {MAX_DOCUMENT_DEPTH} levels at {where.line + 1}:{where.column + 1}"
+        if values > MAX_DOCUMENT_NODES:
+            return f"more than {MAX_DOCUMENT_NODES} values (aliases expanded) at {where.line + 1}:{where.column + 1}"
+        if open_nodes:
+            open_nodes[-1][2] = max(open_nodes[-1][2], levels)
+        return None
+
+    try:
+        for event in yaml.parse(text, Loader=unique_key_loader()):
+            mark = event.start_mark
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if len(open_nodes) + 1 > MAX_DOCUMENT_DEPTH:
+                    return add(1, mark)
+                values += 1
+                open_nodes.append([event.anchor, values - 1, 0])
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, before, deepest = open_nodes.pop()
+                if anchor is not None:
+                    anchors[anchor] = (values - before, deepest + 1)
+                problem = add(deepest + 1, mark)
+                if problem:
+                    return problem
+            elif isinstance(event, yaml.ScalarEvent):
+                if len(event.value) > MAX_STRING_CHARS:
+                    return f"a string longer than {MAX_STRING_CHARS} characters at {mark.line + 1}:{mark.column + 1}"
+                if event.style is None and re.search(_LONG_NUMBER, event.value.replace("_", "")):
+                    return f"a number with more than {MAX_NUMBER_DIGITS} digits at {mark.line + 1}:{mark.column + 1}"
+                values += 1
+                if event.anchor is not None:
+                    anchors[event.anchor] = (1, 0)
+                problem = add(0, mark)
+                if problem:
+                    return problem
+            elif isinstance(event, yaml.AliasEvent):
+                if any(node[0] == event.anchor for node in open_nodes):
+                    return f"the alias *{shown(event.anchor)} at {mark.line + 1}:{mark.column + 1} is inside its own anchor"
+                count, levels = anchors.get(event.anchor, (1, 0))  # an unknown anchor: the loader names it
+                values += count
+                problem = add(levels, mark)
+                if problem:
+                    return problem
+    except yaml.YAMLError:
+        return None  # the loader reports it with its position
+    return None
 
 
 @functools.cache

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     field_validator,
@@ -32,7 +31,7 @@ from pydantic import (
 
 from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.events import Phase
-from accounting.validation import Flag
+from accounting.validation import Flag, InputModel, NumbersModel
 
 SCHEMA_VERSION: Final = 2
 # Versions load_plan_document reads (1: before privacy_unit, read as a client plan).
@@ -75,7 +74,7 @@ KeepRatioAuto = Literal["auto"]
 KeepRatio = Annotated[Fraction | KeepRatioAuto, one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
 
-class _Strict(BaseModel):
+class _Strict(InputModel):
     """Inputs reject unknown fields so a typo (``epsilom``) is an error, not a default."""
 
     model_config = ConfigDict(extra="forbid", strict=False)
@@ -232,7 +231,7 @@ class Scenario(_Strict):
         raise InvalidInputError("group", f"no group with id {group_id!r}")
 
 
-class GroupPlan(BaseModel):
+class GroupPlan(NumbersModel):
     """The plan for one group (docs/planning.md §8)."""
 
     id: str
@@ -278,7 +277,7 @@ class GroupPlan(BaseModel):
     )
 
 
-class PoolPlan(BaseModel):
+class PoolPlan(NumbersModel):
     """One secure-aggregation session with one noise draw per round."""
 
     id: str
@@ -311,7 +310,7 @@ class PoolPlan(BaseModel):
     )
 
 
-class ClientsForNoiseToSignal(BaseModel):
+class ClientsForNoiseToSignal(NumbersModel):
     """How large the federation must be for the plan's noise-to-signal ratio to reach ``target``.
 
     Every group's size and K scaled by one factor, the plan's design (rates, pools, keep
@@ -325,7 +324,7 @@ class ClientsForNoiseToSignal(BaseModel):
     note: str | None = Field(None, description="why no size is given, or how the search ended")
 
 
-class FedHDPPrediction(BaseModel):
+class FedHDPPrediction(NumbersModel):
     """FedHDP's advisory ratios for this plan (docs/planning.md §14): post-processing, no
     privacy number changes."""
 
@@ -334,7 +333,7 @@ class FedHDPPrediction(BaseModel):
     noise_energy: float = Field(description="d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2 with these ratios")
 
 
-class DittoLambdaPrediction(BaseModel):
+class DittoLambdaPrediction(NumbersModel):
     """Ditto's advisory lambda* per group on FedHDP's point-estimation model (docs/planning.md
     §14): a local choice of each client, no privacy number depends on it."""
 
@@ -352,7 +351,7 @@ class DittoLambdaPrediction(BaseModel):
     assumptions: str = Field(description="the model and conditions these numbers hold under")
 
 
-class Predicted(BaseModel):
+class Predicted(NumbersModel):
     """The objective's terms at the plan (docs/planning.md §3) and its learnability (§13)."""
 
     noise_energy: float = Field(description="(d C^2 / K^2) * sum_P kappa_P sigma_P^2")
@@ -378,7 +377,7 @@ class Predicted(BaseModel):
     )
 
 
-class ComparisonPool(BaseModel):
+class ComparisonPool(NumbersModel):
     """One pool of a comparison row: which groups share its noise draw, and that noise."""
 
     id: str
@@ -387,7 +386,7 @@ class ComparisonPool(BaseModel):
     keep_ratio: float = Field(description="kappa_P = k_P / d")
 
 
-class ComparisonRow(BaseModel):
+class ComparisonRow(NumbersModel):
     """One method in a ``compare`` plan: the paper's noise table, one row (docs/planning.md §10).
 
     A row is self-contained: its pools name their groups, and it carries each group's
@@ -417,7 +416,7 @@ class ComparisonRow(BaseModel):
     noise_to_signal: float | None = Field(None, description="predicted.noise_to_signal of the method's plan")
 
 
-class Recommendation(BaseModel):
+class Recommendation(NumbersModel):
     """compare's answer: the feasible private method with the lowest objective J."""
 
     method: PlanMethod
@@ -437,7 +436,7 @@ def read_version_1(data: Any) -> Any:
 FixedField = tuple[str, Any, Any]
 
 
-class PlanDocument(BaseModel):
+class PlanDocument(NumbersModel):
     """What every kind of plan carries: the contract's common part.
 
     ``privacy_unit`` says whom the plan's figures protect and selects the model that

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from accounting.accountants import AccountantName
 from accounting.events import Phase
+from accounting.validation import InputModel
 
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
 MetricName = Annotated[str, Field(min_length=1, max_length=64)]
@@ -46,7 +47,7 @@ class KeyIdentity(BaseModel):
     role: str
 
 
-class RoundReport(BaseModel):
+class RoundReport(InputModel):
     """``POST /v1/plans/{plan_id}/rounds``: one round, claimed or completed (docs/ledger.md §6)."""
 
     model_config = ConfigDict(extra="forbid")

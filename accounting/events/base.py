@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 import pydantic
 
+from accounting.validation import InputModel
+
 if TYPE_CHECKING:
     from accounting.rdp import OrderGrid
 
@@ -36,7 +38,7 @@ NOTION_LABELS: dict[Notion, str] = {
 }
 
 
-class PrivacyEvent(pydantic.BaseModel):
+class PrivacyEvent(InputModel):
     """Base of every event kind. ``notion`` is fixed per kind; ``kind`` is the JSON tag."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)

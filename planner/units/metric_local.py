@@ -17,9 +17,10 @@ import math
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from accounting.errors import InvalidInputError
+from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner.schema import FixedField, GroupId, PlanDocument, check_scenario_fixed, stated_differs
 from planner.units.base import PrivacyUnit
@@ -35,7 +36,7 @@ Leakage = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 NoiseMultiplier = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 
 
-class _Strict(BaseModel):
+class _Strict(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -102,7 +103,7 @@ class MetricScenario(_Strict):
         return sum(g.num_clients for g in self.groups)
 
 
-class MetricGroupPlan(BaseModel):
+class MetricGroupPlan(NumbersModel):
     """One group's mechanism and the figures the ledger reports for it."""
 
     id: str

@@ -22,11 +22,12 @@ import math
 from collections.abc import Iterator
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName
 from accounting.errors import InvalidInputError
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
+from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner import mean_estimation as toy
 from planner.ledger import EpsilonFn
@@ -50,7 +51,7 @@ Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 Variance = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 
 
-class _Strict(BaseModel):
+class _Strict(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -123,7 +124,7 @@ class SiloScenario(_Strict):
         return self.local_epochs * -(-silo.num_samples // self.batch_size)
 
 
-class SiloPlan(BaseModel):
+class SiloPlan(NumbersModel):
     """One silo's mechanism: what the DP-SGD engine runs and the ledger counts."""
 
     model_config = ConfigDict(extra="forbid")
@@ -145,7 +146,7 @@ class SiloPlan(BaseModel):
     lambda_star: float | None = Field(None, description="advisory silo-specific lambda_k* of the mean-estimation proxy")
 
 
-class MeanEstimationAdvice(BaseModel):
+class MeanEstimationAdvice(NumbersModel):
     """The advisory lambda* of the mean-estimation proxy (docs/mrmtl.md §3.2)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -99,7 +99,7 @@ def test_warnings_large_models_and_own_update_radius() -> None:
         ({"clients_per_round": 101}, "exceeds"),
         ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both"),
         ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1}, "cannot meet"),
-        ({"epsilon": 1.0}, "Extra inputs"),
+        ({"epsilon": 1.0}, "unknown field .epsilon."),
         ({"radius_rule": "previous_round"}, "needs a min_radius"),
         ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius"),
         ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius"),

@@ -124,7 +124,7 @@ def test_train_selects_a_strategy_by_name_and_resume_keeps_it(capsys, tmp_path, 
     [
         (["--strategy", "fedsgd"], ["strategy", "'fedsgd'", "plan, pfa"]),
         (["--strategy", "pfa", "--strategy-option", "rank=0"], ["strategy-option rank", "greater than or equal to 1"]),
-        (["--strategy", "pfa", "--strategy-option", "rnak=2"], ["strategy-option rnak", "not permitted"]),
+        (["--strategy", "pfa", "--strategy-option", "rnak=2"], ["strategy-option rnak", "unknown field 'rnak'; did you mean 'rank'?"]),
         (["--strategy", "pfa", "--strategy-option", "rank=two"], ["strategy-option rank", "not a JSON value"]),
         (["--strategy", "pfa", "--strategy-option", "rank"], ["strategy-option", "KEY=JSON"]),
         (["--strategy-option", "adaptive_clip=1"], ["strategy-option adaptive_clip", "true or false"]),

@@ -19,16 +19,17 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union, validation_error_line
+from accounting.validation import InputModel
 from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
 from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
 
 
-class _Strict(BaseModel):
+class _Strict(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 

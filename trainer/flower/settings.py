@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accounting.errors import InvalidInputError, validation_error_line
+from accounting.validation import InputModel
 
 # Run-config keys that configure the Flower run rather than the training (TrainConfig).
 FLOWER_KEYS = (
@@ -41,7 +42,7 @@ NODE_DEVICE = "gdpfed-device"
 NODE_SIMULATION = "gdpfed-simulation"
 
 
-class FlowerOptions(BaseModel):
+class FlowerOptions(InputModel):
     """The Flower run's own settings (run config keys, hyphenated)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from accounting.validation import InputModel
 from trainer.run.options import secagg_worker_count
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(InputModel):
     """Everything about a run except the plan (stored as ``config.json``; no secrets)."""
 
     model_config = ConfigDict(extra="forbid")

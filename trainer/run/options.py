@@ -7,7 +7,6 @@ argparse and JSON only, so building either parser imports neither torch nor the 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -158,15 +157,20 @@ def read_json_file(path: Path, field: str) -> Any:
 def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:
     """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``;
     errors name ``field`` (``model-option``, ``strategy-option``) and the key."""
+    from accounting.errors import shown
+    from planner.loading import DocumentShapeError, loads_unique
+
     options: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InvalidInputError(field, f"expected KEY=JSON, got {item!r}")
         try:
-            options[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            raise InvalidInputError(f"{field} {key.strip()}", f"{value!r} is not a JSON value") from None
+            options[key.strip()] = loads_unique(value)  # the document bounds and duplicate keys, as files
+        except DocumentShapeError as exc:
+            raise InvalidInputError(f"{field} {key.strip()}", f"the value holds {exc}") from None
+        except ValueError:  # not JSON, or a key given twice
+            raise InvalidInputError(f"{field} {key.strip()}", f"{shown(value)!r} is not a JSON value") from None
     return options
 
 

@@ -48,6 +48,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from accounting.errors import InvalidInputError
+from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ class LocalReleaseStrategy(Strategy):
         raise self._no_pool_sums()
 
 
-class NoOptions(BaseModel):
+class NoOptions(InputModel):
     """The options model of a strategy without options: any option is an error."""
 
     model_config = ConfigDict(extra="forbid")

@@ -37,9 +37,10 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from accounting.errors import InvalidInputError, one_error_for_union
+from accounting.validation import InputModel
 from planner.schema import Plan
 from trainer.sparsify import top_k
 from trainer.strategies.base import Population, RoundContext, StrategySpec
@@ -51,7 +52,7 @@ Lambda = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 EVALUATION_CHUNK = 256
 
 
-class FedHDPOptions(BaseModel):
+class FedHDPOptions(InputModel):
     """``--strategy-option`` values of ``fedhdp`` (docs/trainer.md §FedHDP)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
 from accounting.errors import InvalidInputError
+from accounting.validation import InputModel
 from planner.units.metric_local import MetricPlan
 from trainer.strategies.base import (
     PURPOSE_SAMPLING,
@@ -64,7 +65,7 @@ def kmeans_from(points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tens
     return centers, assignment
 
 
-class MetricIFCAOptions(BaseModel):
+class MetricIFCAOptions(InputModel):
     model_config = ConfigDict(extra="forbid")
 
     init_std: float = Field(1.0, gt=0, description="hypotheses start as N(0, init_std^2) (the paper's N(0, 1))")

@@ -35,9 +35,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from accounting.errors import InvalidInputError
+from accounting.validation import InputModel
 from planner.schema import Plan
 from trainer.sparsify import top_k
 from trainer.strategies.base import RoundContext, StrategySpec
@@ -133,7 +134,7 @@ class PFAStrategy(PlanStrategy):
         self._history = [] if history is None else [row.clone() for row in history]
 
 
-class PFAOptions(BaseModel):
+class PFAOptions(InputModel):
     """``--strategy-option rank=4 --strategy-option history=8`` (docs/results.md §PFA)."""
 
     model_config = ConfigDict(extra="forbid")

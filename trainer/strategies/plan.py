@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from torch import nn
 
+from accounting.validation import InputModel
 from planner.schema import Plan
 from trainer.adaptive_clip import AdaptiveClipping
 from trainer.sparsify import top_k
@@ -36,7 +37,7 @@ ADAPTIVE_CLIP_DESCRIPTION = (
 )
 
 
-class PlanOptions(BaseModel):
+class PlanOptions(InputModel):
     """``--strategy-option`` values of ``plan`` (docs/trainer.md §Adaptive clipping)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -72,7 +72,7 @@ LAMBDAS = "a number >= 0, or a mapping of group id to a number >= 0 (strategy fe
         ({"methods": ["gdpfed", 3]},
          "methods.1: must be a method's name or a mapping with name, plan and optionally strategy, options"),
         ({"methods": [{"name": "x"}]}, "methods.0.plan: Field required"),
-        ({"methods": [{"name": "x", "plan": "gdpfed", "opts": {}}]}, "methods.0.opts: Extra inputs are not permitted"),
+        ({"methods": [{"name": "x", "plan": "gdpfed", "opts": {}}]}, "methods.0.opts: unknown field 'opts'; did you mean 'options'?"),
         ({"methods": ["gdpfed", "fedsgd"]}, "methods.1: unknown method 'fedsgd'"),
         ({"methods": [{"name": "x", "plan": "gdpfed", "strategy": "fedsgd"}]}, "methods.0.strategy: unknown strategy 'fedsgd'"),
         ({"methods": ["gdpfed", "gdpfed"]}, "methods.1: 'gdpfed' is listed twice"),

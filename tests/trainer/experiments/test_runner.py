@@ -290,7 +290,7 @@ epsilons: [1.0]
          "settings.default.scenario.groups.1.epsilon: Input should be greater than 0"),
         (TINY + "settings: [{name: half, keep_ratios: [0.5, 0.5]}]\n", "settings.half.keep_ratios: needs 3 entries"),
         (TINY.replace("lr: 0.1", "lr: 0.1, local_stepz: 2"),
-         "train.local_stepz: Extra inputs are not permitted (setting default, dataset digits)"),
+         "train.local_stepz: unknown field 'local_stepz' (setting default, dataset digits)"),
         (SWEEP, "scenario.groups.1.epsilon: Input should be greater than 0"),
     ],
 )
