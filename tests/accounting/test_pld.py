@@ -9,6 +9,7 @@ pessimistic connect-the-dots one on a fine grid an upper bound.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ ISSUE_TABLE = [
 def _dp_pld(phases: list[tuple[float, float, int]], delta: float, *, pessimistic: bool, interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    composed = None
+    composed: Any = None
     for q, sigma, steps in phases:
         one = pld_lib.from_gaussian_mechanism(
             sigma,
