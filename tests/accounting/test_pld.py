@@ -148,3 +148,36 @@ def test_registered_with_rdp_behind_it() -> None:
     accountant = ACCOUNTANTS["pld"]
     assert accountant.verified_by == "pld" and accountant.per_round == "rdp" and accountant.fallback == "rdp"
     assert DEFAULT_ACCOUNTANT == "rdp"  # switching the default is a later step (issue 26)
+
+
+def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
+    """The exact epsilon of mu-GDP (T Gaussians at q = 1 compose to mu = sqrt(T) / sigma):
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth, Su 2019), by bisection."""
+    from scipy.special import log_ndtr
+
+    def excess(eps: float) -> float:
+        return float(np.exp(log_ndtr(-eps / mu + mu / 2)) - np.exp(eps + log_ndtr(-eps / mu - mu / 2))) - delta
+
+    lo, hi = 0.0, 1.0
+    while excess(hi) > 0:
+        lo, hi = hi, 2 * hi
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("sigma, steps, delta", [(0.88, 4361, 1.3e-5), (1.0, 100, 1e-5), (5.0, 3000, 1e-8), (0.5, 1, 1e-3)])
+def test_full_participation_is_the_exact_gaussian_epsilon_from_above(sigma: float, steps: int, delta: float) -> None:
+    # epsilons in the thousands once overflowed e^{-loss} in the delta-to-epsilon step (math domain error)
+    exact = _exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta)
+    ours = pld_module.epsilon_of_phases([(1.0, sigma, steps)], delta)
+    assert exact <= ours <= exact * 1.005, (exact, ours)
+    assert ours <= accounting.epsilon(1.0, sigma, steps, delta).epsilon
+
+
+def test_large_epsilon_of_a_subsampled_history_is_finite_and_below_rdp() -> None:
+    q, sigma, steps, delta = 0.913775685215951, 0.8847838896221095, 4361, 1.2998401795014147e-05
+    ours = pld_module.epsilon_of_phases([(q, sigma, steps)], delta)
+    assert math.isfinite(ours) and 0 < ours <= accounting.epsilon(q, sigma, steps, delta).epsilon
+    assert ours >= _exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta) * 0.5  # q < 1 lowers it a little
