@@ -289,6 +289,23 @@ def epsilon_of_phases(phases: Sequence[PhaseTuple], delta: float) -> float:
     return max(compose(phases, delta, direction).epsilon(delta) for direction in ("remove", "add"))
 
 
+def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, str | None]:
+    """The PLD epsilon, or, where the discretisation fails numerically (noise multipliers near
+    the search floor put single losses beyond e^700), rdp's epsilon and the reason (§13.4)."""
+    try:
+        with np.errstate(all="ignore"):
+            value = epsilon_of_phases(phases, delta)
+        if value >= 0:  # inf is a sound answer; nan is not an answer
+            return value, None
+        failure = f"epsilon {value}"
+    except (ArithmeticError, ValueError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+    events: list[ApproximateDpEvent] = [
+        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
+    ]
+    return _RDP.epsilon(events, delta).epsilon, f"pld failed numerically ({failure}); fell back to rdp"
+
+
 # --------------------------------------------------------------------------- the accountant
 
 
@@ -310,7 +327,11 @@ class PldAccountant(Accountant):
             return _RDP.epsilon(events, delta).model_copy(
                 update={"accountant": self.name, "fallback": True, "reason": reason}
             )
-        value = epsilon_of_phases(_phases(events), delta)
+        value, failed = sound_epsilon(_phases(events), delta)
+        if failed:
+            return _RDP.epsilon(events, delta).model_copy(
+                update={"accountant": self.name, "fallback": True, "reason": failed}
+            )
         return EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name)
 
     def noise_multiplier(
@@ -333,7 +354,7 @@ class PldAccountant(Accountant):
         spent_eps = _spent_epsilon(history, delta, target)
 
         def g(x: float) -> float:
-            return search.log_ratio(epsilon_of_phases([*history, (q, math.exp(x), t)], delta), target)
+            return search.log_ratio(sound_epsilon([*history, (q, math.exp(x), t)], delta)[0], target)
 
         remaining = max(target - (spent_eps or 0.0), 0.05 * target)
         guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
@@ -347,6 +368,7 @@ class PldAccountant(Accountant):
                 f"rounds={t}, delta={delta:g}"
             ) from None
         sigma = math.exp(found.hi)
+        achieved, failed = sound_epsilon([*history, (q, sigma, t)], delta)
         return Calibration(
             solved_for="noise_multiplier",
             sampling_rate=q,
@@ -354,12 +376,12 @@ class PldAccountant(Accountant):
             rounds=t,
             delta=delta,
             target_epsilon=target,
-            epsilon=epsilon_of_phases([*history, (q, sigma, t)], delta),
+            epsilon=achieved,
             accountant=self.name,
-            accountant_used=self.name,
-            reason=f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}"
-            if found.at_floor
-            else None,
+            accountant_used=_RDP.name if failed else self.name,
+            fallback=failed is not None,
+            reason=failed
+            or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
             spent_epsilon=spent_eps,
         )
 
@@ -382,7 +404,7 @@ class PldAccountant(Accountant):
         spent_eps = _spent_epsilon(history, delta, target)
 
         def eps_at(rate: float) -> float:
-            return epsilon_of_phases([*history, (rate, sigma, t)], delta)
+            return sound_epsilon([*history, (rate, sigma, t)], delta)[0]
 
         rate = 1.0
         if eps_at(1.0) > target:
@@ -408,6 +430,7 @@ class PldAccountant(Accountant):
                     f"rounds={t}, delta={delta:g}"
                 ) from None
             rate = min(1.0, math.exp(-found.hi))
+        achieved, failed = sound_epsilon([*history, (rate, sigma, t)], delta)
         return Calibration(
             solved_for="sampling_rate",
             sampling_rate=rate,
@@ -415,10 +438,11 @@ class PldAccountant(Accountant):
             rounds=t,
             delta=delta,
             target_epsilon=target,
-            epsilon=eps_at(rate),
+            epsilon=achieved,
             accountant=self.name,
-            accountant_used=self.name,
-            reason="every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None,
+            accountant_used=_RDP.name if failed else self.name,
+            fallback=failed is not None,
+            reason=failed or ("every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None),
             spent_epsilon=spent_eps,
         )
 
@@ -441,11 +465,18 @@ class PldAccountant(Accountant):
         spent_eps = _spent_epsilon(history, delta, target)
 
         def eps_at(count: int) -> float:
-            return epsilon_of_phases([*history, (q, sigma, count)], delta)
+            return sound_epsilon([*history, (q, sigma, count)], delta)[0]
 
         count = search.integer_search(lambda n: eps_at(n) <= target, ROUNDS_MAX)
-        achieved = eps_at(count) if count else (spent_eps if spent_eps is not None else 0.0)
-        return rounds_result(count, q, sigma, delta, target, achieved, self.name, self.name, spent_eps)
+        failed = None
+        if count:
+            achieved, failed = sound_epsilon([*history, (q, sigma, count)], delta)
+        else:
+            achieved = spent_eps if spent_eps is not None else 0.0
+        result = rounds_result(
+            count, q, sigma, delta, target, achieved, self.name, _RDP.name if failed else self.name, spent_eps
+        )
+        return result.model_copy(update={"fallback": True, "reason": failed}) if failed else result
 
 
 def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
@@ -472,7 +503,7 @@ def _spent_epsilon(history: list[PhaseTuple], delta: float, target: float) -> fl
     """The PLD epsilon of the spent phases alone; InfeasibleError when they exceed the target (§7.5)."""
     if not history:
         return None
-    value = epsilon_of_phases(history, delta)
+    value = sound_epsilon(history, delta)[0]
     if value > target:
         raise InfeasibleError(
             f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"

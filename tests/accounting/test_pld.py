@@ -181,3 +181,14 @@ def test_large_epsilon_of_a_subsampled_history_is_finite_and_below_rdp() -> None
     ours = pld_module.epsilon_of_phases([(q, sigma, steps)], delta)
     assert math.isfinite(ours) and 0 < ours <= accounting.epsilon(q, sigma, steps, delta).epsilon
     assert ours >= _exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta) * 0.5  # q < 1 lowers it a little
+
+
+@pytest.mark.parametrize("q, sigma, steps", [(0.5, 0.001, 10), (1.0, 0.01, 1)])
+def test_noise_near_the_search_floor_is_answered_soundly(q: float, sigma: float, steps: int) -> None:
+    # single losses beyond e^700 once raised (NaN to int, math domain error) out of epsilon
+    # and out of every calibration whose bracket walked down there
+    report = accounting.epsilon(q, sigma, steps, 1e-5, accountant="pld")
+    rdp = accounting.epsilon(q, sigma, steps, 1e-5).epsilon
+    assert report.epsilon >= 0 and (report.epsilon <= rdp or report.fallback)
+    if report.fallback:
+        assert report.accountant_used == "rdp" and "pld" in (report.reason or "")
