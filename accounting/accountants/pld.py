@@ -39,13 +39,12 @@ FFT_SIZE_MIN = 2**12
 FFT_SIZE_MAX = 2**16
 TAIL_SHARE = 1e-4
 # Spacing per unit of the composed loss's standard deviation: the connect-the-dots error
-# falls as h^2, and 1/1500 of a standard deviation keeps calibrated sigma within 0.1% of
+# falls as h^2, and 1/250 of a standard deviation keeps calibrated sigma within 0.1% of
 # a fine-grid reference on the bench's cases (docs/benchmarks.md §Issue 26).
 STD_STEPS = 250.0
 # Calibrations stop when the bracket on sigma (or q) is within 0.1%: the answer is the
 # bracket's evaluated feasible end, at most 0.1% above the exact PLD root.
 XTOL = math.log1p(1e-3)
-WINDOW_STDS = 14.0
 
 
 def _sf(x: np.ndarray) -> np.ndarray:
