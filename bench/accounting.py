@@ -6,7 +6,10 @@ Same inputs, one process, side by side:
   also given against Opacus run to a tight tolerance, 1e-4 x target, untimed);
 - gdpfed ``noise_multiplier(accountant="prv")`` vs Opacus ``get_noise_multiplier(accountant="prv")``
   and ``prv_accountant.dpsgd.find_noise_multiplier``;
-- the cost of the child-process fence around PRV, and the vectorised batch calibration.
+- the cost of the child-process fence around PRV, and the vectorised batch calibration;
+- gdpfed ``noise_multiplier(accountant="pld")`` vs dp-accounting's PLD calibration on a fine
+  grid (``calibrate_dp_mechanism`` with ``PLDAccountant(value_discretization_interval=1e-4)``),
+  Opacus' PRV calibration and gdpfed rdp (docs/benchmarks.md §Issue 26).
 docs/benchmarks.md "## Accounting" holds a full run.
 """
 
@@ -46,6 +49,8 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     for q, t, eps, delta in cases:
         prv_rows.append(_prv_row(q, t, eps, delta, quick))
 
+    pld_rows = pld_table(cases, repeats, prv_rows)
+
     rdp_median_ms = median([r["gdpfed_ms"] for r in rdp_rows])
     summary = [
         {"metric": "gdpfed rdp calibration, median ms", "value": rdp_median_ms, "target": "< 5"},
@@ -64,10 +69,19 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
          "value": median([r["find_nm_s"] for r in prv_rows]), "target": "-"},
         {"metric": "PRV child-process fence overhead, median ms", "value": _fence_overhead_ms(quick), "target": "-"},
         {"metric": "batch rdp calibration, 1000 (q, eps) points, s", "value": _batch_seconds(quick), "target": "< 1"},
+        {"metric": "gdpfed pld calibration, median ms", "value": median([r["pld_ms"] for r in pld_rows]), "target": "<= 25"},
+        {"metric": "gdpfed pld calibration, worst ms", "value": max(r["pld_ms"] for r in pld_rows), "target": "<= 250"},
+        {"metric": "gdpfed pld epsilon query, median ms",
+         "value": median([r["pld_epsilon_ms"] for r in pld_rows]), "target": "<= 5"},
+        {"metric": "pld speedup vs Opacus prv calibration, median x",
+         "value": median([r["speedup_vs_opacus_prv"] for r in pld_rows]), "target": ">= 50"},
+        {"metric": "pld |sigma diff| vs dp-accounting PLD (1e-4 grid), max %",
+         "value": max(abs(r["diff_vs_dp_pld_%"]) for r in pld_rows), "target": "<= 0.5"},
     ]
     return [
         ("RDP calibration: gdpfed vs Opacus get_noise_multiplier(accountant='rdp')", rdp_rows),
         ("PRV calibration: gdpfed vs Opacus (prv) vs prv_accountant.dpsgd.find_noise_multiplier", prv_rows),
+        ("PLD calibration: gdpfed pld vs dp-accounting PLD (1e-4 grid), Opacus prv and gdpfed rdp", pld_rows),
         ("Accounting summary", summary),
     ]
 
@@ -107,6 +121,63 @@ def rdp_table(
             }
         )
     return rdp_rows
+
+
+def pld_table(
+    cases: list[tuple[float, int, float, float]], repeats: int, prv_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """gdpfed pld calibration and epsilon vs dp-accounting's PLD calibration on the same inputs;
+    Opacus' prv time comes from ``prv_rows`` (same run), rdp's sigma is computed here."""
+    import accounting
+
+    rows = []
+    for (q, t, eps, delta), prv_row in zip(cases, prv_rows):
+        ours = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
+        our_s = time_calls(lambda: accounting.noise_multiplier(q, t, eps, delta, accountant="pld"), repeats)
+        sigma = ours.noise_multiplier
+        eps_s = time_calls(
+            lambda: accounting.epsilon(q, sigma, t, delta, accountant="pld"), repeats
+        )
+        rdp_sigma = accounting.noise_multiplier(q, t, eps, delta).noise_multiplier
+        dp_sigma, dp_s = _timed(lambda: _dp_pld_sigma(q, t, eps, delta, rdp_sigma))
+        rows.append(
+            {
+                "q": q, "T": t, "eps": eps, "delta": delta,
+                "pld_ms": 1e3 * median(our_s),
+                "pld_epsilon_ms": 1e3 * median(eps_s),
+                "dp_pld_s": dp_s,
+                "opacus_prv_s": prv_row["opacus_s"],
+                "speedup_vs_opacus_prv": prv_row["opacus_s"] / median(our_s),
+                "sigma_pld": sigma,
+                "sigma_dp_pld": dp_sigma,
+                "diff_vs_dp_pld_%": _diff(sigma, dp_sigma),
+                "sigma_opacus_prv": prv_row["sigma_opacus"],
+                "sigma_rdp": rdp_sigma,
+                "variance_rdp/pld": (rdp_sigma / sigma) ** 2,
+            }
+        )
+    return rows
+
+
+def _dp_pld_sigma(q: float, t: int, eps: float, delta: float, rdp_sigma: float) -> float:
+    """dp-accounting's PLD calibration (connect-the-dots, pessimistic, interval 1e-4), to 1e-4 x
+    the rdp sigma, searched in [rdp sigma / 2, rdp sigma] (a tight accountant needs no more noise
+    than rdp; a bracket reaching tiny sigma makes every PLD evaluation slow)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4),
+            lambda s: dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), t
+            ),
+            eps,
+            delta,
+            dp_accounting.ExplicitBracketInterval(0.5 * rdp_sigma, rdp_sigma),
+            tol=1e-4 * rdp_sigma,
+        )
+    )
 
 
 def _prv_row(q: float, t: int, eps: float, delta: float, quick: bool) -> dict[str, Any]:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-AccountantName = Literal["rdp", "prv", "closed_form"]
+AccountantName = Literal["rdp", "prv", "closed_form", "pld"]
 
 from accounting.accountants.base import Accountant  # noqa: E402
 from accounting.accountants.closed_form import ClosedFormAccountant  # noqa: E402
+from accounting.accountants.pld import PldAccountant  # noqa: E402
 from accounting.accountants.prv import PrvAccountant  # noqa: E402
 from accounting.accountants.rdp import RdpAccountant  # noqa: E402
 from accounting.errors import InvalidInputError  # noqa: E402
@@ -29,6 +30,7 @@ ACCOUNTANTS: dict[AccountantName, Accountant] = {
         RdpAccountant(),
         PrvAccountant(),
         ClosedFormAccountant(),
+        PldAccountant(),
     )
 }
 
@@ -50,6 +52,7 @@ __all__ = [
     "Accountant",
     "AccountantName",
     "ClosedFormAccountant",
+    "PldAccountant",
     "PrvAccountant",
     "RdpAccountant",
     "get_accountant",
