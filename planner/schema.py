@@ -496,10 +496,16 @@ class Plan(PlanDocument):
         yield "rounds", self.rounds, scenario.rounds - self.start_round
         yield "accountant", self.accountant, scenario.accountant
         yield "groups", [g.id for g in self.groups], [g.id for g in scenario.groups]
+        private = [g.epsilon for g in scenario.groups if g.epsilon is not None]
         for group in self.groups:
             spec = scenario.group(group.id)
             field = f"groups.{group.id}"
-            yield f"{field}.epsilon", group.epsilon, spec.epsilon
+            fixed_epsilon = spec.epsilon
+            if fixed_epsilon is None and self.method == "dp_fedavg_all" and private:
+                # that baseline plans opted-out groups private at the strictest budget
+                # (planner/methods/dp_fedavg_all.py, docs/planning.md §2): never looser
+                fixed_epsilon = min(private)
+            yield f"{field}.epsilon", group.epsilon, fixed_epsilon
             yield f"{field}.num_clients", group.num_clients, spec.num_clients
             if self.method != "idp_scale":
                 yield f"{field}.clip_norm", group.clip_norm, spec.clip_norm if spec.clip_norm is not None else scenario.clip_norm

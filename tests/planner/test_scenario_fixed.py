@@ -187,3 +187,24 @@ def test_unmodified_plans_of_every_origin_still_verify() -> None:
     with pytest.raises(InvalidInputError) as info:
         load_plan_document(edited)
     assert (info.value.field, info.value.reason) == ("rounds", "states 60, but the plan's scenario fixes 40")
+
+
+def test_opted_out_groups_of_every_method_verify_and_dp_fedavg_all_fixes_them_at_the_strictest() -> None:
+    """An opt-out scenario (FedHDP's, examples/fedhdp.json) planned by every client method
+    reads back; dp_fedavg_all plans its opted-out groups private at the strictest budget, so
+    there the scenario fixes that value (a looser one is refused), elsewhere null."""
+    scenario = Scenario.model_validate(json.loads((ROOT / "examples" / "fedhdp.json").read_text()))
+    opted_out = [g.id for g in scenario.groups if g.epsilon is None]
+    strictest = min(g.epsilon for g in scenario.groups if g.epsilon is not None)
+    assert opted_out
+    for method in ("dp_fedavg", "dp_fedavg_all", "gdpfed", "gdpfed_plus", "idp_sample", "pooled_plus", "compare"):
+        document = make_plan(scenario, method).model_dump(mode="json")
+        load_plan_document(document)
+    document = make_plan(scenario, "dp_fedavg_all").model_dump(mode="json")
+    index = [g["id"] for g in document["groups"]].index(opted_out[0])
+    assert document["groups"][index]["epsilon"] == strictest
+    document["groups"][index]["epsilon"] = strictest * 2
+    with pytest.raises(InvalidInputError) as info:
+        load_plan_document(document)
+    assert info.value.field == f"groups.{opted_out[0]}.epsilon"
+    assert info.value.reason == f"states {strictest * 2:g}, but the plan's scenario fixes {strictest:g}"
