@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from accounting.accountants import AccountantName
 from accounting.results import SolvedFor
+from app.schemas import PlanCreateMethod
 from app.security import Role
 from planner.schema import GroupStatus, KeepRatioAuto, PlanMethod, SecaggMode
 from planner.service_api import RoundStatus
@@ -29,6 +30,7 @@ from planner.units.silo_sample import SiloMethod
 NAMED_ENUMS: dict[str, Any] = {
     "AccountantName": AccountantName,
     "PlanMethod": PlanMethod,
+    "PlanCreateMethod": PlanCreateMethod,
     "SiloMethod": SiloMethod,
     "Role": Role,
     "RoundStatus": RoundStatus,

@@ -112,8 +112,8 @@ def test_the_three_users_workflows_through_the_generated_client(client_package: 
 
     # --- a planner plans and compares --------------------------------------------------------
     scenario = models.Scenario.from_dict(SMALL_SCENARIO)
-    compared = api("plans.create_plan").sync(client=planner, body=models.PlanCreate(scenario=scenario,
-                                                                                    method="compare"))
+    compared = api("plans.create_plan").sync(client=planner, body=models.PlanCreate(
+        scenario=scenario, method=models.PlanCreateMethod.COMPARE))
     assert isinstance(compared, models.StoredPlan), compared
     assert compared.comparison and {row.method for row in compared.comparison} >= {models.PlanMethod.GDPFED_PLUS}
     assert compared.recommendation is not None and isinstance(compared.recommendation.method, models.PlanMethod)

@@ -13,6 +13,7 @@ import pytest
 from app.main import create_app
 from app.openapi import NAMED_ENUMS, name_enums
 from app.settings import Settings
+from planner.units import UNITS
 
 ERROR_REF = "#/components/schemas/ErrorBody"
 # the one route whose answer is not JSON (Prometheus' text format)
@@ -80,6 +81,16 @@ def test_every_error_response_is_the_error_model(document: dict[str, Any]) -> No
     assert "409" in document["paths"]["/v1/plans/{plan_id}/rounds"]["post"]["responses"]
     error_fields = document["components"]["schemas"]["ErrorBody"]["properties"]
     assert {"code", "message", "field"} <= set(error_fields)
+
+
+def test_a_plans_method_is_one_named_enum_of_the_planners_methods(document: dict[str, Any]) -> None:
+    """PlanCreate.method was a string checked by a validator (a generated client typed it
+    ``str``): it is the enum ``PlanCreateMethod``, the client unit's methods (and "compare")
+    then the silo unit's, from the planner's registry (planner.units)."""
+    method = document["components"]["schemas"]["PlanCreate"]["properties"]["method"]
+    assert method["anyOf"] == [{"$ref": "#/components/schemas/PlanCreateMethod"}, {"type": "null"}]
+    registry = [*UNITS["client"].methods, *UNITS["silo_sample"].methods]
+    assert document["components"]["schemas"]["PlanCreateMethod"]["enum"] == registry
 
 
 def inline_enums(node: Any, where: str = "") -> list[str]:
