@@ -106,7 +106,9 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
         generate_unique_id_function=lambda route: route.name,
     )
     app.state.gdpfed = state
-    install_openapi(app)
+    # /healthz takes no key, and /metrics none unless GDPFED_METRICS_REQUIRE_KEY (app.routes.health)
+    open_operations = [("get", "/healthz")] + ([] if settings.metrics_require_key else [("get", "/metrics")])
+    install_openapi(app, open_operations)
     install_error_handlers(app)
     app.add_middleware(DuplicateKeyMiddleware)  # inside the size limit: reads a bounded body
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)

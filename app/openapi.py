@@ -10,16 +10,22 @@ union (``keep_ratio``: a number or ``"auto"``) is written by pydantic as ``const
 openapi-python-client 0.29.1 parses wrongly in a union (it refuses every number); named,
 it is an enum the generated client tells apart. ``tests/app/test_openapi.py`` checks that
 no inline enum is left, so a new ``Literal`` in an API model must be named here.
+
+The app declares 401 and 403 on every operation; ``declare_open`` takes them off the
+operations that take no key (``/healthz``; ``/metrics`` unless it is configured to need one)
+and gives those ``security: []``, so a generated client calls them without a key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, get_args
 
 from fastapi import FastAPI
 
 from accounting.accountants import AccountantName
 from accounting.results import SolvedFor
+from app.schemas import PlanCreateMethod
 from app.security import Role
 from planner.schema import GroupStatus, KeepRatioAuto, PlanMethod, SecaggMode
 from planner.service_api import RoundStatus
@@ -29,6 +35,7 @@ from planner.units.silo_sample import SiloMethod
 NAMED_ENUMS: dict[str, Any] = {
     "AccountantName": AccountantName,
     "PlanMethod": PlanMethod,
+    "PlanCreateMethod": PlanCreateMethod,
     "SiloMethod": SiloMethod,
     "Role": Role,
     "RoundStatus": RoundStatus,
@@ -78,13 +85,28 @@ def name_enums(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Serve ``name_enums`` of FastAPI's document at ``/openapi.json`` (built once, then cached)."""
+def declare_open(document: dict[str, Any], operations: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Declare each ``(method, path)`` open (in place): no security requirement (``security:
+    []``, which overrides any other) and no 401/403, which the app declares on every operation.
+    A generator then lets an unauthenticated client call it (openapi-python-client asks for an
+    ``AuthenticatedClient`` wherever an operation names a security scheme)."""
+    for method, path in operations:
+        operation = document["paths"][path][method]
+        operation["security"] = []
+        for status in ("401", "403"):
+            operation["responses"].pop(status, None)
+    return document
+
+
+def install_openapi(app: FastAPI, open_operations: Iterable[tuple[str, str]] = ()) -> None:
+    """Serve ``name_enums`` of FastAPI's document, with ``open_operations`` declared open
+    (``declare_open``), at ``/openapi.json`` (built once, then cached)."""
     build = app.openapi
+    open_operations = tuple(open_operations)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = name_enums(build())
+            app.openapi_schema = declare_open(name_enums(build()), open_operations)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ here: the trainer's reporting client uses the same classes (docs/service.md §Cl
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -32,7 +32,7 @@ from planner.schema import (
     Scenario,
 )
 from planner.service_api import GroupLedger, KeyIdentity, LedgerOut, RoundReport, RoundStatus
-from planner.units.silo_sample import SILO_METHODS, SiloSamplePlan, SiloScenario
+from planner.units.silo_sample import SiloMethod, SiloSamplePlan, SiloScenario
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 # SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
@@ -75,6 +75,12 @@ def _scenario_unit(value: Any) -> str:
     return unit if unit in SCENARIO_TAGS else "client"
 
 
+# What POST /v1/plans plans with: a client method or "compare" (planner.units.client's
+# methods), or a silo method (planner.units.silo_sample's); one named enum in the OpenAPI
+# document (app/openapi.py), so a generated client types it.
+PlanCreateMethod = Literal[RequestedMethod, SiloMethod]
+
+
 class PlanCreate(_Input):
     """A client-level scenario with a planning method, or a silo scenario
     (``privacy_unit: silo_sample``, docs/mrmtl.md §2) with a silo method."""
@@ -83,15 +89,17 @@ class PlanCreate(_Input):
         Annotated[Scenario, Tag("client")] | Annotated[SiloScenario, Tag("silo_sample")],
         Discriminator(_scenario_unit),
     ]
-    method: str | None = Field(
+    method: PlanCreateMethod | None = Field(
         None, description="a planning method (client scenarios, default gdpfed_plus) or a silo method "
         "(silo scenarios, default mrmtl)"
     )
 
-    @field_validator("method")
+    @field_validator("method", mode="before")
     @classmethod
-    def _known_method(cls, method: str | None) -> str | None:
-        known = (*get_args(RequestedMethod), *SILO_METHODS)
+    def _known_method(cls, method: Any) -> Any:
+        # before the enum's own check: an unknown name gets one line listing the known ones,
+        # not pydantic's "Input should be 'nonprivate', 'dp_fedavg', ..."
+        known = get_args(PlanCreateMethod)
         if method is not None and method not in known:
             raise ValueError(f"unknown method {method!r}; known: {', '.join(known)}")
         return method

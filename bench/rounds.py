@@ -199,10 +199,11 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
 def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
     """The stage rows, and the primitive costs their floors use (for the title)."""
     from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
+    from planner.schema import SecaggMode
     from trainer.secagg import choose_params, exact_sum, secure_sum
     from trainer.secagg.encoding import word_dtype
     from trainer.secagg.parallel import available_workers, session_workers
-    from trainer.secagg.params import Mode, default_scale
+    from trainer.secagg.params import default_scale
 
     sizes = [(40, 2_000)] if quick else [(300, 54_410), (1_000, 54_410), (300, 1_000_000), (1_000, 1_000_000)]
     all_cores = max(2, available_workers()) if quick else available_workers()
@@ -228,7 +229,7 @@ def stage_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
             variants += [("sparse", found.neighbours, 1), ("sparse", found.neighbours, all_cores)]
         variants.append(("exact_sum", None, 1))
         for mode, neighbours, workers in variants:
-            graph: Mode = "sparse" if mode == "sparse" else "full"
+            graph: SecaggMode = "sparse" if mode == "sparse" else "full"
             params = choose_params(
                 num_clients, threshold, VALUE_BOUND, scale=scale, mode=graph, neighbours=neighbours,
                 share_threshold=found.share_threshold if neighbours is not None and found is not None else None,

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 
 from bench.report import median, time_calls
+from planner.schema import SecaggMode
 
 if TYPE_CHECKING:
     from trainer.secagg import SecAggResult
@@ -36,7 +37,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     rows: list[dict[str, Any]] = []
     phase_rows: list[dict[str, Any]] = []
     seconds_per_word: float | None = None
-    modes: tuple[Literal["full", "sparse"], ...] = ("full", "sparse")
+    modes: tuple[SecaggMode, ...] = get_args(SecaggMode)
     for mode in modes:
         for dimension in dimensions:
             for num_clients in client_counts:

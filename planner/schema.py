@@ -57,6 +57,9 @@ RequestedMethod = Literal[PlanMethod, "compare"]
 # (PoolPlan.secagg_mode); named so the service's OpenAPI document names them (app/openapi.py).
 GroupStatus = Literal["active", "exhausted", "removed"]
 SecaggMode = Literal["full", "sparse"]
+# What a run may ask for: a graph, or the plan's own choice per pool (planner.secagg). The
+# one definition the planner, the trainer and the bench share.
+RequestedSecagg = Literal[SecaggMode, "auto"]
 
 # Domains of the scenario's numbers. The bounds are far outside any real deployment but
 # keep the arithmetic of the objective (d C^2 / K^2, U^2 p (1 - kappa)^beta) finite: a

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, get_args
 
 import numpy as np
 from scipy import stats
 
 from accounting.errors import InvalidInputError
 from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
+from planner.schema import RequestedSecagg, SecaggMode
 
 if TYPE_CHECKING:
     from planner.schema import PoolPlan
@@ -220,8 +221,6 @@ def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.convolve(left, right)
 
 
-GraphMode = Literal["full", "sparse"]
-RequestedGraph = Literal["full", "sparse", "auto"]
 # auto: SecAgg+ only where it cuts each client's pairwise work at least this many times...
 SPARSE_MIN_SAVING = 4
 # ...and for pools of at least this many participants (smaller ones run full mode in
@@ -232,7 +231,7 @@ SPARSE_MIN_CLIENTS = 100
 class SecaggGraph(NamedTuple):
     """A pool session's graph: full (complete) or sparse (Harary H(n, k), t-of-k share groups)."""
 
-    mode: GraphMode
+    mode: SecaggMode
     num_clients: int  # n, the participants the parameters are computed for
     neighbours: int | None  # k (sparse only)
     share_threshold: int | None  # t of each share group (sparse only)
@@ -259,7 +258,7 @@ def secagg_graph(
     num_clients: int,
     dropout_rate: float,
     abort_probability: float,
-    requested: RequestedGraph = "auto",
+    requested: RequestedSecagg = "auto",
     corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
 ) -> SecaggGraph:
     """The graph of a pool session of ``num_clients`` participants (docs/secure-aggregation.md §SecAgg).
@@ -276,7 +275,7 @@ def graph_and_reason(
     num_clients: int,
     dropout_rate: float,
     abort_probability: float,
-    requested: RequestedGraph = "auto",
+    requested: RequestedSecagg = "auto",
     corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
 ) -> tuple[SecaggGraph, str | None]:
     """``secagg_graph``'s graph, and why it is full where SecAgg+ was asked for or weighed:
@@ -284,7 +283,7 @@ def graph_and_reason(
     k would save less than ``SPARSE_MIN_SAVING`` times the pairwise work. ``None`` for a
     sparse graph, ``full`` as asked, and ``auto`` below ``SPARSE_MIN_CLIENTS`` (full is
     the rule there, not a rejection). For the console only: plans store no reason."""
-    if requested not in ("full", "sparse", "auto"):
+    if requested not in get_args(RequestedSecagg):
         raise InvalidInputError("secagg", f"must be full, sparse or auto, got {requested!r}")
     delta = dropout_bound(num_clients, dropout_rate, abort_probability)
     full = SecaggGraph("full", num_clients, None, None, corrupt_fraction, delta)

@@ -34,13 +34,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
 
 from accounting.errors import InvalidInputError
-from planner.schema import Plan
+from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
 from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
@@ -55,7 +55,6 @@ from trainer.strategies.base import (
     Strategy,
 )
 
-SecAggMode = Literal["full", "sparse", "auto"]
 # protocol: the real secure aggregation; exact_sum: its release without the cryptography.
 SecAggExecution = Literal["protocol", "exact_sum"]
 # Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
@@ -84,7 +83,7 @@ class RoundOutcome:
     unclipped_fraction: float | None = None
 
 
-def pool_graph_kinds(plan: Plan, secagg_mode: SecAggMode) -> dict[str, SecAggMode]:
+def pool_graph_kinds(plan: Plan, secagg_mode: RequestedSecagg) -> dict[str, RequestedSecagg]:
     """Pool id -> the graph kind its sessions use: with ``auto`` the choice the plan states
     for the pool at its expected size (re-derived, never read from the document), else the
     forced ``full``/``sparse`` (docs/secure-aggregation.md §Automatic mode)."""
@@ -100,7 +99,7 @@ def pool_graph_kinds(plan: Plan, secagg_mode: SecAggMode) -> dict[str, SecAggMod
     }
 
 
-def full_mode_reasons(plan: Plan, secagg_mode: SecAggMode) -> dict[str, str]:
+def full_mode_reasons(plan: Plan, secagg_mode: RequestedSecagg) -> dict[str, str]:
     """Pool id -> why its sessions run full mode although ``secagg_mode`` asked for SecAgg+
     or weighed it (``planner.secagg.graph_and_reason`` at the pool's expected participants):
     no Harary graph meets the bounds, or under auto SecAgg+ would save too little. For the
@@ -115,7 +114,7 @@ def full_mode_reasons(plan: Plan, secagg_mode: SecAggMode) -> dict[str, str]:
     return reasons
 
 
-def session_graph(plan: Plan, kind: SecAggMode, participants: int) -> SecaggGraph:
+def session_graph(plan: Plan, kind: RequestedSecagg, participants: int) -> SecaggGraph:
     """The graph of one session of ``participants`` clients: (k, t) from Bell et al.'s bounds
     for the plan's dropout rate and abort probability (docs/secure-aggregation.md §SecAgg+ (sparse mode))."""
     return secagg_graph(participants, float(plan.scenario.dropout_rate), plan.scenario.abort_probability, kind)
@@ -133,7 +132,7 @@ class RoundEngine:
         *,
         rounds: int,
         late_dropout_fraction: float = 0.0,
-        secagg_mode: SecAggMode = "auto",
+        secagg_mode: RequestedSecagg = "auto",
         secagg_execution: SecAggExecution = "protocol",
         secagg_workers: int | None = None,
         on_encoded: EncodedHook | None = None,
@@ -157,7 +156,7 @@ class RoundEngine:
         self.dim = dim
         self.dropout_rate = float(plan.scenario.dropout_rate)
         self.late_dropout_fraction = late_dropout_fraction
-        if secagg_mode not in ("full", "sparse", "auto"):
+        if secagg_mode not in get_args(RequestedSecagg):
             raise InvalidInputError("secagg", f"must be full, sparse or auto, got {secagg_mode!r}")
         if secagg_execution not in ("protocol", "exact_sum"):
             raise InvalidInputError("secagg_execution", f"must be protocol or exact_sum, got {secagg_execution!r}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -38,8 +38,9 @@ NAME: Final = "silo_sample"
 NOTION: Final = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"
 MECHANISM: Final = "dpsgd_silo"
 
+# The silo methods, one list: SILO_METHODS is its values (the unit registry's, the experiments').
 SiloMethod = Literal["mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl"]
-SILO_METHODS: Final[tuple[str, ...]] = ("mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl")
+SILO_METHODS: Final[tuple[str, ...]] = get_args(SiloMethod)
 # DP-SGD passes over the silo's data per round (docs/mrmtl.md §2): Ditto trains a global
 # and a personal model, each with its own DP-SGD steps.
 OVERHEAD: Final[dict[str, int]] = {

@@ -16,13 +16,14 @@ own: ``.ci/run`` builds it and exports ``GDPFED_OPENAPI_GENERATOR`` (the executa
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -98,6 +99,16 @@ def test_the_three_users_workflows_through_the_generated_client(client_package: 
     models = importlib.import_module(f"{PACKAGE}.models")
     operator = client_package.AuthenticatedClient(base_url=server.base_url, token=OPERATOR_TOKEN, timeout=120)
 
+    # --- the open operations take a client without a key ---------------------------------------
+    # (the generator types an operation's client AuthenticatedClient where it names a security scheme)
+    for name in ("operations.healthz", "operations.metrics"):
+        annotation = inspect.signature(api(name).sync_detailed).parameters["client"].annotation
+        assert set(get_args(annotation)) == {client_package.AuthenticatedClient, client_package.Client}, name
+    anyone = client_package.Client(base_url=server.base_url, timeout=30)
+    health = api("operations.healthz").sync(client=anyone)
+    assert isinstance(health, models.Health) and health.status == "ok"
+    assert b"gdpfed_" in api("operations.metrics").sync_detailed(client=anyone).content
+
     # --- key management (operator) ---------------------------------------------------------
     created = api("keys.create_key").sync(client=operator, body=models.KeyCreate(name="ml-engineer",
                                                                                  role=models.Role.PLANNER))
@@ -112,8 +123,8 @@ def test_the_three_users_workflows_through_the_generated_client(client_package: 
 
     # --- a planner plans and compares --------------------------------------------------------
     scenario = models.Scenario.from_dict(SMALL_SCENARIO)
-    compared = api("plans.create_plan").sync(client=planner, body=models.PlanCreate(scenario=scenario,
-                                                                                    method="compare"))
+    compared = api("plans.create_plan").sync(client=planner, body=models.PlanCreate(
+        scenario=scenario, method=models.PlanCreateMethod.COMPARE))
     assert isinstance(compared, models.StoredPlan), compared
     assert compared.comparison and {row.method for row in compared.comparison} >= {models.PlanMethod.GDPFED_PLUS}
     assert compared.recommendation is not None and isinstance(compared.recommendation.method, models.PlanMethod)

@@ -6,6 +6,7 @@ declared as ``ErrorBody``, every enum a named schema. Fast: no generator, no ser
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -13,17 +14,23 @@ import pytest
 from app.main import create_app
 from app.openapi import NAMED_ENUMS, name_enums
 from app.settings import Settings
+from planner.units import UNITS
 
 ERROR_REF = "#/components/schemas/ErrorBody"
 # the one route whose answer is not JSON (Prometheus' text format)
 NOT_JSON = {("get", "/metrics")}
+# the routes that take no key (by default: /metrics can be made to need one)
+OPEN = {("get", "/healthz"), ("get", "/metrics")}
+
+
+def served_document(where: Path, **settings: Any) -> dict[str, Any]:
+    app = create_app(Settings(database_url=f"sqlite:///{where / 'gdpfed.db'}", **settings), announce_key=False)
+    return app.openapi()
 
 
 @pytest.fixture(scope="module")
 def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    database = tmp_path_factory.mktemp("openapi") / "gdpfed.db"
-    app = create_app(Settings(database_url=f"sqlite:///{database}"), announce_key=False)
-    return app.openapi()
+    return served_document(tmp_path_factory.mktemp("openapi"))
 
 
 def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -66,7 +73,8 @@ def test_every_error_response_is_the_error_model(document: dict[str, Any]) -> No
     wrong = []
     for method, path, operation in operations(document):
         declared = operation["responses"]
-        needed = {"401", "403", "413", "422", "503"} | ({"404"} if "{" in path else set())
+        needed = ({"413", "422", "503"} | ({"404"} if "{" in path else set())
+                  | (set() if (method, path) in OPEN else {"401", "403"}))
         for status in sorted(needed - set(declared)):
             wrong.append(f"{method.upper()} {path}: {status} not declared")
         for status, response in declared.items():
@@ -80,6 +88,33 @@ def test_every_error_response_is_the_error_model(document: dict[str, Any]) -> No
     assert "409" in document["paths"]["/v1/plans/{plan_id}/rounds"]["post"]["responses"]
     error_fields = document["components"]["schemas"]["ErrorBody"]["properties"]
     assert {"code", "message", "field"} <= set(error_fields)
+
+
+def test_open_operations_need_no_key_and_the_others_do(document: dict[str, Any], tmp_path: Path) -> None:
+    """A generator asks for an authenticated client wherever an operation names a security
+    scheme: /healthz and /metrics name none and declare no 401/403 (they inherited both)."""
+    schemes: list[dict[str, list[str]]] = [{"HTTPBearer": []}, {"APIKeyHeader": []}]
+    for method, path, operation in operations(document):
+        if (method, path) in OPEN:
+            assert operation.get("security") == [], (method, path)
+            assert not {"401", "403"} & set(operation["responses"]), (method, path)
+        elif path.startswith("/v1/"):
+            assert {"401", "403"} <= set(operation["responses"]), (method, path)
+            assert operation.get("security", document.get("security")) == schemes, (method, path)
+    # GDPFED_METRICS_REQUIRE_KEY: /metrics needs a key, and says so
+    guarded = served_document(tmp_path, metrics_require_key=True)["paths"]["/metrics"]["get"]
+    assert guarded["security"] == schemes and "401" in guarded["responses"]
+    assert guarded["responses"]["401"]["content"]["application/json"]["schema"]["$ref"] == ERROR_REF
+
+
+def test_a_plans_method_is_one_named_enum_of_the_planners_methods(document: dict[str, Any]) -> None:
+    """PlanCreate.method was a string checked by a validator (a generated client typed it
+    ``str``): it is the enum ``PlanCreateMethod``, the client unit's methods (and "compare")
+    then the silo unit's, from the planner's registry (planner.units)."""
+    method = document["components"]["schemas"]["PlanCreate"]["properties"]["method"]
+    assert method["anyOf"] == [{"$ref": "#/components/schemas/PlanCreateMethod"}, {"type": "null"}]
+    registry = [*UNITS["client"].methods, *UNITS["silo_sample"].methods]
+    assert document["components"]["schemas"]["PlanCreateMethod"]["enum"] == registry
 
 
 def inline_enums(node: Any, where: str = "") -> list[str]:

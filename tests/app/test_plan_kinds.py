@@ -20,6 +20,7 @@ from app.main import create_app
 from app.migrate import alembic_config
 from app.settings import Settings
 from planner.schema import load_plan
+from planner.units import UNITS
 from tests.app.conftest import OPERATOR_TOKEN, SMALL_SCENARIO, TestClient, auth
 
 V1 = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json"
@@ -119,6 +120,14 @@ def test_silo_and_client_methods_are_not_mixed(client: TestClient) -> None:
     assert wrong.status_code == 422 and wrong.json()["field"] == "method", wrong.text
     wrong = client.post("/v1/plans", json={"scenario": SMALL_SCENARIO, "method": "mrmtl"})
     assert wrong.status_code == 422 and wrong.json()["field"] == "method", wrong.text
+    # an unknown method: one line listing the planner's methods (the enum's own check, which
+    # the OpenAPI document's PlanCreateMethod states, comes after and never speaks)
+    known = ", ".join([*UNITS["client"].methods, *UNITS["silo_sample"].methods])
+    for body in ({"scenario": SMALL_SCENARIO, "method": "fedsgd"}, {"scenario": SILO_SCENARIO, "method": 3}):
+        wrong = client.post("/v1/plans", json=body)
+        assert wrong.status_code == 422, wrong.text
+        assert wrong.json() == {"code": "invalid_input", "field": "method",
+                                "message": f"method: unknown method {body['method']!r}; known: {known}"}
     missing = client.post("/v1/plans", json={"scenario": {**SILO_SCENARIO, "silos": []}})
     assert missing.status_code == 422, missing.text
     assert missing.json()["field"].startswith("scenario.silos"), missing.text

@@ -31,11 +31,11 @@ import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from planner.schema import Plan
+from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
 from trainer.flower import messages
 from trainer.mechanism import PoolMechanism, pool_mechanisms
-from trainer.rounds import RoundOutcome, SecAggMode, pool_graph_kinds, session_graph
+from trainer.rounds import RoundOutcome, pool_graph_kinds, session_graph
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
 from trainer.secagg.errors import SessionAborted
@@ -138,7 +138,7 @@ class FlowerRoundEngine:
         strategy: Strategy,
         dim: int,
         *,
-        secagg_mode: SecAggMode = "auto",
+        secagg_mode: RequestedSecagg = "auto",
         step_timeout: float = 600.0,
         log: Log = print,
     ) -> None:
@@ -147,7 +147,7 @@ class FlowerRoundEngine:
         self.plan = plan
         self.strategy = strategy
         self.dim = dim
-        self.secagg_mode: SecAggMode = secagg_mode
+        self.secagg_mode: RequestedSecagg = secagg_mode
         self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
         self.step_timeout = step_timeout
         self.log = log
@@ -360,7 +360,7 @@ class FlowerEngineFactory:
     grid: Grid
     membership: Membership
     plan: Plan
-    secagg_mode: SecAggMode = "auto"
+    secagg_mode: RequestedSecagg = "auto"
     step_timeout: float = 600.0
     log: Log = print
     hook: Callable[[FlowerRoundEngine], None] | None = None

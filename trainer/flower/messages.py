@@ -27,11 +27,12 @@ every message's process.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from planner.schema import SecaggMode
 from trainer.secagg import ClientSecrets, ClientState, ProtocolError, SecAggParams
 from trainer.secagg.graph import neighbour_sets
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
@@ -114,7 +115,7 @@ def session_record(session: Session) -> ConfigRecord:
 
 def session_from_record(record: ConfigRecord) -> Session:
     mode = _str(record, "mode")
-    if mode not in ("full", "sparse"):
+    if mode not in get_args(SecaggMode):
         raise ProtocolError(f"unknown secure-aggregation mode {mode!r}")
     params = SecAggParams(
         num_clients=_int(record, "num_clients"),

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from accounting.validation import InputModel
+from planner.schema import RequestedSecagg
 from trainer.run.options import secagg_worker_count
 
 
@@ -48,7 +49,7 @@ class TrainConfig(InputModel):
     server_lr: float = Field(1.0, gt=0)
     server_momentum: float = Field(0.0, ge=0, lt=1)
     late_dropout_fraction: float = Field(0.0, ge=0, le=1)
-    secagg_mode: Literal["full", "sparse", "auto"] = Field(
+    secagg_mode: RequestedSecagg = Field(
         "auto", description="secure-aggregation graph per pool: auto (the plan's choice), full, or sparse (SecAgg+)"
     )
     secagg_execution: Literal["protocol", "exact_sum"] = Field(

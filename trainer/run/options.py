@@ -43,6 +43,10 @@ OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option"
                 "model_options": "--model-option", "strategy_options": "--strategy-option"}
 
 
+# planner.schema.RequestedSecagg's values, without importing pydantic to build the parser;
+# tests/trainer/test_secagg_modes.py keeps the two equal.
+SECAGG_CHOICES = ("full", "sparse", "auto")
+
 # The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
 # the two equal.
@@ -134,7 +138,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="share of dropouts that happen after masking (recovered by secure aggregation; default 0)",
     )
     parser.add_argument(
-        "--secagg", dest="secagg_mode", choices=["full", "sparse", "auto"],
+        "--secagg", dest="secagg_mode", choices=SECAGG_CHOICES,
         help="secure aggregation graph per pool (default auto: SecAgg+ where the plan says it pays, "
         "docs/secure-aggregation.md; full = complete graph; sparse = SecAgg+)",
     )

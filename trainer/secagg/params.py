@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import get_args
 
 from accounting.errors import InvalidInputError
+from planner.schema import SecaggMode
 from trainer.secagg.encoding import MAX_SCALED_BOUND, check_modulus, required_modulus_bits
 from trainer.secagg.graph import scaled_group_threshold
 
-Mode = Literal["full", "sparse"]
 # The default scale keeps words at 32 bits when that still leaves at least 2^12
 # quantisation steps below the value bound; otherwise it moves to 64-bit words.
 MIN_STEPS_FOR_32_BITS = 2.0**12
@@ -35,7 +35,7 @@ class SecAggParams:
     value_bound: float
     scale: float
     modulus_bits: int
-    mode: Mode = "full"
+    mode: SecaggMode = "full"
     neighbours: int | None = None
     share_threshold: int | None = None
 
@@ -51,7 +51,7 @@ class SecAggParams:
                 "threshold", f"must be an integer in [1, num_clients={self.num_clients}], got {self.threshold!r}"
             )
         check_modulus(self.num_clients, self.value_bound, self.scale, self.modulus_bits)
-        if self.mode not in ("full", "sparse"):
+        if self.mode not in get_args(SecaggMode):
             raise InvalidInputError("mode", f"must be 'full' or 'sparse', got {self.mode!r}")
         if self.mode == "full" and self.neighbours is not None:
             raise InvalidInputError("neighbours", "only sparse mode takes a neighbour count")
@@ -102,7 +102,7 @@ def choose_params(
     threshold: int,
     value_bound: float,
     scale: float | None = None,
-    mode: Mode = "full",
+    mode: SecaggMode = "full",
     neighbours: int | None = None,
     share_threshold: int | None = None,
     dropout_fraction: float = 0.0,

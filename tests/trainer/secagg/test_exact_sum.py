@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from accounting.errors import InvalidInputError
+from planner.schema import SecaggMode
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg.parallel import fork_available
-from trainer.secagg.params import Mode
 from trainer.secagg.protocol import new_session
 
 
@@ -101,7 +101,7 @@ def test_exact_sum_refuses_what_the_protocol_refuses() -> None:
 
 @pytest.mark.skipif(not fork_available(), reason="parallel clients need fork (Linux)")
 @pytest.mark.parametrize("mode", ["full", "sparse"])
-def test_parallel_clients_give_the_serial_result(mode: Mode) -> None:
+def test_parallel_clients_give_the_serial_result(mode: SecaggMode) -> None:
     rng = np.random.default_rng(5)
     ids = sorted(int(u) for u in rng.choice(1000, size=30, replace=False))
     params = choose_params(30, 12, 1.0, mode=mode, dropout_fraction=0.25 if mode == "sparse" else 0.0)
