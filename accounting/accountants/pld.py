@@ -412,17 +412,11 @@ class PldAccountant(Accountant):
                 start = _RDP.sampling_rate(sigma, t, target, delta, []).sampling_rate
             except InfeasibleError:
                 start = RATE_MIN
+            def g(x: float) -> float:  # x = -log q
+                return search.log_ratio(eps_at(min(1.0, math.exp(-x))), target)
+
             try:
-                found = search.refine(
-                    lambda x: search.log_ratio(eps_at(min(1.0, math.exp(-x))), target),
-                    search.bracket(
-                        lambda x: search.log_ratio(eps_at(min(1.0, math.exp(-x))), target),
-                        -math.log(start),
-                        0.0,
-                        -math.log(RATE_MIN),
-                    ),
-                    XTOL,
-                )
+                found = search.refine(g, search.bracket(g, -math.log(start), 0.0, -math.log(RATE_MIN)), XTOL)
             except search.NoFeasiblePoint:
                 raise InfeasibleError(
                     f"even sampling_rate={RATE_MIN:g} exceeds epsilon={target:g} at noise_multiplier={sigma:g}, "
