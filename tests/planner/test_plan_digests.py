@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +109,31 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 
     plan = make_plan(big_scenario(groups), "gdpfed_plus")
     assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_GOLDEN[groups]
+
+
+def test_the_same_noise_table_is_calibrated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """planner.calibration.noise_table reuses the table of an identical question (a compare's
+    methods, a repeated service request) and recalibrates for any other question."""
+    import numpy as np
+
+    import accounting
+    from planner import calibration
+
+    calls = []
+    original = accounting.noise_multipliers_batch
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(accounting, "noise_multipliers_batch", counting)
+    calibration._cached_table.cache_clear()
+    rates = np.geomspace(0.01, 0.5, 6)
+    first = calibration.noise_table(rates, np.array([1.0, 2.0]), 100, 1e-5, "rdp")
+    again = calibration.noise_table(rates.copy(), np.array([1.0, 2.0]), 100, 1e-5, "rdp")
+    assert len(calls) == 1
+    np.testing.assert_array_equal(first, again)
+    first[0, 0] = -1.0  # the caller's copy is its own: the cached table is unchanged
+    assert calibration.noise_table(rates, np.array([1.0, 2.0]), 100, 1e-5, "rdp")[0, 0] == again[0, 0]
+    other = calibration.noise_table(rates, np.array([1.0, 2.0]), 101, 1e-5, "rdp")
+    assert len(calls) == 2 and not np.array_equal(other, again)
