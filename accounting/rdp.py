@@ -287,18 +287,25 @@ def rdp_curves(
     full = q >= 1.0
     for k in np.flatnonzero(full):
         curves[k] = orders / (2.0 * float(sigma[k]) ** 2)
-    sub = np.flatnonzero(~full)
-    if sub.size == 0:
-        return curves
-    part = np.empty((sub.size, orders.size))
-    log_a = log_a_integer(grid, q[sub], sigma[sub])
-    part[:, grid.integer_index] = log_a / (orders[grid.integer_index] - 1.0)
+    every = np.flatnonzero(~full)
     frac = orders[grid.fractional_index]
-    if frac.size:
-        log_a_frac = log_a_fractional(np.repeat(q[sub], frac.size), np.repeat(sigma[sub], frac.size), np.tile(frac, sub.size))
-        part[:, grid.fractional_index] = log_a_frac.reshape(sub.size, frac.size) / (frac - 1.0)
-    curves[sub] = np.maximum(part, 0.0)
+    # blocks of points: the series' work arrays of a block stay in the CPU caches (one
+    # block of 1,000 points took 1.3-1.5x as long as blocks of 64); rows are independent
+    for first in range(0, every.size, _CURVES_BLOCK):
+        sub = every[first:first + _CURVES_BLOCK]
+        part = np.empty((sub.size, orders.size))
+        log_a = log_a_integer(grid, q[sub], sigma[sub])
+        part[:, grid.integer_index] = log_a / (orders[grid.integer_index] - 1.0)
+        if frac.size:
+            log_a_frac = log_a_fractional(
+                np.repeat(q[sub], frac.size), np.repeat(sigma[sub], frac.size), np.tile(frac, sub.size)
+            )
+            part[:, grid.fractional_index] = log_a_frac.reshape(sub.size, frac.size) / (frac - 1.0)
+        curves[sub] = np.maximum(part, 0.0)
     return curves
+
+
+_CURVES_BLOCK = 64
 
 
 def rdp_of_phases(
