@@ -17,7 +17,7 @@ from accounting.calibration import (
     rounds,
     sampling_rate,
 )
-from accounting.epsilon import epsilon, epsilon_of_events, epsilon_of_phases
+from accounting.epsilon import epsilon, epsilon_of_events, epsilon_of_phases, epsilons_of_histories
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from accounting.events import (
     ComposedEvent,
@@ -48,6 +48,7 @@ __all__ = [
     "closed_form_noise_multiplier",
     "epsilon",
     "epsilon_of_events",
+    "epsilons_of_histories",
     "epsilon_of_phases",
     "get_accountant",
     "metric_leakage",

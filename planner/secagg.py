@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from accounting.errors import InvalidInputError
 from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
@@ -34,6 +34,94 @@ from planner.schema import RequestedSecagg, SecaggMode
 
 if TYPE_CHECKING:
     from planner.schema import PoolPlan
+
+try:
+    # The Boost binomial functions scipy.stats.binom itself calls (scipy >= 1.12 keeps them
+    # in scipy.special): importing scipy.stats for them cost every `gdpfed plan` about a
+    # third of its start-up (issue 26 §2).
+    from scipy.special._ufuncs import _binom_cdf, _binom_isf, _binom_pmf, _binom_ppf, _binom_sf
+except ImportError:  # pragma: no cover - older scipy: the public distribution
+    _binom_cdf = _binom_isf = _binom_pmf = _binom_ppf = _binom_sf = None
+
+
+class _Binom:
+    """``scipy.stats.binom``'s pmf, cdf, sf, ppf and isf, value for value, without importing
+    scipy.stats: the same Boost functions behind the same handling of the support's ends
+    and of invalid parameters (scipy.stats ``rv_discrete``; tests/planner/test_secagg.py
+    compares both on random and edge arguments)."""
+
+    @staticmethod
+    def _args(x: object, n: object, p: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        x_a, n_a, p_a = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x, n, p)))
+        valid = (n_a >= 0) & (n_a == np.round(n_a)) & (p_a >= 0) & (p_a <= 1)
+        return x_a, n_a, p_a, valid
+
+    @staticmethod
+    def _out(values: np.ndarray) -> Any:
+        return values[()] if values.ndim == 0 else values
+
+    @classmethod
+    def pmf(cls, k: object, n: object, p: object) -> Any:
+        k_a, n_a, p_a, valid = cls._args(k, n, p)
+        cond = valid & (k_a >= 0) & (k_a <= n_a) & (np.floor(k_a) == k_a)
+        out = np.where(~valid | np.isnan(k_a), np.nan, 0.0)
+        out[cond] = np.clip(_binom_pmf(k_a[cond], n_a[cond], p_a[cond]), 0, 1)
+        return cls._out(out)
+
+    @classmethod
+    def cdf(cls, k: object, n: object, p: object) -> Any:
+        k_a, n_a, p_a, valid = cls._args(k, n, p)
+        cond = valid & (k_a >= 0) & (k_a < n_a) & np.isfinite(k_a)
+        out = np.where(k_a >= n_a, 1.0, 0.0)
+        out[~valid | np.isnan(k_a)] = np.nan
+        out[cond] = np.clip(_binom_cdf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
+        return cls._out(out)
+
+    @classmethod
+    def sf(cls, k: object, n: object, p: object) -> Any:
+        k_a, n_a, p_a, valid = cls._args(k, n, p)
+        cond = valid & (k_a >= 0) & (k_a < n_a) & np.isfinite(k_a)
+        out = np.where(~valid | np.isnan(k_a), np.nan, 0.0)
+        out[((k_a < 0) | np.isneginf(k_a)) & valid] = 1.0
+        out[cond] = np.clip(_binom_sf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
+        return cls._out(out)
+
+    @classmethod
+    def _quantile(cls, q: object, n: object, p: object, fn: Any, at_zero: str) -> Any:
+        q_a, n_a, p_a, valid = cls._args(q, n, p)
+        out = np.full(q_a.shape, np.nan)
+        low, high = (q_a == 0) & valid, (q_a == 1) & valid
+        out[low] = -1.0 if at_zero == "below" else n_a[low]
+        out[high] = n_a[high] if at_zero == "below" else -1.0
+        cond = valid & (q_a > 0) & (q_a < 1)
+        out[cond] = fn(q_a[cond], n_a[cond], p_a[cond])
+        return cls._out(out)
+
+    @classmethod
+    def ppf(cls, q: object, n: object, p: object) -> Any:
+        return cls._quantile(q, n, p, _binom_ppf, "below")
+
+    @classmethod
+    def isf(cls, q: object, n: object, p: object) -> Any:
+        return cls._quantile(q, n, p, _binom_isf, "above")
+
+
+class _Norm:
+    """``scipy.stats.norm``'s cdf and ppf for real arguments: ndtr and ndtri, which it calls."""
+
+    cdf = staticmethod(special.ndtr)
+    ppf = staticmethod(special.ndtri)
+
+
+class _Stats:
+    binom: Any = _Binom
+    norm: Any = _Norm
+
+
+if _binom_cdf is None:  # pragma: no cover - older scipy
+    from scipy import stats
+else:
+    stats = _Stats()
 
 # Convolve exactly while the total support of S has at most this many points.
 EXACT_SUPPORT_LIMIT = 2_000_000

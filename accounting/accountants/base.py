@@ -69,6 +69,11 @@ class Accountant(abc.ABC):
     ) -> EpsilonReport:
         """Epsilon at ``delta`` of the events composed (docs/accounting.md §3-§6)."""
 
+    def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
+        """:meth:`epsilon` of each history (validated, non-empty); an accountant that can
+        answer many at once (rdp) overrides this with a vectorised equivalent."""
+        return [self.epsilon(events, delta) for events in histories]
+
     @abc.abstractmethod
     def noise_multiplier(
         self,

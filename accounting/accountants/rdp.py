@@ -28,7 +28,7 @@ from accounting.accountants.base import (
     rounds_result,
 )
 from accounting.errors import InfeasibleError
-from accounting.events import ApproximateDpEvent
+from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
 
 
@@ -49,6 +49,45 @@ class RdpAccountant(Accountant):
         return EpsilonReport(
             epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name, optimal_order=order
         )
+
+    def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
+        """:meth:`epsilon` of every history, equal to it bit for bit (docs/accounting.md §3-§4).
+
+        The curves of all sampled-Gaussian events are computed in one batch
+        (:func:`rdp.rdp_curves`), each history's summed in its own order, and every
+        history converted at once; a verification of a 1,000-group plan spent 1.5 s
+        computing the curves one group at a time.
+        """
+        grid = rdp.order_grid()
+        flat = [event for events in histories for event in events]
+        sampled = [k for k, event in enumerate(flat) if isinstance(event, PoissonSampledGaussian)]
+        curves: list[np.ndarray | None] = [None] * len(flat)
+        if sampled:
+            rows = rdp.rdp_curves(
+                np.array([flat[k].sampling_rate for k in sampled]),  # type: ignore[attr-defined]
+                np.array([flat[k].noise_multiplier for k in sampled]),  # type: ignore[attr-defined]
+                grid,
+            )
+            for row, k in zip(rows, sampled):
+                curves[k] = flat[k].steps * row  # type: ignore[attr-defined]  # as PoissonSampledGaussian.rdp
+        totals = np.empty((len(histories), grid.orders.size))
+        position = 0
+        for h, events in enumerate(histories):
+            total = np.zeros(grid.orders.size)  # composed_rdp's sum, in the same order
+            for event in events:
+                curve = curves[position]
+                total = total + (event.rdp(grid) if curve is None else curve)
+                position += 1
+            totals[h] = total
+        eps = rdp.conversion_epsilons(grid.orders, totals, delta)
+        best = np.argmin(eps, axis=1) if len(histories) else np.zeros(0, dtype=int)
+        return [
+            EpsilonReport(
+                epsilon=max(0.0, float(eps[h, best[h]])), delta=delta, accountant=self.name,
+                accountant_used=self.name, optimal_order=float(grid.orders[best[h]]),
+            )
+            for h in range(len(histories))
+        ]
 
     def noise_multiplier(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -86,3 +88,73 @@ def test_batched_single_group_thresholds_equal_the_general_ones():
         assert result.threshold == general.threshold
         assert result.meets_target == general.meets_target
         assert result.abort_probability == pytest.approx(general.abort_probability, rel=1e-6, abs=1e-8)
+
+
+# ---------------------------------------------------------------- binomial without scipy.stats
+
+
+def _binomial_arguments(seed: int) -> list[tuple[str, Any, Any, Any]]:
+    """Random and edge arguments of every function secagg asks of the binomial: the
+    support's ends, outside it, non-integral k, p of 0 and 1, tiny tails, invalid n and p."""
+    rng = np.random.default_rng(seed)
+    cases: list[tuple[str, Any, Any, Any]] = []
+    for _ in range(400):
+        n = float(rng.choice([0, 1, 2, int(rng.integers(3, 5000))]))
+        p = float(rng.choice([0.0, 1.0, rng.uniform(), 10 ** rng.uniform(-6, -1), 1 - 10 ** rng.uniform(-6, -1)]))
+        k = float(rng.choice([-1.0, 0.0, n - 1, n, n + 1, float(rng.integers(-2, int(n) + 3)), rng.uniform(-2, n + 2)]))
+        q = float(rng.choice([0.0, 1.0, rng.uniform(), 10 ** rng.uniform(-12, -1), 1 - 10 ** rng.uniform(-12, -1)]))
+        for name in ("pmf", "cdf", "sf"):
+            cases.append((name, k, n, p))
+        for name in ("ppf", "isf"):
+            cases.append((name, q, n, p))
+    n_vec = rng.integers(0, 300, 50).astype(float)
+    p_vec = rng.uniform(0, 1, 50)
+    n_vec[:3] = [-1.0, 2.5, np.nan]  # invalid n: nan, as scipy answers
+    p_vec[3:5] = [-0.1, 1.5]
+    for name in ("pmf", "cdf", "sf"):
+        cases.append((name, np.arange(-1, 49, dtype=float), n_vec, p_vec))
+        cases.append((name, 0, n_vec, p_vec))
+        cases.append((name, np.array([np.nan, -np.inf, np.inf, 3.0]), 10.0, 0.3))
+    for name in ("ppf", "isf"):
+        cases.append((name, 1e-3, n_vec, p_vec))
+        cases.append((name, np.array([0.0, 1.0, 0.5, np.nan, -0.1, 1.1]), 10.0, 0.3))
+    return cases
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_binomial_without_scipy_stats_equals_scipy_stats(seed: int) -> None:
+    """secagg's thresholds use scipy.stats.binom's own Boost functions without importing
+    scipy.stats (issue 26 §2): every answer, its type and its nan must be the same."""
+    from scipy import stats as scipy_stats
+
+    from planner import secagg
+
+    for name, x, n, p in _binomial_arguments(seed):
+        ours = getattr(secagg.stats.binom, name)(x, n, p)
+        theirs = getattr(scipy_stats.binom, name)(x, n, p)
+        assert type(ours) is type(theirs), (name, x, n, p)
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"binom.{name}({x}, {n}, {p})")
+    for x in (-40.0, -3.2, -0.0, 0.0, 1e-300, 0.7, 5.0, np.inf, -np.inf):
+        assert secagg.stats.norm.cdf(x) == scipy_stats.norm.cdf(x)
+    for q in (0.0, 1e-300, 1e-12, 0.01, 0.5, 0.999, 1.0):
+        assert secagg.stats.norm.ppf(q) == scipy_stats.norm.ppf(q)
+
+
+def test_planning_does_not_import_scipy_stats() -> None:
+    """`gdpfed plan` spent about a third of its start-up importing scipy.stats for the
+    binomial quantiles of the thresholds (issue 26 §2); a plan in a fresh interpreter must
+    not import it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import contextlib, io, sys\n"
+        "from app.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert run(['plan', {str(root / 'examples' / 'scenario.json')!r}]) == 0\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,139 @@
+"""Golden digests of ``gdpfed plan --json`` for every example, recorded before issue 26 §2.
+
+The plan-speed work (docs/benchmarks.md "Issue 26: plan and start-up speed") must not
+change any number a plan states: noise multipliers, sampling rates, epsilons, keep ratios,
+clients_needed. The digests below were computed from the code *before* that work (commit
+d7723cd) and are compared with what the code computes now, so a cache, a vectorised loop
+or a skipped re-validation that moves a single bit of any plan fails here. Refusals are
+recorded too (exit code and the one-line error), so an example that planned must still
+plan and one that was refused must still be refused with the same line.
+
+If a change is *meant* to alter plans, recompute the digests and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli import run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# (example file, accountant or None for the file's own, method or None for the default)
+Case = tuple[str, str | None, str | None]
+
+# sha256 of f"{exit code}\n{stdout}\n{stderr}" of `gdpfed plan examples/FILE --json
+# [--accountant A] [--method M]`, computed at d7723cd (before the speed work).
+GOLDEN: dict[Case, str] = {
+    ("changes.json", None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
+    ("fedhdp.json", "rdp", None): "2666f95c5dec786d6c45439a3297dca2efda412d1418c932cb4451b7ad71b53d",
+    ("fedhdp.json", "rdp", "compare"): "f1494205fa8578c5dff58a1adef40220019592615e4468177264302adb540ed8",
+    ("fedhdp.json", "closed_form", None): "343fb144bdb09172653fa934f1f211e63bd9567704f2a9e384c87a8b7ce41fb7",
+    ("fedhdp.json", "closed_form", "compare"): "343fb144bdb09172653fa934f1f211e63bd9567704f2a9e384c87a8b7ce41fb7",
+    ("fedhdp.json", "prv", None): "ac79db84e474eeaa419bac18766933b136a26e24258da6b8ef670150d79434f3",
+    ("metric.json", None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
+    ("metric.json", None, "compare"): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
+    ("scenario.json", "rdp", None): "c6f0f8bdfd113a3f35c3ec9d9e0e84f301d88185d120704fed9914c367c60b1c",
+    ("scenario.json", "rdp", "compare"): "e3aebc5258f70ce0927726e30a4254c2221a75b0c8ca4a9ccd21e6ad37daa024",
+    ("scenario.json", "closed_form", None): "18cc46b8e7a4da52624515226a469cab45d0e3db6bd77c796f1a1c106e890cfe",
+    ("scenario.json", "closed_form", "compare"): "c023204e046dd75ba24728f2d7256bedb51bbf7d0de7638c3db70f2e2ed1ac9a",
+    ("scenario.json", "prv", None): "722985732e69d89126e76b5038424206120f09d2baf7d9f540cd5460fd8c3d12",
+    ("scenario.yaml", "rdp", None): "f08c7c228b3161f11340c2115a6ce94904ad8cb24e33be769d1f1b2b24881c7c",
+    ("scenario.yaml", "rdp", "compare"): "1e060fa0d57532102e1575eb65c55f9b8e5f11ce6cf03fa70a2bf5f00dd8094b",
+    ("scenario.yaml", "closed_form", None): "bebdc10169351eaf3330e4d3f0e6a2b5f379447e57865ed23966d424e9d946c7",
+    ("scenario.yaml", "closed_form", "compare"): "f79d75f1552c99950a48fadaa038f7dc39d532459304425b9eadf4259d454255",
+    ("scenario.yaml", "prv", None): "efda966d30b88aaad08115daa9ed86a2041f3eea2e95f18c56d4d6e4463c0582",
+    ("silos.json", "rdp", None): "4d306d395a9dd5ebaaa1fca13ea15afd8c1e3edff1f4418e797fa2290e6657d7",
+    ("silos.json", "rdp", "compare"): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
+    ("silos.json", "closed_form", None): "a695bc80c4edf9a21e6b7105b6e04a12f5988123f4ab9543dc5559c04252ec4d",
+    ("silos.json", "closed_form", "compare"): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
+    ("silos.json", "prv", None): "fd5297653d047bf026088feaf262ca7e15847cc85376db7484596d66eac45944",
+    ("synthetic-3000.json", "rdp", None): "a0f1058fb7e3dfc60d851ef1b64167b40b36003e8e57d84b85e7fa96bbece6a9",
+    ("synthetic-3000.json", "rdp", "compare"): "a0da104f8de73a39c0215a16d9593ffdbb65628fe3d17fb8b3790ee09937e7ff",
+    ("synthetic-3000.json", "closed_form", None): "aab54381d31d648748c54074223a5641104a080a286480283913fdb72729d568",
+    ("synthetic-3000.json", "closed_form", "compare"): "b721e23270ef667171f877f3e7fe357d72503943594248e9ea5b5011a03245c4",
+    ("synthetic-3000.json", "prv", None): "710580c564deb0d76b3ed4a07602f8340bb273c50f4a7d4e48068440568b54f0",
+}
+
+CASES: list[Case] = list(GOLDEN)
+
+
+def argv_of(case: Case) -> list[str]:
+    name, accountant, method = case
+    argv = ["plan", str(EXAMPLES / name), "--json"]
+    if accountant is not None:
+        argv += ["--accountant", accountant]
+    if method is not None:
+        argv += ["--method", method]
+    return argv
+
+
+def plan_digest(case: Case) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(argv_of(case))
+    # the path is printed in refusals: keep the digest independent of where the tree lives
+    text = f"{code}\n{out.getvalue()}\n{err.getvalue()}".replace(str(EXAMPLES), "examples")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_every_example_is_covered() -> None:
+    """A new example joins the golden set (under rdp and closed_form at least)."""
+    names = {p.name for p in EXAMPLES.iterdir() if p.suffix in (".json", ".yaml")}
+    assert names == {case[0] for case in GOLDEN}
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(str(x) for x in c) for c in CASES])
+def test_plan_output_is_bit_identical_to_before(case: Case) -> None:
+    assert plan_digest(case) == GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
+
+
+# sha256 of make_plan(bench.planner.big_scenario(n), "gdpfed_plus").model_dump_json() (rdp,
+# every prediction), at d7723cd: the many-group path that vectorising over groups touches.
+BIG_GOLDEN = {
+    100: "57d0e7133b381bba9c5bca513ba189b842e17bcc68a10cc7537e89cee7e5060c",
+    1000: "d19a2bd1983a8fd59606df11860be02394e902dabf87437acb0576022c266647",
+}
+
+
+@pytest.mark.parametrize("groups", sorted(BIG_GOLDEN))
+def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
+    from bench.planner import big_scenario
+    from planner.plan import make_plan
+
+    plan = make_plan(big_scenario(groups), "gdpfed_plus")
+    assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_GOLDEN[groups]
+
+
+def test_the_same_noise_table_is_calibrated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """planner.calibration.noise_table reuses the table of an identical question (a compare's
+    methods, a repeated service request) and recalibrates for any other question."""
+    import numpy as np
+
+    import accounting
+    from planner import calibration
+
+    calls = []
+    original = accounting.noise_multipliers_batch
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(accounting, "noise_multipliers_batch", counting)
+    calibration._cached_table.cache_clear()
+    rates = np.geomspace(0.01, 0.5, 6)
+    first = calibration.noise_table(rates, np.array([1.0, 2.0]), 100, 1e-5, "rdp")
+    again = calibration.noise_table(rates.copy(), np.array([1.0, 2.0]), 100, 1e-5, "rdp")
+    assert len(calls) == 1
+    np.testing.assert_array_equal(first, again)
+    first[0, 0] = -1.0  # the caller's copy is its own: the cached table is unchanged
+    assert calibration.noise_table(rates, np.array([1.0, 2.0]), 100, 1e-5, "rdp")[0, 0] == again[0, 0]
+    other = calibration.noise_table(rates, np.array([1.0, 2.0]), 101, 1e-5, "rdp")
+    assert len(calls) == 2 and not np.array_equal(other, again)
