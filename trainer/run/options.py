@@ -53,6 +53,15 @@ SECAGG_CHOICES = ("full", "sparse", "auto")
 STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
 
 
+# trainer.data.load.DATASET_HELP (derived from the dataset registry there) without
+# importing torch to build the parser; tests/trainer/test_datasets.py keeps the two equal.
+DATASET_HELP = (
+    "for client and metric_local plans: synthetic, synthetic:ALPHA,BETA, leaf_synthetic, metric_synthetic, digits, "
+    "shakespeare:PATH, idx:PATH, mnist:PATH, fashion-mnist:PATH, cifar10:PATH, svhn:PATH, leaf:PATH, "
+    "or a path to such data; for silo plans: rotated_digits, mean_estimation"
+)
+
+
 def strategy_choices() -> str:
     """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
     return f"{', '.join(STRATEGY_NAMES[:-1])} or {STRATEGY_NAMES[-1]}"
@@ -94,7 +103,7 @@ def unused_option_reason(name: str, mechanism: Any, unit: str) -> str:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``."""
-    parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
+    parser.add_argument("--dataset", help=DATASET_HELP)
     parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
     parser.add_argument(
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
