@@ -350,6 +350,10 @@ def prepare_client_run(
     warnings.extend(strategy.run_warnings(dataset))
     if engine_factory is not None and strategy.adaptive_clip is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
+    unused = unused_adaptive_clip_warning(plan, strategy, None if strategy_factory else config.strategy,
+                                          simulator=engine_factory is None)
+    if unused:
+        warnings.append(unused)
     engine = (engine_factory or build_engine)(plan, strategy, population, dim, config, config.rounds)
     initial = flatten_params(model).to(chosen_device)
     return PreparedRun(
@@ -371,6 +375,36 @@ def prepare_client_run(
         mechanism=GAUSSIAN_SECAGG,
         learnability=learnability,
         run_start=plan.start_round,
+    )
+
+
+def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: str | None, *,
+                                 simulator: bool = True) -> str | None:
+    """The warning for a plan whose scenario has an ``adaptive_clip`` block run with fixed
+    clipping (docs/trainer.md §Adaptive clipping): the block is not used, every client is
+    clipped at the plan's ``C_g``, and how adaptive clipping is turned on (``strategy_name``
+    the registry's strategy, ``None`` for one given in code). ``None`` when there is nothing
+    to say.
+
+    The privacy accounting stays sound: fixed clipping adds each pool's planned
+    ``noise_multiplier`` ``z_eff`` times ``C_g`` to the update sum and releases no count, the
+    Gaussian mechanism of multiplier ``z_eff`` that the ledger composes either way.
+    """
+    if plan.scenario.adaptive_clip is None or strategy.adaptive_clip is not None:
+        return None
+    if not simulator:
+        how = ADAPTIVE_CLIP_SIMULATOR_ONLY
+    elif strategy_name is None:
+        how = "this strategy does not run it"
+    else:
+        from trainer.strategies.registry import STRATEGIES
+
+        takes = [name for name, spec in STRATEGIES.items() if "adaptive_clip" in spec.options.model_fields]
+        how = ("turn it on with --strategy-option adaptive_clip=true" if strategy_name in takes
+               else f"strategy {strategy_name} has none; {' and '.join(takes)} run it with --strategy-option adaptive_clip=true")
+    return (
+        "the plan's adaptive_clip block is not used: this run clips at the plan's fixed C (the noise is the "
+        f"planned z_eff times C, as the ledger counts); {how}"
     )
 
 
