@@ -352,6 +352,53 @@ def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) 
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
 
 
+def test_a_group_added_mid_run_stops_the_job_and_names_the_new_job_that_works(client: Any, tmp_path: Path) -> None:
+    """An operator adds a group while a job runs: the job cannot follow (it cannot re-deal its
+    clients) and every --resume meets the same re-plan, so the message said to resume once the
+    cause is fixed, which cannot be done. It names the way on, a new job on the re-plan in a
+    fresh directory, and that job's preflight accepts the re-plan and its ledger agrees."""
+    from trainer.run.reporting import fetch_service_plan
+
+    document = _population_plan(client, "grows")
+    population_id = document["population_id"]
+    replan: dict[str, Any] = {}
+
+    def add_group() -> None:
+        response = client.post(f"/v1/populations/{population_id}/groups",
+                               json={"id": "late", "epsilon": 4.0, "num_clients": 10})
+        assert response.status_code == 201, response.text
+        replan.update(response.json()["plan"])
+
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(ReportingStoppedError) as stopped:
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=BetweenRounds(6, {2: add_group}))
+    way_on = (f"--resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
+              f"gdpfed train --plan-id {replan['id']} --report-to (the same service) --out NEW_DIR "
+              "(it trains from round 3 on a new model)")
+    assert "it changes the groups or their client counts" in stopped.value.message
+    assert stopped.value.message.endswith(way_on), stopped.value.message
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    with pytest.raises(ReportingStoppedError) as again:
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=quiet_progress(6))
+    assert again.value.message == stopped.value.message  # resuming meets the same re-plan
+
+    # what the message says works: the preflight takes the re-plan, the job trains its rounds
+    plan, fetched = fetch_service_plan(_link(client), replan["id"], None)
+    prepared = prepare_run(plan, fetched, TrainConfig(**CONFIG, rounds=plan.rounds), tmp_path / "new")
+    summary = execute_run(prepared, reporter=RoundReporter(_link(client), replan["id"]), plan_id=replan["id"],
+                          progress=quiet_progress(6))
+    assert summary.complete and summary.rounds_run == 3 and summary.reports_pending == 0
+    ledger = client.get(f"/v1/plans/{replan['id']}/ledger").json()
+    assert (ledger["start_round"], ledger["rounds_counted"]) == (3, 3)
+    service_spent = {g["id"]: g["epsilon_spent"] for g in ledger["groups"]}
+    assert set(service_spent) == {"strict", "loose", "late"}
+    for group, spent in summary.epsilon_spent.items():
+        assert service_spent[group] == pytest.approx(spent, rel=1e-12), group
+
+
 def test_a_successor_that_contradicts_its_own_scenario_stops_the_run_as_unverified(
         client: Any, tmp_path: Path) -> None:
     """A re-plan from the service is checked like a plan file (its scenario-fixed fields

@@ -492,7 +492,8 @@ def switch_plan(
         problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
     if successor.start_round + successor.rounds < end:
         problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
-    if [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]:
+    regrouped = [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]
+    if regrouped:
         problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
     elif not resuming:
         for group in successor.groups:
@@ -502,7 +503,15 @@ def switch_plan(
                 problems.append(f"group {group.id}'s spent history {theirs} is not this run's {mine}")
                 break
     if problems:
-        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems))
+        # --resume meets the same re-plan at the same claim: when the population changed, the
+        # way on is a new job on the re-plan, which the preflight accepts (its ledger counts
+        # none of its own rounds yet); docs/ledger.md §6
+        way_on = (
+            f". --resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
+            f"gdpfed train --plan-id {name} --report-to (the same service) --out NEW_DIR (it trains from round "
+            f"{successor.start_round} on a new model)" if regrouped and not resuming else ""
+        )
+        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems) + way_on)
     state = prepared.strategy.state_dict()
     strategy = prepared.build_strategy(successor)
     strategy.load_state_dict(state)
