@@ -399,6 +399,41 @@ def test_a_group_added_mid_run_stops_the_job_and_names_the_new_job_that_works(cl
         assert service_spent[group] == pytest.approx(spent, rel=1e-12), group
 
 
+def test_a_plan_partly_trained_by_a_finished_job_names_the_way_to_train_the_rest(client: Any, tmp_path: Path) -> None:
+    """A CI job trained --rounds 2 of a 6-round plan: a new job on the plan is refused (its budget
+    would be spent twice) and --resume cannot raise --rounds. The refusal said "continue that run
+    with --resume, or plan again"; it names the re-plan of the rest, and that works."""
+    from trainer.run.reporting import fetch_service_plan
+
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=2), tmp_path / "ci")
+    assert execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                       progress=quiet_progress(2)).complete
+    with pytest.raises(InvalidInputError) as refused:
+        fetch_service_plan(_link(client), document["id"], None)
+    assert refused.value.field == "plan-id"
+    assert refused.value.reason.endswith(
+        f"another run trained on it. Continue that run with --out ITS_DIR --resume (up to the --rounds it started "
+        f"with); to train the plan's remaining rounds, re-plan them (an operator's POST /v1/plans/{document['id']}"
+        "/replan, or a change to its population) and start a job on the re-plan: gdpfed train --plan-id NEW_ID "
+        "--out NEW_DIR"), refused.value.reason
+
+    replan = client.post(f"/v1/plans/{document['id']}/replan", json={})
+    assert replan.status_code == 201, replan.text
+    child = replan.json()
+    assert (child["start_round"], child["rounds"]) == (2, 4)
+    plan, fetched = fetch_service_plan(_link(client), child["id"], None)
+    prepared = prepare_run(plan, fetched, TrainConfig(**CONFIG, rounds=plan.rounds), tmp_path / "rest")
+    summary = execute_run(prepared, reporter=RoundReporter(_link(client), child["id"]), plan_id=child["id"],
+                          progress=quiet_progress(6))
+    assert summary.complete and summary.rounds_run == 4 and summary.reports_pending == 0
+    ledger = client.get(f"/v1/plans/{child['id']}/ledger").json()
+    assert ledger["rounds_counted"] == 4
+    for group in ledger["groups"]:
+        assert group["steps"] == 6  # the first job's 2 rounds and this job's 4, composed
+        assert group["epsilon_spent"] == pytest.approx(summary.epsilon_spent[group["id"]], rel=1e-12)
+
+
 def test_a_successor_that_contradicts_its_own_scenario_stops_the_run_as_unverified(
         client: Any, tmp_path: Path) -> None:
     """A re-plan from the service is checked like a plan file (its scenario-fixed fields

@@ -216,9 +216,15 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     for name, value in given.items():
         if getattr(config, name) != value:
             flag = option_flag(name)  # the option the user typed: --secagg for secagg_mode
+            # more rounds of the plan are trained as a re-plan of the rest (docs/ledger.md §6)
+            more = (f"; to train more of the plan's {plan_rounds} rounds, re-plan the rest (gdpfed plan replan "
+                    f"PLAN.json --rounds-done {config.rounds} --changes FILE holding {{}}, or the service's re-plan) "
+                    "and train the re-plan in a new directory"
+                    if name == "rounds" and value > config.rounds else "")
             raise InvalidInputError(
                 flag.lstrip("-"),
-                f"{flag} {value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
+                f"{flag} {value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings"
+                + more,
             )
     return config
 
