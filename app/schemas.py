@@ -94,6 +94,25 @@ class PlanCreate(_Input):
         "(silo scenarios, default mrmtl)"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _planned_unit(cls, body: Any) -> Any:
+        # before the fields: a unit the service does not plan would be read as a client
+        # scenario and answered "privacy_unit: Input should be 'client' (and 10 more)", its
+        # method (metric_laplace) as unknown besides
+        scenario = body.get("scenario") if isinstance(body, dict) else None
+        unit = scenario.get("privacy_unit", "client") if isinstance(scenario, dict) else "client"
+        if unit not in SCENARIO_TAGS:
+            from accounting.errors import located_validation_error
+
+            raise located_validation_error("PlanCreate", [(
+                ("scenario", "privacy_unit"),
+                f"the service plans client and silo_sample scenarios, not {unit!r}; "
+                "plan a metric_local scenario with gdpfed plan (docs/service.md §Plans)",
+                unit,
+            )])
+        return body
+
     @field_validator("method", mode="before")
     @classmethod
     def _known_method(cls, method: Any) -> Any:

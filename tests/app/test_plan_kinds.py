@@ -71,7 +71,15 @@ def test_another_unit_is_a_422_naming_the_field(client: TestClient) -> None:
     response = client.post("/v1/plans", json={"scenario": scenario})
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "scenario.privacy_unit"
-    assert "client" in response.json()["message"]
+    # one line, not "privacy_unit: Input should be 'client' (and 10 more)"
+    assert response.json()["message"] == (
+        "scenario.privacy_unit: the service plans client and silo_sample scenarios, not 'metric_local'; "
+        "plan a metric_local scenario with gdpfed plan (docs/service.md §Plans)"
+    )
+    metric = json.loads((Path(__file__).resolve().parents[2] / "examples" / "metric.json").read_text())
+    response = client.post("/v1/plans", json={"scenario": metric, "method": "metric_laplace"})
+    assert response.status_code == 422 and response.json()["field"] == "scenario.privacy_unit", response.text
+    assert "gdpfed plan" in response.json()["message"] and "more)" not in response.json()["message"]
 
 
 SILO_SCENARIO = {

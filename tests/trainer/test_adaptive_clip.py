@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -154,6 +155,12 @@ def test_fixed_clipping_stays_the_default_and_ignores_the_block(plan, data, fixe
     verify_executable(adaptive)
     prepared, _ = run(adaptive, data, tmp_path / "block", "fedhdp", {"personalize": False})
     assert prepared.strategy.adaptive_clip is None
+    # the block was unused without a word (the documented fedhdp command leaves the option out)
+    warning = ("the plan's adaptive_clip block is not used: this run clips at the plan's fixed C (the noise is the "
+               "planned z_eff times C, as the ledger counts); turn it on with --strategy-option adaptive_clip=true")
+    assert prepared.warnings.count(warning) == 1
+    assert json.loads((tmp_path / "block" / "summary.json").read_text())["warnings"].count(warning) == 1
+    assert not any("adaptive_clip" in w for w in json.loads((fixed_run / "summary.json").read_text())["warnings"])
     a = load_checkpoint(fixed_run / "checkpoint.pt")
     b = load_checkpoint(tmp_path / "block" / "checkpoint.pt")
     assert torch.equal(a["global_params"], b["global_params"]) and a["ledger"] == b["ledger"]
@@ -178,6 +185,26 @@ def test_adaptive_runs_log_the_clip_account_as_planned_and_resume_exactly(plan, 
     assert resumed.strategy.adaptive_clip.clip_norm == whole.strategy.adaptive_clip.clip_norm
     assert [r.clip_norm for r in read_rounds(tmp_path / "split" / "rounds.jsonl")] == clips
     assert all(torch.equal(resumed.strategy.personal[c], whole.strategy.personal[c]) for c in whole.strategy.personal)
+
+
+def test_the_unused_block_warning_names_the_way_to_turn_it_on(plan) -> None:
+    from trainer.run.runner import unused_adaptive_clip_warning
+
+    adaptive = with_adaptive_clip(plan)
+    fixed = type("Fixed", (), {"adaptive_clip": None})()
+    running = type("Running", (), {"adaptive_clip": object()})()
+    assert unused_adaptive_clip_warning(plan, fixed, "plan") is None  # no block: nothing to say
+    assert unused_adaptive_clip_warning(adaptive, running, "plan") is None  # the block is used
+    assert str(unused_adaptive_clip_warning(adaptive, fixed, "pfa")).endswith(
+        "strategy pfa has none; plan and fedhdp run it with --strategy-option adaptive_clip=true")
+    assert "Flower" in str(unused_adaptive_clip_warning(adaptive, fixed, "plan", simulator=False))
+    # fixed clipping adds z_eff C: each pool's noise_std is its noise_multiplier (z_eff, what
+    # the ledger composes) times its clip norm, so the unused block spends nothing unaccounted
+    for pool in adaptive.pools:
+        clip = max(adaptive.group(g).clip_norm for g in pool.groups)
+        assert pool.noise_std == pytest.approx(pool.noise_multiplier * clip)
+        assert [m.share_std for m in pool_mechanisms(adaptive, 700, ROUNDS) if m.pool_id == pool.id] == [
+            pytest.approx(pool.noise_std / math.sqrt(pool.secagg_threshold))]
 
 
 def test_adaptive_clip_needs_the_plans_block_and_the_simulator(plan, data, tmp_path) -> None:

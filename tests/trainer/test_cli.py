@@ -77,6 +77,20 @@ def test_tiny_run_writes_every_file_and_json_summary(capsys, tmp_path, plan_file
     assert "3/3 rounds" in stdout and "epsilon spent" in stdout
     code, _, err = gdpfed(capsys, "train", "--out", out, "--resume", "--lr", "0.5")
     assert_one_line_error(code, err, "lr", "differs")
+    assert "re-plan" not in err
+
+
+def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_path, plan_file):
+    """A run of 2 of the plan's 3 rounds cannot be resumed with --rounds 3; the refusal said
+    only that a resumed run keeps its settings. It names the re-plan of the rest, which works."""
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "2", "--out", out)
+    assert code == 0, err
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume", "--rounds", "3")
+    assert_one_line_error(
+        code, err, "rounds: --rounds 3 differs from the run's 2; a resumed run keeps its settings; to train more "
+        "of the plan's 3 rounds, re-plan the rest (gdpfed plan replan PLAN.json --rounds-done 2 --changes FILE "
+        "holding {}, or the service's re-plan) and train the re-plan in a new directory")
 
 
 @pytest.mark.parametrize(

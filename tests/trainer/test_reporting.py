@@ -352,6 +352,88 @@ def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) 
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
 
 
+def test_a_group_added_mid_run_stops_the_job_and_names_the_new_job_that_works(client: Any, tmp_path: Path) -> None:
+    """An operator adds a group while a job runs: the job cannot follow (it cannot re-deal its
+    clients) and every --resume meets the same re-plan, so the message said to resume once the
+    cause is fixed, which cannot be done. It names the way on, a new job on the re-plan in a
+    fresh directory, and that job's preflight accepts the re-plan and its ledger agrees."""
+    from trainer.run.reporting import fetch_service_plan
+
+    document = _population_plan(client, "grows")
+    population_id = document["population_id"]
+    replan: dict[str, Any] = {}
+
+    def add_group() -> None:
+        response = client.post(f"/v1/populations/{population_id}/groups",
+                               json={"id": "late", "epsilon": 4.0, "num_clients": 10})
+        assert response.status_code == 201, response.text
+        replan.update(response.json()["plan"])
+
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(ReportingStoppedError) as stopped:
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=BetweenRounds(6, {2: add_group}))
+    way_on = (f"--resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
+              f"gdpfed train --plan-id {replan['id']} --report-to (the same service) --out NEW_DIR "
+              "(it trains from round 3 on a new model)")
+    assert "it changes the groups or their client counts" in stopped.value.message
+    assert stopped.value.message.endswith(way_on), stopped.value.message
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    with pytest.raises(ReportingStoppedError) as again:
+        execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                    progress=quiet_progress(6))
+    assert again.value.message == stopped.value.message  # resuming meets the same re-plan
+
+    # what the message says works: the preflight takes the re-plan, the job trains its rounds
+    plan, fetched = fetch_service_plan(_link(client), replan["id"], None)
+    prepared = prepare_run(plan, fetched, TrainConfig(**CONFIG, rounds=plan.rounds), tmp_path / "new")
+    summary = execute_run(prepared, reporter=RoundReporter(_link(client), replan["id"]), plan_id=replan["id"],
+                          progress=quiet_progress(6))
+    assert summary.complete and summary.rounds_run == 3 and summary.reports_pending == 0
+    ledger = client.get(f"/v1/plans/{replan['id']}/ledger").json()
+    assert (ledger["start_round"], ledger["rounds_counted"]) == (3, 3)
+    service_spent = {g["id"]: g["epsilon_spent"] for g in ledger["groups"]}
+    assert set(service_spent) == {"strict", "loose", "late"}
+    for group, spent in summary.epsilon_spent.items():
+        assert service_spent[group] == pytest.approx(spent, rel=1e-12), group
+
+
+def test_a_plan_partly_trained_by_a_finished_job_names_the_way_to_train_the_rest(client: Any, tmp_path: Path) -> None:
+    """A CI job trained --rounds 2 of a 6-round plan: a new job on the plan is refused (its budget
+    would be spent twice) and --resume cannot raise --rounds. The refusal said "continue that run
+    with --resume, or plan again"; it names the re-plan of the rest, and that works."""
+    from trainer.run.reporting import fetch_service_plan
+
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=2), tmp_path / "ci")
+    assert execute_run(prepared, reporter=RoundReporter(_link(client), document["id"]), plan_id=document["id"],
+                       progress=quiet_progress(2)).complete
+    with pytest.raises(InvalidInputError) as refused:
+        fetch_service_plan(_link(client), document["id"], None)
+    assert refused.value.field == "plan-id"
+    assert refused.value.reason.endswith(
+        f"another run trained on it. Continue that run with --out ITS_DIR --resume (up to the --rounds it started "
+        f"with); to train the plan's remaining rounds, re-plan them (an operator's POST /v1/plans/{document['id']}"
+        "/replan, or a change to its population) and start a job on the re-plan: gdpfed train --plan-id NEW_ID "
+        "--out NEW_DIR"), refused.value.reason
+
+    replan = client.post(f"/v1/plans/{document['id']}/replan", json={})
+    assert replan.status_code == 201, replan.text
+    child = replan.json()
+    assert (child["start_round"], child["rounds"]) == (2, 4)
+    plan, fetched = fetch_service_plan(_link(client), child["id"], None)
+    prepared = prepare_run(plan, fetched, TrainConfig(**CONFIG, rounds=plan.rounds), tmp_path / "rest")
+    summary = execute_run(prepared, reporter=RoundReporter(_link(client), child["id"]), plan_id=child["id"],
+                          progress=quiet_progress(6))
+    assert summary.complete and summary.rounds_run == 4 and summary.reports_pending == 0
+    ledger = client.get(f"/v1/plans/{child['id']}/ledger").json()
+    assert ledger["rounds_counted"] == 4
+    for group in ledger["groups"]:
+        assert group["steps"] == 6  # the first job's 2 rounds and this job's 4, composed
+        assert group["epsilon_spent"] == pytest.approx(summary.epsilon_spent[group["id"]], rel=1e-12)
+
+
 def test_a_successor_that_contradicts_its_own_scenario_stops_the_run_as_unverified(
         client: Any, tmp_path: Path) -> None:
     """A re-plan from the service is checked like a plan file (its scenario-fixed fields

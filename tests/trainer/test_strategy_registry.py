@@ -131,6 +131,14 @@ def test_train_selects_a_strategy_by_name_and_resume_keeps_it(capsys, tmp_path, 
         (["--strategy-option", 'adaptive_clip="yes"'], ["strategy-option adaptive_clip", "true or false"]),
         (["--strategy-option", "rank=2"], ["strategy-option rank", "strategy plan"]),
         (["--strategy", "pfa", "METHOD=dp_fedavg"], ["strategy", "pfa runs on plans of method gdpfed", "dp_fedavg"]),
+        # regression data under a classification strategy trained round 0, then evaluation
+        # raised (cross-entropy on float targets), exit 1 with a half-written run directory
+        *[
+            (["--dataset", "metric_synthetic", "--strategy", name],
+             ["dataset: metric_synthetic is regression data", f"strategy {name} trains classification",
+              "--strategy metric_ifca (metric_local plans)"])
+            for name in ("plan", "pfa", "fedhdp")
+        ],
     ],
 )
 def test_bad_strategy_input_exits_2_naming_it(capsys, tmp_path, plan_file, extra, needles):
@@ -142,6 +150,33 @@ def test_bad_strategy_input_exits_2_naming_it(capsys, tmp_path, plan_file, extra
     out = tmp_path / "never"
     code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, *extra, "--out", out)
     assert_one_line_error(code, err, *needles)
+    assert not out.exists()
+
+
+def test_every_strategy_declares_the_tasks_it_trains_and_the_hints_name_the_right_ones():
+    """``check_data`` and ``check_plan`` suggest registered strategies that do run the data
+    and the plan (``strategies_for``); every task some dataset has is trained by one."""
+    from trainer.strategies.registry import strategies_for
+
+    for spec in STRATEGIES.values():
+        assert spec.tasks and set(spec.tasks) <= {"classification", "next_char", "regression"}
+    for task in ("classification", "next_char", "regression"):
+        assert strategies_for(task=task) == [n for n, s in STRATEGIES.items() if task in s.tasks] != []
+    assert strategies_for(task="regression") == ["metric_ifca"]
+    assert strategies_for(privacy_unit="metric_local") == ["metric_ifca"]
+    assert strategies_for(privacy_unit="client") == ["plan", "pfa", "fedhdp"]
+
+
+def test_a_metric_plan_under_a_client_strategy_names_the_strategy_that_runs_it(capsys, tmp_path):
+    """It said only 'plan runs client plans; this plan's privacy_unit is 'metric_local''."""
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "metric.json"
+    out = tmp_path / "never"
+    code, _, err = gdpfed(capsys, "train", "--scenario", scenario, "--method", "metric_laplace", *TINY,
+                          "--rounds", "1", "--out", out)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(
+        "strategy: plan runs client plans; this plan's privacy_unit is 'metric_local' (run it with --strategy metric_ifca)"
+    ), err
     assert not out.exists()
 
 

@@ -1,9 +1,10 @@
 """``load_dataset``: one entry point for every dataset (``docs/trainer.md``, "Data").
 
-A spec is a built-in name (``synthetic``, ``synthetic:ALPHA,BETA``, ``leaf_synthetic``,
-``digits``), a format
-with a path (``shakespeare:PATH``, ``idx:PATH``, ``cifar10:PATH``, ``svhn:PATH``,
-``leaf:PATH``) or a bare path whose format is detected from what it holds.
+A spec is a bundled name (``BUNDLED_DATASETS``: ``synthetic``, ``synthetic:ALPHA,BETA``,
+``leaf_synthetic``, ``metric_synthetic``, ``digits``), a format with a path
+(``shakespeare:PATH``, ``idx:PATH``, ``cifar10:PATH``, ``svhn:PATH``, ``leaf:PATH``, ...)
+or a bare path whose format is detected from what it holds. Silo plans load
+``trainer.data.silos`` instead; a silo dataset's name here is refused saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from trainer.data.leaf_json import load_leaf
 from trainer.data.leaf_synthetic import load_leaf_synthetic
 from trainer.data.metric_synthetic import load_metric_synthetic
 from trainer.data.shakespeare import load_shakespeare
+from trainer.data.silos import SILO_DATASETS
 from trainer.data.svhn import load_svhn
 from trainer.data.synthetic import load_synthetic
 
@@ -34,9 +36,17 @@ _PATH_LOADERS: dict[str, Callable[..., FederatedDataset]] = {
     "svhn": load_svhn,
     "leaf": load_leaf,
 }
-SPEC_HELP = (
-    "synthetic, synthetic:ALPHA,BETA, leaf_synthetic, metric_synthetic, digits, shakespeare:PATH, idx:PATH, cifar10:PATH, "
-    "svhn:PATH, leaf:PATH, or a path to such data"
+# The bundled datasets load_dataset builds by name (client and metric_local runs; a
+# ``synthetic`` spec may also carry ``:ALPHA,BETA``) and the formats it reads from a path.
+# Silo plans train on trainer.data.silos.SILO_DATASETS instead. SPEC_HELP, the unknown-name
+# message and DATASET_HELP (the --dataset help) are derived from these; the parser keeps a
+# torch-free copy (trainer/run/options.py), which tests/trainer/test_datasets.py keeps equal.
+BUNDLED_DATASETS = ("synthetic", "leaf_synthetic", "metric_synthetic", "digits")
+SPEC_HELP = ", ".join(
+    [*BUNDLED_DATASETS[:1], "synthetic:ALPHA,BETA", *BUNDLED_DATASETS[1:], *(f"{key}:PATH" for key in _PATH_LOADERS)]
+) + ", or a path to such data"
+DATASET_HELP = (
+    f"for client and metric_local plans: {SPEC_HELP}; for silo plans: {', '.join(SILO_DATASETS)}"
 )
 
 
@@ -77,9 +87,11 @@ def load_dataset(
     else:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise InvalidInputError(
-                "dataset", f"unknown dataset {spec!r}: expected {SPEC_HELP}"
-            )
+            if key.replace("-", "_") in SILO_DATASETS:
+                raise InvalidInputError(
+                    "dataset", f"{spec} is a silo dataset, for silo plans; client and metric_local plans take {SPEC_HELP}"
+                )
+            raise InvalidInputError("dataset", f"unknown dataset {spec!r}; {DATASET_HELP}")
         loader = detect_format(path)
     return _call(loader, spec, (path,), num_clients, partition, alpha, seed, options)
 

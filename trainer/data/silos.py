@@ -51,7 +51,9 @@ def load_silo_data(spec: str, silo_sizes: Sequence[int], *, seed: int, test_samp
         return rotated_digits(silo_sizes, seed=seed, test_samples=test_samples, groups=groups)
     if key == "mean_estimation":
         return mean_estimation(silo_sizes, seed=seed, test_samples=test_samples, data_std=data_std, task_std=task_std)
-    raise InvalidInputError("dataset", f"silo plans train on {', '.join(SILO_DATASETS)}, got {spec!r}")
+    raise InvalidInputError(
+        "dataset", f"silo plans train on {', '.join(SILO_DATASETS)}, got {spec!r} (other datasets are for client and metric_local plans)"
+    )
 
 
 def _package(name: str, task: str, train: list[tuple[np.ndarray, np.ndarray]], test: list[tuple[np.ndarray, np.ndarray]],

@@ -53,6 +53,15 @@ SECAGG_CHOICES = ("full", "sparse", "auto")
 STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
 
 
+# trainer.data.load.DATASET_HELP (derived from the dataset registry there) without
+# importing torch to build the parser; tests/trainer/test_datasets.py keeps the two equal.
+DATASET_HELP = (
+    "for client and metric_local plans: synthetic, synthetic:ALPHA,BETA, leaf_synthetic, metric_synthetic, digits, "
+    "shakespeare:PATH, idx:PATH, mnist:PATH, fashion-mnist:PATH, cifar10:PATH, svhn:PATH, leaf:PATH, "
+    "or a path to such data; for silo plans: rotated_digits, mean_estimation"
+)
+
+
 def strategy_choices() -> str:
     """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
     return f"{', '.join(STRATEGY_NAMES[:-1])} or {STRATEGY_NAMES[-1]}"
@@ -94,7 +103,7 @@ def unused_option_reason(name: str, mechanism: Any, unit: str) -> str:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``."""
-    parser.add_argument("--dataset", help="digits, synthetic, synthetic:A,B, shakespeare:PATH, idx:PATH, ... or a path")
+    parser.add_argument("--dataset", help=DATASET_HELP)
     parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
     parser.add_argument(
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
@@ -207,9 +216,15 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     for name, value in given.items():
         if getattr(config, name) != value:
             flag = option_flag(name)  # the option the user typed: --secagg for secagg_mode
+            # more rounds of the plan are trained as a re-plan of the rest (docs/ledger.md §6)
+            more = (f"; to train more of the plan's {plan_rounds} rounds, re-plan the rest (gdpfed plan replan "
+                    f"PLAN.json --rounds-done {config.rounds} --changes FILE holding {{}}, or the service's re-plan) "
+                    "and train the re-plan in a new directory"
+                    if name == "rounds" and value > config.rounds else "")
             raise InvalidInputError(
                 flag.lstrip("-"),
-                f"{flag} {value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings",
+                f"{flag} {value!r} differs from the run's {getattr(config, name)!r}; a resumed run keeps its settings"
+                + more,
             )
     return config
 

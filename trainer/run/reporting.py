@@ -192,10 +192,16 @@ def fetch_service_plan(
             "plan-id", f"plan {plan_id} was re-planned as {ledger.superseded_by}; train that plan instead"
         )
     if ledger.rounds_counted > 0:
+        # --resume continues that run only up to the --rounds it started with (a resumed run
+        # keeps its settings); the plan's other rounds are trained as a re-plan, whose own
+        # ledger counts nothing yet (docs/ledger.md §6)
         raise InvalidInputError(
             "plan-id",
             f"the service's ledger already counts {ledger.rounds_counted} round(s) of plan {plan_id}: another "
-            "run trained on it (continue that run with --resume, or plan again)",
+            "run trained on it. Continue that run with --out ITS_DIR --resume (up to the --rounds it started "
+            f"with); to train the plan's remaining rounds, re-plan them (an operator's POST /v1/plans/{plan_id}"
+            "/replan, or a change to its population) and start a job on the re-plan: gdpfed train --plan-id "
+            "NEW_ID --out NEW_DIR",
         )
     document = link.fetch_plan(plan_id)
     plan = load_plan_document(document)  # any privacy unit: prepare_run dispatches on it

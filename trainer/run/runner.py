@@ -350,6 +350,10 @@ def prepare_client_run(
     warnings.extend(strategy.run_warnings(dataset))
     if engine_factory is not None and strategy.adaptive_clip is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
+    unused = unused_adaptive_clip_warning(plan, strategy, None if strategy_factory else config.strategy,
+                                          simulator=engine_factory is None)
+    if unused:
+        warnings.append(unused)
     engine = (engine_factory or build_engine)(plan, strategy, population, dim, config, config.rounds)
     initial = flatten_params(model).to(chosen_device)
     return PreparedRun(
@@ -371,6 +375,36 @@ def prepare_client_run(
         mechanism=GAUSSIAN_SECAGG,
         learnability=learnability,
         run_start=plan.start_round,
+    )
+
+
+def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: str | None, *,
+                                 simulator: bool = True) -> str | None:
+    """The warning for a plan whose scenario has an ``adaptive_clip`` block run with fixed
+    clipping (docs/trainer.md §Adaptive clipping): the block is not used, every client is
+    clipped at the plan's ``C_g``, and how adaptive clipping is turned on (``strategy_name``
+    the registry's strategy, ``None`` for one given in code). ``None`` when there is nothing
+    to say.
+
+    The privacy accounting stays sound: fixed clipping adds each pool's planned
+    ``noise_multiplier`` ``z_eff`` times ``C_g`` to the update sum and releases no count, the
+    Gaussian mechanism of multiplier ``z_eff`` that the ledger composes either way.
+    """
+    if plan.scenario.adaptive_clip is None or strategy.adaptive_clip is not None:
+        return None
+    if not simulator:
+        how = ADAPTIVE_CLIP_SIMULATOR_ONLY
+    elif strategy_name is None:
+        how = "this strategy does not run it"
+    else:
+        from trainer.strategies.registry import STRATEGIES
+
+        takes = [name for name, spec in STRATEGIES.items() if "adaptive_clip" in spec.options.model_fields]
+        how = ("turn it on with --strategy-option adaptive_clip=true" if strategy_name in takes
+               else f"strategy {strategy_name} has none; {' and '.join(takes)} run it with --strategy-option adaptive_clip=true")
+    return (
+        "the plan's adaptive_clip block is not used: this run clips at the plan's fixed C (the noise is the "
+        f"planned z_eff times C, as the ledger counts); {how}"
     )
 
 
@@ -458,7 +492,8 @@ def switch_plan(
         problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
     if successor.start_round + successor.rounds < end:
         problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
-    if [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]:
+    regrouped = [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]
+    if regrouped:
         problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
     elif not resuming:
         for group in successor.groups:
@@ -468,7 +503,15 @@ def switch_plan(
                 problems.append(f"group {group.id}'s spent history {theirs} is not this run's {mine}")
                 break
     if problems:
-        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems))
+        # --resume meets the same re-plan at the same claim: when the population changed, the
+        # way on is a new job on the re-plan, which the preflight accepts (its ledger counts
+        # none of its own rounds yet); docs/ledger.md §6
+        way_on = (
+            f". --resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
+            f"gdpfed train --plan-id {name} --report-to (the same service) --out NEW_DIR (it trains from round "
+            f"{successor.start_round} on a new model)" if regrouped and not resuming else ""
+        )
+        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems) + way_on)
     state = prepared.strategy.state_dict()
     strategy = prepared.build_strategy(successor)
     strategy.load_state_dict(state)

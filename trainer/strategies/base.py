@@ -233,8 +233,9 @@ class StrategySpec:
     server_momentum, **options)`` builds it; ``options`` is the pydantic model of those
     extra keywords (``extra="forbid"``, so a misspelt option is an error). It runs on
     plans of ``privacy_unit`` whose method is in ``plan_methods`` (``None``: any method
-    of that unit); an experiment that names only the strategy plans with
-    ``default_plan_method``.
+    of that unit), on data of a task in ``tasks`` (``trainer.data.dataset.Task``: its
+    loss and its evaluation assume it); an experiment that names only the strategy plans
+    with ``default_plan_method``.
     """
 
     name: str
@@ -247,6 +248,10 @@ class StrategySpec:
     # keeps per-client state between rounds (personal models): it runs only where one
     # process holds every client (gdpfed train), not on Flower nodes (docs/flower.md §2)
     keeps_client_state: bool = False
+    # the data it trains on: cross-entropy training and evaluation (argmax accuracy) need
+    # integer labels, so a regression dataset under a classification strategy would train a
+    # round and then fail in evaluation (docs/trainer.md §Strategies)
+    tasks: tuple[str, ...] = ("classification", "next_char")
 
     def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
         """``values`` validated by the options model; an error names the option.
@@ -271,18 +276,44 @@ class StrategySpec:
             raise InvalidInputError(f"strategy-option {key}", f"{validation_error_message(first)} (strategy {self.name})") from None
 
     def check_plan(self, plan: PlanDocument) -> None:
-        """Refuse (``InvalidInputError("strategy")``) a plan this strategy does not run on."""
+        """Refuse (``InvalidInputError("strategy")``) a plan this strategy does not run on,
+        naming the registered strategies that run the plan's unit."""
         if plan.privacy_unit != self.privacy_unit:
+            from trainer.strategies.registry import strategies_for
+
+            runners = strategies_for(privacy_unit=plan.privacy_unit)
+            hint = (f" (run it with --strategy {' or --strategy '.join(runners)})" if runners
+                    else " (no strategy runs it; a silo plan runs its own method's)")
             raise InvalidInputError(
-                "strategy", f"{self.name} runs {self.privacy_unit} plans; this plan's privacy_unit is {plan.privacy_unit!r}"
+                "strategy",
+                f"{self.name} runs {self.privacy_unit} plans; this plan's privacy_unit is {plan.privacy_unit!r}{hint}",
             )
         if self.plan_methods is not None and plan.method not in self.plan_methods:
             raise InvalidInputError(
                 "strategy", f"{self.name} runs on plans of method {', '.join(self.plan_methods)}; this plan is {plan.method}"
             )
 
+    def check_data(self, dataset: Any) -> None:
+        """Refuse (``InvalidInputError("dataset")``) data whose task this strategy does not
+        train, naming the registered strategies that do (docs/trainer.md §Strategies)."""
+        task = getattr(dataset, "task", None)
+        if task is None or task in self.tasks:
+            return
+        from trainer.strategies.registry import STRATEGIES, strategies_for
+
+        runners = [f"--strategy {name} ({STRATEGIES[name].privacy_unit} plans)" for name in strategies_for(task=task)]
+        hint = f"; {task} data runs with {' or '.join(runners)}" if runners else f"; no strategy trains {task} data"
+        raise InvalidInputError(
+            "dataset",
+            f"{getattr(dataset, 'name', 'the dataset')} is {task} data, but strategy {self.name} trains "
+            f"{' and '.join(self.tasks)} data{hint}",
+        )
+
     def build(self, plan: PlanDocument, options: BaseModel, **common: Any) -> Strategy:
-        """The strategy for ``plan`` with validated ``options`` and the run's ``common`` arguments."""
+        """The strategy for ``plan`` with validated ``options`` and the run's ``common``
+        arguments; the plan and ``common["dataset"]`` are checked first (``check_plan``,
+        ``check_data``), so a mismatch is refused before the run directory exists."""
         self.check_plan(plan)
+        self.check_data(common.get("dataset"))
         extra = {name: getattr(options, name) for name in type(options).model_fields}
         return self.strategy(plan, **common, **extra)  # type: ignore[call-arg]

@@ -212,4 +212,5 @@ SPEC = StrategySpec(
     privacy_unit="metric_local",
     plan_methods=("metric_laplace",),
     default_plan_method="metric_laplace",
+    tasks=("classification", "regression"),
 )

@@ -31,10 +31,20 @@ def strategy_spec(name: str) -> StrategySpec:
     return spec
 
 
+def strategies_for(*, privacy_unit: str | None = None, task: str | None = None) -> list[str]:
+    """The registered strategies that run plans of ``privacy_unit`` and train data of
+    ``task`` (either left out: any), in registry order: the suggestions of
+    ``StrategySpec.check_plan`` and ``check_data``."""
+    return [
+        spec.name for spec in STRATEGIES.values()
+        if (privacy_unit is None or spec.privacy_unit == privacy_unit) and (task is None or task in spec.tasks)
+    ]
+
+
 def build_strategy(name: str, options: Mapping[str, Any], for_plan: PlanDocument, **common: Any) -> Strategy:
     """Strategy ``name`` with ``options`` for ``for_plan`` (checked against what it runs on)."""
     spec = strategy_spec(name)
     return spec.build(for_plan, spec.parse_options(options), **common)
 
 
-__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "StrategySpec", "build_strategy", "strategy_spec"]
+__all__ = ["DEFAULT_STRATEGY", "STRATEGIES", "StrategySpec", "build_strategy", "strategies_for", "strategy_spec"]
