@@ -29,7 +29,7 @@ CLI_TAMPERS = [t for t in TAMPERS if t[3] in (
 
 @pytest.fixture(autouse=True)
 def only_train_and_flower(monkeypatch):
-    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli", "flower": "trainer.flower.cli"})
+    monkeypatch.setattr(app_cli, "SUBCOMMAND_MODULES", {"train": "trainer.cli"})
 
 
 @pytest.mark.parametrize(
@@ -49,17 +49,6 @@ def test_train_refuses_a_plan_that_lies_about_its_scenario(
         code, err, f"gdpfed train: error: plan: {path}: {field}: states {stated}, but the plan's scenario fixes {fixed}"
     )
     assert not out.exists()
-
-
-def test_flower_app_refuses_a_plan_that_lies_about_its_scenario(capsys, tmp_path: Path) -> None:
-    document = client_document()
-    document["groups"][0]["epsilon"] = 10
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(document))
-    code, _, err = gdpfed(capsys, "flower", "app", "--plan", path, *TINY, "--out", tmp_path / "app",
-                          "--run-dir", tmp_path / "run")
-    assert_one_line_error(code, err, f"plan: {path}: groups.strict.epsilon: states 10, but the plan's scenario fixes 1")
-    assert not (tmp_path / "app").exists()
 
 
 def test_resume_refuses_a_stored_plan_edited_after_the_run_began(capsys, tmp_path: Path) -> None:
