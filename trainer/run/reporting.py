@@ -42,7 +42,10 @@ class ReportingStoppedError(GdpfedError):
     """The service refused a round, or could not be reached to claim one: exit code 3.
 
     The run's checkpoint is written first, so ``gdpfed train --out DIR --resume`` continues
-    (and delivers what is pending) once the cause is fixed.
+    (and delivers what is pending) once the cause is fixed: the service back, a refusal
+    answered. A re-plan the run cannot follow (it changes the groups or their client counts)
+    is not such a cause: its message names the new job that takes the re-plan instead
+    (docs/ledger.md §6).
     """
 
     code = "reporting_stopped"
