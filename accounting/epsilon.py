@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from accounting.accountants import ACCOUNTANTS, AccountantName, get_accountant
+from accounting.accountants import ACCOUNTANTS, Accountant, AccountantName, get_accountant
 from accounting.errors import InvalidInputError
 from accounting.events import ComposedEvent, PoissonSampledGaussian
 from accounting.results import EpsilonReport
@@ -45,6 +45,11 @@ def epsilon_of_events(
     composes its events heterogeneously; an accountant that does not compose (closed_form)
     takes a single event. Metric leakage is refused (a different notion, §11.1)."""
     chosen = get_accountant(accountant)
+    return chosen.epsilon(_checked_history(chosen, events), validate_delta(delta), time_limit_s=time_limit_s)
+
+
+def _checked_history(chosen: Accountant, events: Sequence[Any] | ComposedEvent) -> list[Any]:
+    """``events`` as ``chosen`` accepts them: at least one, and one only where it does not compose."""
     checked = chosen.accepted_events(events, "events")
     if not checked:
         raise InvalidInputError("events", "must contain at least one event")
@@ -52,7 +57,7 @@ def epsilon_of_events(
         raise InvalidInputError(
             "accountant", f"{chosen.name} describes one phase; use {_composing()} for a history"
         )
-    return chosen.epsilon(checked, validate_delta(delta), time_limit_s=time_limit_s)
+    return checked
 
 
 def epsilons_of_histories(
@@ -62,17 +67,7 @@ def epsilons_of_histories(
     to the accountant (rdp vectorises it: docs/accounting.md §4, docs/planning.md §8)."""
     chosen = get_accountant(accountant)
     delta = validate_delta(delta)
-    checked = []
-    for events in histories:
-        accepted = chosen.accepted_events(events, "events")
-        if not accepted:
-            raise InvalidInputError("events", "must contain at least one event")
-        if len(accepted) > 1 and not chosen.composes:
-            raise InvalidInputError(
-                "accountant", f"{chosen.name} describes one phase; use {_composing()} for a history"
-            )
-        checked.append(accepted)
-    return chosen.epsilons(checked, delta)
+    return chosen.epsilons([_checked_history(chosen, events) for events in histories], delta)
 
 
 # The name the code used before events existed: a history of phases is a list of events.

@@ -412,6 +412,7 @@ class PldAccountant(Accountant):
                 start = _RDP.sampling_rate(sigma, t, target, delta, []).sampling_rate
             except InfeasibleError:
                 start = RATE_MIN
+
             def g(x: float) -> float:  # x = -log q
                 return search.log_ratio(eps_at(min(1.0, math.exp(-x))), target)
 
