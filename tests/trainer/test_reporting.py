@@ -331,22 +331,31 @@ def test_refused_completion_stops_the_run_after_its_checkpoint(client: Any, tmp_
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["next_round"] == 2
 
 
-def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) -> None:
-    """A re-plan whose spent phases are not what this run spent is never followed."""
-    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
-    other = client.post("/v1/plans", json={"scenario": {**SCENARIO, "expected_clients": 12}}).json()
+def _superseded_at_round_2(client: Any, successor: dict[str, Any], served: dict[str, Any] | None = None) -> ServiceLink:
+    """A link to the in-process service whose claim of round 2 is answered ``superseded`` by
+    ``successor``; with ``served``, fetching the successor returns that document instead."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST" and "/rounds" in request.url.path and b'"round_index":2' in request.content.replace(
                 b" ", b""):
             return httpx.Response(409, json={"code": "superseded", "message": "re-planned", "field": "round_index",
-                                             "superseded_by": other["id"], "start_round": 2})
+                                             "superseded_by": successor["id"], "start_round": 2})
+        if served is not None and request.method == "GET" and request.url.path.endswith(f"/plans/{successor['id']}"):
+            return httpx.Response(200, json=served)
         response = client.request(request.method, str(request.url), content=request.content,
                                   headers=dict(request.headers))
         return httpx.Response(response.status_code, content=response.content, headers=response.headers)
 
-    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+    return ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
                        backoff_s=0.0)
+
+
+def test_successor_with_another_history_is_refused(client: Any, tmp_path: Path) -> None:
+    """A re-plan whose spent phases are not what this run spent is never followed."""
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    other = client.post("/v1/plans", json={"scenario": {**SCENARIO, "expected_clients": 12}}).json()
+
+    link = _superseded_at_round_2(client, other)
     prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
     with pytest.raises(ReportingStoppedError, match="cannot follow the re-plan"):
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
@@ -443,19 +452,7 @@ def test_a_successor_that_contradicts_its_own_scenario_stops_the_run_as_unverifi
     tampered = json.loads(json.dumps(other))
     tampered["groups"][0]["epsilon"] = tampered["groups"][0]["epsilon"] * 10
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "POST" and "/rounds" in request.url.path and b'"round_index":2' in request.content.replace(
-                b" ", b""):
-            return httpx.Response(409, json={"code": "superseded", "message": "re-planned", "field": "round_index",
-                                             "superseded_by": other["id"], "start_round": 2})
-        if request.method == "GET" and request.url.path.endswith(f"/plans/{other['id']}"):
-            return httpx.Response(200, json=tampered)
-        response = client.request(request.method, str(request.url), content=request.content,
-                                  headers=dict(request.headers))
-        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
-
-    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
-                       backoff_s=0.0)
+    link = _superseded_at_round_2(client, other, served=tampered)
     prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=4), tmp_path / "run")
     with pytest.raises(ReportingStoppedError, match="does not verify: groups.*epsilon"):
         execute_run(prepared, reporter=RoundReporter(link, document["id"]), progress=quiet_progress(4))
