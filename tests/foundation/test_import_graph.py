@@ -1,0 +1,46 @@
+"""No import circle, no back arrow, no circle hidden by an import inside a function
+(docs/architecture.md §"Import graph"; the graph is tests/foundation/import_graph.py)."""
+
+from __future__ import annotations
+
+from tests.foundation.import_graph import package_graph
+
+
+
+def _package(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_graph_reads_from_imports_of_modules_and_subpackage_inits(tmp_path):
+    """``from pkg import b`` is an edge to the file b.py; importing ``pkg.sub.c`` runs
+    pkg/sub/__init__.py, which closes this circle; a function's import closes only a latent one."""
+    _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/b.py": "from .sub.c import x\n",
+        "pkg/sub/__init__.py": "import pkg.a\n",
+        "pkg/sub/c.py": "x = 1\n",
+        "pkg/d.py": "def f():\n    from pkg import a\n",
+        "pkg/e.py": "from pkg.d import f\n",
+        "pkg/f.py": "def g():\n    from pkg import e\n",
+    })
+    graph = package_graph("pkg", root=tmp_path)
+    assert graph.edges["pkg.a"] == {"pkg.b"}
+    assert graph.edges["pkg.b"] == {"pkg.sub", "pkg.sub.c"}
+    assert graph.circles == [["pkg.a", "pkg.b", "pkg.sub"]]
+    assert graph.latent_circles == [["pkg.a", "pkg.b", "pkg.sub"]]
+    assert [(source, target) for source, _, target in graph.deferred] == [("pkg.d", "pkg"), ("pkg.f", "pkg")]
+
+
+def test_a_function_import_that_closes_a_circle_is_a_latent_circle(tmp_path):
+    _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "def f():\n    from pkg import b\n",
+        "pkg/b.py": "from pkg import a\n",
+    })
+    graph = package_graph("pkg", root=tmp_path)
+    assert graph.circles == []
+    assert graph.latent_circles == [["pkg.a", "pkg.b"]]
