@@ -7,7 +7,6 @@ answer the inverse questions; metric leakage, a different notion, adds up in
 :mod:`accounting.metric`. The maths is in docs/accounting.md.
 """
 
-# accounting.accountants first: it defines the accountant names that accounting.results imports.
 from accounting.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, AccountantName, get_accountant
 from accounting.calibration import (
     closed_form_noise_multiplier,

@@ -10,7 +10,7 @@ from typing import Literal
 
 import pydantic
 
-from accounting.accountants import AccountantName
+from accounting.choices import AccountantName
 
 # What a calibration solved for (named so the service's OpenAPI document names it).
 SolvedFor = Literal["noise_multiplier", "sampling_rate", "rounds"]

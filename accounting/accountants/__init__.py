@@ -1,27 +1,25 @@
 """The accountants and their registry (docs/accounting.md §12).
 
-``AccountantName`` is the one list of accountant names: the CLI choices, the plan
-schema, the accounting requests and results, the HTTP enums and the README derive from
-it, and a test keeps it equal to the registry's keys. Adding an accountant is one file
-in this package (a subclass of :class:`~accounting.accountants.base.Accountant`) plus its
-name in ``AccountantName`` and its line in ``ACCOUNTANTS`` below.
-
-The name list comes first because the accountant modules (and ``accounting.results``)
-import it from here while this module is being imported.
+``AccountantName`` is the one list of accountant names (``accounting/choices.py``, below
+this package so the accountants and ``accounting.results`` name it without importing the
+registry): the CLI choices, the plan schema, the accounting requests and results, the HTTP
+enums and the README derive from it, and a test keeps it equal to the registry's keys.
+Adding an accountant is one file in this package (a subclass of
+:class:`~accounting.accountants.base.Accountant`) plus its name in ``AccountantName`` and
+its line in ``ACCOUNTANTS`` below.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
-AccountantName = Literal["rdp", "prv", "closed_form", "pld"]
-
-from accounting.accountants.base import Accountant  # noqa: E402
-from accounting.accountants.closed_form import ClosedFormAccountant  # noqa: E402
-from accounting.accountants.pld import PldAccountant  # noqa: E402
-from accounting.accountants.prv import PrvAccountant  # noqa: E402
-from accounting.accountants.rdp import RdpAccountant  # noqa: E402
-from accounting.errors import InvalidInputError  # noqa: E402
+from accounting.accountants.base import Accountant
+from accounting.accountants.closed_form import ClosedFormAccountant
+from accounting.accountants.pld import PldAccountant
+from accounting.accountants.prv import PrvAccountant
+from accounting.accountants.rdp import RdpAccountant
+from accounting.choices import AccountantName
+from accounting.errors import InvalidInputError
 
 # The registry: one stateless instance per accountant, by its ``name``.
 ACCOUNTANTS: dict[AccountantName, Accountant] = {

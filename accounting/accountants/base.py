@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from accounting.accountants import AccountantName
+from accounting.choices import AccountantName
 from accounting.errors import InvalidInputError
 from accounting.events import EVENT_KINDS, NOTION_LABELS, ApproximateDpEvent, ComposedEvent, validate_events
 from accounting.results import Calibration, EpsilonReport

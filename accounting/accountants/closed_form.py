@@ -16,9 +16,9 @@ from typing import ClassVar
 import numpy as np
 
 from accounting import closed_form, rdp
-from accounting.accountants import AccountantName
 from accounting.accountants.base import ROUNDS_MAX, Accountant, rounds_result
 from accounting.accountants.rdp import RdpAccountant, full_epsilon
+from accounting.choices import AccountantName
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
 

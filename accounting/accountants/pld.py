@@ -22,9 +22,9 @@ from typing import ClassVar
 import numpy as np
 
 from accounting import search
-from accounting.accountants import AccountantName
 from accounting.accountants.base import RATE_MIN, ROUNDS_MAX, SIGMA_MAX, SIGMA_MIN, Accountant, rounds_result
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
+from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport

@@ -16,7 +16,6 @@ from typing import ClassVar
 import numpy as np
 
 from accounting import rdp, search
-from accounting.accountants import AccountantName
 from accounting.accountants.base import (
     RATE_MIN,
     REL_TOL,
@@ -27,6 +26,7 @@ from accounting.accountants.base import (
     Accountant,
     rounds_result,
 )
+from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
