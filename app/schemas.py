@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from accounting.accountants import AccountantName
+from accounting.errors import located_validation_error
 from accounting.validation import Flag, InputModel
 from app.errors import SCENARIO_TAGS
 from app.models import as_utc
@@ -103,8 +104,6 @@ class PlanCreate(_Input):
         scenario = body.get("scenario") if isinstance(body, dict) else None
         unit = scenario.get("privacy_unit", "client") if isinstance(scenario, dict) else "client"
         if unit not in SCENARIO_TAGS:
-            from accounting.errors import located_validation_error
-
             raise located_validation_error("PlanCreate", [(
                 ("scenario", "privacy_unit"),
                 f"the service plans client and silo_sample scenarios, not {unit!r}; "
@@ -127,7 +126,7 @@ class PlanCreate(_Input):
 class StoredPlan(Plan):
     """A plan document as stored by the service: the plan plus its id and provenance.
 
-    The body is a valid plan document (``planner.schema.load_plan`` reads it), so the
+    The body is a valid plan document (``planner.units.load_plan`` reads it), so the
     trainer can execute the response of ``GET /v1/plans/{id}`` directly.
     """
 

@@ -79,7 +79,7 @@ def run_fedavg(grid: Any, plan_document: dict[str, Any], run_config: Any) -> lis
     from flwr.app import ArrayRecord, ConfigRecord
     from flwr.serverapp.strategy import FedAvg
 
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from trainer.engines.params import flatten_params
     from trainer.flower.settings import split_run_config, train_config
     from trainer.run.runner import build_run_model, load_run_data

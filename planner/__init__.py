@@ -18,10 +18,9 @@ from planner.schema import (
     PoolPlan,
     Predicted,
     Scenario,
-    load_plan,
-    load_plan_document,
 )
 from planner.sweep import SweepResult, sweep
+from planner.units import load_plan, load_plan_document
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -8,7 +8,8 @@
 
 The first positional is either a scenario file or the word ``replan`` / ``sweep`` followed
 by a file. The handler raises the project's errors; app/cli.py prints them as one line and
-exits 2. The planner itself is imported inside the handler (scipy is heavy).
+exits 2. Importing this module loads the planner (``planner/__init__.py`` runs first), so
+``app/cli.py`` imports it only for ``gdpfed plan``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ from typing import Any
 
 from accounting.accountants import ACCOUNTANT_NAMES
 from accounting.errors import InvalidInputError
+from planner.loading import (
+    load_changes,
+    load_plan_file,
+    load_scenario,
+    load_scenario_document,
+    naming_file,
+    read_document,
+)
+from planner.replan import replan
+from planner.report import plan_text, sweep_text
+from planner.sweep import plot_sweep, sweep
+from planner.units import make_plan, privacy_unit, unit_of
 
 
 def register(subparsers: Any) -> None:
@@ -69,9 +82,6 @@ def handle(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     """Plan with the planner of the scenario's privacy unit (planner.units)."""
-    from planner.loading import load_scenario_document, naming_file, read_document
-    from planner.units import make_plan, privacy_unit, unit_of
-
     document = read_document(path, "scenario")
     with naming_file("scenario", path):
         if "model_dim" in privacy_unit(document.get("privacy_unit", "client")).scenario_model.model_fields \
@@ -89,10 +99,6 @@ def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
 
 
 def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
-    from planner.loading import load_changes, load_plan_file
-    from planner.replan import replan
-    from planner.report import plan_text
-
     _reject(args, ("method", "accountant", "group", "epsilons", "plot"), "plan replan")
     if args.rounds_done is None:
         raise InvalidInputError("--rounds-done", "replan needs --rounds-done N")
@@ -106,10 +112,6 @@ def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
-    from planner.loading import load_scenario
-    from planner.report import sweep_text
-    from planner.sweep import plot_sweep, sweep
-
     _reject(args, ("rounds_done", "changes", "parent_plan_id", "out"), "plan sweep")
     if args.group is None:
         raise InvalidInputError("--group", "sweep needs --group ID")

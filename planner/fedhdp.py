@@ -12,12 +12,10 @@ local choice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from planner.schema import DittoLambdaPrediction, FedHDPPrediction, GroupPlan, PoolPlan, Scenario
+from planner.schema import DittoLambdaPrediction, FedHDPPrediction, GroupPlan, PoolPlan, Scenario
 
 
 def optimal_ratio(sigma_c2: float, private_clients: float, gamma2: float) -> float:
@@ -98,8 +96,6 @@ def fedhdp_prediction(scenario: Scenario, groups: Sequence[GroupPlan], pools: Se
     ``r_P q_g N_g / sum_P r_P K_P``, and the noise energy of the ratio-weighted combination
     ``d sum_P kappa_P r_P^2 s_P^2 / (sum_P r_P K_P)^2`` (with every ``r = 1`` and
     ``sum K_P = K`` it is the plan's own noise energy)."""
-    from planner.schema import FedHDPPrediction
-
     if scenario.update_dispersion is None:
         return None
     ratios = {
@@ -138,8 +134,6 @@ def ditto_lambda_prediction(
     ``sigma2_P = alpha2 + tau2 + s_P^2 / K_P``; ``optimal_lambdas`` gives each level's
     ``lambda*`` under the inverse-variance ratios ``r_P = min_k sigma2_k / sigma2_P``
     (docs/planning.md §14). With ``V/d = alpha2 + tau2`` these ratios are ``pool_ratio``'s."""
-    from planner.schema import DittoLambdaPrediction
-
     alpha2 = scenario.sampling_variance_per_coordinate
     tau2 = scenario.heterogeneity_variance_per_coordinate
     if alpha2 is None or tau2 is None:

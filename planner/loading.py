@@ -20,7 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from accounting.errors import InvalidInputError, shown, validation_error_line
-from planner.schema import Changes, Plan, Scenario, load_plan
+from planner.schema import Changes, Plan, Scenario
+from planner.units import load_plan
+from planner.units import load_scenario_document as validate_scenario_document
 
 
 def read_document(source: str | Path | dict[str, Any], kind: str) -> dict[str, Any]:
@@ -343,11 +345,9 @@ def load_scenario_document(source: str | Path | dict[str, Any]) -> BaseModel:
     """A validated scenario of the privacy unit it names (``privacy_unit``, default
     ``client``) from a JSON/YAML file or a dict; an unknown unit is refused by name.
     Errors in a file's content name the file (:func:`naming_file`)."""
-    from planner.units import load_scenario_document as validate
-
     document = read_document(source, "scenario")
     with naming_file("scenario", source):
-        return validate(document)
+        return validate_scenario_document(document)
 
 
 def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:

@@ -10,7 +10,7 @@ of clients); other units bring their own scenario and plan models through the
 privacy-unit registry ``planner.units`` (docs/architecture.md §Privacy units), so a
 plan is never read as a kind it is not.
 
-Versioning: a plan carries ``schema_version``. ``load_plan_document`` reads every version
+Versioning: a plan carries ``schema_version``. ``planner.units.load_plan_document`` reads every version
 this code knows and rejects others with a message naming the version, so a plan written
 by one release is read by the next or refused clearly, never misread. Version 1
 documents predate ``privacy_unit``; every one of them is a client-level plan and is read
@@ -34,7 +34,7 @@ from accounting.events import Phase
 from accounting.validation import Flag, InputModel, NumbersModel
 
 SCHEMA_VERSION: Final = 2
-# Versions load_plan_document reads (1: before privacy_unit, read as a client plan).
+# Versions current_plan_data reads (1: before privacy_unit, read as a client plan).
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
@@ -552,9 +552,11 @@ class Changes(_Strict):
     )
 
 
-def load_plan_document(data: Any) -> PlanDocument:
-    """Read a plan document of any known schema version and privacy unit, or refuse it
-    clearly (``InvalidInputError`` naming the version or the unit)."""
+def current_plan_data(data: Any) -> dict[str, Any]:
+    """A plan document of any readable schema version as the current version's data
+    (version 1 read as a client plan, docs/planning.md §8.1), or ``InvalidInputError``
+    naming the version or the missing unit. ``planner.units.load_plan_document`` then reads
+    it with its unit's plan model."""
     if not isinstance(data, dict):
         raise InvalidInputError("plan", "a plan document must be a JSON object")
     version = data.get("schema_version")
@@ -571,11 +573,7 @@ def load_plan_document(data: Any) -> PlanDocument:
     data = read_version_1(data)
     if "privacy_unit" not in data:
         raise InvalidInputError("privacy_unit", f"missing: a schema version {version} plan names its privacy unit")
-    from planner.units import privacy_unit  # the registry imports this module
-
-    plan = privacy_unit(data["privacy_unit"]).plan_model.model_validate(data)
-    check_scenario_fixed(plan)
-    return plan
+    return data
 
 
 def check_scenario_fixed(plan: PlanDocument) -> None:
@@ -583,7 +581,7 @@ def check_scenario_fixed(plan: PlanDocument) -> None:
     scenario fixes (``plan.scenario_fixed()``: budgets, client counts, rounds, clip norms,
     the accountant; docs/ledger.md §5): ``InvalidInputError`` naming the field,
     ``groups.strict.epsilon: states 10, but the plan's scenario fixes 1``. Every plan read
-    (``load_plan_document``) and every unit's verifier runs it, so a budget shown or
+    (``planner.units.load_plan_document``) and every unit's verifier runs it, so a budget shown or
     checked is the scenario's."""
     for field, stated, fixed in plan.scenario_fixed():
         if stated != fixed:  # exact: the planner copies these values from the scenario
@@ -607,12 +605,6 @@ def _shown(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)
     return str(value)
-
-
-def load_plan(data: Any) -> Plan:
-    """A client-level plan document (any known schema version), or a clear refusal: a
-    plan of another privacy unit is named, never misread as a client plan."""
-    return require_client_plan(load_plan_document(data))
 
 
 def require_client_plan(plan: PlanDocument, user: str = "this command") -> Plan:

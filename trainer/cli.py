@@ -75,7 +75,7 @@ def _plan_from_args(
     dataset loaded to build the model is returned so the run does not load it again.
     """
     from planner.loading import naming_file, read_document
-    from planner.schema import load_plan_document
+    from planner.units import load_plan_document
 
     if args.plan is not None:
         if args.method is not None:
@@ -157,7 +157,7 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
     """The plan, its document, the run configuration, the run directory and the dataset if
     one was loaded already (None: the run loads it), all validated."""
     from planner.loading import naming_file
-    from planner.schema import load_plan_document
+    from planner.units import load_plan_document
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
     from trainer.run.reporting import fetch_service_plan
 

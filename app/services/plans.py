@@ -26,8 +26,8 @@ from app.models import PlanRecord
 from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan, StoredSiloPlan
 from app.services import ledger as ledger_service
 from planner import make_plan, replan
-from planner.schema import Changes, Plan, RequestedMethod, Scenario, load_plan
-from planner.units import silo_sample
+from planner.schema import Changes, Plan, RequestedMethod, Scenario
+from planner.units import load_plan, silo_sample
 from planner.units.silo_sample import SiloSamplePlan, SiloScenario
 
 MAX_PAGE = 200

@@ -15,7 +15,7 @@ import numpy as np
 
 from accounting.errors import InfeasibleError
 from planner import calibration
-from planner.curves import NoiseCurves, build_curves, rate_grid
+from planner.curves import NoiseCurves, build_curves, rate_grid, subset_curves
 from planner.methods.base import Design, frozen_pools, objective_constants, pool_keep_setting, uniform_rate
 from planner.pools import PoolSet, build_pool_set
 from planner.problem import Problem
@@ -161,8 +161,6 @@ def optimise_partition_search(
 def subset_of(curves: NoiseCurves | None, indices: np.ndarray) -> NoiseCurves | None:
     if curves is None:
         return None
-    from planner.curves import subset_curves
-
     return subset_curves(curves, indices)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from accounting.errors import InvalidInputError
-from planner.schema import PlanDocument
+from planner.schema import Plan, PlanDocument, check_scenario_fixed, current_plan_data, require_client_plan
 from planner.units import client, metric_local, silo_sample
 from planner.units.base import PrivacyUnit
 
@@ -41,6 +41,22 @@ def load_scenario_document(data: dict[str, Any]) -> BaseModel:
     return privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_validate(data)
 
 
+def load_plan_document(data: Any) -> PlanDocument:
+    """Read a plan document of any known schema version and privacy unit, or refuse it
+    clearly (``InvalidInputError`` naming the version or the unit; docs/architecture.md
+    §Privacy units)."""
+    data = current_plan_data(data)
+    plan = privacy_unit(data["privacy_unit"]).plan_model.model_validate(data)
+    check_scenario_fixed(plan)
+    return plan
+
+
+def load_plan(data: Any) -> Plan:
+    """A client-level plan document (any known schema version), or a clear refusal: a
+    plan of another privacy unit is named, never misread as a client plan."""
+    return require_client_plan(load_plan_document(data))
+
+
 def make_plan(scenario: BaseModel, method: str | None = None) -> PlanDocument:
     """Plan ``scenario`` with its unit's planner (``method`` None: the unit's default)."""
     unit = privacy_unit(getattr(scenario, "privacy_unit", None))
@@ -61,4 +77,7 @@ def spent(plan: PlanDocument, rounds_run: int) -> dict[str, float | None]:
     return unit_of(plan).spent(plan, rounds_run)
 
 
-__all__ = ["UNITS", "PrivacyUnit", "load_scenario_document", "make_plan", "privacy_unit", "spent", "unit_of", "verify"]
+__all__ = [
+    "UNITS", "PrivacyUnit", "load_plan", "load_plan_document", "load_scenario_document", "make_plan", "privacy_unit",
+    "spent", "unit_of", "verify",
+]

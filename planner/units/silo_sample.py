@@ -24,7 +24,8 @@ from typing import Annotated, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName
+from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
+from accounting.calibration import noise_multiplier
 from accounting.errors import InvalidInputError
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
 from accounting.validation import InputModel, NumbersModel
@@ -234,8 +235,6 @@ def spent(plan: SiloSamplePlan, rounds_run: int) -> dict[str, float | None]:
 
 def _calibrate(scenario: SiloScenario, silo: SiloSpec, method: str) -> tuple[float, int, float | None, int]:
     """(sigma_k, steps per round, selection epsilon, selection rounds) for one silo."""
-    from accounting import noise_multiplier
-
     steps = OVERHEAD[method] * scenario.passes_steps(silo)
     selections = selection_rounds(scenario, method)
     selection_epsilon = scenario.selection_epsilon_fraction * silo.epsilon if selections else None
@@ -254,9 +253,6 @@ def _advice(scenario: SiloScenario) -> tuple[MeanEstimationAdvice | None, dict[s
     private sum (rate 1, one step, clip c) at its own budget gives sigma_dp,k."""
     if scenario.data_variance is None or scenario.task_variance is None:
         return None, {}
-    from accounting import noise_multiplier
-    from accounting.accountants import get_accountant
-
     # advisory only (no budget rests on it): the fast sound accountant for the scenario's
     accountant = get_accountant(scenario.accountant).per_round
     dp_std: dict[str, float] = {}

@@ -19,8 +19,7 @@ from app.db import make_engine
 from app.main import create_app
 from app.migrate import alembic_config
 from app.settings import Settings
-from planner.schema import load_plan
-from planner.units import UNITS
+from planner.units import UNITS, load_plan
 from tests.app.conftest import OPERATOR_TOKEN, SMALL_SCENARIO, TestClient, auth
 
 V1 = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from planner.schema import load_plan
+from planner.units import load_plan
 from tests.app.conftest import SMALL_SCENARIO, TestClient, auth
 
 

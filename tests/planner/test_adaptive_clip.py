@@ -14,7 +14,8 @@ from app.cli import run
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import effective_noise_multiplier, update_noise_multiplier
 from planner.plan import make_plan
-from planner.schema import Scenario, load_plan
+from planner.schema import Scenario
+from planner.units import load_plan
 from planner.verify import verify_executable
 
 SCENARIO = {

@@ -20,8 +20,8 @@ import pytest
 
 from accounting.errors import InvalidInputError
 from planner import Changes, make_plan, replan
-from planner.schema import Plan, Scenario, load_plan, load_plan_document
-from planner.units import UNITS, privacy_unit
+from planner.schema import Plan, Scenario
+from planner.units import UNITS, load_plan, load_plan_document, privacy_unit
 from planner.units.metric_local import MetricScenario, plan_metric
 from planner.units.silo_sample import SiloScenario
 from planner.units.silo_sample import make_plan as make_silo_plan

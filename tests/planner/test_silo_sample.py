@@ -13,8 +13,7 @@ from pydantic import ValidationError
 
 from accounting.errors import InvalidInputError
 from accounting.events.zcdp import ZeroConcentratedDp
-from planner.schema import load_plan, load_plan_document
-from planner.units import UNITS, make_plan, spent
+from planner.units import UNITS, load_plan, load_plan_document, make_plan, spent
 from planner.units.silo_sample import NOTION, SiloSamplePlan, SiloScenario, silo_history, verify
 from tests.planner.conftest import ORDERS
 

@@ -16,7 +16,8 @@ import pytest
 
 from accounting.errors import InvalidInputError
 from planner import make_plan
-from planner.schema import PlanMethod, Scenario, load_plan
+from planner.schema import PlanMethod, Scenario
+from planner.units import load_plan
 from planner.verify import verify_executable
 
 SCENARIO = json.loads((Path(__file__).parents[2] / "examples" / "scenario.json").read_text())

@@ -120,7 +120,7 @@ def test_the_client_level_engine_refuses_metric_plans_and_the_metric_engine_clie
         RoundEngine(plan, strategy, Population({"all": np.arange(100)}), 4, rounds=10)
     assert exc.value.field == "privacy_unit" and "metric_local" in str(exc.value)
     client_plan = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json").read_text())
-    from planner.schema import load_plan
+    from planner.units import load_plan
 
     with pytest.raises(InvalidInputError, match="metric_local plans only"):
         MetricRoundEngine(load_plan(client_plan), strategy, Population({}), 4, ledger)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import torch
 from accounting.errors import InvalidInputError
 from app.main import create_app
 from app.settings import Settings
-from planner.schema import load_plan
+from planner.units import load_plan
 from tests.trainer.trainer_plans import NullStream, comparable, quiet_progress
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.metrics import read_rounds

@@ -83,7 +83,7 @@ def refuse_client_state(strategy: str) -> None:
 
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from planner.loading import naming_file, read_document
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from planner.verify import verify_executable
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
@@ -125,7 +125,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     import tomllib
 
     from planner.loading import naming_file, read_text
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from trainer.run.options import read_json_file
 
     if not (app_dir / "pyproject.toml").is_file() or not (app_dir / "plan.json").is_file():

@@ -76,7 +76,7 @@ def _profile(step: str, node: int, started: float, extra: dict[str, float]) -> N
 
 @lru_cache(maxsize=8)
 def _read_plan(path: str) -> tuple[Plan, dict[str, Any], str]:
-    from planner.schema import load_plan
+    from planner.units import load_plan
 
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))

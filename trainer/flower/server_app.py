@@ -52,7 +52,7 @@ def run_plan(
     ``dataset`` may be passed pre-loaded (tests); ``engine_hook`` is called with each
     ``FlowerRoundEngine`` built (tests audit what it received).
     """
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from trainer.flower import check_flwr_version
     from trainer.flower.client_app import plan_fingerprint
     from trainer.flower.engine import FlowerEngineFactory, Membership

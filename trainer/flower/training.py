@@ -35,7 +35,7 @@ class Workspace:
 
 @lru_cache(maxsize=4)
 def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, num_params
     from trainer.run.runner import TrainConfig, build_run_model, load_run_data, registered_strategy

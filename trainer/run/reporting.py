@@ -186,7 +186,7 @@ def fetch_service_plan(
     Refuses (``InvalidInputError``) a plan that was re-planned or whose ledger already
     counts rounds (another run trained on it).
     """
-    from planner.schema import load_plan_document
+    from planner.units import load_plan_document
     from trainer.run.directory import fingerprint
 
     ledger = link.preflight(plan_id)

@@ -463,7 +463,7 @@ def switch_plan(
     (``PrivacyLedger.load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
     """
     from planner.ledger import merge_phases
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from planner.verify import verify_executable
     from trainer.run.reporting import ReportingStoppedError
 

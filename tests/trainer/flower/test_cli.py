@@ -117,7 +117,7 @@ def test_local_refuses_too_few_nodes_for_any_threshold_before_starting_anything(
     assert "only in rounds that sample all of them" in err, err
     assert not (tmp_path / "work").exists()
 
-    from planner.schema import load_plan
+    from planner.units import load_plan
     from trainer.flower.cli import check_node_count, simulation_nodes
 
     # the verdict for every --nodes agrees with the nodes simulation_nodes deals into each pool

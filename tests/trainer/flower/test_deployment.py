@@ -42,7 +42,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, capsys: Any,
            timeout_s: float = 900, step_timeout_s: int = 300) -> None:
-    from planner.schema import load_plan
+    from planner.units import load_plan
 
     api = httpx.Client(base_url=service.base_url, headers={"Authorization": f"Bearer {service.token}"}, timeout=60)
     scenario = {
