@@ -34,8 +34,9 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import pydantic
 
-from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.errors import InfeasibleError, InvalidInputError, validation_error_line
 from accounting.processes import exit_when_closed
 from app.errors import compute_timeout
 
@@ -85,11 +86,7 @@ class WorkerCrashed(RuntimeError):
 
 def _portable_error(exc: BaseException) -> tuple[str, Any]:
     """An exception as something that survives pickling, to be rebuilt by :func:`_rebuild_error`."""
-    import pydantic
-
     if isinstance(exc, pydantic.ValidationError):
-        from accounting.errors import validation_error_line
-
         field, message = validation_error_line(exc.errors(include_url=False))
         exc = InvalidInputError(field or "input", message)
     try:

@@ -20,9 +20,10 @@ from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from accounting.errors import InvalidInputError, install_hint
 from app.errors import not_found
 
 T = TypeVar("T")
@@ -34,10 +35,6 @@ def parse_database_url(database_url: str) -> Any:
     """The parsed URL; ``postgresql://`` / ``postgres://`` mean the psycopg 3 driver (the
     ``postgres`` extra), not SQLAlchemy's default psycopg2. Malformed URLs and drivers that
     are not installed are ``InvalidInputError`` naming ``database-url``."""
-    from sqlalchemy.exc import ArgumentError
-
-    from accounting.errors import InvalidInputError
-
     try:
         url = make_url(database_url)
     except ArgumentError:
@@ -51,10 +48,6 @@ def parse_database_url(database_url: str) -> Any:
 
 def make_engine(database_url: str, busy_timeout_seconds: float = 30.0) -> Engine:
     """An engine for ``database_url`` with the SQLite connection settings described above."""
-    from sqlalchemy.exc import NoSuchModuleError
-
-    from accounting.errors import InvalidInputError, install_hint
-
     url = parse_database_url(database_url)
     if url.get_backend_name() != "sqlite":
         try:

@@ -12,15 +12,15 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.compute import ComputePool
 from app.db import read_session
 from app.errors import ServiceError
 from app.metrics import Metrics
-from app.security import Role, role_allows
-from app.services.keys import find_key
+from app.models import ApiKey
+from app.security import Role, hash_token, role_allows, token_matches
 from app.settings import Settings
 
 
@@ -82,6 +82,19 @@ def authenticate(
         if key is None:
             raise _unauthorized("invalid or revoked API key")
         return Principal(name=key.name, role=key.role)
+
+
+def find_key(session: Session, token: str) -> ApiKey | None:
+    """The active key whose hash matches ``token``, or None.
+
+    The lookup is by the token's SHA-256 (indexed); the match is confirmed with a
+    constant-time comparison. Timing of the index lookup can only leak bits of a hash of
+    a 256-bit random token, which do not help find the token.
+    """
+    key = session.scalar(select(ApiKey).where(ApiKey.token_sha256 == hash_token(token)))
+    if key is None or key.revoked_at is not None or not token_matches(token, key.token_sha256):
+        return None
+    return key
 
 
 def require(role: Role) -> Callable[..., Awaitable[Principal]]:

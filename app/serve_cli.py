@@ -2,6 +2,9 @@
 
 ``--create-key NAME --role ROLE`` instead creates one API key in the database, prints
 its token once, and exits.
+
+The project's imports are inside the handlers, for start-up time: building this parser
+(``gdpfed serve --help``) loads no accounting, SQLAlchemy, FastAPI or uvicorn.
 """
 
 from __future__ import annotations

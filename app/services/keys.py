@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db import serialize, with_busy_retry, write_transaction
 from app.errors import conflict, not_found
 from app.models import ApiKey, utc_now
-from app.security import Role, hash_token, new_token, token_matches
+from app.security import Role, hash_token, new_token
 
 INITIAL_KEY_NAME = "initial-operator"
 
@@ -65,19 +65,6 @@ def ensure_initial_key(factory: sessionmaker[Session], token: str | None = None)
             return created
 
     return with_busy_retry(attempt)
-
-
-def find_key(session: Session, token: str) -> ApiKey | None:
-    """The active key whose hash matches ``token``, or None.
-
-    The lookup is by the token's SHA-256 (indexed); the match is confirmed with a
-    constant-time comparison. Timing of the index lookup can only leak bits of a hash of
-    a 256-bit random token, which do not help find the token.
-    """
-    key = session.scalar(select(ApiKey).where(ApiKey.token_sha256 == hash_token(token)))
-    if key is None or key.revoked_at is not None or not token_matches(token, key.token_sha256):
-        return None
-    return key
 
 
 def list_keys(session: Session) -> list[ApiKey]:

@@ -3,8 +3,32 @@
 
 from __future__ import annotations
 
+import functools
+
+import pytest
+
 from tests.foundation.import_graph import package_graph
 
+PACKAGES = ("accounting", "planner", "app")
+graph_of = functools.cache(package_graph)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_circle_between_files(package):
+    assert graph_of(package).circles == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_circle_closed_by_an_import_inside_a_function(package):
+    """A function-level import is for an optional extra or start-up time, never to hide a circle."""
+    assert graph_of(package).latent_circles == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_back_arrow(package):
+    graph = graph_of(package)
+    assert graph.unplaced == [], f"give {graph.unplaced} a layer in import_graph.LAYERS"
+    assert graph.back_arrows == []
 
 
 def _package(root, files):
