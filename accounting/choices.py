@@ -1,9 +1,18 @@
-"""The accountants' names: the one list the CLI choices, the plan schema, the accounting
-requests and results, the HTTP enums and the README derive from (docs/accounting.md §12).
+"""Lists of choices that several modules and packages name, each spelled once.
 
-It sits below the accountants and their results, imports nothing, so every module may name
-an accountant without importing the registry (``accounting/accountants/__init__.py``,
-which re-exports it as ``ACCOUNTANT_NAMES`` beside the registry and the default).
+- ``AccountantName``: the accountants' names, which the CLI choices, the plan schema, the
+  accounting requests and results, the HTTP enums and the README derive from
+  (docs/accounting.md §12). It sits below the accountants and their results, so every
+  module may name an accountant without importing the registry
+  (``accounting/accountants/__init__.py``, which re-exports it and ``ACCOUNTANT_NAMES``
+  beside the registry and the default).
+- ``SecaggMode`` and ``RequestedSecagg``: a pool's secure-aggregation graph and what a run
+  may ask for (docs/secure-aggregation.md). They are the planner's (``planner.schema``
+  re-exports them), and sit here, in ``accounting`` only as the bottom layer, because the
+  trainer's command line (``trainer/run/options.py``, ``trainer/run/config.py``) offers
+  them without loading the planner.
+
+This module imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -11,3 +20,9 @@ from __future__ import annotations
 from typing import Literal
 
 AccountantName = Literal["rdp", "prv", "closed_form", "pld"]
+
+# A pool's secure-aggregation graph (PoolPlan.secagg_mode; named so the service's OpenAPI
+# document names it, app/openapi.py).
+SecaggMode = Literal["full", "sparse"]
+# What a run may ask for: a graph, or the plan's own choice per pool (planner.secagg).
+RequestedSecagg = Literal[SecaggMode, "auto"]

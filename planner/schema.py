@@ -38,6 +38,8 @@ SCHEMA_VERSION: Final = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
+from accounting.choices import RequestedSecagg as RequestedSecagg  # noqa: E402  (re-exported: the planner's name)
+from accounting.choices import SecaggMode  # noqa: E402
 
 # A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
 PlanMethod = Literal[
@@ -53,13 +55,11 @@ PlanMethod = Literal[
 ]
 # What a caller may ask for: a single method, or every method side by side.
 RequestedMethod = Literal[PlanMethod, "compare"]
-# A group's state in a plan (GroupPlan.status) and a pool's secure-aggregation graph
-# (PoolPlan.secagg_mode); named so the service's OpenAPI document names them (app/openapi.py).
+# A group's state in a plan (GroupPlan.status); named so the service's OpenAPI document
+# names it (app/openapi.py). A pool's secure-aggregation graph (SecaggMode) and what a run
+# may ask for (RequestedSecagg) are accounting.choices', imported here with the accountant
+# names: the trainer's parser offers them without loading the planner.
 GroupStatus = Literal["active", "exhausted", "removed"]
-SecaggMode = Literal["full", "sparse"]
-# What a run may ask for: a graph, or the plan's own choice per pool (planner.secagg). The
-# one definition the planner, the trainer and the bench share.
-RequestedSecagg = Literal[SecaggMode, "auto"]
 
 # Domains of the scenario's numbers. The bounds are far outside any real deployment but
 # keep the arithmetic of the objective (d C^2 / K^2, U^2 p (1 - kappa)^beta) finite: a

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import get_args
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
+from trainer.choices import SECAGG_EXECUTIONS, SecAggExecution
 from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import parallel as secagg_parallel
@@ -55,8 +56,6 @@ from trainer.strategies.base import (
     Strategy,
 )
 
-# protocol: the real secure aggregation; exact_sum: its release without the cryptography.
-SecAggExecution = Literal["protocol", "exact_sum"]
 # Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
 EncodedHook = Callable[[int, str, np.ndarray], None]
 
@@ -158,8 +157,8 @@ class RoundEngine:
         self.late_dropout_fraction = late_dropout_fraction
         if secagg_mode not in get_args(RequestedSecagg):
             raise InvalidInputError("secagg", f"must be full, sparse or auto, got {secagg_mode!r}")
-        if secagg_execution not in ("protocol", "exact_sum"):
-            raise InvalidInputError("secagg_execution", f"must be protocol or exact_sum, got {secagg_execution!r}")
+        if secagg_execution not in SECAGG_EXECUTIONS:
+            raise InvalidInputError("secagg_execution", f"must be {' or '.join(SECAGG_EXECUTIONS)}, got {secagg_execution!r}")
         self.secagg_mode = secagg_mode
         self.secagg_execution = secagg_execution
         if secagg_workers is not None and (isinstance(secagg_workers, bool) or secagg_workers < 1):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accounting.errors import InvalidInputError
+from trainer.choices import DATASET_HELP, SILO_DATASETS, SPEC_HELP
 from trainer.data.cifar10 import load_cifar10
 from trainer.data.dataset import FederatedDataset
 from trainer.data.digits import load_digits_dataset
@@ -23,7 +24,6 @@ from trainer.data.leaf_json import load_leaf
 from trainer.data.leaf_synthetic import load_leaf_synthetic
 from trainer.data.metric_synthetic import load_metric_synthetic
 from trainer.data.shakespeare import load_shakespeare
-from trainer.data.silos import SILO_DATASETS
 from trainer.data.svhn import load_svhn
 from trainer.data.synthetic import load_synthetic
 
@@ -36,18 +36,10 @@ _PATH_LOADERS: dict[str, Callable[..., FederatedDataset]] = {
     "svhn": load_svhn,
     "leaf": load_leaf,
 }
-# The bundled datasets load_dataset builds by name (client and metric_local runs; a
-# ``synthetic`` spec may also carry ``:ALPHA,BETA``) and the formats it reads from a path.
-# Silo plans train on trainer.data.silos.SILO_DATASETS instead. SPEC_HELP, the unknown-name
-# message and DATASET_HELP (the --dataset help) are derived from these; the parser keeps a
-# torch-free copy (trainer/run/options.py), which tests/trainer/test_datasets.py keeps equal.
-BUNDLED_DATASETS = ("synthetic", "leaf_synthetic", "metric_synthetic", "digits")
-SPEC_HELP = ", ".join(
-    [*BUNDLED_DATASETS[:1], "synthetic:ALPHA,BETA", *BUNDLED_DATASETS[1:], *(f"{key}:PATH" for key in _PATH_LOADERS)]
-) + ", or a path to such data"
-DATASET_HELP = (
-    f"for client and metric_local plans: {SPEC_HELP}; for silo plans: {', '.join(SILO_DATASETS)}"
-)
+# The dataset names (BUNDLED_DATASETS, PATH_FORMATS: these loaders' keys, in order;
+# SILO_DATASETS) and the help and unknown-name message made from them are
+# trainer.choices', which the parser reads without torch;
+# tests/trainer/data/test_dataset_names.py keeps _PATH_LOADERS's keys equal to PATH_FORMATS.
 
 
 def load_dataset(

@@ -25,10 +25,9 @@ import numpy as np
 import torch
 
 from accounting.errors import InvalidInputError
+from trainer.choices import SILO_DATASETS
 from trainer.data.dataset import FederatedDataset
 from trainer.data.rotation import rotate_images
-
-SILO_DATASETS = ("rotated_digits", "mean_estimation")
 
 
 @dataclass(frozen=True)

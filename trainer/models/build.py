@@ -11,14 +11,13 @@ import torch
 from torch import nn
 
 from accounting.errors import InvalidInputError
+from trainer.choices import MODELS
 from trainer.data.dataset import FederatedDataset
 from trainer.models.cnn import CNN
 from trainer.models.lstm import CharLSTM
 from trainer.models.mean import ScalarMean
 from trainer.models.mlp import MLP
 from trainer.models.resnet import ResNet18GN
-
-MODELS = ("mlp", "cnn", "resnet18", "lstm", "mean")
 
 
 def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any) -> nn.Module:

@@ -1,8 +1,9 @@
 """``TrainConfig``: a run's settings except the plan (``config.json``; docs/trainer.md §CLI).
 
-Kept free of torch so that ``gdpfed train`` checks every option (``config_from_args``)
-and refuses a bad one before the trainer, and torch with it, is imported (issue 26 §3).
-``trainer.run.runner`` re-exports these names.
+Kept free of torch and of the planner so that ``gdpfed train`` checks every option
+(``config_from_args``) and refuses a bad one before the trainer, and torch with it, is
+imported (issue 26 §3), and so that the parser (``trainer/run/options.py``) derives its
+choices and defaults from these fields. ``trainer.run.runner`` re-exports these names.
 """
 
 from __future__ import annotations
@@ -11,9 +12,20 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from accounting.choices import RequestedSecagg
 from accounting.validation import InputModel
-from planner.schema import RequestedSecagg
-from trainer.run.options import secagg_worker_count
+from trainer.choices import SECAGG_EXECUTION_HELP, SecAggExecution
+
+
+def secagg_worker_count(value: Any) -> int | str:
+    """A ``secagg_workers`` setting: ``"auto"`` or a positive integer (a string of one from
+    the command line); anything else is a ``ValueError`` saying what it takes."""
+    if value == "auto":
+        return "auto"
+    count = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    raise ValueError(f"must be a positive integer or auto, got {value!r}")
 
 
 class TrainConfig(InputModel):
@@ -52,10 +64,8 @@ class TrainConfig(InputModel):
     secagg_mode: RequestedSecagg = Field(
         "auto", description="secure-aggregation graph per pool: auto (the plan's choice), full, or sparse (SecAgg+)"
     )
-    secagg_execution: Literal["protocol", "exact_sum"] = Field(
-        "protocol",
-        description="protocol: real secure aggregation; exact_sum: its bit-identical release without the "
-        "cryptography, for experiments on learning (docs/secure-aggregation.md §Exact)",
+    secagg_execution: SecAggExecution = Field(
+        "protocol", description=f"{SECAGG_EXECUTION_HELP} (docs/secure-aggregation.md §Exact)"
     )
     secagg_workers: int | Literal["auto"] = Field(
         "auto",

@@ -1,51 +1,32 @@
 """The run settings a command line sets (``TrainConfig`` fields) and the run summary it prints.
 
 Shared by ``gdpfed train`` (``trainer/cli.py``) and ``gdpfed flower app`` (``trainer/flower/cli.py``):
-argparse and JSON only, so building either parser imports neither torch nor the other's module.
+argparse, ``TrainConfig`` and the lists of ``trainer.choices`` only, so building either parser
+imports neither torch, nor the planner, nor the other's module. The options, their choices and
+their defaults are ``TrainConfig``'s fields; the help adds what each means.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from accounting.errors import InvalidInputError
+from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP
+from trainer.run.config import TrainConfig, secagg_worker_count
 
+FIELDS = TrainConfig.model_fields
+# TrainConfig fields given as repeatable KEY=JSON options, and the field a resumed run may
+# change (the secure-aggregation worker count changes no result).
+JSON_OPTIONS = ("model_options", "dataset_options", "strategy_options")
 # Run options (TrainConfig fields) that the command line can set; on --resume any that is
 # given must equal the stored value.
-CONFIG_OPTIONS = (
-    "dataset",
-    "model",
-    "rounds",
-    "partition",
-    "alpha",
-    "local_steps",
-    "lr",
-    "momentum",
-    "batch_size",
-    "engine",
-    "seed",
-    "eval_every",
-    "server_lr",
-    "server_momentum",
-    "late_dropout_fraction",
-    "secagg_mode",
-    "secagg_execution",
-    "checkpoint_every",
-    "strategy",
-    "opt_out_assignment",
-    "skewed_label",
-)
+CONFIG_OPTIONS = tuple(name for name in FIELDS if name not in (*JSON_OPTIONS, "secagg_workers"))
 
 # The command-line spelling of a TrainConfig field where it is not --field-name.
 OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option",
                 "model_options": "--model-option", "strategy_options": "--strategy-option"}
-
-
-# planner.schema.RequestedSecagg's values, without importing pydantic to build the parser;
-# tests/trainer/test_secagg_modes.py keeps the two equal.
-SECAGG_CHOICES = ("full", "sparse", "auto")
 
 # The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
@@ -53,34 +34,30 @@ SECAGG_CHOICES = ("full", "sparse", "auto")
 STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
 
 
-# trainer.data.load.DATASET_HELP (derived from the dataset registry there) without
-# importing torch to build the parser; tests/trainer/test_datasets.py keeps the two equal.
-DATASET_HELP = (
-    "for client and metric_local plans: synthetic, synthetic:ALPHA,BETA, leaf_synthetic, metric_synthetic, digits, "
-    "shakespeare:PATH, idx:PATH, mnist:PATH, fashion-mnist:PATH, cifar10:PATH, svhn:PATH, leaf:PATH, "
-    "or a path to such data; for silo plans: rotated_digits, mean_estimation"
-)
+def choices(name: str) -> tuple[str, ...]:
+    """The values of the ``TrainConfig`` field ``name``'s ``Literal``: its option's choices."""
+    return get_args(FIELDS[name].annotation)
+
+
+def default(name: str) -> str:
+    """The ``TrainConfig`` field ``name``'s default as the help states it (``0`` for 0.0)."""
+    value = FIELDS[name].default
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def or_list(names: tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def strategy_choices() -> str:
     """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
-    return f"{', '.join(STRATEGY_NAMES[:-1])} or {STRATEGY_NAMES[-1]}"
+    return or_list(STRATEGY_NAMES)
 
 
 def option_flag(name: str) -> str:
     """``--local-steps`` for ``local_steps``, ``--secagg`` for ``secagg_mode``."""
     return OPTION_FLAGS.get(name, "--" + name.replace("_", "-"))
-
-
-def secagg_worker_count(value: Any) -> int | str:
-    """A ``secagg_workers`` setting: ``"auto"`` or a positive integer (a string of one from
-    the command line); anything else is a ``ValueError`` saying what it takes."""
-    if value == "auto":
-        return "auto"
-    count = int(value) if isinstance(value, str) and value.strip().isdigit() else value
-    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
-        return count
-    raise ValueError(f"must be a positive integer or auto, got {value!r}")
 
 
 def refuse_unused_options(args: argparse.Namespace, mechanism: Any, unit: str) -> None:
@@ -102,9 +79,11 @@ def unused_option_reason(name: str, mechanism: Any, unit: str) -> str:
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``."""
+    """The run's settings (``TrainConfig`` fields, ``CONFIG_OPTIONS``): ``gdpfed train`` and ``gdpfed flower app``.
+    Each option with a fixed set of values takes its field's ``Literal`` as its choices, and
+    each stated default is the field's."""
     parser.add_argument("--dataset", help=DATASET_HELP)
-    parser.add_argument("--model", help="mlp, cnn, resnet18 or lstm")
+    parser.add_argument("--model", help=or_list(MODELS))
     parser.add_argument(
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
         help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
@@ -114,7 +93,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     # the help lists STRATEGY_NAMES, which a test keeps equal to the registry's.
     parser.add_argument(
         "--strategy", metavar="NAME",
-        help=f"training strategy: {strategy_choices()} (default {STRATEGY_NAMES[0]}: the plan's own algorithm; "
+        help=f"training strategy: {strategy_choices()} (default {default('strategy')}: the plan's own algorithm; "
         "a silo plan runs its own method's); an unknown name is refused with the list of registered ones",
     )
     parser.add_argument(
@@ -122,42 +101,48 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="strategy option, e.g. rank=4 (pfa), ratios={\"P1\": 0.5} (fedhdp); values are JSON; repeatable",
     )
     parser.add_argument("--rounds", type=int, help="rounds to run (default: all of the plan's; never more)")
-    parser.add_argument("--local-steps", type=int, help="local SGD steps per client (default 5)")
-    parser.add_argument("--lr", type=float, help="client learning rate (default 0.05)")
-    parser.add_argument("--momentum", type=float, help="client SGD momentum (default 0)")
-    parser.add_argument("--batch-size", type=int, help="client minibatch size (default 32)")
-    parser.add_argument("--engine", choices=["batched", "loop"], help="local training engine (default batched)")
-    parser.add_argument("--partition", choices=["iid", "dirichlet", "one_label", "natural"],
-                        help="how data is split into clients (default iid; one_label: one label per client)")
+    parser.add_argument("--local-steps", type=int, help=f"local SGD steps per client (default {default('local_steps')})")
+    parser.add_argument("--lr", type=float, help=f"client learning rate (default {default('lr')})")
+    parser.add_argument("--momentum", type=float, help=f"client SGD momentum (default {default('momentum')})")
+    parser.add_argument("--batch-size", type=int, help=f"client minibatch size (default {default('batch_size')})")
+    parser.add_argument("--engine", choices=choices("engine"),
+                        help=f"local training engine (default {default('engine')})")
+    parser.add_argument("--partition", choices=choices("partition"),
+                        help=f"how data is split into clients (default {default('partition')}; one_label: one label per client)")
     parser.add_argument(
         "--dataset-option", action="append", metavar="KEY=JSON", dest="dataset_option",
         help="loader option, e.g. client_test_fraction=0.2 (local test data per client); repeatable",
     )
     parser.add_argument(
-        "--opt-out-assignment", choices=["random", "skewed"],
-        help="random (default): clients dealt into groups at random; skewed: opted-out clients all hold --skewed-label",
+        "--opt-out-assignment", choices=choices("opt_out_assignment"),
+        help="random: clients dealt into groups at random; skewed: opted-out clients all hold --skewed-label "
+        f"(default {default('opt_out_assignment')})",
     )
-    parser.add_argument("--skewed-label", type=int, help="the label of the skewed opted-out clients (default 7)")
-    parser.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet (default 0.5)")
-    parser.add_argument("--seed", type=int, help="seed of every random draw (default 0)")
-    parser.add_argument("--server-lr", type=float, help="server step size (default 1.0)")
-    parser.add_argument("--server-momentum", type=float, help="server momentum (default 0)")
+    parser.add_argument("--skewed-label", type=int,
+                        help=f"the label of the skewed opted-out clients (default {default('skewed_label')})")
+    parser.add_argument("--alpha", type=float,
+                        help=f"Dirichlet concentration for --partition dirichlet (default {default('alpha')})")
+    parser.add_argument("--seed", type=int, help=f"seed of every random draw (default {default('seed')})")
+    parser.add_argument("--server-lr", type=float, help=f"server step size (default {default('server_lr')})")
+    parser.add_argument("--server-momentum", type=float, help=f"server momentum (default {default('server_momentum')})")
     parser.add_argument(
         "--late-dropout-fraction", type=float,
-        help="share of dropouts that happen after masking (recovered by secure aggregation; default 0)",
+        help="share of dropouts that happen after masking (recovered by secure aggregation; "
+        f"default {default('late_dropout_fraction')})",
     )
     parser.add_argument(
-        "--secagg", dest="secagg_mode", choices=SECAGG_CHOICES,
-        help="secure aggregation graph per pool (default auto: SecAgg+ where the plan says it pays, "
+        "--secagg", dest="secagg_mode", choices=choices("secagg_mode"),
+        help=f"secure aggregation graph per pool (default {default('secagg_mode')}: SecAgg+ where the plan says it pays, "
         "docs/secure-aggregation.md; full = complete graph; sparse = SecAgg+)",
     )
     parser.add_argument(
-        "--secagg-execution", dest="secagg_execution", choices=["protocol", "exact_sum"],
-        help="protocol (default): real secure aggregation; exact_sum: its bit-identical release without "
-        "the cryptography, for experiments on learning",
+        "--secagg-execution", dest="secagg_execution", choices=choices("secagg_execution"),
+        help=f"{SECAGG_EXECUTION_HELP} (default {default('secagg_execution')})",
     )
-    parser.add_argument("--eval-every", type=int, help="evaluate every N rounds (and at the last; default 1)")
-    parser.add_argument("--checkpoint-every", type=int, help="checkpoint every N rounds (and at the last; default 1)")
+    parser.add_argument("--eval-every", type=int,
+                        help=f"evaluate every N rounds (and at the last; default {default('eval_every')})")
+    parser.add_argument("--checkpoint-every", type=int,
+                        help=f"checkpoint every N rounds (and at the last; default {default('checkpoint_every')})")
 
 
 def read_json_file(path: Path, field: str) -> Any:

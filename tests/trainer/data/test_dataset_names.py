@@ -1,5 +1,5 @@
-"""The dataset registry (``trainer.data.load.BUNDLED_DATASETS``, the path formats and
-``trainer.data.silos.SILO_DATASETS``) is the one list the ``--dataset`` help and the
+"""The dataset names (``trainer.choices``: ``BUNDLED_DATASETS``, ``PATH_FORMATS``,
+``SILO_DATASETS``) are the one list the registry, the ``--dataset`` help and the
 unknown-dataset message are made from: the help left out ``leaf_synthetic``,
 ``rotated_digits`` and ``metric_synthetic``, and a client plan given ``rotated_digits`` (a
 bundled silo dataset) was told the name was unknown."""
@@ -10,15 +10,15 @@ import pytest
 
 from accounting.errors import InvalidInputError
 from app import cli as app_cli
+from trainer.choices import BUNDLED_DATASETS, DATASET_HELP, PATH_FORMATS, SILO_DATASETS, SPEC_HELP
 from trainer.data import load_dataset
-from trainer.data.load import _PATH_LOADERS, BUNDLED_DATASETS, DATASET_HELP, SPEC_HELP
-from trainer.data.silos import SILO_DATASETS, load_silo_data
-from trainer.run.options import DATASET_HELP as PARSER_DATASET_HELP
+from trainer.data.load import _PATH_LOADERS
+from trainer.data.silos import load_silo_data
 
 
-def test_the_parsers_help_is_the_registrys():
-    """The parser keeps a torch-free copy; it must say what the registry says."""
-    assert PARSER_DATASET_HELP == DATASET_HELP
+def test_the_help_names_every_registered_dataset():
+    """The loaders are keyed by the names the torch-free help is made from."""
+    assert tuple(_PATH_LOADERS) == PATH_FORMATS
     for name in (*BUNDLED_DATASETS, *SILO_DATASETS, *(f"{key}:PATH" for key in _PATH_LOADERS)):
         assert name in DATASET_HELP
 

@@ -1,0 +1,36 @@
+"""The trainer's lists of choices, each named once: the run configuration's fields
+(``trainer/run/config.py``), the command line's choices and help (``trainer/run/options.py``)
+and the registries that build what the names name (``trainer/models/build.py``,
+``trainer/data/load.py``, ``trainer/data/silos.py``, ``trainer/rounds.py``) read them here.
+
+It imports nothing, so building ``gdpfed train``'s parser loads neither torch nor the
+registries (docs/architecture.md §Registries). A secure-aggregation graph and what a run
+asks for (``RequestedSecagg``) are the planner's, in ``accounting.choices``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# How a round's secure aggregation is executed (docs/secure-aggregation.md §Exact).
+SecAggExecution = Literal["protocol", "exact_sum"]
+SECAGG_EXECUTIONS: tuple[SecAggExecution, ...] = get_args(SecAggExecution)
+SECAGG_EXECUTION_HELP = (
+    "protocol: real secure aggregation; exact_sum: its bit-identical release without the "
+    "cryptography, for experiments on learning"
+)
+
+# The models trainer.models.build.build_model builds (docs/trainer.md §Models).
+MODELS = ("mlp", "cnn", "resnet18", "lstm", "mean")
+
+# The bundled datasets trainer.data.load.load_dataset builds by name (client and
+# metric_local runs; a ``synthetic`` spec may also carry ``:ALPHA,BETA``), the formats it
+# reads from a path (its _PATH_LOADERS, in this order), and the datasets silo plans train on
+# (trainer.data.silos).
+BUNDLED_DATASETS = ("synthetic", "leaf_synthetic", "metric_synthetic", "digits")
+PATH_FORMATS = ("shakespeare", "idx", "mnist", "fashion-mnist", "cifar10", "svhn", "leaf")
+SILO_DATASETS = ("rotated_digits", "mean_estimation")
+SPEC_HELP = ", ".join(
+    [*BUNDLED_DATASETS[:1], "synthetic:ALPHA,BETA", *BUNDLED_DATASETS[1:], *(f"{key}:PATH" for key in PATH_FORMATS)]
+) + ", or a path to such data"
+DATASET_HELP = f"for client and metric_local plans: {SPEC_HELP}; for silo plans: {', '.join(SILO_DATASETS)}"
