@@ -39,7 +39,9 @@ NAME: Final = "silo_sample"
 NOTION: Final = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"
 MECHANISM: Final = "dpsgd_silo"
 
-# The silo methods, one list: SILO_METHODS is its values (the unit registry's, the experiments').
+# The silo methods, one list: SILO_METHODS is its values (the unit registry's, the experiments';
+# OVERHEAD's keys and the trainer's SILO_STRATEGIES are held equal to it by
+# tests/trainer/test_silo_methods.py).
 SiloMethod = Literal["mrmtl", "local", "fedavg", "finetune", "ditto", "ifca_mrmtl"]
 SILO_METHODS: Final[tuple[str, ...]] = get_args(SiloMethod)
 # DP-SGD passes over the silo's data per round (docs/mrmtl.md §2): Ditto trains a global
