@@ -1,11 +1,11 @@
 """Privacy units: one module per unit, one line per unit in ``UNITS``.
 
 A plan's ``privacy_unit`` (schema version 2) selects the models that read its scenario
-and plan, its ledger, its verifier and the trainer mechanism that runs it
+and plan, its ledger, its verifier and its mechanism, which the trainer implements
 (docs/architecture.md §Privacy units). To add a unit: write ``planner/units/NAME.py``
 with its scenario and plan models (each with ``privacy_unit: Literal["NAME"]``), its
 planner, ledger and verifier and ``UNIT = PrivacyUnit(...)``; add its line below; and
-register the trainer mechanism it names in ``trainer/run/mechanisms.py``.
+register the trainer's implementation of the mechanism it names in ``trainer/run/mechanisms.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 docs/architecture.md §Privacy units. A unit bundles the scenario it plans from, the plan
 document it produces, the ledger that says what its rounds spend, the verifier the
-trainer runs before round 0 and the name of the training mechanism that executes it.
+trainer runs before round 0 and the name of its mechanism, the randomised release that
+the trainer implements (docs/architecture.md §Vocabulary).
 Figures of different units are different privacy notions (client-level DP, silo
 sample-level DP, metric privacy): ``notion`` labels them wherever they are shown, and
 no code adds or compares figures across units.
@@ -35,8 +36,9 @@ class PrivacyUnit:
     ``describe(plan)`` is the text ``gdpfed plan`` prints. ``verify(plan)`` raises ``InvalidInputError`` unless the plan is consistent and
     within every budget (the trainer runs it on every plan, whatever its origin).
     ``spent(plan, rounds_run)`` is the ledger: each protected entity's figure after that
-    many rounds, never optimistic. ``mechanism`` names the trainer's mechanism
-    (``trainer.run.mechanisms``) that executes such plans.
+    many rounds, never optimistic. ``mechanism`` names the unit's randomised release
+    (``gaussian_secagg``, ``dpsgd_silo``, ``metric_laplace``), by which the trainer's
+    registry (``trainer.run.mechanisms``) finds the code that runs such plans.
     """
 
     name: str
