@@ -7,9 +7,9 @@ import functools
 
 import pytest
 
-from tests.foundation.import_graph import package_graph
+from tests.foundation.import_graph import LAYERS, package_graph
 
-PACKAGES = ("accounting", "planner", "app")
+PACKAGES = ("accounting", "planner", "app")  # trainer: once its layers are declared
 graph_of = functools.cache(package_graph)
 
 
@@ -26,6 +26,7 @@ def test_no_circle_closed_by_an_import_inside_a_function(package):
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_back_arrow(package):
+    assert package in LAYERS, f"declare {package}'s layers in import_graph.LAYERS"
     graph = graph_of(package)
     assert graph.unplaced == [], f"give {graph.unplaced} a layer in import_graph.LAYERS"
     assert graph.back_arrows == []
@@ -68,3 +69,17 @@ def test_a_function_import_that_closes_a_circle_is_a_latent_circle(tmp_path):
     graph = package_graph("pkg", root=tmp_path)
     assert graph.circles == []
     assert graph.latent_circles == [["pkg.a", "pkg.b"]]
+
+
+def test_an_import_up_the_layers_is_a_back_arrow_even_inside_a_function(tmp_path, monkeypatch):
+    _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "def f():\n    from pkg.high import g\n",
+        "pkg/high/__init__.py": "",
+        "pkg/high/g.py": "from pkg import low\n",
+        "pkg/new.py": "",
+    })
+    monkeypatch.setitem(LAYERS, "pkg", (frozenset({"low"}), frozenset({"high", "__init__"})))
+    graph = package_graph("pkg", root=tmp_path)
+    assert graph.back_arrows == [("pkg.low", "pkg.high.g")]  # the module, not also its package
+    assert graph.unplaced == ["new"]
