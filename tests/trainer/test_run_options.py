@@ -5,6 +5,7 @@ the model and dataset names from ``trainer.choices``, the registries' one list. 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import get_args
 
 from trainer.choices import MODELS
@@ -38,7 +39,10 @@ def test_every_config_field_is_an_option_with_its_choices_and_default() -> None:
 
 
 def test_the_model_help_lists_every_model() -> None:
-    """It said ``mlp, cnn, resnet18 or lstm`` while ``mean`` was registered too."""
+    """It said ``mlp, cnn, resnet18 or lstm`` while ``mean`` was registered too (and so did
+    the README's gdpfed train synopsis)."""
     [model] = [action for action in _parser()._actions if action.dest == "model"]
     listed = (model.help or "").replace(" or ", ", ").split(", ")
     assert tuple(listed) == MODELS
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"--model {'|'.join(MODELS)}" in readme
