@@ -1,0 +1,309 @@
+"""The discrete distributed mechanism's parameters: scale, rounding bound, Skellam noise, bit width.
+
+docs/secure-aggregation.md, "Discrete noise: the distributed Skellam mechanism", and
+docs/accounting.md §11.6. Pure arithmetic (numpy, scipy, the accounting package): the
+planner calibrates with it and the clients' pipeline (``trainer/secagg/discrete.py``)
+reads its bounds from here, so the two can never disagree on a bound.
+
+A client of a pool clips its update to L2 norm ``C``, multiplies it by the scale ``s``
+(the grid step is ``gamma = 1/s``), pads it to ``d' = 2^ceil(log2 d)`` coordinates,
+rotates it with the randomised Hadamard transform ``H D`` (``D`` a public random sign
+diagonal, fresh each round; ``H`` orthonormal, so the norm stays ``<= C s``), rounds it
+with conditional randomised rounding (re-drawn until its L2 norm is at most
+:func:`rounded_l2_bound`, so the bound holds always), adds a Skellam noise share of
+variance ``share_variance`` and encodes mod ``2^b``. The server's sum decodes exactly
+whenever no coordinate of the integer sum leaves ``[-2^(b-1), 2^(b-1))``; the
+probability that one does in a round is bounded by :func:`wrap_probability`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+import accounting
+from accounting import rdp as rdp_math
+from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
+from accounting.events.poisson_sampled_skellam import subsampled_rdp
+from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
+from planner.schema import NumbersModel
+
+# Conditional rounding's per-draw failure probability beta (Kairouz, Liu, Steinke 2021):
+# with it the bound is met by each draw with probability >= 1 - beta, so a client re-draws
+# 1 / (1 - beta) = 2.5 times on average; the bound then exceeds C s by about
+# (d'/4 + C s) / (2 C s) grid steps.
+ROUNDING_BETA = math.exp(-0.5)
+# The squared-norm inflation of rounding the scale is chosen for: (D2 / (C s))^2 <= 1 + this.
+ROUNDING_INFLATION = 0.004
+# Per round, the wrap-around probability the bit width is chosen for is delta / (this * rounds):
+# over a whole run the wraps take at most 1/1000 of delta.
+WRAP_SHARE_OF_DELTA = 1000.0
+MAX_BITS = 62
+Mechanism = Literal["skellam", "gaussian_continuous"]
+# What the two names mean in a plan: the continuous path is the accountant's idealisation.
+MECHANISM_LABELS: dict[str, str] = {
+    "skellam": "distributed Skellam (exact: rounding, integer noise and modular sum accounted)",
+    "gaussian_continuous": "continuous Gaussian (approximate: per-client rounding after noise is not accounted)",
+}
+
+
+def padded_dimension(dimension: int) -> int:
+    """d' = the smallest power of two >= d: the Hadamard transform's length."""
+    return 1 << max(0, (int(dimension) - 1).bit_length())
+
+
+def rounded_l2_bound(clip_norm: float, scale: float, dimension: int, beta: float = ROUNDING_BETA) -> float:
+    """The L2 bound conditional rounding enforces on a rotated, scaled vector of norm <= C s.
+
+    min(C s + sqrt(d'), sqrt((C s)^2 + d'/4 + sqrt(2 log(1/beta)) (C s + sqrt(d')/2)))
+    (Kairouz, Liu, Steinke 2021, conditional randomised rounding). The first term holds
+    for any rounding to floor or ceiling (each coordinate moves by less than 1); the
+    second is met by one randomised draw with probability >= 1 - beta. A client re-draws
+    until its vector meets the bound, so it holds always.
+    """
+    c = clip_norm * scale
+    root_d = math.sqrt(padded_dimension(dimension))
+    tight = math.sqrt(c * c + root_d * root_d / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (c + root_d / 2.0))
+    return min(c + root_d, tight)
+
+
+def rounded_l1_bound(l2_bound: float, dimension: int) -> float:
+    """An integer vector of L2 norm <= D2 in d' coordinates has L1 norm <= min(D2^2, sqrt(d') D2).
+
+    (|v| <= v^2 for an integer v, and Cauchy-Schwarz.)
+    """
+    return min(l2_bound * l2_bound, math.sqrt(padded_dimension(dimension)) * l2_bound)
+
+
+def skellam_tail(variance: float, k: float) -> float:
+    """Chernoff's bound on P(|Sk| >= k) for Skellam noise of ``variance`` (E e^(l X) = e^(V (cosh l - 1)))."""
+    if k <= 0:
+        return 1.0
+    ratio = k / variance
+    exponent = variance * (math.sqrt(1.0 + ratio * ratio) - 1.0) - k * math.asinh(ratio)
+    return min(1.0, 2.0 * math.exp(exponent))
+
+
+def wrap_probability(
+    bits: int, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float
+) -> float:
+    """An upper bound on P(some coordinate of one round's integer sum leaves [-2^(b-1), 2^(b-1))).
+
+    For ``clients`` = n summed vectors: coordinate j of the sum is (H D y)_j + e_j + Z_j
+    with y the sum of the scaled updates (||y|| <= n C s), |e_j| < n the rounding errors
+    and Z_j Skellam of variance n * share_variance. Over the public random signs D,
+    Hoeffding gives P(|(H D y)_j| >= a) <= 2 exp(-a^2 d' / (2 (n C s)^2)); the noise
+    tail is :func:`skellam_tail`. With a + n + k = 2^(b-1) - 1, a union bound over the d'
+    coordinates and the two tails, minimised over the split of a and k.
+    """
+    n, dp = int(clients), padded_dimension(dimension)
+    room = 2.0 ** (bits - 1) - 1.0 - n
+    if room <= 0:
+        return 1.0
+    signal = n * clip_norm * scale
+    variance = n * share_variance
+    best = 1.0
+    for fraction in np.linspace(0.0, 1.0, 201)[1:-1]:
+        a, k = room * fraction, room * (1.0 - fraction)
+        rotated = 2.0 * math.exp(-a * a * dp / (2.0 * signal * signal)) if signal > 0 else 0.0
+        best = min(best, dp * (rotated + skellam_tail(variance, k)))
+    return min(1.0, best)
+
+
+def bits_for(
+    bound: float, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float
+) -> tuple[int, float]:
+    """The smallest b whose :func:`wrap_probability` is <= ``bound``, with that probability."""
+    for bits in range(2, MAX_BITS + 1):
+        chance = wrap_probability(bits, clients, clip_norm, scale, dimension, share_variance)
+        if chance <= bound:
+            return bits, chance
+    raise InfeasibleError(f"no bit width up to {MAX_BITS} keeps the wrap-around probability below {bound:g}")
+
+
+def choose_scale(clip_norm: float, dimension: int, inflation: float = ROUNDING_INFLATION) -> float:
+    """The smallest power of two s with (rounded_l2_bound / (C s))^2 <= 1 + ``inflation``."""
+    scale = 2.0 ** math.floor(math.log2(1.0 / clip_norm))
+    while (rounded_l2_bound(clip_norm, scale, dimension) / (clip_norm * scale)) ** 2 > 1.0 + inflation:
+        scale *= 2.0
+    return scale
+
+
+def gaussian_epsilon_same_bound(sampling_rate: float, noise_multiplier: float, rounds: int, delta: float) -> float:
+    """The continuous Gaussian's epsilon through the same subsampling bound (Zhu and Wang 2019).
+
+    The figure the discretisation overhead is measured against: same noise, same
+    subsampling bound, only the mechanism differs.
+    """
+    grid = rdp_math.order_grid()
+    ceilings = np.maximum(np.ceil(grid.orders).astype(int), 2)
+    top = int(ceilings.max())
+    base = np.arange(top + 1, dtype=float) / (2.0 * noise_multiplier**2)
+    values = {a: subsampled_rdp(a, sampling_rate, base) for a in np.unique(ceilings).tolist()}
+    curve = rounds * np.array([values[a] for a in ceilings.tolist()])
+    return rdp_math.epsilon_from_rdp(grid.orders, curve, delta)[0]
+
+
+class DiscreteMechanism(NumbersModel):
+    """One pool's discrete distributed mechanism, as calibrated (docs/secure-aggregation.md §Discrete noise)."""
+
+    mechanism: Literal["skellam"] = "skellam"
+    label: str = Field(MECHANISM_LABELS["skellam"])
+    clip_norm: float = Field(description="C: clients clip their update to this L2 norm first")
+    dimension: int = Field(description="d: coordinates of the update")
+    padded_dimension: int = Field(description="d': the power of two the rotation works in")
+    rotation: Literal["randomized_hadamard"] = "randomized_hadamard"
+    scale: float = Field(description="s: updates are multiplied by s before rounding (grid step gamma = 1/s)")
+    gamma: float = Field(description="1/s: the grid step in update units")
+    rounding: Literal["conditional_randomized"] = "conditional_randomized"
+    rounding_beta: float = Field(description="per-draw failure probability the L2 bound is set for")
+    l2_sensitivity: float = Field(description="D2: every rounded vector's L2 norm is at most this (grid units)")
+    l1_sensitivity: float = Field(description="D1: every rounded vector's L1 norm is at most this (grid units)")
+    min_survivors: int = Field(description="t: the sum is released only with >= t survivors")
+    colluding_clients: int = Field(description="c: clients assumed to collude with the server (their shares known)")
+    honest_survivors: int = Field(description="t - c: whose noise alone is counted")
+    total_variance: float = Field(description="mu: Skellam variance per coordinate of the honest survivors' shares")
+    share_variance: float = Field(description="each client's Skellam share: Poisson(v/2) - Poisson(v/2), v = this")
+    equivalent_noise_multiplier: float = Field(description="sqrt(mu) / (C s): the continuous sigma of equal noise")
+    max_clients: int = Field(description="n: most vectors one round sums (the bit width covers them)")
+    bits: int = Field(description="b: shares are encoded mod 2^b")
+    wrap_probability_per_round: float = Field(description="bound on P(some coordinate wraps) in one round")
+    wrap_probability_run: float = Field(description="rounds * the per-round bound: counted in delta")
+    sampling_rate: float
+    rounds: int
+    delta: float = Field(description="the pool's delta; the mechanism is accounted at delta - wrap_probability_run")
+    epsilon: float = Field(description="rdp epsilon of the Poisson-subsampled Skellam event at delta - wrap")
+    gaussian_epsilon_same_bound: float = Field(description="continuous Gaussian of equal noise, same subsampling bound")
+    discretisation_overhead: float = Field(description="epsilon / gaussian_epsilon_same_bound - 1")
+    gaussian_epsilon: float = Field(description="continuous Gaussian of equal noise under the rdp accountant")
+    overhead_vs_continuous: float = Field(description="epsilon / gaussian_epsilon - 1 (includes the subsampling bound)")
+    threat_model: str
+
+    def event(self, steps: int | None = None) -> PoissonSampledSkellam:
+        """The ledger's event for ``steps`` rounds (default: the planned rounds)."""
+        return PoissonSampledSkellam(
+            sampling_rate=self.sampling_rate,
+            variance=self.share_variance * self.honest_survivors,
+            l2_sensitivity=self.l2_sensitivity,
+            l1_sensitivity=self.l1_sensitivity,
+            steps=self.rounds if steps is None else steps,
+        )
+
+
+def threat_model_line(min_survivors: int, colluding_clients: int) -> str:
+    """What the guarantee assumes, in one line (plans, ledger, console)."""
+    who = (
+        "no client colludes with the server"
+        if colluding_clients == 0
+        else (f"up to {colluding_clients} clients collude with the server (their noise shares are not counted)")
+    )
+    return (
+        f"honest-but-curious server; {who}; released sums have >= {min_survivors} survivors, "
+        f"so the noise of >= {min_survivors - colluding_clients} honest survivors is counted"
+    )
+
+
+def _skellam_epsilon(sampling_rate: float, variance: float, l2: float, l1: float, rounds: int, delta: float) -> float:
+    event = PoissonSampledSkellam(
+        sampling_rate=sampling_rate, variance=variance, l2_sensitivity=l2, l1_sensitivity=l1, steps=rounds
+    )
+    return accounting.epsilon_of_events([event], delta=delta, accountant="rdp").epsilon
+
+
+def calibrate_skellam(
+    *,
+    sampling_rate: float,
+    rounds: int,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    dimension: int,
+    min_survivors: int,
+    max_clients: int,
+    colluding_clients: int = 0,
+    scale: float | None = None,
+) -> DiscreteMechanism:
+    """The least Skellam noise meeting (epsilon, delta) with t - c honest survivors, and its b.
+
+    The total variance mu is the smallest (relative tolerance 1e-4; the returned one is an
+    evaluated feasible point) whose rdp epsilon of ``rounds`` Poisson-subsampled Skellam
+    releases at delta - rounds * w is <= ``epsilon``, w = delta / (1000 rounds) the
+    per-round wrap-around bound; each client's share is mu / (t - c). The bit width b is
+    the smallest with wrap_probability <= w for ``max_clients`` summed vectors.
+    """
+    q = validate_sampling_rate(sampling_rate)
+    steps = validate_count("rounds", rounds)
+    target = validate_positive("epsilon", epsilon)
+    delta = validate_delta(delta)
+    clip = validate_positive("clip_norm", clip_norm)
+    d = validate_count("dimension", dimension)
+    t = validate_count("min_survivors", min_survivors)
+    n = validate_count("max_clients", max_clients)
+    c = validate_count("colluding_clients", colluding_clients, minimum=0)
+    if c >= t:
+        raise InvalidInputError("colluding_clients", f"must be below min_survivors ({t}): no honest noise is left")
+    if n < t:
+        raise InvalidInputError("max_clients", f"must be at least min_survivors ({t})")
+    s = choose_scale(clip, d) if scale is None else validate_positive("scale", scale)
+    l2 = rounded_l2_bound(clip, s, d)
+    l1 = rounded_l1_bound(l2, d)
+    wrap_round = delta / (WRAP_SHARE_OF_DELTA * steps)
+    wrap_run = wrap_round * steps
+    mech_delta = delta - wrap_run
+
+    def eps_at(log_sigma: float) -> float:
+        return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta)
+
+    lo, hi = math.log(1e-3), math.log(1e4)
+    if eps_at(hi) > target:
+        raise InfeasibleError(f"no Skellam noise up to 1e4 C s meets epsilon {target:g} at delta {delta:g}")
+    if eps_at(lo) <= target:
+        hi = lo
+    while hi - lo > 1e-4:
+        mid = 0.5 * (lo + hi)
+        if eps_at(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    sigma = math.exp(hi)
+    total = (sigma * clip * s) ** 2
+    honest = t - c
+    share = total / honest
+    bits, _ = bits_for(wrap_round, n, clip, s, d, share)
+    eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta)
+    same_bound = gaussian_epsilon_same_bound(q, sigma, steps, mech_delta)
+    gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+    continuous = accounting.epsilon_of_events([gaussian], delta=delta, accountant="rdp").epsilon
+    return DiscreteMechanism(
+        clip_norm=clip,
+        dimension=d,
+        padded_dimension=padded_dimension(d),
+        scale=s,
+        gamma=1.0 / s,
+        rounding_beta=ROUNDING_BETA,
+        l2_sensitivity=l2,
+        l1_sensitivity=l1,
+        min_survivors=t,
+        colluding_clients=c,
+        honest_survivors=honest,
+        total_variance=share * honest,
+        share_variance=share,
+        equivalent_noise_multiplier=sigma,
+        max_clients=n,
+        bits=bits,
+        wrap_probability_per_round=wrap_round,
+        wrap_probability_run=wrap_run,
+        sampling_rate=q,
+        rounds=steps,
+        delta=delta,
+        epsilon=eps,
+        gaussian_epsilon_same_bound=same_bound,
+        discretisation_overhead=eps / same_bound - 1.0,
+        gaussian_epsilon=continuous,
+        overhead_vs_continuous=eps / continuous - 1.0,
+        threat_model=threat_model_line(t, c),
+    )
