@@ -19,7 +19,7 @@ probability that one does in a round is bounded by :func:`wrap_probability`.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field
@@ -31,6 +31,9 @@ from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.events.poisson_sampled_skellam import subsampled_rdp
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
 from planner.schema import NumbersModel
+
+if TYPE_CHECKING:
+    from planner.schema import Plan
 
 # Conditional rounding's per-draw failure probability beta (Kairouz, Liu, Steinke 2021):
 # with it the bound is met by each draw with probability >= 1 - beta, so a client re-draws
@@ -307,3 +310,70 @@ def calibrate_skellam(
         overhead_vs_continuous=eps / continuous - 1.0,
         threat_model=threat_model_line(t, c),
     )
+
+
+class PoolDiscrete(NumbersModel):
+    """A pool's discrete mechanism for a client-level plan: the noise its strictest group needs."""
+
+    pool: str
+    binding_group: str = Field(description="the member group whose budget needs the most noise")
+    mechanism: DiscreteMechanism = Field(description="calibrated for the binding group")
+    group_epsilons: dict[str, float] = Field(
+        description="each member group's epsilon at the pool's noise and bit width"
+    )
+
+
+def pool_mechanisms(plan: Plan, colluding_clients: int = 0) -> list[PoolDiscrete]:
+    """The discrete mechanism of every noised pool of ``plan`` (docs/secure-aggregation.md §Discrete noise).
+
+    One grid per pool (the scale s of its smallest clip norm), one Skellam noise for
+    all its groups: the largest total variance any member group needs at its own
+    sampling rate, clip norm and epsilon, with t = the pool's secure-aggregation
+    threshold and c = ``colluding_clients``; b covers all the pool's clients. The
+    dimension is the whole model's (a sparsified pool sends fewer coordinates, which
+    only lowers its rounding bound). Plans with spent phases (re-plans) are refused:
+    their calibration must compose the spent history (not done yet).
+    """
+    c = validate_count("colluding_clients", colluding_clients, minimum=0)
+    d, delta = plan.scenario.model_dim, plan.scenario.delta
+    result: list[PoolDiscrete] = []
+    for pool in plan.pools:
+        members = [g for g in plan.groups if g.pool == pool.id and g.epsilon is not None and g.sampling_rate > 0]
+        if pool.noise_multiplier <= 0 or not members:
+            continue
+        if any(g.spent_phase_count for g in members):
+            raise InvalidInputError(
+                "plan", f"pool {pool.id} has spent phases: re-plans are not calibrated discretely yet"
+            )
+        scale = choose_scale(min(g.clip_norm for g in members), d)
+        clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
+        options = {
+            g.id: calibrate_skellam(
+                sampling_rate=g.sampling_rate,
+                rounds=plan.rounds,
+                epsilon=float(g.epsilon),  # type: ignore[arg-type]
+                delta=delta,
+                clip_norm=g.clip_norm,
+                dimension=d,
+                min_survivors=pool.secagg_threshold,
+                max_clients=max(clients, pool.secagg_threshold),
+                colluding_clients=c,
+                scale=scale,
+            )
+            for g in members
+        }
+        binding = max(options, key=lambda gid: options[gid].total_variance)
+        chosen = options[binding]
+        epsilons = {
+            g.id: _skellam_epsilon(
+                g.sampling_rate,
+                chosen.total_variance,
+                options[g.id].l2_sensitivity,
+                options[g.id].l1_sensitivity,
+                plan.rounds,
+                delta - chosen.wrap_probability_run,
+            )
+            for g in members
+        }
+        result.append(PoolDiscrete(pool=pool.id, binding_group=binding, mechanism=chosen, group_epsilons=epsilons))
+    return result

@@ -98,3 +98,36 @@ def test_bad_inputs_name_the_field(field: str, value: Any) -> None:
     with pytest.raises(InvalidInputError) as error:
         discrete.calibrate_skellam(**{**CASE, field: value})
     assert error.value.field == field
+
+
+def test_every_noised_pool_of_a_plan_gets_noise_meeting_every_member_groups_budget() -> None:
+    from planner import load_scenario, make_plan
+
+    scenario = load_scenario(
+        {
+            "groups": [
+                {"id": "strict", "epsilon": 1.0, "num_clients": 300},
+                {"id": "relaxed", "epsilon": 4.0, "num_clients": 300},
+            ],
+            "delta": 1e-4,
+            "rounds": 50,
+            "clip_norm": 1.0,
+            "model_dim": 1000,
+            "expected_clients": 60,
+            "min_clients_per_pool": 1,
+        }
+    )
+    plan = make_plan(scenario)
+    pools = discrete.pool_mechanisms(plan, colluding_clients=0)
+    targets = {g.id: g.epsilon for g in plan.groups}
+    assert {p.pool for p in pools} == {pool.id for pool in plan.pools if pool.noise_multiplier > 0}
+    for pool in pools:
+        assert pool.group_epsilons[pool.binding_group] == pytest.approx(pool.mechanism.epsilon)
+        for group, eps in pool.group_epsilons.items():
+            target = targets[group]
+            assert target is not None and eps <= target
+        stated = next(p for p in plan.pools if p.id == pool.pool)
+        assert pool.mechanism.min_survivors == stated.secagg_threshold
+    with pytest.raises(InvalidInputError) as error:
+        discrete.pool_mechanisms(plan, colluding_clients=-2)
+    assert error.value.field == "colluding_clients"
