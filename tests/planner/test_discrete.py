@@ -28,7 +28,7 @@ CASE: dict[str, Any] = {
 def test_the_rounding_bounds_are_the_conditional_rounding_formula() -> None:
     c, d = 100.0, 1000
     dp = 1024
-    expected = math.sqrt(c * c + dp / 4 + math.sqrt(2 * 0.5) * (c + math.sqrt(dp) / 2))
+    expected = math.sqrt(c * c + dp / 4 + math.sqrt(2 * 2.0) * (c + math.sqrt(dp) / 2))
     assert discrete.rounded_l2_bound(1.0, c, d) == pytest.approx(expected)
     for small in (0.0, 1.0, 5.0):  # never above the bound every floor-or-ceiling rounding meets
         assert discrete.rounded_l2_bound(1.0, small, d) <= small + 32.0

@@ -80,16 +80,20 @@ def hadamard(values: np.ndarray) -> np.ndarray:
 
     Its length must be a power of two. H is symmetric and orthonormal, so H H = I.
     """
-    x = np.array(values, dtype=np.float64)
+    x = np.array(values, dtype=np.float64)  # a copy: the butterflies work in place
     n = x.shape[-1]
     if n & (n - 1):
         raise ValueError(f"the Hadamard transform needs a power-of-two length, got {n}")
     lead = x.shape[:-1]
+    spare = np.empty((*lead, n // 2))
     h = 1
     while h < n:
         blocks = x.reshape(*lead, n // (2 * h), 2, h)
         top, bottom = blocks[..., 0, :], blocks[..., 1, :]
-        x = np.stack((top + bottom, top - bottom), axis=-2).reshape(*lead, n)
+        saved = spare.reshape(top.shape)
+        np.copyto(saved, top)
+        top += bottom  # a + b
+        np.subtract(saved, bottom, out=bottom)  # a - b
         h *= 2
     return x / math.sqrt(n)
 
