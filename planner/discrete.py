@@ -19,7 +19,7 @@ probability that one does in a round is bounded by :func:`wrap_probability`.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import Field
@@ -31,7 +31,7 @@ from accounting.errors import InfeasibleError, InvalidInputError
 from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.events.poisson_sampled_skellam import subsampled_rdp
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
-from planner.schema import NumbersModel
+from planner.schema import DiscreteMechanism, NumbersModel
 
 if TYPE_CHECKING:
     from planner.schema import Plan
@@ -52,12 +52,6 @@ MAX_BITS = 62
 # sound per-round stand-in, which composes every (epsilon, delta) event through its RDP curve
 # (the Skellam event has no other representation yet, docs/accounting.md §11.6).
 _CURVE_ACCOUNTANT = ACCOUNTANTS[DEFAULT_ACCOUNTANT].per_round
-Mechanism = Literal["skellam", "gaussian_continuous"]
-# What the two names mean in a plan: the continuous path is the accountant's idealisation.
-MECHANISM_LABELS: dict[str, str] = {
-    "skellam": "distributed Skellam (exact: rounding, integer noise and modular sum accounted)",
-    "gaussian_continuous": "continuous Gaussian (approximate: per-client rounding after noise is not accounted)",
-}
 
 
 def padded_dimension(dimension: int) -> int:
@@ -155,52 +149,6 @@ def gaussian_epsilon_same_bound(sampling_rate: float, noise_multiplier: float, r
     values = {a: subsampled_rdp(a, sampling_rate, base) for a in np.unique(ceilings).tolist()}
     curve = rounds * np.array([values[a] for a in ceilings.tolist()])
     return rdp_math.epsilon_from_rdp(grid.orders, curve, delta)[0]
-
-
-class DiscreteMechanism(NumbersModel):
-    """One pool's discrete distributed mechanism, as calibrated (docs/secure-aggregation.md §Discrete noise)."""
-
-    mechanism: Literal["skellam"] = "skellam"
-    label: str = Field(MECHANISM_LABELS["skellam"])
-    clip_norm: float = Field(description="C: clients clip their update to this L2 norm first")
-    dimension: int = Field(description="d: coordinates of the update")
-    padded_dimension: int = Field(description="d': the power of two the rotation works in")
-    rotation: Literal["randomized_hadamard"] = "randomized_hadamard"
-    scale: float = Field(description="s: updates are multiplied by s before rounding (grid step gamma = 1/s)")
-    gamma: float = Field(description="1/s: the grid step in update units")
-    rounding: Literal["conditional_randomized"] = "conditional_randomized"
-    rounding_beta: float = Field(description="per-draw failure probability the L2 bound is set for")
-    l2_sensitivity: float = Field(description="D2: every rounded vector's L2 norm is at most this (grid units)")
-    l1_sensitivity: float = Field(description="D1: every rounded vector's L1 norm is at most this (grid units)")
-    min_survivors: int = Field(description="t: the sum is released only with >= t survivors")
-    colluding_clients: int = Field(description="c: clients assumed to collude with the server (their shares known)")
-    honest_survivors: int = Field(description="t - c: whose noise alone is counted")
-    total_variance: float = Field(description="mu: Skellam variance per coordinate of the honest survivors' shares")
-    share_variance: float = Field(description="each client's Skellam share: Poisson(v/2) - Poisson(v/2), v = this")
-    equivalent_noise_multiplier: float = Field(description="sqrt(mu) / (C s): the continuous sigma of equal noise")
-    max_clients: int = Field(description="n: most vectors one round sums (the bit width covers them)")
-    bits: int = Field(description="b: shares are encoded mod 2^b")
-    wrap_probability_per_round: float = Field(description="bound on P(some coordinate wraps) in one round")
-    wrap_probability_run: float = Field(description="rounds * the per-round bound: counted in delta")
-    sampling_rate: float
-    rounds: int
-    delta: float = Field(description="the pool's delta; the mechanism is accounted at delta - wrap_probability_run")
-    epsilon: float = Field(description="rdp epsilon of the Poisson-subsampled Skellam event at delta - wrap")
-    gaussian_epsilon_same_bound: float = Field(description="continuous Gaussian of equal noise, same subsampling bound")
-    discretisation_overhead: float = Field(description="epsilon / gaussian_epsilon_same_bound - 1")
-    gaussian_epsilon: float = Field(description="continuous Gaussian of equal noise under the rdp accountant")
-    overhead_vs_continuous: float = Field(description="epsilon / gaussian_epsilon - 1 (includes the subsampling bound)")
-    threat_model: str
-
-    def event(self, steps: int | None = None) -> PoissonSampledSkellam:
-        """The ledger's event for ``steps`` rounds (default: the planned rounds)."""
-        return PoissonSampledSkellam(
-            sampling_rate=self.sampling_rate,
-            variance=self.share_variance * self.honest_survivors,
-            l2_sensitivity=self.l2_sensitivity,
-            l1_sensitivity=self.l1_sensitivity,
-            steps=self.rounds if steps is None else steps,
-        )
 
 
 def threat_model_line(min_survivors: int, colluding_clients: int) -> str:
@@ -383,3 +331,21 @@ def pool_mechanisms(plan: Plan, colluding_clients: int = 0) -> list[PoolDiscrete
         }
         result.append(PoolDiscrete(pool=pool.id, binding_group=binding, mechanism=chosen, group_epsilons=epsilons))
     return result
+
+
+def with_discrete(plan: Plan) -> Plan:
+    """``plan`` with each noised pool's ``discrete`` block when its scenario asks (``report_discrete``).
+
+    The calibration is stated, not executed: the groups' phases and epsilons stay the
+    continuous mechanism's, which is what the trainer runs (docs/secure-aggregation.md
+    §Discrete noise). ``colluding_clients`` comes from the scenario. A plan with spent
+    phases keeps no block and says why in ``warnings``.
+    """
+    if not plan.scenario.report_discrete:
+        return plan
+    try:
+        pools = {p.pool: p.mechanism for p in pool_mechanisms(plan, plan.scenario.colluding_clients)}
+    except (InvalidInputError, InfeasibleError) as error:
+        return plan.model_copy(update={"warnings": [*plan.warnings, f"report_discrete: {error}; no discrete block"]})
+    updated = [pool.model_copy(update={"discrete": pools.get(pool.id)}) for pool in plan.pools]
+    return plan.model_copy(update={"pools": updated})

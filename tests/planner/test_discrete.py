@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ import accounting
 from accounting import InvalidInputError
 from planner import discrete
 from trainer.secagg import discrete as dm
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 CASE: dict[str, Any] = {
     "sampling_rate": 0.02,
@@ -131,3 +134,28 @@ def test_every_noised_pool_of_a_plan_gets_noise_meeting_every_member_groups_budg
     with pytest.raises(InvalidInputError) as error:
         discrete.pool_mechanisms(plan, colluding_clients=-2)
     assert error.value.field == "colluding_clients"
+
+
+def test_report_discrete_states_each_pools_calibration_and_is_absent_from_plans_that_do_not_ask() -> None:
+    import json
+
+    from planner import load_scenario, make_plan
+    from planner.report import plan_text
+
+    base = json.loads((EXAMPLES / "scenario.json").read_text())
+    plain = make_plan(load_scenario(base))
+    dumped = json.loads(plain.model_dump_json())
+    assert "report_discrete" not in dumped["scenario"] and "colluding_clients" not in dumped["scenario"]
+    assert all("discrete" not in pool for pool in dumped["pools"])
+    assert "discrete mechanism" not in plan_text(plain)
+
+    asked = make_plan(load_scenario({**base, "report_discrete": True, "colluding_clients": 0}))
+    for pool, before in zip(asked.pools, plain.pools, strict=True):
+        assert pool.discrete is not None and pool.discrete.min_survivors == pool.secagg_threshold
+        assert pool.discrete.mechanism == "skellam" and pool.discrete.rotation == "randomized_hadamard"
+        assert pool.noise_multiplier == before.noise_multiplier  # the executed (continuous) plan is unchanged
+    assert [g.epsilon_spent for g in asked.groups] == [g.epsilon_spent for g in plain.groups]
+    text = plan_text(asked)
+    assert "discrete mechanism (stated, not run" in text and "0 colluding client(s)" in text
+    reread = type(asked).model_validate_json(asked.model_dump_json())
+    assert reread.pools[0].discrete == asked.pools[0].discrete
