@@ -36,11 +36,12 @@ from planner.schema import DiscreteMechanism, NumbersModel
 if TYPE_CHECKING:
     from planner.schema import Plan
 
-# Conditional rounding's per-draw failure probability beta (Kairouz, Liu, Steinke 2021):
-# each draw meets the bound with probability >= 1 - beta, so a client draws
-# 1 / (1 - beta) = 1.16 times on average (e^-0.5, TFF's choice, took 2.5 draws: 17 against
-# 8 ms a round at d = 54,410 in `gdpfed bench discrete`), for 2 (C s + sqrt(d')/2) more in
-# D2^2 instead of 1 (C s + sqrt(d')/2): 0.03% of (C s)^2 at the default grid.
+# Conditional rounding's per-draw failure probability beta (Kairouz, Liu, Steinke 2021): each
+# draw meets the bound with probability >= 1 - beta, so a client draws at most 1 / (1 - beta)
+# = 1.16 times on average (TFF's e^-0.5 allows 2.5; in practice one draw almost always
+# suffices, because a rotated update's rounding noise sum p (1 - p) is well below d'/4). The
+# price is 2 (C s + sqrt(d')/2) in D2^2 instead of 1 (C s + sqrt(d')/2): 0.03% of (C s)^2
+# at the default grid.
 ROUNDING_BETA = math.exp(-2.0)
 # The squared-norm inflation of rounding the scale is chosen for: (D2 / (C s))^2 <= 1 + this.
 ROUNDING_INFLATION = 0.004

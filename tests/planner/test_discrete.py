@@ -159,3 +159,23 @@ def test_report_discrete_states_each_pools_calibration_and_is_absent_from_plans_
     assert "discrete mechanism (stated, not run" in text and "0 colluding client(s)" in text
     reread = type(asked).model_validate_json(asked.model_dump_json())
     assert reread.pools[0].discrete == asked.pools[0].discrete
+
+
+def test_a_plan_with_spent_phases_gets_a_warning_instead_of_a_block() -> None:
+    import json
+
+    from planner import load_scenario, make_plan
+
+    asked = make_plan(load_scenario({**json.loads((EXAMPLES / "scenario.json").read_text()), "report_discrete": True}))
+    spent = asked.model_copy(
+        update={
+            "groups": [g.model_copy(update={"spent_phase_count": 1}) for g in asked.groups],
+            "pools": [p.model_copy(update={"discrete": None}) for p in asked.pools],
+        }
+    )
+    with pytest.raises(InvalidInputError) as error:
+        discrete.pool_mechanisms(spent)
+    assert error.value.field == "plan" and "spent phases" in error.value.message
+    again = discrete.with_discrete(spent)
+    assert all(p.discrete is None for p in again.pools)
+    assert any(w.startswith("report_discrete:") and "no discrete block" in w for w in again.warnings)
