@@ -19,6 +19,7 @@ probability that one does in a round is bounded by :func:`wrap_probability`.
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -278,7 +279,18 @@ class PoolDiscrete(NumbersModel):
     )
 
 
-def pool_mechanisms(plan: Plan, colluding_clients: int = 0) -> list[PoolDiscrete]:
+class DiscreteReportTimeout(InfeasibleError):
+    """``report_discrete`` ran out of its time limit (the plan is kept without the blocks)."""
+
+
+# report_discrete is optional extra information, like report_prv (planner/calibration.py): it
+# must never make a planning request slow. A group's calibration takes about 0.3 s.
+DISCRETE_REPORT_TIME_LIMIT_S = 10.0
+
+
+def pool_mechanisms(
+    plan: Plan, colluding_clients: int = 0, time_limit_s: float | None = None
+) -> list[PoolDiscrete]:
     """The discrete mechanism of every noised pool of ``plan`` (docs/secure-aggregation.md §Discrete noise).
 
     One grid per pool (the scale s of its smallest clip norm), one Skellam noise for
@@ -287,9 +299,12 @@ def pool_mechanisms(plan: Plan, colluding_clients: int = 0) -> list[PoolDiscrete
     threshold and c = ``colluding_clients``; b covers all the pool's clients. The
     dimension is the whole model's (a sparsified pool sends fewer coordinates, which
     only lowers its rounding bound). Plans with spent phases (re-plans) are refused:
-    their calibration must compose the spent history (not done yet).
+    their calibration must compose the spent history (not done yet). With ``time_limit_s``,
+    DiscreteReportTimeout once that many seconds have passed between two calibrations.
     """
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    done = 0
     d, delta = plan.scenario.model_dim, plan.scenario.delta
     result: list[PoolDiscrete] = []
     for pool in plan.pools:
@@ -302,6 +317,9 @@ def pool_mechanisms(plan: Plan, colluding_clients: int = 0) -> list[PoolDiscrete
             )
         scale = choose_scale(min(g.clip_norm for g in members), d)
         clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
+        if deadline is not None and time.monotonic() > deadline:
+            raise DiscreteReportTimeout(f"stopped after {time_limit_s:g} s with {done} pool(s) calibrated")
+        done += 1
         options = {
             g.id: calibrate_skellam(
                 sampling_rate=g.sampling_rate,
@@ -345,7 +363,8 @@ def with_discrete(plan: Plan) -> Plan:
     if not plan.scenario.report_discrete:
         return plan
     try:
-        pools = {p.pool: p.mechanism for p in pool_mechanisms(plan, plan.scenario.colluding_clients)}
+        found = pool_mechanisms(plan, plan.scenario.colluding_clients, DISCRETE_REPORT_TIME_LIMIT_S)
+        pools = {p.pool: p.mechanism for p in found}
     except (InvalidInputError, InfeasibleError) as error:
         return plan.model_copy(update={"warnings": [*plan.warnings, f"report_discrete: {error}; no discrete block"]})
     updated = [pool.model_copy(update={"discrete": pools.get(pool.id)}) for pool in plan.pools]

@@ -179,3 +179,14 @@ def test_a_plan_with_spent_phases_gets_a_warning_instead_of_a_block() -> None:
     again = discrete.with_discrete(spent)
     assert all(p.discrete is None for p in again.pools)
     assert any(w.startswith("report_discrete:") and "no discrete block" in w for w in again.warnings)
+
+
+def test_report_discrete_stops_at_its_time_limit_and_keeps_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from planner import load_scenario, make_plan
+
+    monkeypatch.setattr(discrete, "DISCRETE_REPORT_TIME_LIMIT_S", -1.0)  # already past it before the first pool
+    asked = make_plan(load_scenario({**json.loads((EXAMPLES / "scenario.json").read_text()), "report_discrete": True}))
+    assert all(p.discrete is None for p in asked.pools)
+    assert any(w.startswith("report_discrete: stopped after") for w in asked.warnings)
