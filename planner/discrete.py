@@ -300,7 +300,7 @@ def pool_mechanisms(
     dimension is the whole model's (a sparsified pool sends fewer coordinates, which
     only lowers its rounding bound). Plans with spent phases (re-plans) are refused:
     their calibration must compose the spent history (not done yet). With ``time_limit_s``,
-    DiscreteReportTimeout once that many seconds have passed between two calibrations.
+    DiscreteReportTimeout once that many seconds have passed before a group's calibration.
     """
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
@@ -317,11 +317,12 @@ def pool_mechanisms(
             )
         scale = choose_scale(min(g.clip_norm for g in members), d)
         clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
-        if deadline is not None and time.monotonic() > deadline:
-            raise DiscreteReportTimeout(f"stopped after {time_limit_s:g} s with {done} pool(s) calibrated")
-        done += 1
-        options = {
-            g.id: calibrate_skellam(
+        options: dict[str, DiscreteMechanism] = {}
+        for g in members:
+            if deadline is not None and time.monotonic() > deadline:
+                raise DiscreteReportTimeout(f"stopped after {time_limit_s:g} s with {done} group(s) calibrated")
+            done += 1
+            options[g.id] = calibrate_skellam(
                 sampling_rate=g.sampling_rate,
                 rounds=plan.rounds,
                 epsilon=float(g.epsilon),  # type: ignore[arg-type]
@@ -333,8 +334,6 @@ def pool_mechanisms(
                 colluding_clients=c,
                 scale=scale,
             )
-            for g in members
-        }
         binding = max(options, key=lambda gid: options[gid].total_variance)
         chosen = options[binding]
         epsilons = {
