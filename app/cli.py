@@ -46,6 +46,7 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "bench": "bench.cli",
     "experiment": "trainer.experiments.cli",
     "flower": "trainer.flower.cli",
+    "audit": "trainer.secagg.audit_cli",
 }
 
 # The one-line summary ``gdpfed --help`` lists for each subcommand (without importing it).
@@ -57,6 +58,7 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "bench": "run a benchmark suite side by side with its peers",
     "experiment": "run an experiment configuration (methods x datasets x settings x seeds) and report it",
     "flower": "run a plan on Flower (flwr): app bundle, loopback deployment, in-process dry run",
+    "audit": "empirical privacy audit: a Clopper-Pearson lower bound on epsilon of the discrete pipeline",
 }
 
 

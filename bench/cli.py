@@ -17,6 +17,7 @@ SUITES: dict[str, str] = {
     "service": "bench.service",
     "trainer": "bench.trainer",
     "secagg": "bench.secagg",
+    "discrete": "bench.discrete",
     "rounds": "bench.rounds",
     "cli": "bench.startup",
     "flower": "bench.flower",

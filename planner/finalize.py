@@ -18,6 +18,7 @@ from accounting.events import Phase
 from planner import calibration
 from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
+from planner.discrete import with_discrete
 from planner.fedhdp import ditto_lambda_prediction, fedhdp_prediction
 from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
@@ -134,7 +135,8 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             "the aggregate of every sampled client's update at its clip norm, so the model is unlikely to "
             "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
         )
-    return Plan(
+    # report_discrete adds each noised pool's Skellam calibration (docs/secure-aggregation.md §Discrete noise).
+    return with_discrete(Plan(
         method=design.method,
         accountant=s.accountant,
         scenario=s,
@@ -152,7 +154,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             ditto_lambdas=ditto_lambda_prediction(s, group_plans, pool_plans),
         ),
         warnings=_unique(warnings),
-    )
+    ))
 
 
 def _fallback(accountant: AccountantName) -> AccountantName | None:

@@ -97,6 +97,7 @@ def pool_lines(plan: Plan) -> list[str]:
             _graph_text(plan, p),
         ])
     lines = [table(header, rows)]
+    lines.extend(discrete_lines(plan))
     if settings is not None:
         lines.append(
             f"adaptive clipping: S^0 = {_num(start_clip)}, target quantile {settings.target_quantile:g}, "
@@ -199,3 +200,37 @@ def _num(value: float | None) -> str:
     if magnitude >= 1e5 or magnitude < 1e-3:
         return f"{value:.3g}"
     return f"{value:.4g}"
+
+
+def discrete_lines(plan: Plan) -> list[str]:
+    """``report_discrete``: each pool's Skellam calibration and the threat model it assumes
+    (docs/secure-aggregation.md §Discrete noise); nothing without it."""
+    pools = [p for p in plan.pools if p.discrete is not None]
+    if not pools:
+        return []
+    rows = [
+        [
+            p.id,
+            _num(m.scale),
+            str(m.bits),
+            _num(m.l2_sensitivity),
+            str(m.honest_survivors),
+            _num(m.share_variance),
+            _num(m.equivalent_noise_multiplier),
+            _num(m.epsilon),
+            f"{100 * m.discretisation_overhead:.2f}%",
+            f"{100 * m.overhead_vs_continuous:.1f}%",
+        ]
+        for p in pools
+        if (m := p.discrete) is not None
+    ]
+    header = ["pool", "scale s", "b", "D2", "t - c", "share var", "sigma eq", "eps", "vs same bound", "vs continuous"]
+    c = plan.scenario.colluding_clients
+    return [
+        "",
+        "discrete mechanism (stated, not run: the trainer runs the continuous Gaussian, which is approximate):",
+        table(header, rows),
+        f"threat model: honest-but-curious server, {c} colluding client(s) (colluding_clients; default 0), each "
+        "pool's noise counted from its t - c honest survivors alone; randomized Hadamard rotation, conditional "
+        "rounding, wrap-around probability charged to delta",
+    ]

@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from accounting.errors import InvalidInputError, one_error_for_union
-from accounting.events import Phase
+from accounting.events import Phase, PoissonSampledSkellam
 from accounting.validation import Flag, InputModel, NumbersModel
 
 SCHEMA_VERSION: Final = 2
@@ -179,6 +179,21 @@ class Scenario(_Strict):
     report_prv: Flag = Field(
         False, description="also report each group's PRV upper bound on epsilon spent"
     )
+    # Issue 27 (docs/secure-aggregation.md §Discrete noise). Both are left out of a plan's JSON
+    # at their defaults, so plans that do not use them keep their bytes (and digests).
+    report_discrete: Flag = Field(
+        False,
+        exclude_if=lambda value: value is False,
+        description="also state each noised pool's distributed Skellam calibration (the trainer still runs "
+        "the continuous mechanism; docs/secure-aggregation.md §Discrete noise)",
+    )
+    colluding_clients: int = Field(
+        0,
+        ge=0,
+        exclude_if=lambda value: value == 0,
+        description="clients assumed to collude with the server: the discrete calibration counts only the "
+        "noise of the t - c honest survivors (default 0: no client colludes)",
+    )
 
     @field_validator("groups")
     @classmethod
@@ -280,6 +295,61 @@ class GroupPlan(NumbersModel):
     )
 
 
+# The two noise mechanisms of a pool that runs secure aggregation, and what each claims
+# (docs/secure-aggregation.md §Discrete noise): the continuous path stays available by name.
+SecaggMechanism = Literal["skellam", "gaussian_continuous"]
+MECHANISM_LABELS: dict[str, str] = {
+    "skellam": "distributed Skellam (exact: rounding, integer noise and modular sum accounted)",
+    "gaussian_continuous": "continuous Gaussian (approximate: per-client rounding after noise is not accounted)",
+}
+
+
+class DiscreteMechanism(NumbersModel):
+    """One pool's discrete distributed mechanism, as calibrated (docs/secure-aggregation.md §Discrete noise)."""
+
+    mechanism: Literal["skellam"] = "skellam"
+    label: str = Field(MECHANISM_LABELS["skellam"])
+    clip_norm: float = Field(description="C: clients clip their update to this L2 norm first")
+    dimension: int = Field(description="d: coordinates of the update")
+    padded_dimension: int = Field(description="d': the power of two the rotation works in")
+    rotation: Literal["randomized_hadamard"] = "randomized_hadamard"
+    scale: float = Field(description="s: updates are multiplied by s before rounding (grid step gamma = 1/s)")
+    gamma: float = Field(description="1/s: the grid step in update units")
+    rounding: Literal["conditional_randomized"] = "conditional_randomized"
+    rounding_beta: float = Field(description="per-draw failure probability the L2 bound is set for")
+    l2_sensitivity: float = Field(description="D2: every rounded vector's L2 norm is at most this (grid units)")
+    l1_sensitivity: float = Field(description="D1: every rounded vector's L1 norm is at most this (grid units)")
+    min_survivors: int = Field(description="t: the sum is released only with >= t survivors")
+    colluding_clients: int = Field(description="c: clients assumed to collude with the server (their shares known)")
+    honest_survivors: int = Field(description="t - c: whose noise alone is counted")
+    total_variance: float = Field(description="mu: Skellam variance per coordinate of the honest survivors' shares")
+    share_variance: float = Field(description="each client's Skellam share: Poisson(v/2) - Poisson(v/2), v = this")
+    equivalent_noise_multiplier: float = Field(description="sqrt(mu) / (C s): the continuous sigma of equal noise")
+    max_clients: int = Field(description="n: most vectors one round sums (the bit width covers them)")
+    bits: int = Field(description="b: shares are encoded mod 2^b")
+    wrap_probability_per_round: float = Field(description="bound on P(some coordinate wraps) in one round")
+    wrap_probability_run: float = Field(description="rounds * the per-round bound: counted in delta")
+    sampling_rate: float
+    rounds: int
+    delta: float = Field(description="the pool's delta; the mechanism is accounted at delta - wrap_probability_run")
+    epsilon: float = Field(description="rdp epsilon of the Poisson-subsampled Skellam event at delta - wrap")
+    gaussian_epsilon_same_bound: float = Field(description="continuous Gaussian of equal noise, same subsampling bound")
+    discretisation_overhead: float = Field(description="epsilon / gaussian_epsilon_same_bound - 1")
+    gaussian_epsilon: float = Field(description="continuous Gaussian of equal noise under the rdp accountant")
+    overhead_vs_continuous: float = Field(description="epsilon / gaussian_epsilon - 1 (includes the subsampling bound)")
+    threat_model: str
+
+    def event(self, steps: int | None = None) -> PoissonSampledSkellam:
+        """The ledger's event for ``steps`` rounds (default: the planned rounds)."""
+        return PoissonSampledSkellam(
+            sampling_rate=self.sampling_rate,
+            variance=self.share_variance * self.honest_survivors,
+            l2_sensitivity=self.l2_sensitivity,
+            l1_sensitivity=self.l1_sensitivity,
+            steps=self.rounds if steps is None else steps,
+        )
+
+
 class PoolPlan(NumbersModel):
     """One secure-aggregation session with one noise draw per round."""
 
@@ -310,6 +380,12 @@ class PoolPlan(NumbersModel):
     )
     count_noise_std: float | None = Field(
         None, ge=0, description="adaptive clipping: sigma_b, the noise std on the pool's count of unclipped clients"
+    )
+    discrete: DiscreteMechanism | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="report_discrete: the distributed Skellam calibration for this pool's budget (not executed "
+        "by the trainer yet); left out of the JSON otherwise",
     )
 
 

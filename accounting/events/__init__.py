@@ -20,6 +20,7 @@ from accounting.events.base import NOTION_LABELS, ApproximateDpEvent, MetricEven
 from accounting.events.composed import ComposedEvent
 from accounting.events.metric_leakage import MetricLeakage
 from accounting.events.poisson_sampled_gaussian import Phase, PoissonSampledGaussian
+from accounting.events.poisson_sampled_skellam import PoissonSampledSkellam
 from accounting.events.zcdp import ZeroConcentratedDp
 
 # The registry: every event kind by its JSON tag.
@@ -28,6 +29,7 @@ EVENT_KINDS: dict[str, type[PrivacyEvent]] = {
     for cls in (
         PoissonSampledGaussian,
         ZeroConcentratedDp,
+        PoissonSampledSkellam,
         MetricLeakage,
     )
 }
@@ -102,6 +104,7 @@ __all__ = [
     "Notion",
     "Phase",
     "PoissonSampledGaussian",
+    "PoissonSampledSkellam",
     "PrivacyEvent",
     "ZeroConcentratedDp",
     "validate_events",

@@ -18,7 +18,7 @@ from accounting import (
     ZeroConcentratedDp,
 )
 from accounting.accountants import ACCOUNTANTS
-from accounting.events import EVENT_KINDS, validate_events
+from accounting.events import EVENT_KINDS, PoissonSampledSkellam, validate_events
 from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, answer
 
 V1_PHASE = {"sampling_rate": 0.02, "noise_multiplier": 1.1, "steps": 30}
@@ -45,6 +45,7 @@ def test_every_registered_kind_round_trips_through_json() -> None:
         PoissonSampledGaussian(**V1_PHASE),
         ZeroConcentratedDp(rho=0.01, steps=3),
         MetricLeakage(leakage_per_participation=0.4, participations=2),
+        PoissonSampledSkellam(sampling_rate=0.1, variance=1e4, l2_sensitivity=30.0, l1_sensitivity=90.0, steps=4),
     ]
     assert {type(e) for e in examples} == set(EVENT_KINDS.values())
     for event in examples:

@@ -1,0 +1,163 @@
+"""The Poisson-subsampled distributed Skellam event (docs/accounting.md §11.6).
+
+Checked against what does not share its derivation: the exact Renyi divergence of
+shifted Skellam pmfs (scipy), and dp-accounting's PLD built from the exact pmfs of the
+subsampled mechanism for concrete neighbouring shifts. The accounted epsilon bounds the
+worst case over every rounded vector within the sensitivities, so it must never be below
+the figure for any one concrete shift.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+import accounting
+from accounting import InvalidInputError
+from accounting.events import EVENT_KINDS, PoissonSampledSkellam, validate_events
+from accounting.events.poisson_sampled_skellam import skellam_rdp, subsampled_rdp
+from accounting.rdp import order_grid
+
+
+def _support(variance: float, shift: int) -> np.ndarray:
+    reach = int(abs(shift) + 40 * math.sqrt(variance) + 40)
+    return np.arange(-reach, reach + 1)
+
+
+def _skellam_logpmf(ks: np.ndarray, variance: float) -> np.ndarray:
+    values = np.asarray(stats.skellam.logpmf(ks, variance / 2.0, variance / 2.0), dtype=float)
+    return np.where(np.isnan(values), -np.inf, values)
+
+
+def _exact_renyi(order: int, variance: float, shifts: list[int]) -> float:
+    """D_order(Sk + shift || Sk) of a multi-coordinate integer shift: a sum over coordinates."""
+    total = 0.0
+    for shift in shifts:
+        ks = _support(variance, shift)
+        log_p = _skellam_logpmf(ks - shift, variance)
+        log_q = _skellam_logpmf(ks, variance)
+        finite = np.isfinite(log_p) & np.isfinite(log_q)  # scipy's pmf underflows to 0 far out
+        total += float(logsumexp(order * log_p[finite] - (order - 1) * log_q[finite])) / (order - 1)
+    return total
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_skellam_rdp_bound_is_above_the_exact_divergence_of_concrete_shifts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        variance = float(rng.uniform(2.0, 300.0))
+        shifts = [int(v) for v in rng.integers(-4, 5, size=int(rng.integers(1, 4)))]
+        if not any(shifts):
+            continue
+        l2 = math.sqrt(sum(s * s for s in shifts))
+        l1 = float(sum(abs(s) for s in shifts))
+        for order in (2, 3, 5, 8, 16):
+            exact = _exact_renyi(order, variance, shifts)
+            assert skellam_rdp(order, variance, l2, l1) >= exact * (1 - 1e-9), (variance, shifts, order)
+
+
+def _dp_accounting_epsilon(q: float, variance: float, shift: int, steps: int, delta: float, pessimistic: bool) -> float:
+    """dp-accounting's PLD of the Poisson-subsampled Skellam for one concrete shift, both directions."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    ks = _support(variance, shift)
+    base = _skellam_logpmf(ks, variance)
+    shifted = _skellam_logpmf(ks - shift, variance)
+    mixture = np.logaddexp(math.log1p(-q) + base, math.log(q) + shifted) if q < 1 else shifted
+    keep = base > -60  # outcomes below e^-60 in both: far beyond any delta here
+    keep |= mixture > -60
+    lower = dict(zip(ks[keep].tolist(), base[keep].tolist(), strict=True))
+    upper = dict(zip(ks[keep].tolist(), mixture[keep].tolist(), strict=True))
+    interval = 1e-3
+    remove = pld.from_two_probability_mass_functions(
+        upper, lower, pessimistic_estimate=pessimistic, value_discretization_interval=interval
+    )
+    add = pld.from_two_probability_mass_functions(
+        lower, upper, pessimistic_estimate=pessimistic, value_discretization_interval=interval
+    )
+    return max(
+        remove.self_compose(steps).get_epsilon_for_delta(delta),
+        add.self_compose(steps).get_epsilon_for_delta(delta),
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_accounted_epsilon_is_never_below_dp_accountings_pld_of_the_exact_pmf(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    q = float(rng.choice([1.0, 0.5, 0.1, 0.03]))
+    variance = float(rng.uniform(4.0, 400.0))
+    shift = int(rng.integers(1, 6))
+    steps = int(rng.choice([1, 5, 20]))
+    delta = float(rng.choice([1e-3, 1e-5]))
+    event = PoissonSampledSkellam(
+        sampling_rate=q, variance=variance, l2_sensitivity=shift, l1_sensitivity=shift, steps=steps
+    )
+    ours = accounting.epsilon_of_events([event], delta=delta).epsilon
+    theirs = _dp_accounting_epsilon(q, variance, shift, steps, delta, pessimistic=True)
+    assert ours >= theirs, (q, variance, shift, steps, delta, ours, theirs)
+
+
+def test_two_coordinate_shifts_compose_below_the_accounted_figure() -> None:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    variance, shifts, delta = 60.0, (3, 2), 1e-5
+    composed: Any = None
+    for shift in shifts:
+        ks = _support(variance, shift)
+        lower = dict(zip(ks.tolist(), _skellam_logpmf(ks, variance).tolist(), strict=True))
+        upper = dict(zip(ks.tolist(), _skellam_logpmf(ks - shift, variance).tolist(), strict=True))
+        one = pld.from_two_probability_mass_functions(upper, lower, value_discretization_interval=1e-3)
+        composed = one if composed is None else composed.compose(one)
+    assert composed is not None
+    l2 = math.hypot(*shifts)
+    event = PoissonSampledSkellam(
+        sampling_rate=1.0, variance=variance, l2_sensitivity=l2, l1_sensitivity=sum(shifts), steps=1
+    )
+    assert accounting.epsilon_of_events([event], delta=delta).epsilon >= composed.get_epsilon_for_delta(delta)
+
+
+def test_without_sampling_the_curve_is_the_skellam_bound_and_tends_to_the_gaussian() -> None:
+    grid = order_grid([2.0, 3.0, 2.5, 10.0])
+    event = PoissonSampledSkellam(sampling_rate=1.0, variance=1e8, l2_sensitivity=1e4, l1_sensitivity=2e4, steps=3)
+    curve = event.rdp(grid)
+    assert curve[0] == pytest.approx(3 * skellam_rdp(2, 1e8, 1e4, 2e4))
+    assert curve[2] == curve[1]  # order 2.5 takes order 3's value: an upper bound
+    gaussian = accounting.PoissonSampledGaussian(sampling_rate=1.0, noise_multiplier=1.0, steps=3).rdp(grid)
+    assert np.all(curve >= gaussian) and curve[3] == pytest.approx(gaussian[3], rel=1e-3)
+
+
+def test_subsampling_never_raises_the_curve_and_lowers_it_for_small_rates() -> None:
+    base = np.array([0.0, 0.0] + [skellam_rdp(a, 50.0, 3.0, 5.0) for a in range(2, 40)])
+    for a in (2, 5, 39):
+        assert subsampled_rdp(a, 1.0, base) == base[a]
+        assert subsampled_rdp(a, 0.01, base) < base[a]
+
+
+def test_the_event_is_registered_round_trips_and_refuses_bad_fields() -> None:
+    assert EVENT_KINDS["poisson_sampled_skellam"] is PoissonSampledSkellam
+    fields = {"sampling_rate": 0.1, "variance": 100.0, "l2_sensitivity": 3.0, "l1_sensitivity": 4.0, "steps": 2}
+    (event,) = validate_events([{"kind": "poisson_sampled_skellam", **fields}], "spent")
+    assert event == PoissonSampledSkellam(**fields)
+    with pytest.raises(InvalidInputError) as error:
+        validate_events([{"kind": "poisson_sampled_skellam", **fields, "variance": -1.0}], "spent")
+    assert error.value.field == "spent[0].variance"
+    with pytest.raises(InvalidInputError) as error:
+        validate_events([{"kind": "poisson_sampled_skellam", **fields, "l1_sensitivity": 2.0}], "spent")
+    assert error.value.field.startswith("spent[0]") and "l1_sensitivity" in error.value.message
+
+
+def test_it_composes_with_gaussian_phases_and_pld_falls_back_to_rdp_for_it() -> None:
+    skellam = PoissonSampledSkellam(
+        sampling_rate=0.05, variance=4e6, l2_sensitivity=2010.0, l1_sensitivity=5e5, steps=50
+    )
+    gaussian = accounting.PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.0, steps=50)
+    alone = accounting.epsilon_of_events([skellam], delta=1e-5).epsilon
+    both = accounting.epsilon_of_events([skellam, gaussian], delta=1e-5).epsilon
+    assert both > alone
+    report = accounting.epsilon_of_events([skellam], delta=1e-5, accountant="pld")
+    assert report.fallback and report.accountant_used == "rdp" and report.epsilon == alone
