@@ -48,7 +48,7 @@ LAYERS: dict[str, tuple[frozenset[str], ...]] = {
         frozenset({"events"}),
         frozenset({"metric", "results"}),
         frozenset({"accountants"}),
-        frozenset({"epsilon", "calibration"}),
+        frozenset({"epsilon", "calibration", "audit"}),
         frozenset({"requests"}),
         frozenset({"cli", "__init__"}),
     ),
