@@ -56,7 +56,7 @@ LAYERS: dict[str, tuple[frozenset[str], ...]] = {
         frozenset({"calibration", "curves", "harary", "mean_estimation", "objective", "partition", "waterfill",
                    "allocate", "pools", "solve", "service_api", "choices"}),
         frozenset({"schema"}),
-        frozenset({"adaptive_clip", "fedhdp", "secagg", "ledger", "problem", "learnability"}),
+        frozenset({"adaptive_clip", "fedhdp", "secagg", "ledger", "problem", "learnability", "discrete"}),
         frozenset({"verify", "methods"}),
         frozenset({"finalize"}),
         frozenset({"plan", "report"}),
