@@ -28,6 +28,7 @@ from accounting.errors import (
     validation_error_message,
 )
 from planner.service_api import ErrorBody
+from planner.units import UNITS
 
 logger = logging.getLogger("gdpfed.app")
 
@@ -133,9 +134,6 @@ def error_responses(*statuses: int, **descriptions: str) -> dict[int | str, dict
     }
 
 
-SCENARIO_TAGS = ("client", "silo_sample")
-
-
 def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
     """``("body", "scenario", "groups", 1, "epsilon")`` -> ``scenario.groups.1.epsilon``;
     ``("body",)`` (an error of the whole body, e.g. a PATCH that changes nothing) -> ``body``."""
@@ -146,7 +144,7 @@ def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
         parts = parts[1:]
     # a scenario is a union tagged by its privacy unit (app.schemas.PlanCreate): the tag
     # names the model, not a field, so ``scenario.silo_sample.silos`` is ``scenario.silos``
-    if len(parts) > 1 and parts[0] == "scenario" and parts[1] in SCENARIO_TAGS:
+    if len(parts) > 1 and parts[0] == "scenario" and parts[1] in UNITS:
         parts = [parts[0], *parts[2:]]
     return ".".join(parts) or None
 

@@ -116,7 +116,8 @@ class PlanRecord(Base):
     method: Mapped[str] = mapped_column(String(32))
     # whom the plan protects (planner.units); rows from before schema version 2 are "client"
     privacy_unit: Mapped[str] = mapped_column(String(32), default="client", server_default="client")
-    accountant: Mapped[str] = mapped_column(String(16))
+    # null for units without an (epsilon, delta) accountant (metric leakage; migration 0005)
+    accountant: Mapped[str | None] = mapped_column(String(16), nullable=True)
     start_round: Mapped[int] = mapped_column(Integer)
     rounds: Mapped[int] = mapped_column(Integer)
     parent_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id"), nullable=True, index=True)
@@ -145,3 +146,7 @@ class LedgerRound(Base):
     # "started": claimed by an attached trainer before it ran the round (counted as spent);
     # "completed": its outcome (aborted pools, metrics) has arrived (docs/ledger.md §4).
     status: Mapped[str] = mapped_column(String(16), default="completed", server_default="completed")
+    # plans whose unit counts participations (metric_local): group id -> the clients that
+    # released in this round; null when not reported (the round then counts as one release
+    # of every client, docs/ledger.md §8)
+    participants: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
