@@ -238,3 +238,79 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
     assert got == {k: pytest.approx(v, rel=1e-12) for k, v in capped4(counts, 1).items()}
     assert ledger["rounds_without_participants"] == 1
     assert type(parse_ledger(ledger)).__name__ == "MetricLedgerOut"
+
+
+def test_real_server_kill_and_restart_loses_no_acknowledged_round(backend_url: str) -> None:
+    """A real ``gdpfed serve`` on each backend: a silo and a metric run report rounds the
+    trainer's way, a budget change of each lands mid-run, refused reports change nothing,
+    the server is killed (SIGKILL) and started again on the same database, the runs finish,
+    and every acknowledged round is in the ledgers, which equal the independent figures."""
+    from tests.app.test_e2e import serve
+    from trainer.run.reporting import ServiceLink
+
+    token = "gdpfed_unit-ledgers-real-server-key-0123456789"
+    acknowledged: set[tuple[str, int]] = set()
+    counts: dict[str, dict[int, int]] = {}
+
+    def post(link: ServiceLink, plan_id: str, round_index: int, status: str = "completed",
+             participants: dict[str, list[int]] | None = None) -> httpx.Response:
+        body = RoundReport(round_index=round_index, status=status, participants=participants)
+        response = link.request("POST", f"/v1/plans/{plan_id}/rounds", body.model_dump(mode="json"))
+        assert not isinstance(response, str), response
+        if response.status_code in (200, 201):
+            acknowledged.add((plan_id, round_index))
+        return response
+
+    with serve(backend_url, initial_api_key=token) as server:
+        link = ServiceLink(server.base_url, token, attempts=1)
+        api = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        silo = api.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()
+        metric = api.post("/v1/plans", json={"scenario": METRIC_SCENARIO}).json()
+        for r in range(3):
+            assert post(link, silo["id"], r, "started").status_code == 201
+            assert post(link, silo["id"], r).status_code == 201
+        for r, who in enumerate(({"g": [0], "h": [10]}, {"g": [1], "h": [10]})):
+            assert post(link, metric["id"], r, "started", who).status_code == 201
+            for group, clients in who.items():
+                for c in clients:
+                    counts.setdefault(group, {})[c] = counts.setdefault(group, {}).get(c, 0) + 1
+        assert post(link, metric["id"], 2, participants={"x": [0]}).status_code == 422
+        silo_child = api.post(f"/v1/plans/{silo['id']}/replan",
+                              json={"changes": {"silos": [{"id": "a", "epsilon": 1.5}]}}).json()
+        metric_child = api.post(f"/v1/plans/{metric['id']}/replan",
+                                json={"changes": {"groups": [{"id": "g", "leakage_budget": 1.5}]}}).json()
+        assert (silo_child["start_round"], metric_child["start_round"]) == (3, 2)
+        assert post(link, silo["id"], 3, "started").status_code == 409  # superseded
+        assert post(link, silo_child["id"], 3, "started").status_code == 201  # claimed, never completed
+        server.process.kill()  # no shutdown: only what was committed survives
+        server.process.wait()
+        link.close()
+        api.close()
+
+    with serve(backend_url) as server:
+        link = ServiceLink(server.base_url, token, attempts=1)
+        api = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        for plan_id in {p for p, _ in acknowledged}:
+            ledger = api.get(f"/v1/plans/{plan_id}/ledger").json()
+            rows = {r for p, r in acknowledged if p == plan_id}
+            assert ledger["rounds_reported"] == len(rows) and ledger["last_round_index"] == max(rows), ledger
+        for r in range(3, 10):
+            assert post(link, silo_child["id"], r).status_code == 201
+        for r in range(2, 8):
+            who = {"h": [11 + r % 2]}
+            assert post(link, metric_child["id"], r, participants=who).status_code == 201
+            counts["h"][11 + r % 2] = counts["h"].get(11 + r % 2, 0) + 1
+        final_silo = api.get(f"/v1/plans/{silo_child['id']}/ledger").json()
+        final_metric = api.get(f"/v1/plans/{metric_child['id']}/ledger").json()
+        link.close()
+        api.close()
+
+    assert final_silo["rounds_counted"] == 7 and final_silo["label"] == "silo sample-level"
+    for row, before, after in zip(final_silo["silos"], silo["silos"], silo_child["silos"]):
+        independent = silo_epsilons([
+            (before["sampling_rate"], before["noise_multiplier"], 3 * before["steps_per_round"]),
+            (after["sampling_rate"], after["noise_multiplier"], 7 * after["steps_per_round"]),
+        ], 1e-5)
+        assert row["epsilon_spent"] == pytest.approx(independent, rel=1e-9)
+    # g's cap is 3 now (floor(1.5 * 20 / 10)); nobody reached it, so the figures are the counts'
+    check_metric_ledger(final_metric, counts, 0)
