@@ -173,6 +173,7 @@ class PlanSummary(BaseModel):
     id: str
     created_at: UtcDatetime
     method: str
+    label: str = Field(description="the label the plan's figures are shown under (its unit's)")
     privacy_unit: str = Field(
         description="whom the plan protects (" + _units_described("{unit.label}") + "); "
         "different notions, never added or compared"
@@ -329,7 +330,7 @@ class ConsoleLineage(BaseModel):
     parent_plan_id: str | None = None
     superseded_by: str | None = None
     method: str
-    accountant: AccountantName
+    accountant: AccountantName | None = None
     start_round: int
     rounds: int
     rounds_counted: int
@@ -345,6 +346,28 @@ class ConsolePopulation(BaseModel):
     rounds_counted: int = 0
     series: SpentSeries | None = None
     lineage: list[ConsoleLineage]
+
+
+class ConsolePlanRow(BaseModel):
+    id: str = Field(description="the protected entity: a group or a silo")
+    budget: float | None
+    spent: float | None
+    remaining: float | None
+
+
+class ConsolePlan(BaseModel):
+    """A plan of any unit as the console shows it: its ledger's figures under its unit's label."""
+
+    plan_id: str
+    privacy_unit: str
+    label: str = Field(description="e.g. silo sample-level, leakage (metric d-privacy): never added or compared")
+    figure: str = Field(description="what budget, spent and remaining are: epsilon or leakage")
+    entities: str = Field(description="what the rows are: groups or silos")
+    budget_field: str = Field(description="the budget's field in a re-plan's changes (epsilon, leakage_budget)")
+    unit: str = Field(description="the label, the notion and, for epsilons, delta and accountant")
+    rounds_counted: int = Field(description="global rounds counted by the service's ledger")
+    rows: list[ConsolePlanRow]
+    lineage: list[ConsoleLineage] = Field(description="the plan's ancestors, oldest first, then the plan")
 
 
 class ConsoleComparison(BaseModel):

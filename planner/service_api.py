@@ -159,9 +159,11 @@ class MetricGroupLedger(BaseModel):
                                     "counted as one more release of every client")
     participations_median: float = Field(description="median releases over the group's num_clients clients "
                                          "(clients never reported count 0), on the same count")
-    leakage_worst_case: float | None = Field(description="participations_max * n / nu; null when nu = 0")
+    leakage_spent: float | None = Field(
+        description="the worst case over the group's clients: participations_max * n / nu; null when nu = 0"
+    )
     leakage_median: float | None = Field(description="participations_median * n / nu; null when nu = 0")
-    leakage_remaining: float | None = Field(description="leakage_budget - leakage_worst_case; null without a budget")
+    leakage_remaining: float | None = Field(description="leakage_budget - leakage_spent; null without a budget")
 
 
 class MetricLedgerOut(LedgerRounds):

@@ -227,6 +227,7 @@ def summary(record: PlanRecord) -> PlanSummary:
         id=record.id,
         created_at=record.created_at,
         method=record.method,
+        label=privacy_unit(record.privacy_unit).label,
         privacy_unit=record.privacy_unit,
         accountant=record.accountant,
         start_round=record.start_round,

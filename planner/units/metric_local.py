@@ -360,7 +360,7 @@ def ledger_rows(plan: MetricPlan, rounds_counted: int, participations: Participa
             leakage_budget=group.leakage_budget, max_participations=group.max_participations,
             leakage_per_participation=per, clients_participated=len(counted),
             participations_max=worst, participations_median=median,
-            leakage_worst_case=leak, leakage_median=None if per is None else per * median,
+            leakage_spent=leak, leakage_median=None if per is None else per * median,
             leakage_remaining=None if group.leakage_budget is None or leak is None
             else max(group.leakage_budget - leak, 0.0),
         ))

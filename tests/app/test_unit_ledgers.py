@@ -161,7 +161,7 @@ def check_metric_ledger(ledger: dict[str, Any], counts: dict[str, dict[int, int]
     assert ledger["label"] == "leakage (metric d-privacy)" and "epsilon" not in str(sorted(ledger))
     assert ledger["rounds_without_participants"] == unknown
     expected = metric_expected(counts, unknown)
-    got = {g["id"]: (g["leakage_worst_case"], g["leakage_median"]) for g in ledger["groups"]}
+    got = {g["id"]: (g["leakage_spent"], g["leakage_median"]) for g in ledger["groups"]}
     assert got == {k: pytest.approx(v, rel=1e-12) for k, v in expected.items()}
 
 
@@ -234,7 +234,7 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
         leak_h = [metric_leakage([MetricLeakage.laplace(10, 10.0, r)]) if r else 0.0 for r in h]
         return {"g": (max(leak_g), statistics.median(leak_g)), "h": (max(leak_h), statistics.median(leak_h))}
 
-    got = {g["id"]: (g["leakage_worst_case"], g["leakage_median"]) for g in ledger["groups"]}
+    got = {g["id"]: (g["leakage_spent"], g["leakage_median"]) for g in ledger["groups"]}
     assert got == {k: pytest.approx(v, rel=1e-12) for k, v in capped4(counts, 1).items()}
     assert ledger["rounds_without_participants"] == 1
     assert type(parse_ledger(ledger)).__name__ == "MetricLedgerOut"
