@@ -130,7 +130,7 @@ def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     # a scenario is a union tagged by its privacy unit (app.schemas.PlanCreate): the tag
-    # names the model, not a field, so ``scenario.silo_sample.silos`` is ``scenario.silos``
+    # names the model, not a field, so ``scenario.<unit>.silos`` is ``scenario.silos``
     if len(parts) > 1 and parts[0] == "scenario" and parts[1] in UNITS:
         parts = [parts[0], *parts[2:]]
     return ".".join(parts) or None

@@ -114,7 +114,7 @@ async function showPlan(id) {
   $("plan").hidden = false;
   $("plan-title").textContent = `Plan ${view.plan_id} (${view.label})`;
   $("plan-unit").textContent = `Privacy figures: ${view.unit}; ${view.rounds_counted} round(s) counted by the service's ledger.`;
-  $("plan-entity").textContent = view.entities === "silos" ? "silo" : "group";
+  $("plan-entity").textContent = view.entities.replace(/s$/, "");  // silos -> silo, groups -> group
   $("plan-budget").textContent = `${view.figure} budget`;
   $("plan-spent").textContent = `${view.figure} spent`;
   $("plan-remaining").textContent = `${view.figure} remaining`;
