@@ -218,6 +218,9 @@ class RoundRecord(BaseModel):
     metrics: dict[str, float | None]
     reported_at: UtcDatetime
     reported_by: str | None = None
+    participants: dict[str, list[int]] | None = Field(
+        None, description="metric plans: the round's participants as recorded (null: not reported)"
+    )
     duplicate: bool = Field(False, description="true when this round was already recorded (nothing changed)")
 
 

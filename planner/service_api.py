@@ -69,8 +69,9 @@ class RoundReport(InputModel):
         description="informational numbers (loss, accuracy, ...); NaN and infinities are stored as null "
         "so that a diverged round is still recorded",
     )
+    # left out of a body when absent, so a client-level report is what it was before
     participants: dict[GroupName, list[ClientId]] | None = Field(
-        None, max_length=10_000,
+        None, max_length=10_000, exclude_if=lambda value: value is None,
         description="plans whose unit counts participations (metric_local) only: group id -> the run's ids of "
         "the clients of that group that released a model in this round (each client once, in one group; at most "
         "the group's num_clients distinct clients over the run). Given with the claim or with the completion; once "

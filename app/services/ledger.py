@@ -257,6 +257,7 @@ def _to_record(row: LedgerRound, duplicate: bool) -> RoundRecord:
         reported_at=row.reported_at,
         reported_by=row.reported_by,
         status=row.status,  # a String column holding a RoundStatus
+        participants=row.participants,
         duplicate=duplicate,
     )
 

@@ -314,3 +314,11 @@ def test_real_server_kill_and_restart_loses_no_acknowledged_round(backend_url: s
         assert row["epsilon_spent"] == pytest.approx(independent, rel=1e-9)
     # g's cap is 3 now (floor(1.5 * 20 / 10)); nobody reached it, so the figures are the counts'
     check_metric_ledger(final_metric, counts, 0)
+
+
+def test_a_report_without_participants_is_the_body_it_was() -> None:
+    """A client-level or silo report (``participants`` absent) is the body the trainer sent
+    before issue 29, so a trainer talking to an older service is not refused for a null key."""
+    assert RoundReport(round_index=3, status="started").model_dump(mode="json") == {
+        "round_index": 3, "status": "started", "aborted_pools": [], "metrics": {}}
+    assert RoundReport(round_index=3, participants={"g": [1]}).model_dump(mode="json")["participants"] == {"g": [1]}
