@@ -322,3 +322,27 @@ def test_a_report_without_participants_is_the_body_it_was() -> None:
     assert RoundReport(round_index=3, status="started").model_dump(mode="json") == {
         "round_index": 3, "status": "started", "aborted_pools": [], "metrics": {}}
     assert RoundReport(round_index=3, participants={"g": [1]}).model_dump(mode="json")["participants"] == {"g": [1]}
+
+
+@pytest.mark.parametrize("scenario, changes", [
+    (SILO_SCENARIO, {"silos": [{"id": "a", "epsilon": 2.0}]}),
+    (METRIC_SCENARIO, {"groups": [{"id": "g", "leakage_budget": 2.0}]}),
+])
+def test_served_plans_and_replans_are_what_a_trainer_reads_and_verifies(
+    client: TestClient, scenario: dict[str, Any], changes: dict[str, Any]
+) -> None:
+    """What ``--report-to`` fetches (``GET /v1/plans/{id}``, provenance fields included) is
+    read by ``planner.schema.load_plan_document`` and passes the unit's verifier, for a
+    silo or metric plan and for its re-plan (which names its parent and starts later)."""
+    from planner.schema import load_plan_document
+    from planner.units import verify
+
+    plan = client.post("/v1/plans", json={"scenario": scenario}).json()
+    assert client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": 0}).status_code == 201
+    child = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": changes})
+    assert child.status_code == 201, child.text
+    for served_id, start, parent in ((plan["id"], 0, None), (child.json()["id"], 1, plan["id"])):
+        document = load_plan_document(client.get(f"/v1/plans/{served_id}").json())
+        verify(document)
+        assert (document.privacy_unit, document.start_round, document.parent_plan_id) == (
+            scenario["privacy_unit"], start, parent)
