@@ -370,8 +370,9 @@ def ledger_rows(plan: MetricPlan, rounds_counted: int, participations: Participa
 def check_participants(plan: MetricPlan, participations: Participations, reported: dict[str, list[int]]) -> None:
     """Refuse a round's participants (docs/ledger.md §8), naming ``participants.<group>``: an
     unknown group or a client listed twice or in two groups (``InvalidInputError``), more
-    distinct clients than the group holds, or a client past its group's participation cap
-    (``BudgetConflictError``: the release would exceed the leakage budget)."""
+    distinct clients than the group holds, or a client whose reported releases would pass its
+    group's participation cap (``BudgetConflictError``: the release would exceed the leakage
+    budget)."""
     group_of = {c: g for g, counts in participations.counts.items() for c in counts}
     listed: set[int] = set()
     for group_id, clients in reported.items():
@@ -394,11 +395,14 @@ def check_participants(plan: MetricPlan, participations: Participations, reporte
             )
         cap = group.max_participations
         if cap is not None:
-            over = [c for c in clients if counts.get(c, 0) + participations.unknown_rounds + 1 > cap]
+            # the reported releases only: a round whose participants are still on their way
+            # (a completion queued behind the next claim) says nothing about this client, and
+            # the ledger already counts such rounds as releases within the cap
+            over = [c for c in clients if counts.get(c, 0) + 1 > cap]
             if over:
                 raise BudgetConflictError(
                     field, f"client {over[0]} would release more than its cap of {cap} (leakage budget "
-                    f"{group.leakage_budget:g}, {NOTION}), counting rounds without reported participants as releases",
+                    f"{group.leakage_budget:g}, {NOTION})",
                 )
 
 

@@ -206,8 +206,12 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
     assert trainer.report(pid, 4, participants=r4).status_code == 201
     released(r4)
     check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), counts, 1)
-    # with round 3 unknown, client 1 of g (1 release) is at its cap: refused
-    error(trainer.report(pid, 5, participants={"g": [1]}), 409, "budget_conflict", "participants.g")
+    # client 1 of g reaches its cap: accepted on its reported releases (1 + 1 = 2), though the
+    # ledger already counts the unknown round 3 as its second release (min(2 + 1, 2) = 2)
+    assert trainer.report(pid, 5, participants={"g": [1]}).status_code == 201
+    released({"g": [1]})
+    check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), counts, 1)
+    error(trainer.report(pid, 6, participants={"g": [1]}), 409, "budget_conflict", "participants.g")
 
     # leakage-budget changes move the cap; below the worst client's leakage is refused
     replan = f"/v1/plans/{pid}/replan"
@@ -218,12 +222,12 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
     child = client.post(replan, json={"changes": {"groups": [{"id": "g", "leakage_budget": 2.0}]}})
     assert child.status_code == 201, child.text
     kid = child.json()
-    assert (kid["start_round"], kid["rounds"], kid["groups"][0]["max_participations"]) == (5, 3, 4)
+    assert (kid["start_round"], kid["rounds"], kid["groups"][0]["max_participations"]) == (6, 2, 4)
     assert kid["groups"][0]["noise_multiplier"] == 20.0  # nu kept: released leakage cannot change
     # the new cap counts the run's releases, the parent's included
-    r5 = {"g": [0, 1], "h": [10]}
-    assert trainer.report(kid["id"], 5, participants=r5).status_code == 201
-    released(r5)
+    r6 = {"g": [0, 1], "h": [10]}
+    assert trainer.report(kid["id"], 6, participants=r6).status_code == 201
+    released(r6)
     ledger = client.get(f"/v1/plans/{kid['id']}/ledger").json()
     assert [g["max_participations"] for g in ledger["groups"]] == [4, None]
 
@@ -346,3 +350,16 @@ def test_served_plans_and_replans_are_what_a_trainer_reads_and_verifies(
         verify(document)
         assert (document.privacy_unit, document.start_round, document.parent_plan_id) == (
             scenario["privacy_unit"], start, parent)
+
+
+def test_a_completion_queued_behind_the_next_claim_is_not_refused(client: TestClient, trainer: TrainerLink) -> None:
+    """The trainer claims round r + 1 before a queued completion of round r arrives
+    (docs/ledger.md §6): the unknown round r + 1 must not push a client that reached its cap
+    in round r over it, which would stop a correct run; the ledger still counts r + 1."""
+    pid = client.post("/v1/plans", json={"scenario": METRIC_SCENARIO}).json()["id"]
+    assert trainer.report(pid, 0, participants={"g": [0]}).status_code == 201
+    assert trainer.report(pid, 1, "started").status_code == 201
+    assert trainer.report(pid, 2, "started").status_code == 201
+    late = trainer.report(pid, 1, participants={"g": [0]})  # client 0's second release: its cap
+    assert late.status_code == 201, late.text
+    check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), {"g": {0: 2}}, 1)
