@@ -28,6 +28,7 @@ from accounting.errors import (
     validation_error_message,
 )
 from planner.service_api import ErrorBody
+from planner.units import UNITS
 
 logger = logging.getLogger("gdpfed.app")
 
@@ -79,19 +80,6 @@ def compute_timeout(seconds: float) -> ServiceError:
     )
 
 
-def no_service_ledger(plan_id: str, privacy_unit: str) -> ServiceError:
-    """409 for rounds, a ledger or a re-plan of a plan the service keeps no ledger for: a silo
-    sample-level plan, whose run keeps its own (docs/mrmtl.md §6, docs/service.md §Privacy ledger).
-    A re-plan starts where the service's ledger says the plan is, so it needs that ledger too."""
-    return ServiceError(
-        409, "no_service_ledger",
-        f"plan {plan_id!r} is a {privacy_unit} plan (sample-level DP per silo): the service keeps ledgers of "
-        "client-level plans only, so it takes no rounds, has no ledger and makes no re-plan of this plan "
-        "(a re-plan starts from the ledger's count); the silo run keeps its own: each silo's epsilon spent "
-        "is in the run's summary.json and console summary (gdpfed train --plan)",
-    )
-
-
 def superseded(plan_id: str, round_index: int, child_id: str, child_start: int) -> ServiceError:
     """409 for a round that belongs to the plan's re-plan (docs/ledger.md §4)."""
     return ServiceError(
@@ -116,7 +104,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     403: "the key's role does not allow this",
     404: "no such plan, population, group or key (code not_found)",
     409: "the change conflicts with the stored state (code conflict, budget_conflict, superseded, "
-    "no_service_ledger, ...; field names the input to blame)",
+    "...; field names the input to blame)",
     413: "request body too large",
     422: "invalid input (code invalid_input, with field) or infeasible plan (code infeasible)",
     503: "the computation ran past its time limit (code timeout), or the plan is being re-planned "
@@ -133,9 +121,6 @@ def error_responses(*statuses: int, **descriptions: str) -> dict[int | str, dict
     }
 
 
-SCENARIO_TAGS = ("client", "silo_sample")
-
-
 def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
     """``("body", "scenario", "groups", 1, "epsilon")`` -> ``scenario.groups.1.epsilon``;
     ``("body",)`` (an error of the whole body, e.g. a PATCH that changes nothing) -> ``body``."""
@@ -145,8 +130,8 @@ def location_to_field(loc: tuple[Any, ...] | list[Any]) -> str | None:
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     # a scenario is a union tagged by its privacy unit (app.schemas.PlanCreate): the tag
-    # names the model, not a field, so ``scenario.silo_sample.silos`` is ``scenario.silos``
-    if len(parts) > 1 and parts[0] == "scenario" and parts[1] in SCENARIO_TAGS:
+    # names the model, not a field, so ``scenario.<unit>.silos`` is ``scenario.silos``
+    if len(parts) > 1 and parts[0] == "scenario" and parts[1] in UNITS:
         parts = [parts[0], *parts[2:]]
     return ".".join(parts) or None
 

@@ -20,6 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from planner.units import DEFAULT_UNIT
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -114,9 +116,11 @@ class PlanRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     method: Mapped[str] = mapped_column(String(32))
-    # whom the plan protects (planner.units); rows from before schema version 2 are "client"
-    privacy_unit: Mapped[str] = mapped_column(String(32), default="client", server_default="client")
-    accountant: Mapped[str] = mapped_column(String(16))
+    # whom the plan protects (planner.units); rows from before schema version 2 are the
+    # default unit's (client-level; migration 0004)
+    privacy_unit: Mapped[str] = mapped_column(String(32), default=DEFAULT_UNIT, server_default=DEFAULT_UNIT)
+    # null for units without an (epsilon, delta) accountant (metric leakage; migration 0005)
+    accountant: Mapped[str | None] = mapped_column(String(16), nullable=True)
     start_round: Mapped[int] = mapped_column(Integer)
     rounds: Mapped[int] = mapped_column(Integer)
     parent_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id"), nullable=True, index=True)
@@ -145,3 +149,7 @@ class LedgerRound(Base):
     # "started": claimed by an attached trainer before it ran the round (counted as spent);
     # "completed": its outcome (aborted pools, metrics) has arrived (docs/ledger.md §4).
     status: Mapped[str] = mapped_column(String(16), default="completed", server_default="completed")
+    # plans whose unit counts participations (metric plans): group id -> the clients that
+    # released in this round; null when not reported (the round then counts as one release
+    # of every client, docs/ledger.md §8)
+    participants: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -29,20 +29,21 @@ from app.schemas import PlanCreateMethod
 from app.security import Role
 from planner.schema import GroupStatus, KeepRatioAuto, PlanMethod, SecaggMode
 from planner.service_api import RoundStatus
-from planner.units.silo_sample import SiloMethod
+from planner.units import UNITS
 
 # component name -> the Literal it is; the names are the code's own
 NAMED_ENUMS: dict[str, Any] = {
     "AccountantName": AccountantName,
     "PlanMethod": PlanMethod,
     "PlanCreateMethod": PlanCreateMethod,
-    "SiloMethod": SiloMethod,
     "Role": Role,
     "RoundStatus": RoundStatus,
     "GroupStatus": GroupStatus,
     "SecaggMode": SecaggMode,
     "SolvedFor": SolvedFor,
     "KeepRatioAuto": KeepRatioAuto,
+    # each privacy unit's own (SiloMethod, RadiusRule, ...)
+    **{name: literal for unit in UNITS.values() for name, literal in unit.wire_enums.items()},
 }
 # what a field keeps beside its reference (the type's values move to the component)
 _FIELD_KEYS = ("description", "default", "title")

@@ -11,29 +11,28 @@ here: the trainer's reporting client uses the same classes (docs/service.md §Cl
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Union, cast, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from accounting.accountants import AccountantName
 from accounting.errors import located_validation_error
 from accounting.validation import Flag, InputModel
-from app.errors import SCENARIO_TAGS
 from app.models import as_utc
 from app.security import Role
 from planner.schema import (
-    Changes,
     ComparisonRow,
     Epsilon,
     GroupSpec,
     Plan,
+    PlanDocument,
     PlanMethod,
     Recommendation,
-    RequestedMethod,
     Scenario,
 )
 from planner.service_api import GroupLedger, KeyIdentity, LedgerOut, RoundReport, RoundStatus
-from planner.units.silo_sample import SiloMethod, SiloSamplePlan, SiloScenario
+from planner.units import UNITS, PlanningMethod, PrivacyUnit, ScenarioDocument, scenario_unit_name
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 # SQLite hands back naive datetimes; every stored time is UTC and is served with its offset.
@@ -70,44 +69,36 @@ class KeyCreated(KeyOut):
 # --- plans ------------------------------------------------------------------------------
 
 
-def _scenario_unit(value: Any) -> str:
-    """The privacy unit a scenario asks for (absent: client), which selects its model."""
-    unit = value.get("privacy_unit", "client") if isinstance(value, dict) else getattr(value, "privacy_unit", "client")
-    return unit if unit in SCENARIO_TAGS else "client"
+def _units_described(what: str) -> str:
+    return "; ".join(f"{unit.name}: {what.format(unit=unit)}" for unit in UNITS.values())
 
 
-# What POST /v1/plans plans with: a client method or "compare" (planner.units.client's
-# methods), or a silo method (planner.units.silo_sample's); one named enum in the OpenAPI
-# document (app/openapi.py), so a generated client types it.
-PlanCreateMethod = Literal[RequestedMethod, SiloMethod]
+# What POST /v1/plans plans with: every registered unit's methods (planner.units), one named
+# enum in the OpenAPI document (app/openapi.py), so a generated client types it.
+PlanCreateMethod = PlanningMethod
 
 
 class PlanCreate(_Input):
-    """A client-level scenario with a planning method, or a silo scenario
-    (``privacy_unit: silo_sample``, docs/mrmtl.md §2) with a silo method."""
+    """A scenario of any registered privacy unit (its ``privacy_unit``; absent: client-level)
+    with one of that unit's planning methods (docs/service.md §Plans)."""
 
-    scenario: Annotated[
-        Annotated[Scenario, Tag("client")] | Annotated[SiloScenario, Tag("silo_sample")],
-        Discriminator(_scenario_unit),
-    ]
+    scenario: ScenarioDocument
     method: PlanCreateMethod | None = Field(
-        None, description="a planning method (client scenarios, default gdpfed_plus) or a silo method "
-        "(silo scenarios, default mrmtl)"
+        None, description="one of the scenario's unit's methods (default: "
+        + _units_described("{unit.default_method}") + ")"
     )
 
     @model_validator(mode="before")
     @classmethod
     def _planned_unit(cls, body: Any) -> Any:
-        # before the fields: a unit the service does not plan would be read as a client
-        # scenario and answered "privacy_unit: Input should be 'client' (and 10 more)", its
-        # method (metric_laplace) as unknown besides
+        # before the fields: an unknown unit would be answered "Input tag ... does not match
+        # any of the expected tags" at the scenario, not at its privacy_unit
         scenario = body.get("scenario") if isinstance(body, dict) else None
-        unit = scenario.get("privacy_unit", "client") if isinstance(scenario, dict) else "client"
-        if unit not in SCENARIO_TAGS:
+        unit = scenario_unit_name(scenario) if isinstance(scenario, dict) else None
+        if unit is not None and unit not in UNITS:
             raise located_validation_error("PlanCreate", [(
                 ("scenario", "privacy_unit"),
-                f"the service plans client and silo_sample scenarios, not {unit!r}; "
-                "plan a metric_local scenario with gdpfed plan (docs/service.md §Plans)",
+                f"unknown privacy unit {unit!r}; the service plans {', '.join(UNITS)} scenarios",
                 unit,
             )])
         return body
@@ -139,28 +130,54 @@ class StoredPlan(Plan):
     )
 
 
-class StoredSiloPlan(SiloSamplePlan):
-    """A silo_sample plan as stored by the service (docs/mrmtl.md §2): every silo's DP-SGD
-    mechanism and its silo-specific sample-level epsilon, labelled ``notion``; never shown
-    as, or added to, a client-level figure. Silo plans are not re-planned and their runs do
-    not report rounds to the service (the ledger endpoints refuse them)."""
-
+class _Provenance(BaseModel):
     id: str
     created_at: UtcDatetime
     created_by: str | None = None
     population_id: str | None = None
-    superseded_by: str | None = None
+    superseded_by: str | None = Field(
+        None, description="id of this plan's re-plan (which covers the rounds from its start_round on)"
+    )
+
+
+def stored_model(unit: PrivacyUnit) -> type[AnyStoredPlan]:
+    """The stored form of ``unit``'s plans: its plan document plus id and provenance
+    (``StoredPlan`` for client-level plans, ``Stored<PlanModel>`` for the others). Its
+    figures are in the unit's own notion (``notion``), never added to another unit's."""
+    return _stored_model(unit.name)
+
+
+@cache
+def _stored_model(name: str) -> type[AnyStoredPlan]:
+    unit = UNITS[name]
+    if issubclass(StoredPlan, unit.plan_model):
+        return cast("type[AnyStoredPlan]", StoredPlan)
+    name = f"Stored{unit.plan_model.__name__}"
+    doc = f"A {unit.name} plan as stored by the service: {unit.notion}."
+    return cast("type[AnyStoredPlan]", type(name, (unit.plan_model, _Provenance), {"__doc__": doc, "__module__": __name__}))
+
+
+if TYPE_CHECKING:
+    class AnyStoredPlan(PlanDocument, _Provenance):  # what every stored model is
+        pass
+else:
+    # a stored plan of any unit, told apart by privacy_unit (a discriminator in the document)
+    AnyStoredPlan = Annotated[
+        Union[tuple(stored_model(unit) for unit in UNITS.values())],  # noqa: UP007
+        Field(discriminator="privacy_unit"),
+    ]
 
 
 class PlanSummary(BaseModel):
     id: str
     created_at: UtcDatetime
     method: str
+    label: str = Field(description="the label the plan's figures are shown under (its unit's)")
     privacy_unit: str = Field(
-        description="whom the plan protects: client (client-level DP per group) or silo_sample "
-        "(silo-specific sample-level DP per silo); different notions, never compared"
+        description="whom the plan protects (" + _units_described("{unit.label}") + "); "
+        "different notions, never added or compared"
     )
-    accountant: AccountantName
+    accountant: AccountantName | None = Field(description="null for units whose figures have no accountant (metric leakage)")
     start_round: int
     rounds: int
     parent_plan_id: str | None = None
@@ -176,10 +193,17 @@ class PlanPage(BaseModel):
 
 
 class ReplanRequest(_Input):
+    """A re-plan of the remaining rounds; ``changes`` is the plan's unit's budget change
+    (``PrivacyUnit.changes_model``), validated once the plan is known."""
+
     rounds_done: int | None = Field(
         None, ge=0, description="rounds of this plan already run; default: what the ledger recorded"
     )
-    changes: Changes = Field(default_factory=Changes)
+    changes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the plan's unit's changes: " + _units_described("{unit.changes_model.__name__}")
+        + " (a budget below what was spent is refused 409 budget_conflict)",
+    )
 
 
 # --- ledger -----------------------------------------------------------------------------
@@ -193,10 +217,16 @@ class RoundRecord(BaseModel):
     metrics: dict[str, float | None]
     reported_at: UtcDatetime
     reported_by: str | None = None
+    participants: dict[str, list[int]] | None = Field(
+        None, description="metric plans: the round's participants as recorded (null: not reported)"
+    )
     duplicate: bool = Field(False, description="true when this round was already recorded (nothing changed)")
 
 
 # --- populations ------------------------------------------------------------------------
+
+
+_POPULATION_UNIT = Scenario.model_fields["privacy_unit"].default  # populations are client-level
 
 
 class PopulationCreate(_Input):
@@ -207,8 +237,8 @@ class PopulationCreate(_Input):
     @field_validator("scenario", mode="before")
     @classmethod
     def _client_level(cls, scenario: Any) -> Any:
-        unit = scenario.get("privacy_unit", "client") if isinstance(scenario, dict) else "client"
-        if unit != "client":
+        unit = scenario_unit_name(scenario) if isinstance(scenario, dict) else _POPULATION_UNIT
+        if unit != _POPULATION_UNIT:
             raise ValueError(
                 f"populations hold client-level scenarios only; this one's privacy_unit is {unit!r} "
                 "(plan it with POST /v1/plans)"
@@ -302,7 +332,7 @@ class ConsoleLineage(BaseModel):
     parent_plan_id: str | None = None
     superseded_by: str | None = None
     method: str
-    accountant: AccountantName
+    accountant: AccountantName | None = None
     start_round: int
     rounds: int
     rounds_counted: int
@@ -318,6 +348,28 @@ class ConsolePopulation(BaseModel):
     rounds_counted: int = 0
     series: SpentSeries | None = None
     lineage: list[ConsoleLineage]
+
+
+class ConsolePlanRow(BaseModel):
+    id: str = Field(description="the protected entity: a group or a silo")
+    budget: float | None
+    spent: float | None
+    remaining: float | None
+
+
+class ConsolePlan(BaseModel):
+    """A plan of any unit as the console shows it: its ledger's figures under its unit's label."""
+
+    plan_id: str
+    privacy_unit: str
+    label: str = Field(description="e.g. silo sample-level, leakage (metric d-privacy): never added or compared")
+    figure: str = Field(description="what budget, spent and remaining are: epsilon or leakage")
+    entities: str = Field(description="what the rows are: groups or silos")
+    budget_field: str = Field(description="the budget's field in a re-plan's changes (epsilon, leakage_budget)")
+    unit: str = Field(description="the label, the notion and, for epsilons, delta and accountant")
+    rounds_counted: int = Field(description="global rounds counted by the service's ledger")
+    rows: list[ConsolePlanRow]
+    lineage: list[ConsoleLineage] = Field(description="the plan's ancestors, oldest first, then the plan")
 
 
 class ConsoleComparison(BaseModel):

@@ -544,6 +544,11 @@ class PlanDocument(NumbersModel):
         so a list of ids is compared before the entries that look ids up."""
         return iter(())
 
+    def pool_ids(self) -> set[str]:
+        """Ids of the plan's noise pools, which a round report may name as aborted
+        (docs/ledger.md §4); plans of units without pools have none."""
+        return set()
+
 
 class Plan(PlanDocument):
     """A client-level plan document: what the trainer executes and the service stores.
@@ -563,6 +568,9 @@ class Plan(PlanDocument):
     predicted: Predicted
     comparison: list[ComparisonRow] | None = None
     recommendation: Recommendation | None = None
+
+    def pool_ids(self) -> set[str]:
+        return {pool.id for pool in self.pools}
 
     def scenario_fixed(self) -> Iterator[FixedField]:
         """What a client-level plan's scenario fixes (docs/ledger.md §5): the rounds it covers

@@ -20,6 +20,8 @@ from accounting.events import Phase
 from accounting.validation import InputModel
 
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
+GroupName = Annotated[str, Field(min_length=1, max_length=64)]
+ClientId = Annotated[int, Field(ge=0, le=10**12)]
 MetricName = Annotated[str, Field(min_length=1, max_length=64)]
 RoundStatus = Literal["started", "completed"]
 
@@ -67,6 +69,15 @@ class RoundReport(InputModel):
         description="informational numbers (loss, accuracy, ...); NaN and infinities are stored as null "
         "so that a diverged round is still recorded",
     )
+    # left out of a body when absent, so a client-level report is what it was before
+    participants: dict[GroupName, list[ClientId]] | None = Field(
+        None, max_length=10_000, exclude_if=lambda value: value is None,
+        description="plans whose unit counts participations (metric_local) only: group id -> the run's ids of "
+        "the clients of that group that released a model in this round (each client once, in one group; at most "
+        "the group's num_clients distinct clients over the run). Given with the claim or with the completion; once "
+        "given it cannot change. A counted round without it counts as one more release of every client (never "
+        "optimistic). Other units refuse it (422 naming participants)",
+    )
 
 
 class GroupLedger(BaseModel):
@@ -98,3 +109,69 @@ class LedgerOut(BaseModel):
     )
     superseded_by: str | None = None
     groups: list[GroupLedger]
+
+
+class LedgerRounds(BaseModel):
+    """What every unit's ledger says about the rounds it counts (docs/ledger.md §4)."""
+
+    plan_id: str
+    privacy_unit: str
+    notion: str = Field(description="the privacy notion of every figure of this ledger (planner.units)")
+    label: str = Field(description="the short label every figure is shown under; never added to or "
+                       "compared with another unit's figures")
+    start_round: int
+    rounds: int
+    rounds_reported: int = Field(description="distinct rounds of this plan reported")
+    last_round_index: int | None = None
+    rounds_counted: int = Field(
+        description="rounds of this plan counted as spent: every round up to the last one claimed or reported"
+    )
+    superseded_by: str | None = None
+
+
+class SiloLedger(BaseModel):
+    id: str
+    epsilon: float = Field(description="the silo's sample-level budget in this plan")
+    epsilon_spent: float = Field(description="sample-level epsilon of the silo's DP-SGD steps and selections so far "
+                                 "(parent plans' rounds included)")
+    epsilon_remaining: float
+    steps: int = Field(description="DP-SGD steps the silo ran in the counted rounds of this plan")
+    noise_multiplier: float = Field(description="sigma_k of this plan's rounds")
+
+
+class SiloLedgerOut(LedgerRounds):
+    """``GET /v1/plans/{plan_id}/ledger`` of a silo_sample plan: each silo's sample-level epsilon
+    (docs/ledger.md §7). Never a client-level figure."""
+
+    accountant: AccountantName
+    delta: float
+    silos: list[SiloLedger]
+
+
+class MetricGroupLedger(BaseModel):
+    id: str
+    num_clients: int
+    noise_multiplier: float = Field(description="nu of the group's releases")
+    leakage_budget: float | None = Field(description="L per client in this plan; null = none (no cap)")
+    max_participations: int | None = Field(description="the participation cap floor(L nu / n); null = none")
+    leakage_per_participation: float | None = Field(description="n / nu; null when nu = 0 (no guarantee)")
+    clients_participated: int = Field(description="distinct clients of the group reported as releasing")
+    participations_max: int = Field(description="most releases by one client, rounds without participants "
+                                    "counted as one more release of every client")
+    participations_median: float = Field(description="median releases over the group's num_clients clients "
+                                         "(clients never reported count 0), on the same count")
+    leakage_spent: float | None = Field(
+        description="the worst case over the group's clients: participations_max * n / nu; null when nu = 0"
+    )
+    leakage_median: float | None = Field(description="participations_median * n / nu; null when nu = 0")
+    leakage_remaining: float | None = Field(description="leakage_budget - leakage_spent; null without a budget")
+
+
+class MetricLedgerOut(LedgerRounds):
+    """``GET /v1/plans/{plan_id}/ledger`` of a metric_local plan: each group's leakage from the
+    participations the run reported (docs/ledger.md §8). Leakages, never epsilons."""
+
+    rounds_without_participants: int = Field(
+        description="counted rounds of the run whose participants were never reported"
+    )
+    groups: list[MetricGroupLedger]

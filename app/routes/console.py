@@ -15,7 +15,7 @@ from fastapi.responses import FileResponse
 
 from app.deps import PlannerKey, State
 from app.errors import error_responses
-from app.schemas import ConsoleComparison, ConsolePopulation
+from app.schemas import ConsoleComparison, ConsolePlan, ConsolePopulation
 from app.services import console as console_service
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -33,6 +33,13 @@ async def console_page() -> FileResponse:
             responses=error_responses(404))
 def population_view(population_id: str, state: State, _caller: PlannerKey) -> ConsolePopulation:
     return console_service.population_view(state, population_id)
+
+
+@router.get("/v1/console/plans/{plan_id}", response_model=ConsolePlan,
+            summary="a plan of any privacy unit as the console shows it: its ledger under its unit's label, its lineage",
+            responses=error_responses(404))
+def plan_view(plan_id: str, state: State, _caller: PlannerKey) -> ConsolePlan:
+    return console_service.plan_view(state, plan_id)
 
 
 @router.post("/v1/console/populations/{population_id}/comparison", response_model=ConsoleComparison,

@@ -5,21 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import Field
 
 from app.deps import OperatorKey, PlannerKey, ReadSession, State
 from app.errors import error_responses
-from app.schemas import PlanCreate, PlanPage, ReplanRequest, StoredPlan, StoredSiloPlan
+from app.schemas import AnyStoredPlan, PlanCreate, PlanPage, ReplanRequest
 from app.services import plans as plan_service
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
-# a stored plan of either unit, told apart by privacy_unit (a discriminator in the document)
-AnyStoredPlan = Annotated[StoredPlan | StoredSiloPlan, Field(discriminator="privacy_unit")]
-
 
 @router.post("", status_code=201, response_model=AnyStoredPlan, summary="compute and store a plan")
-def create_plan(body: PlanCreate, state: State, caller: PlannerKey) -> StoredPlan | StoredSiloPlan:
+def create_plan(body: PlanCreate, state: State, caller: PlannerKey) -> AnyStoredPlan:
     return plan_service.create_plan(state, body.scenario, body.method, caller)
 
 
@@ -36,15 +32,15 @@ def list_plans(
 
 
 @router.get("/{plan_id}", response_model=AnyStoredPlan, summary="one plan document", responses=error_responses(404))
-def get_plan(plan_id: str, session: ReadSession, _caller: PlannerKey) -> StoredPlan | StoredSiloPlan:
+def get_plan(plan_id: str, session: ReadSession, _caller: PlannerKey) -> AnyStoredPlan:
     return plan_service.get_plan(session, plan_id)
 
 
 @router.post(
-    "/{plan_id}/replan", status_code=201, response_model=StoredPlan,
-    summary="re-plan the remaining rounds (child plan linked to its parent)",
-    responses=error_responses(404, 409, s409="the plan was already re-planned, rounds kept arriving, a budget "
-                              "conflict (code budget_conflict), or no_service_ledger (a silo plan)"),
+    "/{plan_id}/replan", status_code=201, response_model=AnyStoredPlan,
+    summary="re-plan the remaining rounds with budget changes (child plan linked to its parent)",
+    responses=error_responses(404, 409, s409="the plan was already re-planned, rounds kept arriving, or a "
+                              "budget below what was spent (code budget_conflict)"),
 )
-def replan(plan_id: str, body: ReplanRequest, state: State, caller: OperatorKey) -> StoredPlan:
+def replan(plan_id: str, body: ReplanRequest, state: State, caller: OperatorKey) -> AnyStoredPlan:
     return plan_service.replan_plan(state, plan_id, body, caller)

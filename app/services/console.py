@@ -19,6 +19,8 @@ from app.schemas import (
     ConsoleComparison,
     ConsoleGroup,
     ConsoleLineage,
+    ConsolePlan,
+    ConsolePlanRow,
     ConsolePopulation,
     GroupLedger,
     SpentSeries,
@@ -28,7 +30,7 @@ from app.services import plans as plan_service
 from app.services import populations as population_service
 from planner import ledger as plan_ledger
 from planner.schema import Plan
-from planner.units import unit_of
+from planner.units import privacy_unit, unit_of
 
 # Points of the epsilon-over-rounds chart: every round up to this many, else evenly spaced.
 SERIES_POINTS = 25
@@ -119,6 +121,40 @@ def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], Sp
             series[group_id].append(plan_ledger.epsilon_spent(stage_plan, group, max(0, global_round - start)))
             budgets[group_id].append(stage_plan.scenario.group(group_id).epsilon)  # the budget its scenario fixes
     return list(rows), SpentSeries(rounds=wanted, epsilon_spent=series, budget=budgets)
+
+
+def plan_view(state: AppState, plan_id: str) -> ConsolePlan:
+    """A plan of any unit: its ledger's rows (``GET /v1/plans/{id}/ledger``) as budget, spent
+    and remaining under its unit's label, and its lineage. Which fields of the ledger those
+    are is the unit's (``entities``, ``budget_field``, ``figure``): nothing here names a unit."""
+    with state.sessions() as session:
+        record = plan_service.load_record(session, plan_id)
+        chain = _chain(session, record)
+        counted = {r.id: ledger_service.rounds_counted(session, r) for r in chain}
+        child = plan_service.child_of(session, plan_id)
+    unit = privacy_unit(record.privacy_unit)
+    ledger = ledger_service.ledger(state, plan_id)
+    rows = [
+        ConsolePlanRow(id=row.id, budget=getattr(row, unit.budget_field),
+                       spent=getattr(row, f"{unit.figure}_spent"), remaining=getattr(row, f"{unit.figure}_remaining"))
+        for row in getattr(ledger, unit.entities)
+    ]
+    details = [f"{unit.label}: {unit.notion}"]
+    if unit.figure == "epsilon":  # an (epsilon, delta) figure names its delta and accountant
+        known = ledger.model_dump(include={"delta", "accountant"})
+        details.append(f"delta={known['delta']:g}, accountant {known['accountant']}")
+    lineage = [
+        ConsoleLineage(id=r.id, parent_plan_id=r.parent_id, superseded_by=next_.id if next_ else child.id if child else None,
+                       method=r.method, accountant=r.accountant, start_round=r.start_round, rounds=r.rounds,
+                       rounds_counted=counted[r.id], created_at=r.created_at, created_by=r.created_by,
+                       active=r.id == record.id)
+        for r, next_ in zip(chain, [*chain[1:], None])
+    ]
+    return ConsolePlan(
+        plan_id=record.id, privacy_unit=unit.name, label=unit.label, figure=unit.figure, entities=unit.entities,
+        budget_field=unit.budget_field,
+        unit=", ".join(details), rounds_counted=record.start_round + counted[record.id], rows=rows, lineage=lineage,
+    )
 
 
 def comparison(state: AppState, population_id: str) -> ConsoleComparison:

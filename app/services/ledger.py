@@ -13,6 +13,12 @@ count. The rules, all conservative:
 * A round at or after the start of the plan's re-plan belongs to the re-plan: 409
   ``superseded`` naming it, unless this plan already holds that round (a re-plan starts at
   ``rounds_counted``, so a claimed round always stays with the plan that claimed it).
+* Plans of every privacy unit are counted so; what the counted rounds cost is the plan's
+  unit's (``planner.units``: ``ledger_rows``, or ``planner.ledger``'s per-group epsilon for
+  client-level plans, ``group_ledgers``). A unit whose ledger counts participations
+  (``participation_reports``: metric plans) takes the clients that released with each
+  round; a counted round without them counts as one release of every client
+  (docs/ledger.md §8).
 
 Each report is one write transaction keyed by ``(plan_id, round_index)`` (a unique
 constraint): a repeated claim or report returns the existing record flagged ``duplicate``.
@@ -24,19 +30,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from accounting.errors import InvalidInputError
 from accounting.events import Phase
 from app.db import with_busy_retry, write_transaction
 from app.deps import AppState, Principal
-from app.errors import ServiceError, no_service_ledger, not_found, superseded
+from app.errors import ServiceError, conflict, not_found, superseded
 from app.models import LedgerRound, PlanRecord
 from app.schemas import GroupLedger, LedgerOut, RoundRecord, RoundReport
 from planner import ledger as plan_ledger
 from planner.schema import Plan
-from planner.units import client as client_unit
+from planner.units import load_plan_document, privacy_unit
+from planner.units.base import Participations
 
 
 def last_round_index(session: Session, plan_id: str) -> int | None:
@@ -119,11 +128,25 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     plan_record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
     if plan_record is None:
         raise not_found("plan", plan_id)
-    require_client_plan(plan_record)
+    unit = privacy_unit(plan_record.privacy_unit)
+    if report.participants is not None and unit.check_participants is None:
+        raise InvalidInputError(
+            "participants", f"{unit.name} plans count rounds, not who took part: leave participants out"
+        )
     existing = _existing(session, plan_id, report.round_index)
     if existing is not None:
         if existing.status == "started" and report.status == "completed":
             _check_pools(plan_record, report)
+            if report.participants is not None:
+                if existing.participants is not None:
+                    if _normalised(existing.participants) != _normalised(report.participants):
+                        raise conflict(
+                            f"round {report.round_index} was claimed with other participants; a round's "
+                            "participants cannot change", field="participants",
+                        )
+                else:
+                    _check_participants(session, plan_record, report)
+                    existing.participants = _normalised(report.participants)
             existing.status = "completed"
             existing.aborted_pools = sorted(set(report.aborted_pools))
             existing.metrics = dict(report.metrics)
@@ -146,6 +169,8 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
         raise ServiceError(503, "replanning", "round_index: the plan is being re-planned (a budget change); "
                            "retry in a second", field="round_index", headers={"Retry-After": "1"})
     _check_pools(plan_record, report)
+    if report.participants is not None:
+        _check_participants(session, plan_record, report)
     row = LedgerRound(
         plan_id=plan_id,
         round_index=report.round_index,
@@ -153,20 +178,70 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
         metrics=dict(report.metrics),
         reported_by=caller.name,
         status=report.status,
+        participants=None if report.participants is None else _normalised(report.participants),
     )
     session.add(row)
     session.flush()
     return _to_record(row, duplicate=False)
 
 
-def require_client_plan(record: PlanRecord) -> None:
-    """The service's ledger counts client-level rounds only; a silo plan is refused (409)."""
-    if record.privacy_unit != client_unit.UNIT.name:
-        raise no_service_ledger(record.id, record.privacy_unit)
+def _normalised(participants: dict[str, list[int]]) -> dict[str, list[int]]:
+    return {group: sorted(set(clients)) for group, clients in sorted(participants.items()) if clients}
+
+
+def _chain(session: Session, record: PlanRecord) -> list[PlanRecord]:
+    """``record``'s ancestors, oldest first, then ``record``."""
+    chain = [record]
+    while chain[0].parent_id is not None:
+        parent = session.scalar(select(PlanRecord).where(PlanRecord.id == chain[0].parent_id))
+        if parent is None:
+            break
+        chain.insert(0, parent)
+    return chain
+
+
+def participations(session: Session, record: PlanRecord, *, reporting: int | None = None) -> Participations:
+    """Who released over the run up to ``record``'s counted rounds (docs/ledger.md §8).
+
+    Counts come from every reported round of the plan and its ancestors (an ancestor counts
+    the rounds up to its re-plan's start). A counted round without reported participants is
+    one release of every client. ``reporting``: a round about to be recorded with its
+    participants, counted as reported and left out of the counts (its check adds it)."""
+    counts: dict[str, dict[int, int]] = {}
+    unknown = 0
+    chain = _chain(session, record)
+    for plan, child in zip(chain, [*chain[1:], None]):
+        counted = (child.start_round - plan.start_round) if child is not None else rounds_counted(session, plan)
+        rows = list(session.scalars(select(LedgerRound).where(LedgerRound.plan_id == plan.id)))
+        if child is None and reporting is not None:
+            counted = max(counted, reporting + 1 - plan.start_round)
+            rows = [row for row in rows if row.round_index != reporting]
+            unknown -= 1  # the round being reported
+        known = 0
+        for row in rows:
+            if row.round_index >= plan.start_round + counted or row.participants is None:
+                continue
+            known += 1
+            for group, clients in row.participants.items():
+                mine = counts.setdefault(group, {})
+                for client in clients:
+                    mine[int(client)] = mine.get(int(client), 0) + 1
+        unknown += counted - known
+    return Participations(counts=counts, unknown_rounds=max(unknown, 0))
+
+
+def _check_participants(session: Session, plan_record: PlanRecord, report: RoundReport) -> None:
+    """The plan's unit refuses participants it cannot take (``PrivacyUnit.check_participants``):
+    an unknown group, a client twice, one past its participation cap (409 budget_conflict)."""
+    check = privacy_unit(plan_record.privacy_unit).check_participants
+    assert check is not None and report.participants is not None  # the caller's
+    tally = participations(session, plan_record, reporting=report.round_index)
+    # as reported (a client listed twice is refused, not merged)
+    check(load_plan_document(plan_record.document), tally, dict(report.participants))
 
 
 def _check_pools(plan_record: PlanRecord, report: RoundReport) -> None:
-    pools = {pool.id for pool in Plan.model_validate(plan_record.document).pools}
+    pools = load_plan_document(plan_record.document).pool_ids()
     unknown = sorted(set(report.aborted_pools) - pools)
     if unknown:
         raise ServiceError(422, "invalid_input", f"aborted_pools: unknown pool ids {unknown}",
@@ -182,23 +257,33 @@ def _to_record(row: LedgerRound, duplicate: bool) -> RoundRecord:
         reported_at=row.reported_at,
         reported_by=row.reported_by,
         status=row.status,  # a String column holding a RoundStatus
+        participants=row.participants,
         duplicate=duplicate,
     )
 
 
-def ledger(state: AppState, plan_id: str) -> LedgerOut:
-    """Per group: phases run, epsilon spent (``planner.ledger``) and remaining."""
+def ledger(state: AppState, plan_id: str) -> BaseModel:
+    """The plan's ledger: the rounds counted and, per protected entity, what they cost in the
+    plan's unit's notion (``PrivacyUnit.ledger_rows``; client-level groups: ``group_ledgers``)."""
     with state.sessions() as session:
         record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id))
         if record is None:
             raise not_found("plan", plan_id)
-        require_client_plan(record)
+        unit = privacy_unit(record.privacy_unit)
         reported = int(session.scalar(
             select(func.count()).select_from(LedgerRound).where(LedgerRound.plan_id == plan_id)
         ) or 0)
         last = last_round_index(session, plan_id)
         child = session.scalar(select(PlanRecord.id).where(PlanRecord.parent_id == plan_id))
         counted = rounds_counted(session, record)
+        tally = participations(session, record) if unit.participation_reports else Participations()
+    if unit.ledger_rows is not None and unit.ledger_model is not None:
+        fields = state.compute.run(unit.ledger_rows, load_plan_document(record.document), counted, tally)
+        return unit.ledger_model(
+            plan_id=record.id, privacy_unit=unit.name, notion=unit.notion, label=unit.label,
+            start_round=record.start_round, rounds=record.rounds, rounds_reported=reported,
+            last_round_index=last, rounds_counted=counted, superseded_by=child, **fields,
+        )
     plan = Plan.model_validate(record.document)
     groups = state.compute.run(group_ledgers, plan, counted)
     return LedgerOut(

@@ -3,7 +3,9 @@
 Planning runs on the bounded compute pool (``app.compute``); storing is one write
 transaction. A re-plan is stored as a child linked to its parent; a plan can be
 re-planned once (a second child would be a second future for the same rounds and
-could spend the groups' budgets twice).
+could spend the groups' budgets twice). Every unit-specific step (which planner, which
+methods, what a budget change is, how a re-plan is calibrated) is an attribute of the
+plan's privacy unit (``planner.units``); this module names no unit.
 """
 
 from __future__ import annotations
@@ -13,36 +15,41 @@ import binascii
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import conflict
 from app.models import PlanRecord
-from app.schemas import PlanPage, PlanSummary, ReplanRequest, StoredPlan, StoredSiloPlan
+from app.schemas import AnyStoredPlan, PlanPage, PlanSummary, ReplanRequest, StoredPlan, stored_model
 from app.services import ledger as ledger_service
-from planner import make_plan, replan
-from planner.schema import Changes, Plan, RequestedMethod, Scenario
-from planner.units import load_plan, silo_sample
-from planner.units.silo_sample import SiloSamplePlan, SiloScenario
+from planner import make_plan
+from planner.schema import Plan, PlanDocument, RequestedMethod, Scenario
+from planner.units import UNITS, PrivacyUnit, load_plan, load_plan_document, privacy_unit, scenario_unit_name, unit_of
+from planner.units.base import Participations
 
 MAX_PAGE = 200
+AnyPlan = TypeVar("AnyPlan", bound=PlanDocument)
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def check_size(state: AppState, scenario: Scenario, field: str = "scenario.groups") -> None:
-    """Refuse scenarios larger than the service's ``max_groups`` (a denial-of-service bound)."""
-    if len(scenario.groups) > state.settings.max_groups:
+def check_size(state: AppState, scenario: BaseModel) -> None:
+    """Refuse scenarios with more protected entities (groups, silos) than the service's
+    ``max_groups`` (a denial-of-service bound), naming ``scenario.<entities>``."""
+    unit = privacy_unit(scenario_unit_name(scenario))
+    count = unit.entity_count(scenario)
+    if count > state.settings.max_groups:
         raise InvalidInputError(
-            field, f"at most {state.settings.max_groups} groups per scenario on this server "
-            f"(got {len(scenario.groups)}); raise GDPFED_MAX_GROUPS to allow more"
+            f"scenario.{unit.entities}", f"at most {state.settings.max_groups} {unit.entities} per scenario on "
+            f"this server (got {count}); raise GDPFED_MAX_GROUPS to allow more"
         )
 
 
@@ -51,25 +58,27 @@ def compute_plan(state: AppState, scenario: Scenario, method: RequestedMethod) -
     return state.compute.run(make_plan, scenario, method, clients_needed=False)
 
 
-def compute_silo_plan(state: AppState, scenario: SiloScenario, method: str) -> SiloSamplePlan:
-    """Every silo's DP-SGD calibrated and verified (docs/mrmtl.md §2), on the compute pool."""
-    if len(scenario.silos) > state.settings.max_groups:
-        raise InvalidInputError(
-            "scenario.silos", f"at most {state.settings.max_groups} silos per scenario on this server "
-            f"(got {len(scenario.silos)}); raise GDPFED_MAX_GROUPS to allow more"
-        )
-    plan: SiloSamplePlan = state.compute.run(silo_sample.make_plan, scenario, method)
+def compute_unit_plan(state: AppState, unit: PrivacyUnit, scenario: BaseModel, method: str) -> PlanDocument:
+    """``scenario`` planned by its unit's planner (``PrivacyUnit.service_plan``, else
+    ``make_plan``) on the compute pool."""
+    check_size(state, scenario)
+    plan: PlanDocument = state.compute.run(unit.service_plan or unit.make_plan, scenario, method)
     return plan
 
 
-def compute_replan(state: AppState, plan: Plan, rounds_done: int, changes: Changes,
-                   parent_plan_id: str) -> Plan:
-    return state.compute.run(replan, plan, rounds_done, changes, parent_plan_id=parent_plan_id)
+def compute_replan(state: AppState, plan: AnyPlan, rounds_done: int, changes: BaseModel,
+                   parent_plan_id: str, participations: Participations | None = None) -> AnyPlan:
+    """The plan's unit's re-plan (``PrivacyUnit.replan``) on the compute pool."""
+    replan = unit_of(plan).replan
+    if replan is None:
+        raise conflict(f"{plan.privacy_unit} plans are not re-planned")
+    child = state.compute.run(replan, plan, rounds_done, changes, participations, parent_plan_id)
+    return cast(AnyPlan, child)  # a unit's re-plan is a plan of the same unit
 
 
-def to_stored(record: PlanRecord) -> StoredPlan | StoredSiloPlan:
-    model = StoredSiloPlan if record.privacy_unit == silo_sample.NAME else StoredPlan
-    return model.model_validate(
+def to_stored(record: PlanRecord) -> AnyStoredPlan:
+    """The stored plan as its unit's stored model (``app.schemas.stored_model``)."""
+    return stored_model(privacy_unit(record.privacy_unit)).model_validate(
         {
             **record.document,
             "id": record.id,
@@ -94,7 +103,12 @@ def to_plan(record: PlanRecord) -> Plan:
     return load_plan(record.document)
 
 
-def store_plan(session: Session, plan: Plan | SiloSamplePlan, *, created_by: str | None,
+def to_plan_document(record: PlanRecord) -> PlanDocument:
+    """The stored plan of any unit (``planner.units.load_plan_document``)."""
+    return load_plan_document(record.document)
+
+
+def store_plan(session: Session, plan: PlanDocument, *, created_by: str | None,
                population_id: str | None = None, parent_id: str | None = None) -> PlanRecord:
     plan_id = new_id()
     document = plan.model_dump(mode="json")
@@ -104,7 +118,8 @@ def store_plan(session: Session, plan: Plan | SiloSamplePlan, *, created_by: str
         created_by=created_by,
         method=plan.method,
         privacy_unit=plan.privacy_unit,
-        accountant=plan.accountant,
+        # a unit without an (epsilon, delta) accountant (metric leakage) stores none
+        accountant=getattr(plan, "accountant", None),
         start_round=plan.start_round,
         rounds=plan.rounds,
         parent_id=parent_id,
@@ -138,21 +153,17 @@ def in_scenario(model: type[BaseModel] = Scenario) -> Iterator[None]:
         raise InvalidInputError(f"scenario.{exc.field}", exc.reason) from None
 
 
-def create_plan(state: AppState, scenario: Scenario | SiloScenario, method: str | None,
-                caller: Principal) -> StoredPlan | StoredSiloPlan:
-    plan: Plan | SiloSamplePlan
-    if isinstance(scenario, SiloScenario):
-        if method is not None and method not in silo_sample.SILO_METHODS:
-            raise InvalidInputError("method", f"silo scenarios take one of {', '.join(silo_sample.SILO_METHODS)}, got {method!r}")
-        with in_scenario(SiloScenario):
-            plan = compute_silo_plan(state, scenario, method or "mrmtl")
-    else:
-        if method in silo_sample.SILO_METHODS:
-            raise InvalidInputError("method", f"{method} plans silo scenarios (scenario.privacy_unit: silo_sample)")
-        with in_scenario(Scenario):
-            plan = compute_plan(state, scenario, method or "gdpfed_plus")  # type: ignore[arg-type]
+def create_plan(state: AppState, scenario: BaseModel, method: str | None, caller: Principal) -> AnyStoredPlan:
+    """Plan ``scenario`` with its unit's planner and ``method`` (the unit's default when none)."""
+    unit = privacy_unit(scenario_unit_name(scenario))
+    if method is not None and method not in unit.methods:
+        owners = [other.name for other in UNITS.values() if method in other.methods]
+        raise InvalidInputError("method", f"{unit.name} scenarios take one of {', '.join(unit.methods)}, got {method!r}"
+                                + (f" (it plans {owners[0]} scenarios: scenario.privacy_unit {owners[0]})" if owners else ""))
+    with in_scenario(unit.scenario_model):
+        plan = compute_unit_plan(state, unit, scenario, method or unit.default_method)
 
-    def attempt() -> StoredPlan | StoredSiloPlan:
+    def attempt() -> AnyStoredPlan:
         with write_transaction(state.sessions) as session:
             return to_stored(store_plan(session, plan, created_by=caller.name))
 
@@ -161,7 +172,7 @@ def create_plan(state: AppState, scenario: Scenario | SiloScenario, method: str 
     return stored
 
 
-def get_plan(session: Session, plan_id: str) -> StoredPlan | StoredSiloPlan:
+def get_plan(session: Session, plan_id: str) -> AnyStoredPlan:
     record = load_record(session, plan_id)
     child = child_of(session, plan_id)
     stored = to_stored(record)
@@ -216,6 +227,7 @@ def summary(record: PlanRecord) -> PlanSummary:
         id=record.id,
         created_at=record.created_at,
         method=record.method,
+        label=privacy_unit(record.privacy_unit).label,
         privacy_unit=record.privacy_unit,
         accountant=record.accountant,
         start_round=record.start_round,
@@ -225,19 +237,36 @@ def summary(record: PlanRecord) -> PlanSummary:
     )
 
 
+def unit_changes(unit: PrivacyUnit, changes: dict[str, Any]) -> BaseModel:
+    """``changes`` read as ``unit``'s budget change (``PrivacyUnit.changes_model``); an error
+    names its field below ``changes`` (``changes.silos.0.epsilon``)."""
+    try:
+        return unit.changes_model.model_validate(changes)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(["changes", *validation_error_location(first.get("loc", ()))])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise InvalidInputError(field, f"{validation_error_message(first)}{more}") from None
+
+
 def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Principal,
-                attempts: int = 3) -> StoredPlan:
+                attempts: int = 3) -> AnyStoredPlan:
     """Re-plan a stored plan for its remaining rounds and store the child.
 
     ``rounds_done`` defaults to the ledger's count (every round up to the last reported
     one); a smaller value is refused, since it would forget privacy already spent. The
+    plan's unit reads ``changes`` and computes the child (``PrivacyUnit.replan``; a unit
+    whose ledger counts participations gets the run's, docs/ledger.md §8). The
     computation runs outside any transaction; the write transaction then re-checks that
     the ledger and the plan's children did not change meanwhile, and recomputes if they
     did (at most ``attempts`` times).
     """
     for _ in range(attempts):
         with state.sessions() as session:
-            _check_replannable(session, load_record(session, plan_id))
+            record = load_record(session, plan_id)
+            _check_replannable(session, record)
+        unit = privacy_unit(record.privacy_unit)
+        changes = unit_changes(unit, body.changes)
         # new rounds wait while the re-plan is computed (docs/ledger.md §4)
         with ledger_service.replan_fence(state, plan_id):
             with state.sessions() as session:
@@ -245,17 +274,18 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
                 _check_replannable(session, record)
                 counted = ledger_service.rounds_counted(session, record)
                 rounds_done = _rounds_done(body.rounds_done, counted)
-                plan = to_plan(record)
-            with in_scenario():
-                child = compute_replan(state, plan, rounds_done, body.changes, plan_id)
+                plan = to_plan_document(record)
+                tally = ledger_service.participations(session, record) if unit.participation_reports else None
+            with in_scenario(unit.scenario_model):
+                child = compute_replan(state, plan, rounds_done, changes, plan_id, tally)
 
-        def attempt() -> StoredPlan | None:
+        def attempt() -> AnyStoredPlan | None:
             with write_transaction(state.sessions) as session:
                 current = load_record(session, plan_id, lock=True)
                 _check_replannable(session, current)
                 if ledger_service.rounds_counted(session, current) != counted:
                     return None
-                return to_stored_client(store_plan(
+                return to_stored(store_plan(
                     session, child, created_by=caller.name, parent_id=plan_id,
                     population_id=current.population_id,
                 ))
@@ -268,7 +298,8 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
 
 
 def _check_replannable(session: Session, record: PlanRecord) -> None:
-    ledger_service.require_client_plan(record)  # a re-plan starts from the service ledger's count
+    if privacy_unit(record.privacy_unit).replan is None:
+        raise conflict(f"plan {record.id!r} is a {record.privacy_unit} plan, which is not re-planned")
     if record.population_id is not None:
         raise conflict(
             f"plan {record.id!r} belongs to population {record.population_id!r}: change the "

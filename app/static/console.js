@@ -3,7 +3,7 @@
 // through /v1/console/* and is only formatted here, never computed.
 "use strict";
 
-const state = { key: null, role: null, population: null, charts: {} };
+const state = { key: null, role: null, population: null, plan: null, charts: {} };
 const $ = (id) => document.getElementById(id);
 
 function fmt(value) {
@@ -56,6 +56,7 @@ async function login(event) {
     $("main").hidden = false;
     $("logout").hidden = false;
     $("login-error").textContent = "";
+    await loadPlans();
     await loadPopulations();
   } catch (error) {
     $("login-error").textContent = `${error.message}`;
@@ -84,6 +85,86 @@ async function loadPopulations() {
     body.appendChild(row);
   }
   if (page.items.length && !state.population) await showPopulation(page.items[0].id);
+}
+
+async function loadPlans() {
+  const page = await api("GET", "/v1/plans?limit=50");
+  const body = $("plans").querySelector("tbody");
+  body.replaceChildren();
+  for (const plan of page.items) {
+    const row = document.createElement("tr");
+    row.className = "selectable";
+    row.dataset.id = plan.id;
+    cell(row, plan.id);
+    cell(row, plan.label, "label");
+    cell(row, plan.method);
+    cell(row, `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`);
+    cell(row, plan.parent_plan_id || "-");
+    row.addEventListener("click", () => showPlan(plan.id));
+    body.appendChild(row);
+  }
+}
+
+// A plan of any privacy unit: its ledger's figures under its unit's label (the service's
+// /v1/console/plans view), with the unit's own words for the budget (epsilon or leakage).
+async function showPlan(id) {
+  state.plan = id;
+  for (const row of $("plans").querySelectorAll("tbody tr")) row.classList.toggle("selected", row.dataset.id === id);
+  const view = await api("GET", `/v1/console/plans/${id}`);
+  $("plan").hidden = false;
+  $("plan-title").textContent = `Plan ${view.plan_id} (${view.label})`;
+  $("plan-unit").textContent = `Privacy figures: ${view.unit}; ${view.rounds_counted} round(s) counted by the service's ledger.`;
+  $("plan-entity").textContent = view.entities.replace(/s$/, "");  // silos -> silo, groups -> group
+  $("plan-budget").textContent = `${view.figure} budget`;
+  $("plan-spent").textContent = `${view.figure} spent`;
+  $("plan-remaining").textContent = `${view.figure} remaining`;
+  const body = $("plan-rows").querySelector("tbody");
+  body.replaceChildren();
+  const superseded = view.lineage.some((plan) => plan.id === view.plan_id && plan.superseded_by);
+  for (const entity of view.rows) {
+    const row = document.createElement("tr");
+    row.dataset.entity = entity.id;
+    cell(row, entity.id);
+    cell(row, fmt(entity.budget), "budget");
+    cell(row, fmt(entity.spent), "spent");
+    cell(row, fmt(entity.remaining), "remaining");
+    const change = cell(row, "", "change");
+    if (!superseded) {
+      const form = document.createElement("form");
+      const input = document.createElement("input");
+      input.type = "number";
+      input.step = "any";
+      input.min = "0";
+      input.size = 8;
+      input.setAttribute("aria-label", `new ${view.figure} budget of ${entity.id}`);
+      const button = document.createElement("button");
+      button.type = "submit";
+      button.textContent = "Re-plan";
+      form.append(input, button);
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        replanPlan(view, entity.id, Number(input.value));
+      });
+      change.appendChild(form);
+    }
+    body.appendChild(row);
+  }
+  renderLineage(view, "plan-lineage");
+}
+
+async function replanPlan(view, entityId, budget) {
+  const message = $("plan-message");
+  const changes = { [view.entities]: [{ id: entityId, [view.budget_field]: budget }] };
+  try {
+    const child = await api("POST", `/v1/plans/${view.plan_id}/replan`, { changes });
+    await loadPlans();
+    await showPlan(child.id);
+    $("plan-message").textContent = `Re-planned: ${child.id} takes the rounds from ${child.start_round} on.`;
+    $("plan-message").className = "ok";
+  } catch (error) {
+    message.textContent = `Refused (${error.status} ${error.code}): ${error.message}`;
+    message.className = "error";
+  }
 }
 
 async function showPopulation(id) {
@@ -191,8 +272,8 @@ function renderSpent(view) {
   });
 }
 
-function renderLineage(view) {
-  const body = $("lineage").querySelector("tbody");
+function renderLineage(view, tableId = "lineage") {
+  const body = $(tableId).querySelector("tbody");
   body.replaceChildren();
   for (const plan of view.lineage.slice().reverse()) {
     const row = document.createElement("tr");
@@ -200,7 +281,7 @@ function renderLineage(view) {
     cell(row, plan.id + (plan.active ? " (active)" : ""));
     cell(row, plan.parent_plan_id || "-");
     cell(row, plan.superseded_by || "-");
-    cell(row, `${plan.method} / ${plan.accountant}`);
+    cell(row, plan.accountant ? `${plan.method} / ${plan.accountant}` : plan.method);
     cell(row, `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`);
     cell(row, String(plan.rounds_counted));
     cell(row, new Date(plan.created_at).toISOString().replace("T", " ").slice(0, 19));

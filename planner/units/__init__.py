@@ -10,16 +10,42 @@ register the trainer's implementation of the mechanism it names in ``trainer/run
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, PlanDocument, check_scenario_fixed, current_plan_data, require_client_plan
+from planner.service_api import LedgerOut
 from planner.units import client, metric_local, silo_sample
 from planner.units.base import PrivacyUnit
 
 UNITS: dict[str, PrivacyUnit] = {unit.name: unit for unit in (client.UNIT, metric_local.UNIT, silo_sample.UNIT)}
+# the unit of a scenario or plan document that names none (every document before units)
+DEFAULT_UNIT = client.UNIT.name
+# every unit's planning methods, each once, in registry order: what a plan request may name
+PLANNING_METHODS: tuple[str, ...] = tuple(dict.fromkeys(m for unit in UNITS.values() for m in unit.methods))
+if TYPE_CHECKING:
+    PlanningMethod = str
+    ScenarioDocument = Any
+else:
+    PlanningMethod = Literal[PLANNING_METHODS]
+
+
+def scenario_unit_name(value: Any) -> str:
+    """The unit a scenario (a JSON object or a model) names; absent: ``DEFAULT_UNIT``.
+    The tag of ``ScenarioDocument``; a name the registry lacks is returned as it is."""
+    unit = value.get("privacy_unit", DEFAULT_UNIT) if isinstance(value, dict) else getattr(value, "privacy_unit", DEFAULT_UNIT)
+    return unit if isinstance(unit, str) else repr(unit)
+
+
+if not TYPE_CHECKING:
+    # a scenario of any registered unit, told apart by its privacy_unit (pydantic names
+    # the unit as the tag in an error's location: ``scenario.silo_sample.silos``)
+    ScenarioDocument = Annotated[
+        Union[tuple(Annotated[unit.scenario_model, Tag(unit.name)] for unit in UNITS.values())],  # noqa: UP007
+        Discriminator(scenario_unit_name),
+    ]
 
 
 def privacy_unit(name: Any) -> PrivacyUnit:
@@ -32,13 +58,41 @@ def privacy_unit(name: Any) -> PrivacyUnit:
     return unit
 
 
+def ledger_model(unit: PrivacyUnit) -> type[BaseModel]:
+    """The body of the service's ledger of ``unit``'s plans (client groups: ``LedgerOut``)."""
+    return unit.ledger_model or LedgerOut
+
+
+def _ledger_unit(value: Any) -> str:
+    unit = value.get("privacy_unit") if isinstance(value, dict) else getattr(value, "privacy_unit", None)
+    return unit if isinstance(unit, str) else DEFAULT_UNIT
+
+
+if not TYPE_CHECKING:
+    # the service's ledger of a plan of any unit, told apart by its privacy_unit
+    LedgerDocument = Annotated[
+        Union[tuple(Annotated[ledger_model(unit), Tag(unit.name)] for unit in UNITS.values())],  # noqa: UP007
+        Discriminator(_ledger_unit),
+    ]
+else:
+    LedgerDocument = Any
+_LEDGER_ADAPTER: TypeAdapter[Any] = TypeAdapter(LedgerDocument)
+
+
+def parse_ledger(data: Any) -> BaseModel:
+    """A ledger body the service answered (``GET /v1/plans/{id}/ledger``), read as its unit's
+    model (``LedgerOut``, ``SiloLedgerOut``, ``MetricLedgerOut``; docs/service.md §Clients)."""
+    result: BaseModel = _LEDGER_ADAPTER.validate_python(data)
+    return result
+
+
 def unit_of(plan: PlanDocument) -> PrivacyUnit:
     return privacy_unit(plan.privacy_unit)
 
 
 def load_scenario_document(data: dict[str, Any]) -> BaseModel:
     """A scenario of the unit its ``privacy_unit`` names (absent: ``client``), validated."""
-    return privacy_unit(data.get("privacy_unit", "client")).scenario_model.model_validate(data)
+    return privacy_unit(data.get("privacy_unit", DEFAULT_UNIT)).scenario_model.model_validate(data)
 
 
 def load_plan_document(data: Any) -> PlanDocument:
@@ -78,6 +132,7 @@ def spent(plan: PlanDocument, rounds_run: int) -> dict[str, float | None]:
 
 
 __all__ = [
-    "UNITS", "PrivacyUnit", "load_plan", "load_plan_document", "load_scenario_document", "make_plan", "privacy_unit",
-    "spent", "unit_of", "verify",
+    "DEFAULT_UNIT", "LedgerDocument", "PLANNING_METHODS", "UNITS", "PlanningMethod", "PrivacyUnit", "ScenarioDocument",
+    "ledger_model", "load_plan", "load_plan_document", "load_scenario_document", "make_plan", "parse_ledger", "privacy_unit",
+    "scenario_unit_name", "spent", "unit_of", "verify",
 ]

@@ -12,8 +12,8 @@ no code adds or compares figures across units.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -22,6 +22,24 @@ from planner.schema import PlanDocument
 # plan -> rounds run -> the figure of record per protected entity (group, silo or client)
 # in the unit's own notion; None where the entity has no guarantee (opted out).
 SpentFn = Callable[[Any, int], dict[str, float | None]]
+
+
+@dataclass(frozen=True)
+class Participations:
+    """Who released in a run's counted rounds, for units whose ledger counts participations
+    (``PrivacyUnit.participation_reports``; docs/ledger.md §8): per group, each client's
+    reported releases, and the counted rounds whose participants were never reported (each
+    counts as one more release of every client: never optimistic)."""
+
+    counts: dict[str, dict[int, int]] = field(default_factory=dict)
+    unknown_rounds: int = 0
+
+
+# plan, rounds done, changes, the run's participations (or None), the parent's id -> the
+# child plan for the remaining rounds
+ReplanFn = Callable[[Any, int, Any, "Participations | None", "str | None"], PlanDocument]
+# plan, rounds counted, participations -> the unit's own fields of the service's ledger
+LedgerRowsFn = Callable[[Any, int, Participations], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,20 @@ class PrivacyUnit:
     many rounds, never optimistic. ``mechanism`` names the unit's randomised release
     (``gaussian_secagg``, ``dpsgd_silo``, ``metric_laplace``), by which the trainer's
     registry (``trainer.run.mechanisms``) finds the code that runs such plans.
+
+    What the service needs to serve such plans without naming the unit
+    (docs/service.md §Privacy units): ``label`` is the short name every figure is shown
+    under ("silo sample-level"), ``figure`` what the figures are (``epsilon`` or
+    ``leakage``), ``entities`` the scenario's list of protected entities (``groups``,
+    ``silos``), ``budget_field`` their budget's field name. ``changes_model`` is the body
+    of a budget change and ``replan(plan, rounds_done, changes, participations,
+    parent_plan_id)`` the child plan for the remaining rounds (``participations``: the
+    run's, for units whose ledger counts them). ``participation_reports`` says whether
+    round reports carry which clients released (``check_participants(plan,
+    participations, reported)`` refuses a report, naming the field). ``ledger_model`` is
+    the service's ledger body of the unit's plans and ``ledger_rows(plan, rounds_counted,
+    participations)`` its unit-specific fields; both ``None`` for the client unit, whose
+    rows the service computes itself (``app.services.ledger.group_ledgers``).
     """
 
     name: str
@@ -52,3 +84,22 @@ class PrivacyUnit:
     verify: Callable[[Any], None]
     spent: SpentFn
     mechanism: str
+    label: str
+    figure: Literal["epsilon", "leakage"]
+    entities: str
+    budget_field: str
+    changes_model: type[BaseModel]
+    replan: ReplanFn | None = None
+    participation_reports: bool = False
+    check_participants: Callable[[Any, Participations, dict[str, list[int]]], None] | None = None
+    ledger_model: type[BaseModel] | None = None
+    ledger_rows: LedgerRowsFn | None = None
+    # the planner without advisory extras a request need not wait for (the client unit's
+    # clients-needed search); None: make_plan
+    service_plan: Callable[[Any, str], PlanDocument] | None = None
+    # Literals of the unit's models, each a named enum of the service's OpenAPI document
+    wire_enums: dict[str, Any] = field(default_factory=dict)
+
+    def entity_count(self, scenario: Any) -> int:
+        """How many protected entities ``scenario`` lists (``scenario.<entities>``)."""
+        return len(getattr(scenario, self.entities))

@@ -13,9 +13,10 @@ from __future__ import annotations
 from planner import ledger
 from planner.methods import METHODS
 from planner.plan import make_plan
+from planner.replan import replan
 from planner.report import plan_text
-from planner.schema import Plan, Scenario
-from planner.units.base import PrivacyUnit
+from planner.schema import Changes, Plan, Scenario
+from planner.units.base import Participations, PrivacyUnit
 from planner.verify import verify_executable
 
 
@@ -23,8 +24,18 @@ def _plan(scenario: Scenario, method: str) -> Plan:
     return make_plan(scenario, method)  # type: ignore[arg-type]  # make_plan checks the name
 
 
+def _service_plan(scenario: Scenario, method: str) -> Plan:
+    return make_plan(scenario, method, clients_needed=False)  # type: ignore[arg-type]  # make_plan checks the name
+
+
 def _spent(plan: Plan, rounds_run: int) -> dict[str, float | None]:
     return ledger.spent_by_group(plan, rounds_run)
+
+
+def _replan(plan: Plan, rounds_done: int, changes: Changes, participations: Participations | None,
+            parent_plan_id: str | None) -> Plan:
+    del participations  # a client-level ledger counts rounds, not who took part
+    return replan(plan, rounds_done, changes, parent_plan_id=parent_plan_id)
 
 
 UNIT = PrivacyUnit(
@@ -39,4 +50,11 @@ UNIT = PrivacyUnit(
     verify=verify_executable,
     spent=_spent,
     mechanism="gaussian_secagg",
+    label="client-level",
+    figure="epsilon",
+    entities="groups",
+    budget_field="epsilon",
+    changes_model=Changes,
+    replan=_replan,
+    service_plan=_service_plan,
 )

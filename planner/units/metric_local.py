@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from accounting.errors import InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner.schema import FixedField, GroupId, PlanDocument, check_scenario_fixed, stated_differs
-from planner.units.base import PrivacyUnit
+from planner.service_api import MetricGroupLedger, MetricLedgerOut
+from planner.units.base import Participations, PrivacyUnit
 
 NAME = "metric_local"
 NOTION = "local metric (d-)privacy leakage per client (not an epsilon: no delta, scales with distance)"
@@ -32,6 +33,8 @@ METHOD = "metric_laplace"
 # exp(10) ~ 2e4 between neighbours at the noise radius (large models: n / nu ~ 1e5).
 MEANINGLESS_LEAKAGE = 10.0
 
+# how a release's noise radius is chosen (docs/metric-privacy.md §3.1)
+RadiusRule = Literal["public", "previous_round", "own_update"]
 Leakage = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 NoiseMultiplier = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 
@@ -70,7 +73,7 @@ class MetricScenario(_Strict):
     model_dim: int = Field(..., ge=1, le=10**12, description="n: the dimension of ONE hypothesis (one model)")
     clients_per_round: int = Field(..., ge=1, description="U: clients sampled uniformly without replacement each round")
     hypotheses: int = Field(1, ge=1, le=64, description="k: models the server keeps (IFCA); 1 = FedAvg")
-    radius_rule: Literal["public", "previous_round", "own_update"] = Field(
+    radius_rule: RadiusRule = Field(
         "public",
         description="public: a configured radius (sound); previous_round: round 0 the configured radius, then one "
         "computed from the previous round's released models (sound); own_update: the client's own update norm (the paper's)",
@@ -140,7 +143,7 @@ class MetricPlan(PlanDocument):
         groups (ids, in order) and each group's client count, leakage budget and, where the
         scenario gives one, its noise multiplier nu."""
         scenario = self.scenario
-        yield "rounds", self.rounds, scenario.rounds
+        yield "rounds", self.rounds, scenario.rounds - self.start_round
         yield "groups", [g.id for g in self.groups], [g.id for g in scenario.groups]
         for group, spec in zip(self.groups, scenario.groups):
             yield f"groups.{group.id}.num_clients", group.num_clients, spec.num_clients
@@ -241,8 +244,8 @@ def verify_metric(plan: MetricPlan) -> None:
     fixes, ``MetricPlan.scenario_fixed``, then those it gives): the trainer never trusts a
     file. A group's leakage bound never exceeds its budget (the cap sees to it)."""
     check_scenario_fixed(plan)
-    if plan.start_round != 0:
-        raise InvalidInputError("start_round", "metric plans cover their scenario's rounds from round 0 (no re-planning)")
+    if plan.start_round > 0 and plan.parent_plan_id is None:
+        raise InvalidInputError("parent_plan_id", "a metric plan starting after round 0 is a re-plan and names its parent")
     expected = plan_metric(plan.scenario)
     if not math.isclose(plan.sampling_rate, expected.sampling_rate, rel_tol=1e-12):
         raise InvalidInputError(
@@ -261,15 +264,202 @@ def verify_metric(plan: MetricPlan) -> None:
 
 def spent_metric(plan: MetricPlan, rounds_run: int) -> dict[str, float | None]:
     """Each group's worst-case client leakage after ``rounds_run`` rounds (``planner.ledger``):
-    ``min(rounds_run, cap) n / nu``, an upper bound whoever was sampled; ``None`` for nu = 0."""
+    ``min(start_round + rounds_run, cap) n / nu``, an upper bound whoever was sampled; ``None`` for nu = 0."""
     return {
         group.id: ledger.metric_client_leakage(
             plan.scenario.model_dim,
             group.noise_multiplier,
-            ledger.metric_participations_bound(rounds_run, group.max_participations),
+            # a re-plan's cap counts the run's participations, its parents' rounds included
+            ledger.metric_participations_bound(plan.start_round + rounds_run, group.max_participations),
         )
         for group in plan.groups
     }
+
+
+class MetricBudgetChange(_Strict):
+    """A group's new total leakage budget per client (docs/metric-privacy.md §4)."""
+
+    id: GroupId
+    leakage_budget: Leakage = Field(
+        description="L from now on: the participation cap becomes floor(L nu / n) with the group's nu unchanged; "
+        "refused below the largest leakage one of its clients has reached"
+    )
+
+
+class MetricChanges(_Strict):
+    """Leakage-budget changes of a metric plan's re-plan."""
+
+    groups: list[MetricBudgetChange] = Field(default_factory=list, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _unique(self) -> MetricChanges:
+        if len({g.id for g in self.groups}) != len(self.groups):
+            raise ValueError("each group may be changed once")
+        return self
+
+
+def _median_with(values: list[int], fill: int, fill_count: int) -> float:
+    """The median of ``values`` plus ``fill_count`` copies of ``fill`` (never materialised:
+    a group may hold a billion clients)."""
+    ordered = sorted(values)
+    total = len(ordered) + fill_count
+    if total == 0:
+        return 0.0
+
+    def at(k: int) -> int:  # the k-th smallest of the multiset
+        below = [v for v in ordered if v < fill]
+        if k < len(below):
+            return below[k]
+        if k < len(below) + fill_count:
+            return fill
+        return [v for v in ordered if v >= fill][k - len(below) - fill_count]
+
+    middle = total // 2
+    return float(at(middle)) if total % 2 else (at(middle - 1) + at(middle)) / 2
+
+
+def client_counts(plan: MetricPlan, group: MetricGroupPlan, participations: Participations) -> tuple[list[int], int]:
+    """The releases the ledger counts for each reported client of ``group`` and for each of its
+    other clients: reported ones plus one per round without participants, within the cap
+    (the trainer selects no client past it; docs/ledger.md §8)."""
+    cap = group.max_participations
+
+    def bound(count: int) -> int:
+        count += participations.unknown_rounds
+        return count if cap is None else min(count, max(cap, 0))
+
+    seen = participations.counts.get(group.id, {})
+    return [bound(c) for c in seen.values()], bound(0)
+
+
+def most_participations(plan: MetricPlan, participations: Participations) -> dict[str, int]:
+    """Each group's most releases by one client, as the ledger counts them."""
+    result = {}
+    for group in plan.groups:
+        counted, others = client_counts(plan, group, participations)
+        unseen = group.num_clients - len(counted)
+        result[group.id] = max([*counted, others if unseen > 0 else 0], default=0)
+    return result
+
+
+def ledger_rows(plan: MetricPlan, rounds_counted: int, participations: Participations) -> dict[str, Any]:
+    """The metric ledger's own fields (docs/ledger.md §8): per group, its worst-case and median
+    leakage over its clients from the run's reported participations."""
+    del rounds_counted  # participations (and the rounds without them) are the run's, parents included
+    n = plan.scenario.model_dim
+    rows = []
+    for group in plan.groups:
+        counted, others = client_counts(plan, group, participations)
+        unseen = group.num_clients - len(counted)
+        worst = max([*counted, others if unseen > 0 else 0], default=0)
+        median = _median_with(counted, others, unseen)
+        per = ledger.metric_client_leakage(n, group.noise_multiplier, 1)
+        leak = ledger.metric_client_leakage(n, group.noise_multiplier, worst)
+        rows.append(MetricGroupLedger(
+            id=group.id, num_clients=group.num_clients, noise_multiplier=group.noise_multiplier,
+            leakage_budget=group.leakage_budget, max_participations=group.max_participations,
+            leakage_per_participation=per, clients_participated=len(counted),
+            participations_max=worst, participations_median=median,
+            leakage_spent=leak, leakage_median=None if per is None else per * median,
+            leakage_remaining=None if group.leakage_budget is None or leak is None
+            else max(group.leakage_budget - leak, 0.0),
+        ))
+    return {"rounds_without_participants": participations.unknown_rounds, "groups": rows}
+
+
+def check_participants(plan: MetricPlan, participations: Participations, reported: dict[str, list[int]]) -> None:
+    """Refuse a round's participants (docs/ledger.md §8), naming ``participants.<group>``: an
+    unknown group or a client listed twice or in two groups (``InvalidInputError``), more
+    distinct clients than the group holds, or a client whose reported releases would pass its
+    group's participation cap (``BudgetConflictError``: the release would exceed the leakage
+    budget)."""
+    group_of = {c: g for g, counts in participations.counts.items() for c in counts}
+    listed: set[int] = set()
+    for group_id, clients in reported.items():
+        field = f"participants.{group_id}"
+        try:
+            group = plan.group(group_id)
+        except KeyError:
+            raise InvalidInputError(field, f"the plan has no group {group_id!r}") from None
+        for client in clients:
+            if client in listed:
+                raise InvalidInputError(field, f"client {client} is listed twice in this round")
+            listed.add(client)
+            if group_of.get(client, group_id) != group_id:
+                raise InvalidInputError(field, f"client {client} released in group {group_of[client]!r} before")
+        counts = participations.counts.get(group_id, {})
+        new = {c for c in clients if c not in counts}
+        if len(counts) + len(new) > group.num_clients:
+            raise InvalidInputError(
+                field, f"{len(counts) + len(new)} distinct clients would have released, but the group has {group.num_clients}"
+            )
+        cap = group.max_participations
+        if cap is not None:
+            # the reported releases only: a round whose participants are still on their way
+            # (a completion queued behind the next claim) says nothing about this client, and
+            # the ledger already counts such rounds as releases within the cap
+            over = [c for c in clients if counts.get(c, 0) + 1 > cap]
+            if over:
+                raise BudgetConflictError(
+                    field, f"client {over[0]} would release more than its cap of {cap} (leakage budget "
+                    f"{group.leakage_budget:g}, {NOTION})",
+                )
+
+
+def replan_metric(
+    plan: MetricPlan, rounds_done: int, changes: MetricChanges | dict[str, Any],
+    participations: Participations | None = None,
+    parent_plan_id: str | None = None,
+) -> MetricPlan:
+    """The re-plan of ``plan`` after ``rounds_done`` of its rounds (docs/metric-privacy.md §4).
+
+    Leakages already released cannot change, so every group keeps its noise multiplier nu
+    (the child's scenario states it); a new leakage budget L only moves the group's
+    participation cap to ``floor(L nu / n)``, which counts every participation of the run
+    (the parents' included). ``participations`` is each group's most releases by one
+    client so far (the service's ledger): a budget below that client's leakage is refused
+    (``BudgetConflictError`` naming ``changes.groups.<i>.leakage_budget``)."""
+    if not isinstance(changes, MetricChanges):
+        changes = MetricChanges.model_validate(changes)
+    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
+        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
+    start = plan.start_round + rounds_done
+    if plan.scenario.rounds - start < 1:
+        raise InvalidInputError("rounds_done", f"no rounds remain: {start} of {plan.scenario.rounds} have run")
+    worst = (
+        most_participations(plan, participations) if participations is not None
+        else {g.id: ledger.metric_participations_bound(plan.start_round + rounds_done, g.max_participations)
+              for g in plan.groups}
+    )
+    budgets = {g.id: g.leakage_budget for g in plan.groups}
+    n = plan.scenario.model_dim
+    for index, change in enumerate(changes.groups):
+        if change.id not in budgets:
+            raise InvalidInputError(f"changes.groups.{index}.id", f"the plan has no group {change.id!r}")
+        group = plan.group(change.id)
+        if group.noise_multiplier == 0:
+            raise InvalidInputError(
+                f"changes.groups.{index}.leakage_budget",
+                f"group {change.id} releases its models without noise (nu = 0): no leakage budget can hold",
+            )
+        reached = ledger.metric_client_leakage(n, group.noise_multiplier, worst[change.id]) or 0.0
+        if change.leakage_budget < reached * (1 - 1e-12):
+            raise BudgetConflictError(
+                f"changes.groups.{index}.leakage_budget",
+                f"a client of group {change.id} has already leaked {reached:.6g} ({worst[change.id]} releases of "
+                f"n / nu = {n / group.noise_multiplier:.6g}; {NOTION}); a budget of {change.leakage_budget:g} is "
+                "below it, and leakage released cannot be taken back",
+            )
+        budgets[change.id] = change.leakage_budget
+    groups = [
+        spec.model_copy(update={"noise_multiplier": plan.group(spec.id).noise_multiplier,
+                                "leakage_budget": budgets[spec.id]})
+        for spec in plan.scenario.groups
+    ]
+    child = plan_metric(plan.scenario.model_copy(update={"groups": groups}))
+    return child.model_copy(update={
+        "start_round": start, "rounds": plan.scenario.rounds - start, "parent_plan_id": parent_plan_id,
+    })
 
 
 def describe_metric(plan: MetricPlan) -> str:
@@ -307,4 +497,15 @@ UNIT = PrivacyUnit(
     verify=verify_metric,
     spent=spent_metric,
     mechanism="metric_laplace",
+    label="leakage (metric d-privacy)",
+    figure="leakage",
+    entities="groups",
+    budget_field="leakage_budget",
+    changes_model=MetricChanges,
+    replan=replan_metric,
+    participation_reports=True,
+    wire_enums={"RadiusRule": RadiusRule},
+    check_participants=check_participants,
+    ledger_model=MetricLedgerOut,
+    ledger_rows=ledger_rows,
 )

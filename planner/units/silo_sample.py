@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Annotated, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.calibration import noise_multiplier
-from accounting.errors import InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner import mean_estimation as toy
 from planner.ledger import EpsilonFn
 from planner.schema import Epsilon, FixedField, GroupId, Norm, PlanDocument, check_scenario_fixed, stated_differs
-from planner.units.base import PrivacyUnit
+from planner.service_api import SiloLedger, SiloLedgerOut
+from planner.units.base import Participations, PrivacyUnit
 
 NAME: Final = "silo_sample"
 NOTION: Final = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"
@@ -148,6 +149,19 @@ class SiloPlan(NumbersModel):
         "coordinate per unit learning rate squared (a large value is what averaging across silos reduces)"
     )
     lambda_star: float | None = Field(None, description="advisory silo-specific lambda_k* of the mean-estimation proxy")
+    # a plan from round 0 has no history: left out, its document is as before re-plans existed
+    spent_phases: list[PoissonSampledGaussian] = Field(
+        default_factory=list, exclude_if=lambda phases: not phases,
+        description="DP-SGD steps the silo ran under parent plans (a re-plan's history)",
+    )
+    spent_selections: list[ZeroConcentratedDp] = Field(
+        default_factory=list, exclude_if=lambda selections: not selections,
+        description="cluster selections the silo ran under parent plans",
+    )
+
+    def spent_events(self) -> list[PrivacyEvent]:
+        """What the silo spent before this plan's first round (its parents' rounds)."""
+        return [*self.spent_phases, *self.spent_selections]
 
 
 class MeanEstimationAdvice(NumbersModel):
@@ -178,7 +192,7 @@ class SiloSamplePlan(PlanDocument):
         """What a silo plan's scenario fixes (docs/mrmtl.md §2): its rounds, accountant and
         batch, the silos (ids, in order) and each silo's examples, budget and clip norm."""
         scenario = self.scenario
-        yield "rounds", self.rounds, scenario.rounds
+        yield "rounds", self.rounds, scenario.rounds - self.start_round
         yield "accountant", self.accountant, scenario.accountant
         yield "batch_size", self.batch_size, scenario.batch_size
         yield "silos", [s.id for s in self.silos], [s.id for s in scenario.silos]
@@ -194,20 +208,23 @@ class SiloSamplePlan(PlanDocument):
         raise KeyError(silo_id)
 
 
-def selection_rounds(scenario: SiloScenario, method: str) -> int:
-    """Rounds with a private cluster selection: ceil(warm_start_fraction * rounds) for ifca_mrmtl."""
+def selection_rounds(scenario: SiloScenario, method: str, start_round: int = 0) -> int:
+    """Rounds with a private cluster selection: ceil(warm_start_fraction * rounds) for ifca_mrmtl,
+    less the ``start_round`` rounds a re-plan's parents ran."""
     if method != "ifca_mrmtl":
         return 0
-    return min(scenario.rounds, math.ceil(scenario.warm_start_fraction * scenario.rounds - 1e-9))
+    total = min(scenario.rounds, math.ceil(scenario.warm_start_fraction * scenario.rounds - 1e-9))
+    return max(0, total - start_round)
 
 
 def silo_history(plan: SiloSamplePlan, silo: SiloPlan, rounds_run: int) -> list[PrivacyEvent]:
-    """Silo k's events after ``rounds_run`` rounds (docs/mrmtl.md §2): its DP-SGD steps
+    """Silo k's events after ``rounds_run`` rounds (docs/mrmtl.md §2): what it spent under
+    parent plans (a re-plan's history), its DP-SGD steps
     ``Phase(q_k, sigma_k, steps_per_round * rounds_run)`` and, in the first
     ``selection_rounds`` rounds, one ``epsilon_sel^2/8``-zCDP selection per round."""
     if not 0 <= rounds_run <= plan.rounds:
         raise InvalidInputError("rounds_run", f"must be from 0 to the plan's {plan.rounds} rounds, got {rounds_run}")
-    events: list[PrivacyEvent] = []
+    events: list[PrivacyEvent] = silo.spent_events()
     if rounds_run > 0:
         events.append(PoissonSampledGaussian(
             sampling_rate=silo.sampling_rate, noise_multiplier=silo.noise_multiplier,
@@ -235,17 +252,20 @@ def spent(plan: SiloSamplePlan, rounds_run: int) -> dict[str, float | None]:
     return {silo.id: silo_epsilon_spent(plan, silo, rounds_run) for silo in plan.silos}
 
 
-def _calibrate(scenario: SiloScenario, silo: SiloSpec, method: str) -> tuple[float, int, float | None, int]:
-    """(sigma_k, steps per round, selection epsilon, selection rounds) for one silo."""
+def _calibrate(
+    scenario: SiloScenario, silo: SiloSpec, method: str, start_round: int = 0, spent: list[PrivacyEvent] | None = None,
+) -> tuple[float, int, float | None, int]:
+    """(sigma_k, steps per round, selection epsilon, selection rounds) for one silo's rounds
+    from ``start_round`` on, after the ``spent`` events of its parent plans."""
     steps = OVERHEAD[method] * scenario.passes_steps(silo)
-    selections = selection_rounds(scenario, method)
+    selections = selection_rounds(scenario, method, start_round)
     selection_epsilon = scenario.selection_epsilon_fraction * silo.epsilon if selections else None
-    spent_events = (
-        [ZeroConcentratedDp.exponential_mechanism(selection_epsilon, selections)] if selection_epsilon else []
-    )
+    spent_events = list(spent or [])
+    if selection_epsilon:
+        spent_events.append(ZeroConcentratedDp.exponential_mechanism(selection_epsilon, selections))
     calibration = noise_multiplier(
-        scenario.batch_size / silo.num_samples, scenario.rounds * steps, silo.epsilon, scenario.delta,
-        scenario.accountant, spent=spent_events,
+        scenario.batch_size / silo.num_samples, (scenario.rounds - start_round) * steps, silo.epsilon,
+        scenario.delta, scenario.accountant, spent=spent_events,
     )
     return float(calibration.noise_multiplier), steps, selection_epsilon, selections
 
@@ -278,14 +298,23 @@ def _advice(scenario: SiloScenario) -> tuple[MeanEstimationAdvice | None, dict[s
     return advice, per_silo
 
 
-def make_plan(scenario: SiloScenario, method: str) -> SiloSamplePlan:
-    """Plan every silo's DP-SGD mechanism for ``method`` and verify it (docs/mrmtl.md §2)."""
+def make_plan(
+    scenario: SiloScenario, method: str, *, start_round: int = 0,
+    spent: dict[str, list[PrivacyEvent]] | None = None, parent_plan_id: str | None = None,
+) -> SiloSamplePlan:
+    """Plan every silo's DP-SGD mechanism for ``method`` and verify it (docs/mrmtl.md §2).
+
+    A re-plan (``replan``) passes the round it starts at and each silo's ``spent`` events
+    under its parents: every silo is calibrated for the remaining rounds so that what it
+    spent plus what it will spend stays within its (new) budget (docs/mrmtl.md §6)."""
     if method not in SILO_METHODS:
         raise InvalidInputError("method", f"silo_sample plans take one of {', '.join(SILO_METHODS)}, got {method!r}")
     advice, stars = _advice(scenario)
+    remaining = scenario.rounds - start_round
     silos: list[SiloPlan] = []
     for spec in scenario.silos:
-        sigma, steps, selection_epsilon, selections = _calibrate(scenario, spec, method)
+        history = list((spent or {}).get(spec.id, []))
+        sigma, steps, selection_epsilon, selections = _calibrate(scenario, spec, method, start_round, history)
         silos.append(SiloPlan(
             id=spec.id, num_samples=spec.num_samples, epsilon=spec.epsilon,
             sampling_rate=scenario.batch_size / spec.num_samples, steps_per_round=steps,
@@ -293,12 +322,15 @@ def make_plan(scenario: SiloScenario, method: str) -> SiloSamplePlan:
             selection_epsilon=selection_epsilon, selection_rounds=selections,
             epsilon_planned=0.0,  # filled in below by the ledger
             random_walk_variance_per_lr2=(sigma * scenario.clip_norm / scenario.batch_size) ** 2
-            * steps * scenario.rounds,
+            * steps * remaining,
             lambda_star=stars.get(spec.id),
+            spent_phases=[e for e in history if isinstance(e, PoissonSampledGaussian)],
+            spent_selections=[e for e in history if isinstance(e, ZeroConcentratedDp)],
         ))
     plan = SiloSamplePlan(
         method=method,  # checked against SILO_METHODS above
-        rounds=scenario.rounds, accountant=scenario.accountant, scenario=scenario,
+        rounds=remaining, start_round=start_round, parent_plan_id=parent_plan_id,
+        accountant=scenario.accountant, scenario=scenario,
         overhead=OVERHEAD[method], batch_size=scenario.batch_size, silos=silos, advice=advice,
     )
     for silo in plan.silos:
@@ -319,13 +351,15 @@ def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None
     """
     scenario = plan.scenario
     check_scenario_fixed(plan)
-    if plan.start_round != 0:
-        raise InvalidInputError("start_round", "a silo plan covers the scenario's rounds from round 0 (re-planning is not supported)")
+    if plan.start_round == 0 and any(silo.spent_events() for silo in plan.silos):
+        raise InvalidInputError("start_round", "a plan starting at round 0 has no parents, so no silo spent anything before it")
+    if plan.start_round > 0 and plan.parent_plan_id is None:
+        raise InvalidInputError("parent_plan_id", "a silo plan starting after round 0 is a re-plan and names its parent")
     if plan.overhead != OVERHEAD[plan.method]:
         raise InvalidInputError(
             "overhead", f"states {plan.overhead} DP-SGD passes per round, but {plan.method} runs {OVERHEAD[plan.method]}"
         )
-    selections = selection_rounds(scenario, plan.method)
+    selections = selection_rounds(scenario, plan.method, plan.start_round)
     for spec, silo in zip(scenario.silos, plan.silos):
         field = f"silos.{silo.id}"
         expected = {
@@ -380,6 +414,79 @@ def describe(plan: SiloSamplePlan) -> str:
     return "\n".join(lines)
 
 
+class SiloBudgetChange(_Strict):
+    """A silo's new sample-level budget (docs/mrmtl.md §6)."""
+
+    id: GroupId
+    epsilon: Epsilon = Field(description="epsilon_k from now on; refused below what the silo has spent")
+
+
+class SiloChanges(_Strict):
+    """Budget changes of a silo plan's re-plan: the silos whose epsilon changes."""
+
+    silos: list[SiloBudgetChange] = Field(default_factory=list, max_length=100_000)
+
+    @field_validator("silos")
+    @classmethod
+    def _unique(cls, silos: list[SiloBudgetChange]) -> list[SiloBudgetChange]:
+        if len({s.id for s in silos}) != len(silos):
+            raise ValueError("each silo may be changed once")
+        return silos
+
+
+def ledger_rows(plan: SiloSamplePlan, rounds_counted: int, participations: Participations) -> dict[str, Any]:
+    """The silo ledger's own fields after ``rounds_counted`` rounds (docs/ledger.md §7): each
+    silo's budget, sample-level epsilon spent (its parents' rounds included) and remaining."""
+    del participations  # every silo takes part in every round
+    silos = []
+    for silo in plan.silos:
+        spent_now = silo_epsilon_spent(plan, silo, rounds_counted)
+        silos.append(SiloLedger(
+            id=silo.id, epsilon=silo.epsilon, epsilon_spent=spent_now,
+            epsilon_remaining=max(silo.epsilon - spent_now, 0.0),
+            steps=silo.steps_per_round * rounds_counted, noise_multiplier=silo.noise_multiplier,
+        ))
+    return {"accountant": ledger.ledger_accountant(plan.accountant), "delta": plan.scenario.delta, "silos": silos}
+
+
+def replan(
+    plan: SiloSamplePlan, rounds_done: int, changes: SiloChanges | dict[str, Any],
+    participations: Participations | None = None,
+    parent_plan_id: str | None = None,
+) -> SiloSamplePlan:
+    """The re-plan of ``plan`` after ``rounds_done`` of its rounds (docs/mrmtl.md §6).
+
+    Every silo's history is what it spent under ``plan`` (its parents' rounds included);
+    ``changes`` raise or lower silos' budgets, refused (``BudgetConflictError`` naming
+    ``changes.silos.<i>.epsilon``) below what the silo has spent; every silo is then
+    re-calibrated for the remaining rounds with ``make_plan``."""
+    del participations  # a silo's ledger counts rounds: every silo takes part in every one
+    if not isinstance(changes, SiloChanges):
+        changes = SiloChanges.model_validate(changes)
+    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
+        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
+    start = plan.start_round + rounds_done
+    if plan.scenario.rounds - start < 1:
+        raise InvalidInputError("rounds_done", f"no rounds remain: {start} of {plan.scenario.rounds} have run")
+    budgets = {spec.id: spec.epsilon for spec in plan.scenario.silos}
+    for index, change in enumerate(changes.silos):
+        if change.id not in budgets:
+            raise InvalidInputError(f"changes.silos.{index}.id", f"the plan has no silo {change.id!r}")
+        spent_now = silo_epsilon_spent(plan, plan.silo(change.id), rounds_done)
+        if change.epsilon < spent_now * (1 + VERIFY_SLACK):
+            raise BudgetConflictError(
+                f"changes.silos.{index}.epsilon",
+                f"silo {change.id} has already spent epsilon {spent_now:.6g} ({NOTION}); a budget of "
+                f"{change.epsilon:g} is below it, and privacy spent cannot be taken back",
+            )
+        budgets[change.id] = change.epsilon
+    scenario = plan.scenario.model_copy(update={
+        "silos": [spec.model_copy(update={"epsilon": budgets[spec.id]}) for spec in plan.scenario.silos],
+    })
+    spent = {silo.id: silo_history(plan, silo, rounds_done) for silo in plan.silos}
+    return make_plan(scenario, plan.method, start_round=start, spent=spent, parent_plan_id=parent_plan_id)
+
+
 UNIT = PrivacyUnit(
     name=NAME,
     notion=NOTION,
@@ -392,4 +499,13 @@ UNIT = PrivacyUnit(
     verify=verify,
     spent=spent,
     mechanism=MECHANISM,
+    label="silo sample-level",
+    figure="epsilon",
+    entities="silos",
+    budget_field="epsilon",
+    changes_model=SiloChanges,
+    wire_enums={"SiloMethod": SiloMethod},
+    replan=replan,
+    ledger_model=SiloLedgerOut,
+    ledger_rows=ledger_rows,
 )

@@ -151,3 +151,64 @@ def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
         assert not any(e.is_displayed() for e in browser.find_elements("css selector", ".change"))
         (shots / "console-planner.png").write_bytes(browser.get_screenshot_as_png())
         api.close()
+
+
+def _plan_cell(driver: Any, entity: str, column: str) -> str:
+    return str(driver.find_element("css selector", f'#plan-rows tr[data-entity="{entity}"] td.{column}').text)
+
+
+def test_console_shows_silo_and_metric_plans_under_their_labels(browser: Any, tmp_path: Path) -> None:
+    """Issue 29: a silo plan's figures appear as "silo sample-level" epsilons, a metric plan's
+    as leakage (never epsilon), each from the service's ledger; a silo budget is changed from
+    the page (refused below spent, then re-planned, the lineage gaining the child)."""
+    from tests.app.test_unit_ledgers import METRIC_SCENARIO, SILO_SCENARIO
+
+    with serve(f"sqlite:///{tmp_path / 'gdpfed.db'}", initial_api_key=OPERATOR_TOKEN) as server:
+        api = httpx.Client(base_url=server.base_url, headers=auth(OPERATOR_TOKEN), timeout=120)
+        silo = api.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()
+        for index in range(3):
+            assert api.post(f"/v1/plans/{silo['id']}/rounds", json={"round_index": index}).status_code == 201
+        metric = api.post("/v1/plans", json={"scenario": METRIC_SCENARIO}).json()
+        for index, who in enumerate(({"g": [0, 1], "h": [10]}, {"g": [0]})):
+            report = {"round_index": index, "participants": who}
+            assert api.post(f"/v1/plans/{metric['id']}/rounds", json=report).status_code == 201
+        silo_ledger = {s["id"]: s for s in api.get(f"/v1/plans/{silo['id']}/ledger").json()["silos"]}
+        metric_ledger = {g["id"]: g for g in api.get(f"/v1/plans/{metric['id']}/ledger").json()["groups"]}
+
+        browser.get(f"{server.base_url}/console")
+        browser.find_element("id", "api-key").send_keys(OPERATOR_TOKEN)
+        browser.find_element("id", "login-button").click()
+        _wait(browser, lambda d: len(d.find_elements("css selector", "#plans tbody tr")) == 2)
+        labels = [e.text for e in browser.find_elements("css selector", "#plans tbody td.label")]
+        assert labels == ["leakage (metric d-privacy)", "silo sample-level"]
+
+        browser.find_element("css selector", f'#plans tr[data-id="{silo["id"]}"]').click()
+        _wait(browser, lambda d: "silo sample-level" in _text(d, "plan-unit"))
+        assert "delta=1e-05" in _text(browser, "plan-unit") and "3 round(s)" in _text(browser, "plan-unit")
+        assert _text(browser, "plan-spent") == "epsilon spent"
+        assert float(_plan_cell(browser, "a", "spent")) == pytest.approx(silo_ledger["a"]["epsilon_spent"], rel=1e-3)
+        form = browser.find_element("css selector", '#plan-rows tr[data-entity="a"] input')
+        form.send_keys(f"{silo_ledger['a']['epsilon_spent'] / 2:.6f}")
+        browser.find_element("css selector", '#plan-rows tr[data-entity="a"] button').click()
+        _wait(browser, lambda d: "Refused" in _text(d, "plan-message"))
+        assert "409 budget_conflict" in _text(browser, "plan-message")
+        form = browser.find_element("css selector", '#plan-rows tr[data-entity="a"] input')
+        form.clear()
+        form.send_keys("1.5")
+        browser.find_element("css selector", '#plan-rows tr[data-entity="a"] button').click()
+        _wait(browser, lambda d: "Re-planned" in _text(d, "plan-message"))
+        assert _plan_cell(browser, "a", "budget") == "1.500"
+        rows = browser.find_elements("css selector", "#plan-lineage tbody tr")
+        assert len(rows) == 2 and "(active)" in rows[0].text and silo["id"] in rows[0].text
+
+        browser.find_element("css selector", f'#plans tr[data-id="{metric["id"]}"]').click()
+        _wait(browser, lambda d: "leakage (metric d-privacy)" in _text(d, "plan-unit"))
+        assert "epsilon" not in _text(browser, "plan-unit").replace("not an epsilon", "")
+        assert [_text(browser, f"plan-{c}") for c in ("budget", "spent", "remaining")] == [
+            "leakage budget", "leakage spent", "leakage remaining"]
+        assert float(_plan_cell(browser, "g", "spent")) == pytest.approx(metric_ledger["g"]["leakage_spent"], rel=1e-3)
+        assert float(_plan_cell(browser, "h", "spent")) == pytest.approx(metric_ledger["h"]["leakage_spent"], rel=1e-3)
+        shots = Path(os.environ.get("GDPFED_CONSOLE_SCREENSHOTS", str(tmp_path)))
+        shots.mkdir(parents=True, exist_ok=True)
+        (shots / "console-metric-plan.png").write_bytes(browser.get_screenshot_as_png())
+        api.close()

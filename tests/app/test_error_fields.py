@@ -1,6 +1,6 @@
 """An error's ``field`` is the path the user can find: in the request body, else in the stored
 plan's or population's document (``scenario.<field>``), the same on every endpoint
-(docs/service.md §Errors); a silo plan is not re-planned (409 ``no_service_ledger``)."""
+(docs/service.md §Errors); a silo plan's re-plan names its changes' fields below ``changes``."""
 
 from __future__ import annotations
 
@@ -75,10 +75,17 @@ def test_population_errors_name_the_populations_scenario(client: TestClient) -> 
     error(client.post("/v1/populations", json={"name": "big", "scenario": many}), 422, "invalid_input", "scenario.groups")
 
 
-def test_a_silo_plan_is_not_replanned(client: TestClient) -> None:
+def test_a_silo_plans_replan_names_the_changes_field(client: TestClient) -> None:
+    """Silo plans are re-planned since issue 29 (they answered 409 no_service_ledger): a
+    client-level change, a silo budget that is not a number or one that is not a silo are
+    refused naming the field below ``changes``."""
     silo = client.post("/v1/plans", json={"scenario": json.loads((ROOT / "examples" / "silos.json").read_text())})
     assert silo.status_code == 201, silo.text
-    for request in (client.post(f"/v1/plans/{silo.json()['id']}/replan", json={}),
-                    client.post(f"/v1/plans/{silo.json()['id']}/rounds", json={"round_index": 0}),
-                    client.get(f"/v1/plans/{silo.json()['id']}/ledger")):
-        assert "makes no re-plan" in error(request, 409, "no_service_ledger", None)
+    replan = f"/v1/plans/{silo.json()['id']}/replan"
+    error(client.post(replan, json={"changes": {"groups": [{"id": "x", "epsilon": 1.0}]}}), 422, "invalid_input",
+          "changes.groups")
+    error(client.post(replan, json={"changes": {"silos": [{"id": "x", "epsilon": "much"}]}}), 422, "invalid_input",
+          "changes.silos.0.epsilon")
+    error(client.post(replan, json={"changes": {"silos": [{"id": "nope", "epsilon": 1.0}]}}), 422, "invalid_input",
+          "changes.silos.0.id")
+    error(client.post(replan, json={"changes": []}), 422, "invalid_input", "changes")

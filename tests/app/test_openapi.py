@@ -109,11 +109,11 @@ def test_open_operations_need_no_key_and_the_others_do(document: dict[str, Any],
 
 def test_a_plans_method_is_one_named_enum_of_the_planners_methods(document: dict[str, Any]) -> None:
     """PlanCreate.method was a string checked by a validator (a generated client typed it
-    ``str``): it is the enum ``PlanCreateMethod``, the client unit's methods (and "compare")
-    then the silo unit's, from the planner's registry (planner.units)."""
+    ``str``): it is the enum ``PlanCreateMethod``, every unit's methods in the planner's
+    registry's order (planner.units)."""
     method = document["components"]["schemas"]["PlanCreate"]["properties"]["method"]
     assert method["anyOf"] == [{"$ref": "#/components/schemas/PlanCreateMethod"}, {"type": "null"}]
-    registry = [*UNITS["client"].methods, *UNITS["silo_sample"].methods]
+    registry = list(dict.fromkeys(method for unit in UNITS.values() for method in unit.methods))
     assert document["components"]["schemas"]["PlanCreateMethod"]["enum"] == registry
 
 

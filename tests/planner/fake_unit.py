@@ -52,6 +52,11 @@ UNIT = PrivacyUnit(
     verify=lambda plan: None,
     spent=_spent,
     mechanism=MECHANISM,
+    label="test silo-level",
+    figure="epsilon",
+    entities="silos",
+    budget_field="epsilon",
+    changes_model=FakeScenario,  # never re-planned (replan None): any model
 )
 
 

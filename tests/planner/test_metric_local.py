@@ -137,3 +137,28 @@ def test_the_previous_round_rule_bounds_the_leakage_at_the_reference_radius() ->
     assert any("previous_round" in w for w in plan.warnings)
     verify_metric(plan)
     assert plan_metric(scenario()).groups[0].leakage_bound_at_radius is None
+
+
+def test_a_leakage_budget_change_moves_the_cap_and_keeps_nu() -> None:
+    """A metric re-plan (docs/metric-privacy.md §4): the group's nu is kept (released leakage
+    cannot change), the cap becomes floor(L nu / n) over the whole run, the child is read
+    back and verified, and a budget below the worst client's leakage so far is refused."""
+    from accounting.errors import BudgetConflictError
+    from planner.units import load_plan_document
+    from planner.units.base import Participations
+    from planner.units.metric_local import replan_metric
+
+    data = scenario(groups=[{"id": "all", "num_clients": 100, "leakage_budget": 4.0}], model_dim=10)
+    parent = plan_metric(data)
+    nu = parent.groups[0].noise_multiplier
+    assert parent.groups[0].max_participations == participation_cap(10, nu, 4.0)
+    seen = Participations(counts={"all": {0: 2, 1: 1}}, unknown_rounds=1)  # client 0: 3 releases counted
+    with pytest.raises(BudgetConflictError) as refused:
+        replan_metric(parent, 5, {"groups": [{"id": "all", "leakage_budget": 2.9 * 10 / nu}]}, seen)
+    assert refused.value.field == "changes.groups.0.leakage_budget"
+    child = replan_metric(parent, 5, {"groups": [{"id": "all", "leakage_budget": 8.0}]}, seen, "parent-id")
+    assert (child.start_round, child.rounds, child.parent_plan_id) == (5, 45, "parent-id")
+    assert child.groups[0].noise_multiplier == nu and child.groups[0].max_participations == participation_cap(10, nu, 8.0)
+    verify_metric(load_plan_document(child.model_dump(mode="json")))  # type: ignore[arg-type]
+    # the planner's own bound counts the parent's rounds: min(5 + 0, cap) releases after 0 rounds of the child
+    assert spent_metric(child, 0)["all"] == pytest.approx(min(5, child.groups[0].max_participations or 0) * 10 / nu)

@@ -191,3 +191,42 @@ def test_readme_silo_example_is_what_the_commands_print(capsys: pytest.CaptureFi
         for line in (line for line in shown if line.strip() != "..."):
             assert line in printed[position:], f"README line not in `gdpfed {' '.join(argv)}`'s output (in order): {line!r}"
             position = printed.index(line, position) + 1
+
+
+@pytest.mark.parametrize("method", ["mrmtl", "ifca_mrmtl"])
+def test_a_silo_replan_keeps_the_history_and_meets_the_new_budgets(method: str) -> None:
+    """A budget change re-plans every silo for the remaining rounds (docs/mrmtl.md §6): the
+    child carries what each silo spent (its DP-SGD steps and selections so far), its final
+    epsilon by Google's dp-accounting on the whole history is within the new budget, and it
+    is read back and verified like any plan; a budget below what was spent is refused."""
+    from accounting.errors import BudgetConflictError
+    from planner.units.silo_sample import replan, silo_epsilon_spent
+
+    parent = silo_plan(scenario(rounds=10, warm_start_fraction=0.3), method)
+    with pytest.raises(BudgetConflictError) as refused:
+        replan(parent, 4, {"silos": [{"id": "c", "epsilon": 0.5 * silo_epsilon_spent(parent, parent.silo("c"), 4)}]})
+    assert refused.value.field == "changes.silos.0.epsilon"
+    with pytest.raises(InvalidInputError) as unknown:
+        replan(parent, 4, {"silos": [{"id": "z", "epsilon": 2.0}]})
+    assert unknown.value.field == "changes.silos.0.id"
+    child = replan(parent, 4, {"silos": [{"id": "a", "epsilon": 2.0}, {"id": "c", "epsilon": 3.0}]}, None, "parent-id")
+    assert (child.start_round, child.rounds, child.parent_plan_id) == (4, 6, "parent-id")
+    assert [s.epsilon for s in child.silos] == [2.0, 1.0, 3.0]
+    for before, after in zip(parent.silos, child.silos):
+        assert after.spent_events() == silo_history(parent, before, 4)
+        assert after.selection_rounds == max(0, before.selection_rounds - 4)
+        assert dp_accounting_epsilon(silo_history(child, after, 6), 1e-5) <= after.epsilon * (1 + 1e-6)
+        # what the child says was spent before it is what the parent spent in its 4 rounds
+        assert silo_epsilon_spent(child, after, 0) == pytest.approx(silo_epsilon_spent(parent, before, 4), rel=1e-12)
+    again = load_plan_document(child.model_dump(mode="json"))
+    verify(again)  # type: ignore[arg-type]
+    # a history is only a re-plan's: the verifier refuses it at round 0, and a later start without a parent
+    forged = child.model_copy(update={"start_round": 0, "rounds": 10})
+    with pytest.raises(InvalidInputError) as at_zero:
+        verify(forged)
+    assert at_zero.value.field == "start_round"
+    with pytest.raises(InvalidInputError) as orphan:
+        verify(child.model_copy(update={"parent_plan_id": None}))
+    assert orphan.value.field == "parent_plan_id"
+    # a plan from round 0 writes no history (its document is as before re-plans existed)
+    assert "spent_phases" not in parent.model_dump(mode="json")["silos"][0]
