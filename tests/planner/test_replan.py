@@ -15,7 +15,7 @@ def assert_budgets(plan):
         if g.epsilon is None or not g.phases or g.status != "active":
             continue
         assert sum(p.steps for p in g.phases) <= plan.scenario.rounds
-        independent = independent_epsilon(g.phases, plan.scenario.delta)
+        independent = independent_epsilon(g.phases, plan.scenario.delta, plan.accountant)
         assert independent <= g.epsilon * (1 + 2e-3), (g.id, independent)
         assert g.epsilon_spent <= g.epsilon * (1 + 1e-9)
 
@@ -38,6 +38,19 @@ def test_replan_composes_history_and_records_parent():
     assert grandchild.start_round == 70 and grandchild.rounds == 30
     assert [p.steps for p in grandchild.group("g2").phases] == [40, 30, 30]
     assert_budgets(grandchild)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_replan_without_changes_keeps_every_group_on_its_budget(accountant):
+    """A tight (pld) history over-stated by rdp is no reason to stop a group: with 0.66 of its
+    budget 1 spent by pld (1.15 by rdp), the strict group stays active and the re-plan's
+    tables are not all infeasible for it (planner.replan._budget_status, planner.calibration.noise_table)."""
+    parent = make_plan(worked_scenario(1, accountant=accountant))
+    child = replan(parent, 40, Changes())
+    for group in child.groups:
+        assert group.status == "active" and group.sampling_rate > 0, group.id
+        assert group.epsilon_spent >= 0.99 * group.epsilon  # the budget left is used
+    assert_budgets(child)
 
 
 def test_budget_below_spent_is_refused_and_equal_one_exhausts():
