@@ -165,11 +165,15 @@ def ledger_accountant(plan_accountant: AccountantName, *, per_round: bool = Fals
     The figure of record (run summary, service ledger) is the accountant's ``verified_by``
     (closed_form -> rdp: the paper's formula describes one phase and can under-state
     epsilon outside its lemma's conditions, docs/accounting.md §6). ``per_round`` (progress
-    logs, one value per round) uses its fast sound stand-in (prv -> rdp: a PRV call takes
-    about half a second; rdp is an upper bound too), so neither is optimistic.
+    logs, one value per round, screening) uses the fast sound stand-in of an accountant that
+    runs in child processes (prv -> rdp: a PRV call takes about half a second; rdp is an
+    upper bound too), so neither is optimistic; every other accountant (pld) logs its own figure.
     """
     accountant = get_accountant(plan_accountant)
-    return accountant.per_round if per_round else accountant.verified_by
+    # the stand-in only where the figure of record is slow to compute (prv: fenced child
+    # processes); pld answers in milliseconds, and its rdp stand-in would show a pld plan's
+    # groups above their budgets round after round (rdp over-states what pld calibrated)
+    return accountant.per_round if per_round and accountant.runs_in_child else accountant.verified_by
 
 
 def epsilon_spent(

@@ -106,3 +106,16 @@ def test_bad_rounds_done_and_changes_name_the_field():
         replan(parent, 100, Changes())
     with pytest.raises(InvalidInputError, match=r"changes\.groups\.0"):
         replan(parent, 10, Changes.model_validate({"groups": [{"id": "x", "epsilon": 1.0}]}))
+
+
+def test_a_pld_plans_per_round_figure_is_its_own_never_above_the_budget():
+    """The trainer's per-round log (ledger_accountant(per_round=True)) of a pld plan is pld's
+    figure: rdp's stand-in showed the strict group of the worked example at 1.44 of its
+    budget 1 after the last round (docs/ledger.md §3)."""
+    plan = make_plan(worked_scenario(1, accountant="pld"))
+    assert plan_ledger.ledger_accountant("pld", per_round=True) == "pld"
+    assert plan_ledger.ledger_accountant("prv", per_round=True) == "rdp"  # prv's stays the fast stand-in
+    for group in plan.groups:
+        logged = plan_ledger.epsilon_spent(plan, group, plan.rounds, per_round=True)
+        assert logged == plan_ledger.epsilon_spent(plan, group, plan.rounds) <= group.epsilon
+
