@@ -192,6 +192,21 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
     assert hashlib.sha256(text.encode()).hexdigest() == BIG_GOLDEN[groups]
 
 
+# sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
+# the default (pld), figures included: the many-group path of the tight calibration.
+BIG_DEFAULT_GOLDEN = {100: "5f2d112e594c08f162240a85ee37dcd990e7c5593e849f69f4c0d0d66b88c23c"}
+
+
+@pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
+def test_many_group_default_plan_is_pinned(groups: int) -> None:
+    from bench.planner import big_scenario
+    from planner.plan import make_plan
+
+    plan = make_plan(big_scenario(groups), "gdpfed_plus")
+    assert plan.accountant == "pld"
+    assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_DEFAULT_GOLDEN[groups]
+
+
 def test_the_same_noise_table_is_calibrated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """planner.calibration.noise_table reuses the table of an identical question (a compare's
     methods, a repeated service request) and recalibrates for any other question."""
