@@ -265,8 +265,9 @@ class _FftErrorBound:
     in ``log2 n`` stages has ``||fl(F x) - F x||_2 <= c_n ||F x||_2``,
     ``c_n = L eta / (1 - L eta)``, ``L = log2 n``, ``eta = mu + gamma_4 (sqrt 2 + mu)``
     (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2); here
-    ``mu = 16 u`` and ``c_n`` is doubled for the real-input packing (pessimistic for
-    pocketfft, whose twiddles are accurate to about ``u``). Each step spectrum has
+    ``mu = 4 u`` (pocketfft's twiddles are accurate to about ``u``) and ``L = log2 n + 1``
+    (the real transform's post-processing pass is one more butterfly stage; pocketfft's
+    radix-4 passes round each element no more often than the two radix-2 stages they replace). Each step spectrum has
     ``||F x_k||_2 = sqrt(n) ||x_k||_2`` and entries of modulus <= 1 (x_k is a sub-pmf), so
     raising it to ``t_k`` adds at most ``t_k`` times its error (the derivative of ``s^t`` on
     the unit disc) plus the power's own rounding, ``(t_k (pi + 1) + 4) u`` of an entry of
@@ -280,12 +281,12 @@ class _FftErrorBound:
     U = 2.0**-53
 
     def __init__(self, n: int) -> None:
-        levels = math.log2(n)
+        levels = math.log2(n) + 1
         gamma4 = 4 * self.U / (1 - 4 * self.U)
-        mu = 16 * self.U
+        mu = 4 * self.U
         eta = mu + gamma4 * (math.sqrt(2) + mu)
         self.n = n
-        self.c_n = 2 * levels * eta / (1 - levels * eta)
+        self.c_n = levels * eta / (1 - levels * eta)
         self.spectrum_l2 = 0.0  # bound on ||computed - exact||_2 of the composed spectrum / sqrt(n)
         self.phases = 0
 

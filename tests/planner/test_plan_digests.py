@@ -152,16 +152,16 @@ DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "545b6675e6f01361f8e1f7f66f5a42d7c08d175f27b0ba170a2712b82fc19477",
-    ('scenario.json', None, 'compare'): "2345f878807118b5a3494b15cee2cd1e78c8fcce9676e4f8b94d401660423797",
-    ('scenario.yaml', None, None): "efb40877024a25a0161ef7e7f4dbb247f288f249bb0df1a99b48dfe4a1282f59",
-    ('scenario.yaml', None, 'compare'): "317ed45b08fb2e000a01d07d7513da593f9282746153a327bed6866df490c8fe",
-    ('silos.json', None, None): "e7d76e4076322194b938db901e1bef0eb12c7162679bb6312478206bba8a8db9",
+    ('scenario.json', None, None): "60b91b5f64fbbbec8df6f5ce5e7a999c446d48d8c90cde0ddd7834842a078aeb",
+    ('scenario.json', None, 'compare'): "58037e0d54dc98acaf6bda7a5b202a5145b9e505ec88f87fc3807e2df6a40a57",
+    ('scenario.yaml', None, None): "ba3764e84dd4bf285138e58fd89ff574e39500390dd90a761497221574aeebf0",
+    ('scenario.yaml', None, 'compare'): "3d999c473292fce038d2491dc40f30327ba49f7d8bc26d0eb16d39145953cf1b",
+    ('silos.json', None, None): "d6040a0afbebae9528187085d27555208ebd87dde6b1f90a8113254d8e258d9b",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "0513b445df6e84cdc0cbd7d4f0b3a16385ded03f336060618fd42fc39bdcd5c3",
-    ('synthetic-3000.json', None, 'compare'): "15cda78bb18b8dc63b5aa25757044d9ededc954cdba4139140b43f6a33c9a80e",
-    ('fedhdp.json', 'pld', None): "4c9fa54e34e81066aa553cc37b98324a9191ccf3b8bcf4d77619df8b5d4cb7bd",
-    ('fedhdp.json', 'pld', 'compare'): "fa6e38b9d8a6b23e1b3e14750b4ea9be0d9b95e1bf0932bc6925d762e4f6335c",
+    ('synthetic-3000.json', None, None): "29140aaa28b18cc0bfe6ced2f21c3b3166ac25f3ce61efc39496dfbe2fbdf02b",
+    ('synthetic-3000.json', None, 'compare'): "25e2e8e5f071f5048bdc174970bffa2cbbbee3a709d2dec25e2d3584b5682399",
+    ('fedhdp.json', 'pld', None): "ef7fe8bf16a9042cd74be4f912274757c4162c3c7f613a2fad49a773377b6046",
+    ('fedhdp.json', 'pld', 'compare'): "e518962268d4af3c0ef1e0db1ca274a585fe9798a5c93dc65c3fd5fb38439554",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
@@ -194,7 +194,7 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 
 # sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
 # the default (pld), figures included: the many-group path of the tight calibration.
-BIG_DEFAULT_GOLDEN = {100: "5f2d112e594c08f162240a85ee37dcd990e7c5593e849f69f4c0d0d66b88c23c"}
+BIG_DEFAULT_GOLDEN = {100: "bedad50502dd4075115b44b68ad5a00eb3ccffe411c0454f4815de2a8e54d13a"}
 
 
 @pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
