@@ -315,6 +315,8 @@ class ConsoleGroup(BaseModel):
     epsilon: float | None = Field(description="the group's budget in the registry; null = opted out")
     num_clients: int
     epsilon_spent: float | None = Field(None, description="per the service's ledger of the active plan")
+    epsilon_rdp: float | None = Field(None, description="the ledger row's rdp figure (docs/ledger.md §3)")
+    epsilon_tight: float | None = Field(None, description="the ledger row's tight (pld) figure")
     epsilon_remaining: float | None = None
     opted_out: bool = False
     sampling_rate: float | None = None

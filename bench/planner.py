@@ -85,8 +85,9 @@ def kkt_vs_cvxpy(sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-def big_scenario(n: int, seed: int = 0) -> Any:
-    """n groups, log-uniform eps in [0.5, 8], 100-2000 clients, K = 5% of all clients."""
+def big_scenario(n: int, seed: int = 0, accountant: str | None = None) -> Any:
+    """n groups, log-uniform eps in [0.5, 8], 100-2000 clients, K = 5% of all clients; the
+    scenario's default accountant unless ``accountant`` names one."""
     from planner.schema import Scenario
 
     rng = np.random.default_rng(seed)
@@ -98,7 +99,7 @@ def big_scenario(n: int, seed: int = 0) -> Any:
     total = sum(g["num_clients"] for g in groups)
     return Scenario.model_validate(
         dict(groups=groups, delta=1e-5, rounds=100, model_dim=100_000, expected_clients=0.05 * total,
-             min_clients_per_pool=5)
+             min_clients_per_pool=5, **({"accountant": accountant} if accountant else {}))
     )
 
 
@@ -108,7 +109,7 @@ def plan_times(sizes: list[int]) -> list[dict[str, Any]]:
     targets = {3: 0.1, 100: None, 1000: 5.0}
     rows = []
     for n in sizes:
-        scenario = big_scenario(n) if n > 3 else big_scenario(3, seed=3)
+        scenario = big_scenario(n, accountant="rdp") if n > 3 else big_scenario(3, seed=3, accountant="rdp")
         repeats = 5 if n <= 3 else (3 if n <= 100 else 1)
         seconds = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus", clients_needed=False), repeats, warmup=1 if n <= 100 else 0))
         plus = make_plan(scenario, "gdpfed_plus", clients_needed=False)
@@ -132,9 +133,9 @@ def plan_times(sizes: list[int]) -> list[dict[str, Any]]:
 CLIENTS_NEEDED_TARGETS_S = {3: 0.02, 1000: 0.5}
 
 
-def clients_needed_times(sizes: list[int], quick: bool) -> list[dict[str, Any]]:
-    """make_plan (gdpfed_plus, rdp) alone, with the derived clients_needed and with the
-    re-planning search it replaced, side by side (3 groups: examples/scenario.json)."""
+def clients_needed_times(sizes: list[int], quick: bool, accountant: str = "rdp") -> list[dict[str, Any]]:
+    """make_plan (gdpfed_plus, ``accountant``) alone, with the derived clients_needed and with
+    the re-planning search it replaced, side by side (3 groups: examples/scenario.json)."""
     from pathlib import Path
 
     from planner.loading import load_scenario
@@ -144,8 +145,9 @@ def clients_needed_times(sizes: list[int], quick: bool) -> list[dict[str, Any]]:
     for n in sizes:
         if n == 3:
             scenario = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
+            scenario = scenario.model_copy(update={"accountant": accountant})
         else:
-            scenario = big_scenario(n)
+            scenario = big_scenario(n, accountant=accountant)
         repeats = 1 if quick else (7 if n <= 3 else (3 if n <= 100 else 1))
         warmup = 1 if n <= 100 else 0
         alone = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus", clients_needed=False), repeats, warmup=warmup))
@@ -166,6 +168,7 @@ def clients_needed_times(sizes: list[int], quick: bool) -> list[dict[str, Any]]:
         rows.append(
             {
                 "groups": n,
+                "accountant": accountant,
                 "plan_alone_s": alone,
                 "with_derived_s": derived_s,
                 "with_derived_cold_s": cold_s,
@@ -203,5 +206,10 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
             "make_plan gdpfed_plus (rdp) with clients_needed: derived from the plan vs re-planning search "
             "(issue 26; seconds, same run)",
             clients_needed_times(needed_sizes, quick),
+        ),
+        (
+            "make_plan gdpfed_plus under the default accountant (pld, since issue 26) with clients_needed "
+            "(seconds, same run)",
+            clients_needed_times([3] if quick else [3, 100], quick, accountant="pld"),
         ),
     ]

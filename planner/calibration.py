@@ -76,6 +76,23 @@ def noise_table(
     q = np.asarray(rates, dtype=float)
     eps = np.asarray(epsilons, dtype=float)
     has_spent = spent is not None and any(len(p) > 0 for p in spent)
+    chosen = get_accountant(accountant)
+    if has_spent and spent is not None and chosen.verified_by != chosen.per_round:
+        # A history the tight accountant (pld, prv) calibrated is over-stated by the fast one
+        # (rdp), often past the whole budget: the table would say "infeasible at every rate"
+        # for a group with room left. Guide instead with each group's budget left under the
+        # plan's own accountant, tabulated as a fresh group; the exact sigma is then
+        # calibrated on the whole history (calibrate_groups), so this changes no guarantee.
+        left = eps.copy()
+        for g, phases in enumerate(spent):
+            if phases:
+                used = accounting.epsilon_of_events(list(phases), delta, chosen.verified_by).epsilon
+                left[g] = eps[g] - used if eps[g] > used else np.nan
+        table = np.full((len(q), len(eps)), np.inf)
+        fine = np.isfinite(left)
+        if fine.any():
+            table[:, fine] = noise_table(q, left[fine], rounds, delta, accountant)
+        return table
     if not has_spent:
         slopes = noise_slopes(eps, rounds, delta, accountant)
         if slopes is not None:

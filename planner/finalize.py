@@ -15,7 +15,9 @@ import numpy as np
 
 from accounting.accountants import AccountantName, get_accountant
 from accounting.events import Phase
+from accounting.results import EpsilonReport
 from planner import calibration
+from planner import ledger as plan_ledger
 from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
 from planner.discrete import with_discrete
@@ -261,6 +263,7 @@ def _group_plans(
 ) -> list[GroupPlan]:
     pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
     prv_upper_of = _prv_report(problem, design, reports, phases, warnings)
+    figures_of = _figures(problem, design, reports, phases)
     plans = []
     for g in range(problem.n_groups):
         p = pool_of[g]
@@ -297,6 +300,8 @@ def _group_plans(
                     float(pool_std[p] / clip[g]) if cal is not None else (0.0 if rates[g] > 0 else None)
                 ),
                 epsilon_spent=eps_spent,
+                epsilon_rdp=figures_of[g].rdp if g in figures_of and eps_spent is not None else None,
+                epsilon_tight=figures_of[g].tight if g in figures_of and eps_spent is not None else None,
                 epsilon_spent_prv_upper=prv_upper,
                 sound=sound,
                 phases=phases[g],
@@ -306,6 +311,25 @@ def _group_plans(
             )
         )
     return plans
+
+
+def _figures(
+    problem: Problem,
+    design: Design,
+    reports: dict[int, tuple[object, bool]],
+    phases: dict[int, list[Phase]],
+) -> dict[int, plan_ledger.EpsilonFigures]:
+    """Every verified group's rdp and tight epsilon (docs/ledger.md §3), reusing its verified
+    figure where the verifying accountant is one of the two."""
+    if design.noise_rule == "none":
+        return {}
+    wanted = [g for g in range(problem.n_groups) if problem.private[g] and g in reports and phases[g]]
+    known: dict[AccountantName, list[float | None]] = {}
+    for i, g in enumerate(wanted):
+        report: EpsilonReport = reports[g][0]  # type: ignore[assignment]
+        known.setdefault(report.accountant, [None] * len(wanted))[i] = float(report.epsilon)
+    figures = plan_ledger.epsilon_figures([phases[g] for g in wanted], problem.scenario.delta, known)
+    return dict(zip(wanted, figures, strict=True))
 
 
 def _prv_report(

@@ -22,9 +22,10 @@ not: counting can only overstate the loss, never understate it (docs/ledger.md �
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
-from accounting.accountants import AccountantName, get_accountant
+from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.errors import InvalidInputError
 from accounting.events import MetricLeakage, Phase, PoissonSampledGaussian, PrivacyEvent
 from accounting.metric import metric_leakage
@@ -164,11 +165,15 @@ def ledger_accountant(plan_accountant: AccountantName, *, per_round: bool = Fals
     The figure of record (run summary, service ledger) is the accountant's ``verified_by``
     (closed_form -> rdp: the paper's formula describes one phase and can under-state
     epsilon outside its lemma's conditions, docs/accounting.md §6). ``per_round`` (progress
-    logs, one value per round) uses its fast sound stand-in (prv -> rdp: a PRV call takes
-    about half a second; rdp is an upper bound too), so neither is optimistic.
+    logs, one value per round, screening) uses the fast sound stand-in of an accountant that
+    runs in child processes (prv -> rdp: a PRV call takes about half a second; rdp is an
+    upper bound too), so neither is optimistic; every other accountant (pld) logs its own figure.
     """
     accountant = get_accountant(plan_accountant)
-    return accountant.per_round if per_round else accountant.verified_by
+    # the stand-in only where the figure of record is slow to compute (prv: fenced child
+    # processes); pld answers in milliseconds, and its rdp stand-in would show a pld plan's
+    # groups above their budgets round after round (rdp over-states what pld calibrated)
+    return accountant.per_round if per_round and accountant.runs_in_child else accountant.verified_by
 
 
 def epsilon_spent(
@@ -211,6 +216,62 @@ def history_epsilon(
         return 0.0
     compute = epsilon_fn or default_epsilon_fn
     return float(compute(list(events), delta, ledger_accountant(plan_accountant, per_round=per_round)))
+
+
+class EpsilonFigures(NamedTuple):
+    """The two figures every plan and ledger row states beside its figure of record
+    (docs/ledger.md §3): the history's epsilon under rdp and under the tight accountant (pld)."""
+
+    rdp: float
+    tight: float
+
+
+def epsilon_figures(
+    histories: Sequence[Sequence[PrivacyEvent]],
+    delta: float,
+    known: Mapping[AccountantName, Sequence[float | None]] | None = None,
+) -> list[EpsilonFigures]:
+    """``EpsilonFigures`` of each history at ``delta`` (0 for an empty one; docs/ledger.md §3).
+
+    ``known[a][i]`` is history i's epsilon already computed under accountant ``a`` (the figure
+    of record, when the ledger accountant is rdp or pld): it is used instead of recomputing.
+    rdp answers every history in one vectorised call; pld once per distinct history (the
+    groups of a plan often share one), each as an upper bound or rdp's answer where pld
+    falls back (docs/accounting.md §13.4).
+    """
+    from accounting import epsilon_of_events, epsilons_of_histories
+
+    known = known or {}
+    values: dict[AccountantName, list[float]] = {}
+    for name in (RDP_ACCOUNTANT, TIGHT_ACCOUNTANT):
+        given = known.get(name)
+        out = [0.0] * len(histories)
+        todo = [i for i, h in enumerate(histories) if h and (given is None or given[i] is None)]
+        for i, h in enumerate(histories):
+            if h and given is not None and given[i] is not None:
+                out[i] = float(given[i])  # type: ignore[arg-type]
+        if todo and name == RDP_ACCOUNTANT:
+            answers = epsilons_of_histories([list(histories[i]) for i in todo], delta, name)
+            for i, report in zip(todo, answers, strict=True):
+                out[i] = float(report.epsilon)
+        elif todo:
+            distinct: dict[str, float] = {}
+            for i in todo:
+                key = repr([event.model_dump() for event in histories[i]])
+                if key not in distinct:
+                    distinct[key] = float(epsilon_of_events(list(histories[i]), delta, name).epsilon)
+                out[i] = distinct[key]
+        values[name] = out
+    return [EpsilonFigures(r, t) for r, t in zip(values[RDP_ACCOUNTANT], values[TIGHT_ACCOUNTANT], strict=True)]
+
+
+def figures_by_group(plan: Plan, rounds_run: int) -> dict[str, EpsilonFigures | None]:
+    """``EpsilonFigures`` of every group's history after ``rounds_run`` rounds of ``plan``, in the
+    plan's order; ``None`` where the group has no finite epsilon (as ``epsilon_spent``)."""
+    private = [g for g in plan.groups if not is_unprotected(plan, g, rounds_run)]
+    figures = epsilon_figures([group_history(plan, g, rounds_run) for g in private], plan.scenario.delta)
+    by_id = dict(zip((g.id for g in private), figures, strict=True))
+    return {g.id: by_id.get(g.id) for g in plan.groups}
 
 
 def spent_by_group(

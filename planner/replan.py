@@ -202,9 +202,17 @@ def _budget_status(
             "sampled at rate 0 from now on"
         )
     probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
+    fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
+    # the fast accountant (rdp) over-states a history the tight one calibrated (pld): where it
+    # finds no room, the plan's own accountant decides (issue 26)
     try:
-        fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
-        noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, fast, spent=spent)
+        for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(scenario.accountant))):
+            try:
+                noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, accountant, spent=spent)
+                break
+            except InfeasibleError:
+                if accountant == plan_ledger.ledger_accountant(scenario.accountant):
+                    raise
     except InfeasibleError:
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.4g} of {spec.epsilon:g}; what is left is too little "

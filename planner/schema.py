@@ -270,6 +270,14 @@ class GroupPlan(NumbersModel):
         None, description="verified epsilon over all rounds (spent phases included) "
         "under the plan's accountant; null = opted out"
     )
+    epsilon_rdp: float | None = Field(
+        None, description="the same history's epsilon under rdp (docs/ledger.md §3); null = opted out, or a plan "
+        "written before these figures existed"
+    )
+    epsilon_tight: float | None = Field(
+        None, description="the same history's epsilon under the tight accountant, pld (docs/accounting.md §13); "
+        "null = opted out, or a plan written before these figures existed"
+    )
     epsilon_spent_prv_upper: float | None = None
     sound: bool = Field(True, description="false only for raw closed-form plans that RDP refutes")
     phases: list[Phase] = Field(

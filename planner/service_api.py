@@ -86,6 +86,12 @@ class GroupLedger(BaseModel):
     phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
     steps: int = Field(description="rounds this group was sampled with a nonzero rate")
     epsilon_spent: float | None = Field(description="epsilon of the phases; null when a phase had no noise")
+    epsilon_rdp: float | None = Field(
+        None, description="the same phases' epsilon under rdp (docs/ledger.md §3); null as epsilon_spent"
+    )
+    epsilon_tight: float | None = Field(
+        None, description="the same phases' epsilon under the tight accountant, pld; null as epsilon_spent"
+    )
     epsilon_remaining: float | None = None
     opted_out: bool = False
 

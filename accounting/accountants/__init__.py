@@ -33,7 +33,14 @@ ACCOUNTANTS: dict[AccountantName, Accountant] = {
 }
 
 ACCOUNTANT_NAMES: tuple[AccountantName, ...] = get_args(AccountantName)
-DEFAULT_ACCOUNTANT: AccountantName = "rdp"
+# The default for calibrating and certifying plans, ledgers, the service and the CLI: the
+# tight accountant (issue 26, docs/accounting.md §13). rdp stays available by name and still
+# tabulates sigma(q) for the optimisation (pld's ``tabulated_by``).
+DEFAULT_ACCOUNTANT: AccountantName = "pld"
+# The two figures every plan and ledger row states beside its figure of record
+# (``epsilon_rdp`` and ``epsilon_tight``, docs/ledger.md §3): rdp's and the tight accountant's.
+RDP_ACCOUNTANT: AccountantName = "rdp"
+TIGHT_ACCOUNTANT: AccountantName = "pld"
 
 
 def get_accountant(name: object, field: str = "accountant") -> Accountant:
@@ -47,6 +54,8 @@ __all__ = [
     "ACCOUNTANTS",
     "ACCOUNTANT_NAMES",
     "DEFAULT_ACCOUNTANT",
+    "RDP_ACCOUNTANT",
+    "TIGHT_ACCOUNTANT",
     "Accountant",
     "AccountantName",
     "ClosedFormAccountant",

@@ -45,6 +45,9 @@ STD_STEPS = 250.0
 # Calibrations stop when the bracket on sigma (or q) is within 0.1%: the answer is the
 # bracket's evaluated feasible end, at most 0.1% above the exact PLD root.
 XTOL = math.log1p(1e-3)
+# A typical |d log epsilon / d log sigma| near a calibration's answer (2-5 on the bench's
+# cases): search.bracket's first step is |g(guess)| / BRACKET_SLOPE.
+BRACKET_SLOPE = 3.0
 
 
 def _sf(x: np.ndarray) -> np.ndarray:
@@ -222,6 +225,7 @@ def compose(phases: Sequence[PhaseTuple], delta: float, direction: str, fft_size
     # a step's loss below this is rounded up to it (pessimistic): nothing below the window matters
     floor_loss = min(low, 0.0) - (high - low)
     spectrum = np.ones(n // 2 + 1, dtype=complex)
+    fft_error = _FftErrorBound(n)
     offset = 0
     survive = 0.0  # log P(no step at +inf)
     # the exact tail bound above the window, on the fine pmfs at the lambdas near the coarse optimum
@@ -234,6 +238,7 @@ def compose(phases: Sequence[PhaseTuple], delta: float, direction: str, fft_size
         pmf = _StepPmf(q, sigma, direction, h, lo_i, hi_i)
         survive += t * math.log1p(-pmf.inf_mass) if pmf.inf_mass < 1 else -math.inf
         placed = np.bincount(np.arange(pmf.mass.size) % n, weights=pmf.mass, minlength=n)
+        fft_error.add_phase(math.sqrt(float(np.sum(np.square(placed)))), t)  # no BLAS threads
         spectrum *= np.fft.rfft(placed) ** t
         offset += t * lo_i
         fine_up += t * _log_mgf(h * (lo_i + np.arange(pmf.mass.size)), pmf.mass, lambdas)
@@ -247,9 +252,51 @@ def compose(phases: Sequence[PhaseTuple], delta: float, direction: str, fft_size
     # is counted in full in delta (mass below the window wraps upwards: pessimistic)
     above = min(math.exp(min(float(np.min(fine_up - lambdas * (window_hi * h))), 0.0)), 1.0)
     inf_mass = -math.expm1(survive)
-    # floating-point noise of the FFT: the negative values are pure noise; twice their sum
-    # stands for the positive noise too
-    return Composed(h * indices, values, inf_mass, above + 2 * noise)
+    # floating-point error of the FFT: a proven bound on the l1 error of the values read
+    # (§13.2, _FftErrorBound); the negative values are pure error, so their sum is below it
+    return Composed(h * indices, values, inf_mass, above + max(fft_error.l1(), 2 * noise))
+
+
+class _FftErrorBound:
+    """A bound on the l1 norm of the floating-point error of ``irfft(prod_k rfft(x_k) ** t_k)``
+    against the exact circular convolution (docs/accounting.md §13.2, "FFT rounding").
+
+    With unit roundoff ``u`` and twiddle factors accurate to ``mu``, a length-n FFT computed
+    in ``log2 n`` stages has ``||fl(F x) - F x||_2 <= c_n ||F x||_2``,
+    ``c_n = L eta / (1 - L eta)``, ``L = log2 n``, ``eta = mu + gamma_4 (sqrt 2 + mu)``
+    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2); here
+    ``mu = 4 u`` (pocketfft's twiddles are accurate to about ``u``) and ``L = log2 n + 1``
+    (the real transform's post-processing pass is one more butterfly stage; pocketfft's
+    radix-4 passes round each element no more often than the two radix-2 stages they replace). Each step spectrum has
+    ``||F x_k||_2 = sqrt(n) ||x_k||_2`` and entries of modulus <= 1 (x_k is a sub-pmf), so
+    raising it to ``t_k`` adds at most ``t_k`` times its error (the derivative of ``s^t`` on
+    the unit disc) plus the power's own rounding, ``(t_k (pi + 1) + 4) u`` of an entry of
+    modulus <= 1 (``exp(t log s)``: ``t |log s| |s|^t <= 1/e``, ``t |arg s| <= pi t``); the
+    products of the phases' spectra add ``4u`` each. The inverse transform divides the
+    spectrum's l2 error by ``sqrt(n)`` and adds ``c_n`` of its output (l2 <= l1 <= 1), and
+    ``||e||_1 <= sqrt(n) ||e||_2`` converts to the l1 norm, which bounds the error of every
+    ``delta(eps)`` (each value enters it with a weight in [0, 1]).
+    """
+
+    U = 2.0**-53
+
+    def __init__(self, n: int) -> None:
+        levels = math.log2(n) + 1
+        gamma4 = 4 * self.U / (1 - 4 * self.U)
+        mu = 4 * self.U
+        eta = mu + gamma4 * (math.sqrt(2) + mu)
+        self.n = n
+        self.c_n = levels * eta / (1 - levels * eta)
+        self.spectrum_l2 = 0.0  # bound on ||computed - exact||_2 of the composed spectrum / sqrt(n)
+        self.phases = 0
+
+    def add_phase(self, l2: float, steps: int) -> None:
+        """Account for one phase: its pmf's l2 norm on the grid and its step count."""
+        self.spectrum_l2 += steps * self.c_n * l2 + (steps * (math.pi + 1) + 4) * self.U + 4 * self.U
+        self.phases += 1
+
+    def l1(self) -> float:
+        return math.sqrt(self.n) * (self.spectrum_l2 + self.c_n)
 
 
 def _top_loss(q: float, sigma: float, direction: str, budget: float) -> float:
@@ -285,23 +332,44 @@ def _bottom_loss(q: float, sigma: float, direction: str, top: float, mass: float
 
 def epsilon_of_phases(phases: Sequence[PhaseTuple], delta: float) -> float:
     """Epsilon of the composed phases at ``delta``: the larger of the two directions (§13)."""
-    return max(compose(phases, delta, direction).epsilon(delta) for direction in ("remove", "add"))
+    return _epsilon_and_error(phases, delta)[0]
+
+
+def _epsilon_and_error(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, float]:
+    """Epsilon and the larger direction's error terms (added to delta), as a share of delta."""
+    composed = [compose(phases, delta, direction) for direction in ("remove", "add")]
+    return max(c.epsilon(delta) for c in composed), max(c.error for c in composed) / delta
+
+
+# Where the error terms take more than this share of delta (tiny delta, many steps of a tiny
+# rate: the FFT rounding bound grows with the steps), rdp's bound is computed too and the
+# smaller of the two sound bounds is the answer (§13.2).
+ERROR_SHARE_CHECK = 0.05
 
 
 def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, str | None]:
-    """The PLD epsilon, or, where the discretisation fails numerically (noise multipliers near
-    the search floor put single losses beyond e^700), rdp's epsilon and the reason (§13.4)."""
+    """The PLD epsilon, or rdp's epsilon and the reason: where the discretisation fails
+    numerically (noise multipliers near the search floor put single losses beyond e^700,
+    §13.4), or where the error terms added to delta leave rdp's bound the lower one (§13.2)."""
+    events: list[ApproximateDpEvent] = [
+        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
+    ]
     try:
         with np.errstate(all="ignore"):
-            value = epsilon_of_phases(phases, delta)
-        if value >= 0:  # inf is a sound answer; nan is not an answer
+            value, share = _epsilon_and_error(phases, delta)
+        if value >= 0 and share <= ERROR_SHARE_CHECK:  # inf is a sound answer; nan is not an answer
+            return value, None
+        if value >= 0:
+            rdp = _RDP.epsilon(events, delta).epsilon
+            if rdp < value:
+                return rdp, (
+                    f"pld's error terms take {min(share, 1.0):.0%} of delta (FFT rounding bound and tails, "
+                    f"docs/accounting.md §13.2), leaving rdp's bound the lower one; answered by rdp"
+                )
             return value, None
         failure = f"epsilon {value}"
     except (ArithmeticError, ValueError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    events: list[ApproximateDpEvent] = [
-        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
-    ]
     return _RDP.epsilon(events, delta).epsilon, f"pld failed numerically ({failure}); fell back to rdp"
 
 
@@ -351,23 +419,32 @@ class PldAccountant(Accountant):
             return _fell_back(_RDP.noise_multiplier(q, t, target, delta, spent), self.name, reason)
         history = _phases(spent)
         spent_eps = _spent_epsilon(history, delta, target)
+        answers: dict[float, tuple[float, str | None]] = {}  # sigma -> sound_epsilon, each computed once
+
+        def answer(sigma: float) -> tuple[float, str | None]:
+            if sigma not in answers:
+                answers[sigma] = sound_epsilon([*history, (q, sigma, t)], delta)
+            return answers[sigma]
 
         def g(x: float) -> float:
-            return search.log_ratio(sound_epsilon([*history, (q, math.exp(x), t)], delta)[0], target)
+            return search.log_ratio(answer(math.exp(x))[0], target)
 
         remaining = max(target - (spent_eps or 0.0), 0.05 * target)
         guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
         try:
-            found = search.refine(
-                g, search.bracket(g, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX)), XTOL
+            # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
+            # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
+            start = search.bracket(
+                g, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE
             )
+            found = search.refine(g, start, XTOL)
         except search.NoFeasiblePoint:
             raise InfeasibleError(
                 f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
                 f"rounds={t}, delta={delta:g}"
             ) from None
         sigma = math.exp(found.hi)
-        achieved, failed = sound_epsilon([*history, (q, sigma, t)], delta)
+        achieved, failed = answer(sigma)
         return Calibration(
             solved_for="noise_multiplier",
             sampling_rate=q,

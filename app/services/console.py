@@ -83,7 +83,7 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
     plan = stages[-1][0]
     groups = [
         ConsoleGroup(id=g.id, epsilon=budgets.get(g.id), num_clients=g.num_clients, epsilon_spent=row.epsilon_spent,
-                     epsilon_remaining=row.epsilon_remaining, opted_out=row.opted_out,
+                     epsilon_rdp=row.epsilon_rdp, epsilon_tight=row.epsilon_tight, epsilon_remaining=row.epsilon_remaining, opted_out=row.opted_out,
                      sampling_rate=g.sampling_rate, pool=g.pool)
         for g, row in zip(plan.groups, ledgers)
     ]

@@ -304,8 +304,10 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
 def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
     """Each group's row of the ledger after ``rounds`` counted rounds of ``plan``."""
     result = []
+    figures = plan_ledger.figures_by_group(plan, rounds)
     for group in plan.groups:
         spent = plan_ledger.epsilon_spent(plan, group, rounds)
+        both = figures[group.id]
         phases: list[Phase] = plan_ledger.merge_phases(plan_ledger.group_history(plan, group, rounds))
         budget = plan.scenario.group(group.id).epsilon  # the budget the plan's scenario fixes
         remaining = None
@@ -317,6 +319,8 @@ def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
             phases=phases,
             steps=plan_ledger.rounds_sampled(plan, group, rounds),
             epsilon_spent=spent,
+            epsilon_rdp=both.rdp if both is not None else None,
+            epsilon_tight=both.tight if both is not None else None,
             epsilon_remaining=remaining,
             opted_out=plan_ledger.is_unprotected(plan, group, rounds),
         ))

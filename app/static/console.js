@@ -193,7 +193,11 @@ function renderGroups(view) {
     cell(row, group.id);
     cell(row, String(group.num_clients));
     cell(row, group.epsilon === null ? "opted out" : fmt(group.epsilon), "budget");
-    cell(row, group.opted_out ? "no DP" : fmt(group.epsilon_spent), "spent");
+    const spent = cell(row, group.opted_out ? "no DP" : fmt(group.epsilon_spent), "spent");
+    if (group.epsilon_rdp !== null && group.epsilon_rdp !== undefined) {
+      // the ledger row's two figures beside its figure of record (docs/ledger.md §3)
+      spent.title = `rdp ${fmt(group.epsilon_rdp)}, tight (pld) ${fmt(group.epsilon_tight)}`;
+    }
     cell(row, fmt(group.epsilon_remaining), "remaining");
     cell(row, fmt(group.sampling_rate));
     cell(row, group.pool || "-");

@@ -144,6 +144,13 @@ class SiloPlan(NumbersModel):
     selection_epsilon: float | None = Field(None, description="ifca_mrmtl: epsilon of one cluster selection")
     selection_rounds: int = Field(0, description="rounds with one private cluster selection (the first ones)")
     epsilon_planned: float = Field(description="epsilon after every round, by the ledger's accountant")
+    epsilon_rdp: float | None = Field(
+        None, description="the same history's epsilon under rdp (docs/ledger.md §3); null in plans written before"
+    )
+    epsilon_tight: float | None = Field(
+        None, description="the same history's epsilon under the tight accountant, pld (rdp's where pld cannot "
+        "represent a cluster selection); null in plans written before"
+    )
     random_walk_variance_per_lr2: float = Field(
         description="(sigma_k c / B)^2 * steps over all rounds: variance of the accumulated DP noise per "
         "coordinate per unit learning rate squared (a large value is what averaging across silos reduces)"
@@ -335,6 +342,12 @@ def make_plan(
     )
     for silo in plan.silos:
         silo.epsilon_planned = silo_epsilon_spent(plan, silo, plan.rounds)
+    figures = ledger.epsilon_figures(
+        [silo_history(plan, silo, plan.rounds) for silo in plan.silos], scenario.delta,
+        {ledger.ledger_accountant(plan.accountant): [silo.epsilon_planned for silo in plan.silos]},
+    )
+    for silo, both in zip(plan.silos, figures, strict=True):
+        silo.epsilon_rdp, silo.epsilon_tight = both
     verify(plan)
     return plan
 

@@ -21,16 +21,23 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_epsilon_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "epsilon", "--sampling-rate", "0.05", "--noise-multiplier", "1.5", "--rounds", "500", "--delta", "1e-4")
-    assert code == 0 and "epsilon = 3.60" in out
+    assert code == 0 and "epsilon = 3.23" in out and "(accountant pld)" in out  # the default since issue 26
     code, out, _ = _run(
         capsys, "--json", "epsilon", "--sampling-rate", "0.05", "--noise-multiplier", "1.5", "--rounds", "500", "--delta", "1e-4"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["epsilon"] == pytest.approx(3.2389, abs=1e-3) and data["accountant"] == "pld"
+    code, out, _ = _run(
+        capsys, "--json", "epsilon", "--sampling-rate", "0.05", "--noise-multiplier", "1.5", "--rounds", "500", "--delta", "1e-4",
+        "--accountant", "rdp",
     )
     data = json.loads(out)
     assert code == 0 and data["epsilon"] == pytest.approx(3.608, abs=1e-3) and data["accountant"] == "rdp"
 
 
 def test_json_flag_after_the_question(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "rounds", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--epsilon", "2", "--delta", "1e-5", "--json")
+    code, out, _ = _run(capsys, "rounds", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--epsilon", "2", "--delta", "1e-5", "--json",
+                        "--accountant", "rdp")
     data = json.loads(out)
     assert code == 0 and data["rounds"] == 881 and data["sound"] is True and data["fallback"] is False
 
@@ -47,7 +54,8 @@ def test_noise_multiplier_closed_form_json(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_sampling_rate_text(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "sampling-rate", "--noise-multiplier", "1", "--rounds", "1000", "--epsilon", "2", "--delta", "1e-5")
+    code, out, _ = _run(capsys, "sampling-rate", "--noise-multiplier", "1", "--rounds", "1000", "--epsilon", "2", "--delta", "1e-5",
+                        "--accountant", "rdp")
     assert code == 0 and out.startswith("sampling_rate = 0.0094")
 
 
@@ -91,7 +99,8 @@ def test_subprocess_gdpfed_entry_point() -> None:
     script = Path(sys.executable).parent / ("gdpfed.exe" if sys.platform == "win32" else "gdpfed")
     assert script.exists(), f"the gdpfed entry point is not installed next to {sys.executable}"
     completed = subprocess.run(
-        [str(script), "account", "--json", "epsilon", "--sampling-rate", "0.03", "--noise-multiplier", "4", "--rounds", "500", "--delta", "1e-4"],
+        [str(script), "account", "--json", "epsilon", "--sampling-rate", "0.03", "--noise-multiplier", "4", "--rounds", "500", "--delta", "1e-4",
+         "--accountant", "rdp"],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
@@ -99,7 +108,7 @@ def test_subprocess_gdpfed_entry_point() -> None:
 
 
 def test_request_models_for_the_service() -> None:
-    report = answer(EpsilonRequest(sampling_rate=0.05, noise_multiplier=1.5, rounds=500, delta=1e-4))
+    report = answer(EpsilonRequest(sampling_rate=0.05, noise_multiplier=1.5, rounds=500, delta=1e-4, accountant="rdp"))
     assert report.epsilon == pytest.approx(3.608, abs=1e-3)
     request = NoiseMultiplierRequest.model_validate(
         {"sampling_rate": 0.02, "rounds": 100, "epsilon": 3.0, "delta": 1e-5,

@@ -17,7 +17,7 @@ from accounting import (
     PoissonSampledGaussian,
     ZeroConcentratedDp,
 )
-from accounting.accountants import ACCOUNTANTS
+from accounting.accountants import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from accounting.events import EVENT_KINDS, PoissonSampledSkellam, validate_events
 from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, answer
 
@@ -160,8 +160,8 @@ def test_requests_take_tagged_events_in_spent_and_name_bad_ones() -> None:
             "spent": [V1_PHASE, {"kind": "zcdp", "rho": 0.001, "steps": 10}]}
     expected = accounting.epsilon_of_events(
         [PoissonSampledGaussian(**V1_PHASE), ZeroConcentratedDp(rho=0.001, steps=10),
-         PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.5, steps=100)], 1e-5
-    )
+         PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.5, steps=100)], 1e-5, DEFAULT_ACCOUNTANT
+    )  # a request's default accountant (pld: a zCDP event is answered by rdp, marked)
     assert answer(EpsilonRequest.model_validate(body)) == expected
     leak = {"kind": "metric_leakage", "leakage_per_participation": 0.4, "participations": 1}
     with pytest.raises(InvalidInputError) as error:

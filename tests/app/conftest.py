@@ -123,7 +123,7 @@ def hand_made_plan(rates: dict[str, float], sigmas: dict[str, float], rounds: in
     spent = spent or {}
     scenario = Scenario.model_validate({
         "groups": [{"id": g, "epsilon": 8.0, "num_clients": 1000} for g in rates],
-        "delta": delta, "rounds": start_round + rounds, "model_dim": 10, "expected_clients": 10,
+        "delta": delta, "rounds": start_round + rounds, "model_dim": 10, "expected_clients": 10, "accountant": "rdp",
     })
     groups = [
         GroupPlan(id=g, epsilon=8.0, num_clients=1000, pool=f"P{g}", sampling_rate=q, expected_clients=q * 1000,

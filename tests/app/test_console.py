@@ -105,7 +105,7 @@ def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
         assert float(_group_cell(browser, "strict", "remaining")) == pytest.approx(
             ledger["strict"]["epsilon_remaining"], rel=1e-3)
         unit = _text(browser, "unit")
-        assert "client-level" in unit and "delta=0.001" in unit and "rdp" in unit and "10 round(s)" in unit
+        assert "client-level" in unit and "delta=0.001" in unit and "accountant pld" in unit and "10 round(s)" in unit
         _wait(browser, lambda d: _painted_pixels(d, "spent-chart") > 500)
 
         # below what was spent: the service's own refusal appears on the page

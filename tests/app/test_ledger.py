@@ -211,3 +211,29 @@ def test_new_rounds_wait_while_the_plan_is_replanned(client: TestClient) -> None
         assert _report(client, plan_id, 0, status="completed").json()["duplicate"] is False
         assert client.get(f"/v1/plans/{plan_id}/ledger").json()["rounds_counted"] == 1
     assert _report(client, plan_id, 1, status="started").status_code == 201
+
+
+def test_a_stored_plan_of_the_old_default_reads_and_its_ledger_states_both_figures(client: TestClient) -> None:
+    """A plan stored before pld became the default (rdp, no epsilon_rdp / epsilon_tight
+    fields; tests/planner/data/plan-old-default-rdp.json as `gdpfed plan` wrote it at
+    8f7b926) is served, and its ledger counts it under rdp with the tight figure beside."""
+    import json
+    from pathlib import Path
+
+    from app.db import write_transaction
+    from app.models import PlanRecord
+
+    document = json.loads((Path(__file__).parents[1] / "planner" / "data" / "plan-old-default-rdp.json").read_text())
+    state = client.app.state.gdpfed  # type: ignore[attr-defined]
+    with write_transaction(state.sessions) as session:
+        session.add(PlanRecord(id="old-default", created_by="test", method=document["method"], privacy_unit="client",
+                               accountant="rdp", start_round=0, rounds=document["rounds"], document=document))
+    assert client.get("/v1/plans/old-default").status_code == 200
+    for index in range(3):
+        assert _report(client, "old-default", index).status_code == 201
+    ledger = client.get("/v1/plans/old-default/ledger").json()
+    assert ledger["accountant"] == "rdp"
+    for row in ledger["groups"]:
+        assert row["epsilon_rdp"] == row["epsilon_spent"] > 0
+        assert 0 < row["epsilon_tight"] < row["epsilon_rdp"]
+

@@ -34,7 +34,7 @@ def _scenario(method: str) -> dict:
     return scenario
 
 
-def _expected(plan: dict, group: dict, rounds: int) -> float | None:
+def _expected(plan: dict, group: dict, rounds: int, accountant: str | None = None) -> float | None:
     if group["epsilon"] is None:
         return None
     pool = next(p for p in plan["pools"] if p["id"] == group["pool"])
@@ -42,7 +42,7 @@ def _expected(plan: dict, group: dict, rounds: int) -> float | None:
         return 0.0
     sigma = pool["noise_std"] / group["clip_norm"]
     phase = Phase(sampling_rate=group["sampling_rate"], noise_multiplier=sigma, steps=rounds)
-    return float(epsilon_of_phases([phase], plan["scenario"]["delta"], "rdp").epsilon)
+    return float(epsilon_of_phases([phase], plan["scenario"]["delta"], accountant or plan["accountant"]).epsilon)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -63,6 +63,10 @@ def test_ledger_uses_each_groups_effective_multiplier(client: TestClient, method
             assert row["epsilon_spent"] is None or row["epsilon_spent"] == 0.0
             continue
         assert row["epsilon_spent"] == pytest.approx(expected, rel=1e-9), (method, group["id"])
+        # the row's two figures (docs/ledger.md §3), the same composition under rdp and pld
+        if expected:
+            assert row["epsilon_rdp"] == pytest.approx(_expected(plan, group, rounds, "rdp"), rel=1e-9)
+            assert row["epsilon_tight"] == pytest.approx(_expected(plan, group, rounds, "pld"), rel=1e-9)
         # and it is what the planner verified for the plan
         assert row["epsilon_spent"] == pytest.approx(group["epsilon_spent"], rel=1e-9)
         assert row["epsilon_spent"] <= group["epsilon"] * (1 + 2e-3)

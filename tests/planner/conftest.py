@@ -16,8 +16,10 @@ ORDERS = [1 + x / 10 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 
 
 
 def worked_scenario(min_clients_per_pool: int = 1, **overrides: Any) -> Scenario:
-    """docs/planning.md 'Why pools matter': 3 groups x 100 clients, eps 1, 2, 4."""
+    """docs/planning.md 'Why pools matter': 3 groups x 100 clients, eps 1, 2, 4, under rdp as
+    the page computes it (the default accountant is pld since issue 26)."""
     data: dict[str, Any] = dict(
+        accountant="rdp",
         groups=[{"id": f"g{e}", "epsilon": e, "num_clients": 100} for e in (1, 2, 4)],
         delta=1e-3,
         rounds=100,
@@ -64,10 +66,30 @@ def random_scenario(seed: int, **overrides: Any) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def independent_epsilon(phases: list, delta: float) -> float:
-    """epsilon of a phase list with Google's dp-accounting RdpAccountant (same orders)."""
+# dp-accounting's PLD grid for the independent check of pld plans (its pessimistic,
+# connect-the-dots estimate: an upper bound, within about this much of the exact epsilon).
+PLD_INTERVAL = 1e-4
+
+
+def independent_epsilon(phases: list, delta: float, accountant: str = "rdp") -> float:
+    """epsilon of a phase list with Google's dp-accounting: its RdpAccountant (same orders) for
+    an rdp (or closed_form) plan, its pessimistic PLD on a 1e-4 grid for a pld plan (the
+    default since issue 26), so each plan is checked against an independent implementation
+    of its own accountant."""
     dp_accounting = pytest.importorskip("dp_accounting")
     logging.getLogger("absl").setLevel(logging.ERROR)
+    if accountant == "pld":
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+        composed = None
+        for phase in phases:
+            one = pld_lib.from_gaussian_mechanism(
+                phase.noise_multiplier, sampling_prob=phase.sampling_rate, pessimistic_estimate=True,
+                value_discretization_interval=PLD_INTERVAL, use_connect_dots=True,
+            ).self_compose(phase.steps)
+            composed = one if composed is None else composed.compose(one)
+        assert composed is not None
+        return float(composed.get_epsilon_for_delta(delta))
     accountant = dp_accounting.rdp.RdpAccountant(ORDERS)
     for phase in phases:
         event = dp_accounting.PoissonSampledDpEvent(

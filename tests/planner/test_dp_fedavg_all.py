@@ -29,7 +29,7 @@ def test_opted_out_groups_are_private_at_the_strictest_epsilon_in_one_pool():
     assert len({g.pool for g in plan.groups}) == 1 and plan.pools[0].noise_multiplier > 0
     for group in plan.groups:
         assert group.epsilon is not None
-        assert independent_epsilon(group.phases, plan.scenario.delta) <= group.epsilon * (1 + INDEPENDENT_SLACK)
+        assert independent_epsilon(group.phases, plan.scenario.delta, plan.accountant) <= group.epsilon * (1 + INDEPENDENT_SLACK)
     assert plan.scenario.group("out").epsilon is None  # the scenario still says they opted out
     assert any("dp_fedavg_all" in w and "out" in w for w in plan.warnings)
     # the same noise as dp_fedavg on the scenario where they chose the strictest budget
@@ -47,7 +47,7 @@ def test_random_scenarios_meet_every_groups_budget(seed):
     for group in plan.groups:
         assert group.epsilon is not None
         if group.phases:
-            spent = independent_epsilon(group.phases, plan.scenario.delta)
+            spent = independent_epsilon(group.phases, plan.scenario.delta, plan.accountant)
             assert spent <= group.epsilon * (1 + INDEPENDENT_SLACK)
 
 

@@ -29,7 +29,7 @@ def check_privacy(plan) -> None:
         if not group.phases:
             continue
         assert group.epsilon_spent <= group.epsilon * (1 + 1e-9)
-        independent = independent_epsilon(group.phases, plan.scenario.delta)
+        independent = independent_epsilon(group.phases, plan.scenario.delta, plan.accountant)
         assert independent <= group.epsilon * (1 + INDEPENDENT_SLACK), (group.id, independent, group.epsilon)
 
 

@@ -1,5 +1,14 @@
 """Golden digests of ``gdpfed plan --json`` for every example, recorded before issue 26 §2.
 
+Every plan made before the tight accountant became the default is pinned here with its
+accountant named (``--accountant rdp``, or the file's own for the examples that plan
+without one: metric leakage and a changes file), so ``--accountant rdp`` keeps reproducing
+those plans. Since then plans state two more figures per group, ``epsilon_rdp`` and
+``epsilon_tight`` (docs/ledger.md §3); ``plan_digest`` leaves those two lines out of the
+older digests (``figures=False``) and checks separately that an rdp plan's
+``epsilon_rdp`` is its ``epsilon_spent``. ``DEFAULT_GOLDEN`` pins the plans of the new
+default (pld), figures included.
+
 The plan-speed work (docs/benchmarks.md "Issue 26: plan and start-up speed") must not
 change any number a plan states: noise multipliers, sampling rates, epsilons, keep ratios,
 clients_needed. The digests below were computed from the code *before* that work (commit
@@ -16,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +42,7 @@ Case = tuple[str, str | None, str | None]
 # sha256 of f"{exit code}\n{stdout}\n{stderr}" of `gdpfed plan examples/FILE --json
 # [--accountant A] [--method M]`, computed at d7723cd (before the speed work).
 GOLDEN: dict[Case, str] = {
-    ("changes.json", None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
+    ("changes.json", "rdp", None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ("fedhdp.json", "rdp", None): "2666f95c5dec786d6c45439a3297dca2efda412d1418c932cb4451b7ad71b53d",
     ("fedhdp.json", "rdp", "compare"): "f1494205fa8578c5dff58a1adef40220019592615e4468177264302adb540ed8",
     ("fedhdp.json", "closed_form", None): "343fb144bdb09172653fa934f1f211e63bd9567704f2a9e384c87a8b7ce41fb7",
@@ -74,24 +85,91 @@ def argv_of(case: Case) -> list[str]:
     return argv
 
 
-def plan_digest(case: Case) -> str:
+# The two figures every plan states since the tight default (one line each in --json output).
+FIGURE_LINE = re.compile(r'^ *"epsilon_(rdp|tight)": [^\n]*,\n', re.MULTILINE)
+
+
+def plan_output(case: Case) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = run(argv_of(case))
+    return code, out.getvalue(), err.getvalue()
+
+
+def plan_digest(case: Case, *, figures: bool = True) -> str:
+    code, out, err = plan_output(case)
+    if not figures:
+        out = FIGURE_LINE.sub("", out)
     # the path is printed in refusals: keep the digest independent of where the tree lives
-    text = f"{code}\n{out.getvalue()}\n{err.getvalue()}".replace(str(EXAMPLES), "examples")
+    text = f"{code}\n{out}\n{err}".replace(str(EXAMPLES), "examples")
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_every_example_is_covered() -> None:
-    """A new example joins the golden set (under rdp and closed_form at least)."""
+    """A new example joins the golden set (under rdp and closed_form at least) and the default's."""
     names = {p.name for p in EXAMPLES.iterdir() if p.suffix in (".json", ".yaml")}
-    assert names == {case[0] for case in GOLDEN}
+    assert names == {case[0] for case in GOLDEN} == {case[0] for case in DEFAULT_GOLDEN}
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(str(x) for x in c) for c in CASES])
 def test_plan_output_is_bit_identical_to_before(case: Case) -> None:
-    assert plan_digest(case) == GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
+    assert plan_digest(case, figures=False) == GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
+
+
+RDP_CASES = [case for case in CASES if case[1] == "rdp"]
+
+
+@pytest.mark.parametrize("case", RDP_CASES, ids=["-".join(str(x) for x in c) for c in RDP_CASES])
+def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case) -> None:
+    """The lines the older digests leave out: an rdp plan's epsilon_rdp is its figure of record
+    and its epsilon_tight, the pld bound of the same history, is at most that."""
+    code, out, _ = plan_output(case)
+    if code != 0:
+        return
+    document = json.loads(out)
+    if document["privacy_unit"] == "silo_sample":
+        for silo in document["silos"]:
+            assert silo["epsilon_rdp"] == silo["epsilon_planned"] and 0 <= silo["epsilon_tight"] <= silo["epsilon_rdp"]
+        return
+    if document["privacy_unit"] != "client":
+        return
+    checked = 0
+    for group in document["groups"]:
+        if group["epsilon_spent"] is None:
+            assert group["epsilon_rdp"] is None and group["epsilon_tight"] is None
+            continue
+        assert group["epsilon_rdp"] == group["epsilon_spent"]
+        assert 0 <= group["epsilon_tight"] <= group["epsilon_rdp"]
+        checked += 1
+    assert checked > 0
+
+
+# sha256 of the full output (figures included) of the plans under the default accountant
+# (pld since issue 26: examples without an accountant field, and fedhdp.json, which names rdp,
+# under --accountant pld).
+DEFAULT_GOLDEN: dict[Case, str] = {
+    ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
+    ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
+    ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
+    ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
+    ('scenario.json', None, None): "60b91b5f64fbbbec8df6f5ce5e7a999c446d48d8c90cde0ddd7834842a078aeb",
+    ('scenario.json', None, 'compare'): "58037e0d54dc98acaf6bda7a5b202a5145b9e505ec88f87fc3807e2df6a40a57",
+    ('scenario.yaml', None, None): "ba3764e84dd4bf285138e58fd89ff574e39500390dd90a761497221574aeebf0",
+    ('scenario.yaml', None, 'compare'): "3d999c473292fce038d2491dc40f30327ba49f7d8bc26d0eb16d39145953cf1b",
+    ('silos.json', None, None): "d6040a0afbebae9528187085d27555208ebd87dde6b1f90a8113254d8e258d9b",
+    ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
+    ('synthetic-3000.json', None, None): "29140aaa28b18cc0bfe6ced2f21c3b3166ac25f3ce61efc39496dfbe2fbdf02b",
+    ('synthetic-3000.json', None, 'compare'): "25e2e8e5f071f5048bdc174970bffa2cbbbee3a709d2dec25e2d3584b5682399",
+    ('fedhdp.json', 'pld', None): "ef7fe8bf16a9042cd74be4f912274757c4162c3c7f613a2fad49a773377b6046",
+    ('fedhdp.json', 'pld', 'compare'): "e518962268d4af3c0ef1e0db1ca274a585fe9798a5c93dc65c3fd5fb38439554",
+}
+
+DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
+
+
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=["-".join(str(x) for x in c) for c in DEFAULT_CASES])
+def test_default_plan_output_is_pinned(case: Case) -> None:
+    assert plan_digest(case) == DEFAULT_GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
 
 
 # sha256 of make_plan(bench.planner.big_scenario(n), "gdpfed_plus").model_dump_json() (rdp,
@@ -107,8 +185,26 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
     from bench.planner import big_scenario
     from planner.plan import make_plan
 
+    plan = make_plan(big_scenario(groups, accountant="rdp"), "gdpfed_plus")
+    for group in plan.groups:  # the figures added since (see the module's docstring)
+        assert group.epsilon_rdp == group.epsilon_spent
+    text = re.sub(r'"epsilon_(rdp|tight)":[^,]*,', "", plan.model_dump_json())
+    assert hashlib.sha256(text.encode()).hexdigest() == BIG_GOLDEN[groups]
+
+
+# sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
+# the default (pld), figures included: the many-group path of the tight calibration.
+BIG_DEFAULT_GOLDEN = {100: "bedad50502dd4075115b44b68ad5a00eb3ccffe411c0454f4815de2a8e54d13a"}
+
+
+@pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
+def test_many_group_default_plan_is_pinned(groups: int) -> None:
+    from bench.planner import big_scenario
+    from planner.plan import make_plan
+
     plan = make_plan(big_scenario(groups), "gdpfed_plus")
-    assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_GOLDEN[groups]
+    assert plan.accountant == "pld"
+    assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_DEFAULT_GOLDEN[groups]
 
 
 def test_the_same_noise_table_is_calibrated_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ def assert_budgets(plan):
         if g.epsilon is None or not g.phases or g.status != "active":
             continue
         assert sum(p.steps for p in g.phases) <= plan.scenario.rounds
-        independent = independent_epsilon(g.phases, plan.scenario.delta)
+        independent = independent_epsilon(g.phases, plan.scenario.delta, plan.accountant)
         assert independent <= g.epsilon * (1 + 2e-3), (g.id, independent)
         assert g.epsilon_spent <= g.epsilon * (1 + 1e-9)
 
@@ -38,6 +38,19 @@ def test_replan_composes_history_and_records_parent():
     assert grandchild.start_round == 70 and grandchild.rounds == 30
     assert [p.steps for p in grandchild.group("g2").phases] == [40, 30, 30]
     assert_budgets(grandchild)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_replan_without_changes_keeps_every_group_on_its_budget(accountant):
+    """A tight (pld) history over-stated by rdp is no reason to stop a group: with 0.66 of its
+    budget 1 spent by pld (1.15 by rdp), the strict group stays active and the re-plan's
+    tables are not all infeasible for it (planner.replan._budget_status, planner.calibration.noise_table)."""
+    parent = make_plan(worked_scenario(1, accountant=accountant))
+    child = replan(parent, 40, Changes())
+    for group in child.groups:
+        assert group.status == "active" and group.sampling_rate > 0, group.id
+        assert group.epsilon_spent >= 0.99 * group.epsilon  # the budget left is used
+    assert_budgets(child)
 
 
 def test_budget_below_spent_is_refused_and_equal_one_exhausts():
@@ -93,3 +106,16 @@ def test_bad_rounds_done_and_changes_name_the_field():
         replan(parent, 100, Changes())
     with pytest.raises(InvalidInputError, match=r"changes\.groups\.0"):
         replan(parent, 10, Changes.model_validate({"groups": [{"id": "x", "epsilon": 1.0}]}))
+
+
+def test_a_pld_plans_per_round_figure_is_its_own_never_above_the_budget():
+    """The trainer's per-round log (ledger_accountant(per_round=True)) of a pld plan is pld's
+    figure: rdp's stand-in showed the strict group of the worked example at 1.44 of its
+    budget 1 after the last round (docs/ledger.md §3)."""
+    plan = make_plan(worked_scenario(1, accountant="pld"))
+    assert plan_ledger.ledger_accountant("pld", per_round=True) == "pld"
+    assert plan_ledger.ledger_accountant("prv", per_round=True) == "rdp"  # prv's stays the fast stand-in
+    for group in plan.groups:
+        logged = plan_ledger.epsilon_spent(plan, group, plan.rounds, per_round=True)
+        assert logged == plan_ledger.epsilon_spent(plan, group, plan.rounds) <= group.epsilon
+

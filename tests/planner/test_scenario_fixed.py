@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from accounting.accountants import DEFAULT_ACCOUNTANT
 from accounting.errors import InvalidInputError
 from planner import Changes, make_plan, replan
 from planner.schema import Plan, Scenario
@@ -83,14 +84,14 @@ TAMPERS: list[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]]
     ("client", client_document, _set("groups.0.num_clients", 1000), "groups.strict.num_clients", "1000", "100"),
     ("client", client_document, _set("groups.1.clip_norm", 2.0), "groups.medium.clip_norm", "2", "1"),
     ("client", client_document, _set("rounds", 50), "rounds", "50", "100"),
-    ("client", client_document, _set("accountant", "prv"), "accountant", "'prv'", "'rdp'"),
+    ("client", client_document, _set("accountant", "prv"), "accountant", "'prv'", f"'{DEFAULT_ACCOUNTANT}'"),
     ("client", client_document, _drop_last("groups"), "groups", "['strict', 'medium']",
      "['strict', 'medium', 'relaxed']"),
     ("silo", silo_document, _set("silos.0.epsilon", 10), "silos.a.epsilon", "10", "1"),
     ("silo", silo_document, _set("silos.1.num_samples", 200), "silos.b.num_samples", "200", "100"),
     ("silo", silo_document, _set("silos.0.clip_norm", 0.5), "silos.a.clip_norm", "0.5", "1"),
     ("silo", silo_document, _set("rounds", 5), "rounds", "5", "10"),
-    ("silo", silo_document, _set("accountant", "prv"), "accountant", "'prv'", "'rdp'"),
+    ("silo", silo_document, _set("accountant", "prv"), "accountant", "'prv'", f"'{DEFAULT_ACCOUNTANT}'"),
     ("silo", silo_document, _set("batch_size", 8), "batch_size", "8", "16"),
     ("silo", silo_document, _drop_last("silos"), "silos", "['a']", "['a', 'b']"),
     ("metric", metric_document, _set("groups.0.leakage_budget", 20.0), "groups.fixed.leakage_budget", "20", "2"),

@@ -36,10 +36,16 @@ def scenario(**overrides: Any) -> SiloScenario:
     return SiloScenario.model_validate(data)
 
 
-def dp_accounting_epsilon(events: list[Any], delta: float) -> float:
-    """Google dp-accounting's RDP accountant on the same events (an independent implementation)."""
+def dp_accounting_epsilon(events: list[Any], delta: float, accountant: str = "rdp") -> float:
+    """Google dp-accounting on the same events (an independent implementation): its RDP
+    accountant, or for a pld plan whose events pld represents (no zCDP selection; pld
+    answers those with rdp, docs/accounting.md §13.4) its pessimistic PLD on a 1e-4 grid."""
     dp_accounting = pytest.importorskip("dp_accounting")
     logging.getLogger("absl").setLevel(logging.ERROR)
+    if accountant == "pld" and all(event.kind != "zcdp" for event in events):
+        from tests.planner.conftest import independent_epsilon
+
+        return independent_epsilon(events, delta, "pld")
     accountant = dp_accounting.rdp.RdpAccountant(ORDERS)
     for event in events:
         if event.kind == "zcdp":
@@ -68,9 +74,10 @@ def test_every_silo_ends_within_its_budget_by_the_ledger_and_by_dp_accounting(me
         assert final[silo.id] == pytest.approx(silo.epsilon_planned)
         assert (final[silo.id] or 0.0) <= silo.epsilon * (1 + 1e-9)
         assert (final[silo.id] or 0.0) >= 0.97 * silo.epsilon  # calibrated, not over-noised
-        independent = dp_accounting_epsilon(silo_history(plan, silo, plan.rounds), plan.scenario.delta)
-        assert independent <= silo.epsilon * (1 + 1e-6)
-        assert independent == pytest.approx(final[silo.id], rel=1e-3)
+        independent = dp_accounting_epsilon(silo_history(plan, silo, plan.rounds), plan.scenario.delta, plan.accountant)
+        # dp-accounting's PLD is itself an upper bound on a 1e-4 grid: within 2e-3 (tests/planner/test_methods.py)
+        assert independent <= silo.epsilon * (1 + (2e-3 if plan.accountant == "pld" else 1e-6))
+        assert independent == pytest.approx(final[silo.id], rel=5e-3 if plan.accountant == "pld" else 1e-3)
     # the ledger grows with the rounds run
     half = spent(plan, plan.rounds // 2)
     assert all((half[s.id] or 0.0) < (final[s.id] or 0.0) for s in plan.silos)

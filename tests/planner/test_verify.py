@@ -170,3 +170,26 @@ def test_an_edited_phase_is_refused_in_one_plain_sentence() -> None:
     )
     for repr_mark in ("PoissonSampledGaussian", "kind=", "[", "\n"):
         assert repr_mark not in info.value.message
+
+
+# A plan written by `gdpfed plan` at 8f7b926, before pld became the default (its scenario file
+# named no accountant, so rdp was chosen): no epsilon_rdp / epsilon_tight fields.
+OLD_DEFAULT_PLAN = Path(__file__).parent / "data" / "plan-old-default-rdp.json"
+
+
+def test_a_plan_of_the_old_default_still_reads_verifies_and_replans() -> None:
+    from planner import Changes, replan
+
+    document = json.loads(OLD_DEFAULT_PLAN.read_text())
+    assert all("epsilon_rdp" not in g and "epsilon_tight" not in g for g in document["groups"])
+    plan = load_plan(document)
+    assert plan.accountant == plan.scenario.accountant == "rdp"
+    assert all(g.epsilon_rdp is None and g.epsilon_tight is None for g in plan.groups)
+    verify_executable(plan)  # the trainer's verification before round 0
+    child = replan(plan, 40, Changes())
+    assert child.accountant == "rdp"  # a re-plan keeps the plan's accountant
+    verify_executable(child)
+    for group in child.groups:
+        assert group.epsilon_rdp is not None and group.epsilon_tight is not None
+        assert group.epsilon_rdp == group.epsilon_spent and group.epsilon_tight <= group.epsilon_rdp
+

@@ -186,6 +186,15 @@ def test_run_directory_files(plan, digits, tmp_path):
     for name in ("accuracy.png", "loss.png", "privacy.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "summary.json").read_text())["rounds_run"] == ROUNDS
+    # both figures beside the figure of record, from planner.ledger (docs/ledger.md §3)
+    from planner.ledger import figures_by_group
+
+    written = json.loads((out / "summary.json").read_text())
+    expected = figures_by_group(plan, ROUNDS)
+    for group_id, figures in expected.items():
+        assert figures is not None
+        assert written["epsilon_rdp"][group_id] == figures.rdp
+        assert written["epsilon_tight"][group_id] == figures.tight < figures.rdp
     records = read_rounds(out / "rounds.jsonl")
     assert [r.accuracy is not None for r in records] == [False, True, False, True]
     assert all(set(r.epsilon_spent) == {"strict", "loose"} for r in records)

@@ -64,6 +64,7 @@ def hand_plan(
         expected_clients=k,
         dropout_rate=dropout_rate,
         min_clients_per_pool=1,
+        accountant="rdp",  # the plan below says rdp; pld is the scenario default since issue 26
     )
     group_plans = [
         GroupPlan(

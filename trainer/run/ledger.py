@@ -69,6 +69,11 @@ class PrivacyLedger:
         """Values under the plan's ledger accountant: the figure of record (summary, service)."""
         return {g.id: self.epsilon_spent(g.id, final=True) for g in self.plan.groups}
 
+    def final_figures(self) -> dict[str, plan_ledger.EpsilonFigures | None]:
+        """Each group's rdp and tight epsilon of its history so far (docs/ledger.md §3), beside
+        the figure of record (``final_spent``)."""
+        return plan_ledger.figures_by_group(self.plan, self.rounds_run)
+
     def targets(self) -> dict[str, float | None]:
         """Each group's budget, as the plan's scenario fixes it (None: opted out; docs/ledger.md §5)."""
         return {g.id: self.plan.scenario.group(g.id).epsilon for g in self.plan.groups}

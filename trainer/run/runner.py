@@ -67,6 +67,12 @@ class RunSummary(BaseModel):
     epsilon_spent: dict[str, float | None] = Field(
         description="group id -> epsilon spent over all phases, under the plan's accountant"
     )
+    epsilon_rdp: dict[str, float | None] = Field(
+        default_factory=dict, description="group id -> the same history's epsilon under rdp (docs/ledger.md §3)"
+    )
+    epsilon_tight: dict[str, float | None] = Field(
+        default_factory=dict, description="group id -> the same history's epsilon under the tight accountant (pld)"
+    )
     epsilon_target: dict[str, float | None] = Field(
         description="each group's budget, as the scenario of the plan the run ended on fixes it"
     )
@@ -824,6 +830,7 @@ def summarize(
         final_loss=evaluated[-1].loss if evaluated else None,
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
         epsilon_spent=ledger.final_spent(),
+        **final_figures(ledger),
         epsilon_target=ledger.targets(),
         notion=getattr(ledger, "notion", "client-level (epsilon, delta)-DP per group"),
         aborted_rounds=aborted,
@@ -847,6 +854,19 @@ def summarize(
         secagg_full_reasons=full_mode_reasons(plan, prepared.config.secagg_mode) if isinstance(plan, Plan)
         and prepared.mechanism.secagg_execution(prepared.config) is not None else {},
     )
+
+
+def final_figures(ledger: Any) -> dict[str, dict[str, float | None]]:
+    """The summary's ``epsilon_rdp`` and ``epsilon_tight`` of a client-level run
+    (``PrivacyLedger.final_figures``, i.e. ``planner.ledger.figures_by_group``); none for
+    the ledgers of other units."""
+    if not isinstance(ledger, PrivacyLedger):
+        return {}
+    figures = ledger.final_figures()
+    return {
+        "epsilon_rdp": {g: (f.rdp if f is not None else None) for g, f in figures.items()},
+        "epsilon_tight": {g: (f.tight if f is not None else None) for g, f in figures.items()},
+    }
 
 
 def personal_fields(record: RoundRecord | None) -> dict[str, Any]:
