@@ -40,7 +40,7 @@ def toy_data(num_silos: int, num_samples: int, seed: int) -> tuple[Any, np.ndarr
     tasks = rng.normal(0.0, TASK_STD, size=num_silos)
     train, test = [], []
     for k in range(num_silos):
-        points = (tasks[k] + rng.normal(0.0, DATA_STD, size=num_samples)).astype(np.float64)
+        points = (tasks[k] + rng.normal(0.0, DATA_STD, size=num_samples)).astype(np.float32)
         train.append((points[:, None], points))
         test.append((points[:1, None], points[:1]))
     return _package("mean_estimation", "regression", train, test, 1), tasks
@@ -61,29 +61,25 @@ def train(method: str, prox: float, *, num_silos: int, num_samples: int, epsilon
     from trainer.strategies.silo.base import SiloStrategy
 
     torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float64)
-    try:
-        scenario = SiloScenario.model_validate(dict(
-            privacy_unit="silo_sample", delta=1e-5, rounds=rounds, batch_size=num_samples, clip_norm=CLIP,
-            local_epochs=local_epochs,
-            silos=[dict(id=f"s{k:03d}", num_samples=num_samples, epsilon=epsilon) for k in range(num_silos)],
-        ))
-        plan = make_plan(scenario, "fedavg" if method == "fedavg" else ("local" if method == "local" else "mrmtl"))
-        assert isinstance(plan, SiloSamplePlan)
-        data, tasks = toy_data(num_silos, num_samples, seed)
-        options = {"prox": prox} if method == "mrmtl" else {}
-        config = TrainConfig(dataset="mean_estimation", model="mean", rounds=rounds, seed=seed, lr=lr,
-                             eval_every=rounds, checkpoint_every=rounds, strategy="plan", strategy_options=options)
-        run_dir = out / f"{method}-{prox:g}-s{seed}"
-        prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=data)
-        execute_run(prepared, progress=Progress(rounds, 0, stream=Discard(), use_bar=False))
-        state = load_checkpoint(run_dir / "checkpoint.pt")
-        strategy = prepared.strategy
-        assert isinstance(strategy, SiloStrategy)
-        final = strategy.evaluated_models(state["global_params"]).detach().reshape(num_silos).numpy()
-    finally:
-        torch.set_default_dtype(torch.float32)
-    means = np.array([float(data.train.train_x[rows].mean()) for rows in data.train.client_indices])
+    scenario = SiloScenario.model_validate(dict(
+        privacy_unit="silo_sample", delta=1e-5, rounds=rounds, batch_size=num_samples, clip_norm=CLIP,
+        local_epochs=local_epochs,
+        silos=[dict(id=f"s{k:03d}", num_samples=num_samples, epsilon=epsilon) for k in range(num_silos)],
+    ))
+    plan = make_plan(scenario, "fedavg" if method == "fedavg" else ("local" if method == "local" else "mrmtl"))
+    assert isinstance(plan, SiloSamplePlan)
+    data, tasks = toy_data(num_silos, num_samples, seed)
+    options = {"prox": prox} if method == "mrmtl" else {}
+    config = TrainConfig(dataset="mean_estimation", model="mean", rounds=rounds, seed=seed, lr=lr,
+                         eval_every=rounds, checkpoint_every=rounds, strategy="plan", strategy_options=options)
+    run_dir = out / f"{method}-{prox:g}-s{seed}"
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=data)
+    execute_run(prepared, progress=Progress(rounds, 0, stream=Discard(), use_bar=False))
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    strategy = prepared.strategy
+    assert isinstance(strategy, SiloStrategy)
+    final = strategy.evaluated_models(state["global_params"]).detach().reshape(num_silos).double().numpy()
+    means = np.array([float(data.train.train_x[rows].double().mean()) for rows in data.train.client_indices])
     return dict(sigma=plan.silos[0].noise_multiplier, models=final, tasks=tasks, data_means=means,
                 errors=(final - tasks) ** 2)
 
