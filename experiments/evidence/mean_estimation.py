@@ -3,8 +3,8 @@
 The paper's section-6 toy (docs/mrmtl.md §3): K silos of n points ``x = w_k + N(0, sigma^2)``,
 ``w_k ~ N(0, tau^2)``. Each cell trains the real trainer (``prepare_run`` / ``execute_run``:
 the silo planner's sigma_k, the DP-SGD engine, the ``mrmtl`` / ``local`` / ``fedavg``
-strategy, the ledger) with the ``mean`` model at sampling rate 1 (batch n), a clip norm no
-example reaches, and reads the final evaluated models from the run's checkpoint; its error
+strategy, the ledger) with the ``mean`` model at sampling rate 1 (batch n), a clip norm five
+data standard deviations out (almost never reached), and reads the final evaluated models from the run's checkpoint; its error
 is ``mean_k (w_k^T - w_k)^2`` against the silos' true means. The prediction is
 ``planner.mean_estimation.iterated_error`` (exact for that algorithm, docs/mrmtl.md §3.4);
 Lemma 6.7's E(lambda) of the one-shot estimator is printed next to it.
