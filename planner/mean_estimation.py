@@ -12,6 +12,8 @@ and Monte Carlo.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -127,3 +129,65 @@ def simulate(
             errors["mrmtl"][index] += ((estimate - tasks) ** 2).mean(-1).sum()
         done += batch
     return {name: value / trials for name, value in errors.items()}
+
+
+def iterated_coefficients(
+    *,
+    num_silos: int,
+    num_samples: int,
+    data_std: float,
+    task_std: float,
+    step_noise_std: float,
+    prox: float,
+    lr: float,
+    rounds: int,
+    steps_per_round: int = 1,
+    method: str = "mrmtl",
+) -> tuple[np.ndarray, np.ndarray]:
+    """The trainer's iterated MR-MTL on the toy, as coefficients (docs/mrmtl.md §3.4).
+
+    The DP-SGD engine at sampling rate 1 (batch n, every example every step), no clipping
+    active, per-example loss ``(w - x)^2 / 2`` (the engine's regression loss), from w = 0:
+    each step every silo takes ``w_k <- w_k - lr ((w_k - xbar_k) + xi_k / n + prox (w_k - a))``
+    with ``xi_k ~ N(0, step_noise_std^2)`` fresh per step (``step_noise_std = sigma_k c``)
+    and the anchor ``a`` the server mean of the last round, fixed within a round.
+    ``method`` ``mrmtl`` (personal models; ``prox`` 0 is local training) or ``fedavg``
+    (every silo starts from the mean each round and is evaluated with it).
+
+    Everything is linear in independent standard normals: K task draws
+    (``w_k = task_std z_k``), K data-mean draws (``xbar_k = w_k + data_std / sqrt(n) e_k``),
+    then K noise draws per step, in that order. Returns ``(final, true)``, each ``[K, 2K +
+    K rounds steps_per_round]``: the coefficients of every silo's evaluated model after the
+    last round and of its true mean.
+    """
+    if method not in ("mrmtl", "fedavg"):
+        raise ValueError(f"method must be mrmtl or fedavg, got {method!r}")
+    k, n = num_silos, num_samples
+    steps = rounds * steps_per_round
+    width = 2 * k + k * steps
+    true = np.zeros((k, width))
+    true[:, :k] = np.eye(k) * task_std
+    xbar = true.copy()
+    xbar[:, k:2 * k] = np.eye(k) * data_std / np.sqrt(n)
+    weights = np.zeros((k, width))
+    anchor = np.zeros(width)
+    step = 0
+    for _ in range(rounds):
+        if method == "fedavg":
+            weights = np.tile(anchor, (k, 1))
+        for _ in range(steps_per_round):
+            noise = np.zeros((k, width))
+            noise[np.arange(k), 2 * k + k * step + np.arange(k)] = step_noise_std / n
+            weights = weights - lr * ((weights - xbar) + noise + prox * (weights - anchor))
+            step += 1
+        anchor = weights.mean(axis=0)
+    final = np.tile(anchor, (k, 1)) if method == "fedavg" else weights
+    return final, true
+
+
+def iterated_error(**sizes: Any) -> float:
+    """E[(w_k^T - w_k)^2] averaged over silos for ``iterated_coefficients(**sizes)``: the
+    exact mean squared error of the trainer's algorithm (a sum of squared coefficients, no
+    sampling; docs/mrmtl.md §3.4)."""
+    final, true = iterated_coefficients(**sizes)
+    return float(((final - true) ** 2).sum(axis=1).mean())

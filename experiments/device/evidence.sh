@@ -19,6 +19,10 @@
 # $OUT/*.rc its exit status (124: cut by its time limit, cells done so far are in cells/).
 # EVIDENCE_SMOKE=1 runs the same script at smoke size, one process per run (a check of the
 # script itself, not a result; a few minutes on a quiet 2-core machine).
+# The limits are EVIDENCE_LIMIT (370 s, each run's hard limit) and EVIDENCE_DEADLINE (300 s,
+# the map's last start); the script needs about LIMIT + 20 s. A call that also installs the
+# environment must leave room for that: on 2026-11-26 one 420 s call that did returned
+# nothing (docs/results.md §8.2); give setup its own call, or lower both limits.
 set -u
 : "${OUT:?set OUT to the folder the results go to}"
 cd "$(dirname "$0")/../.."

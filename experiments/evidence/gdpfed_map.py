@@ -22,7 +22,7 @@ import csv
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 SPREADS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 # N_loose / N_strict over N = 240 clients
@@ -48,7 +48,7 @@ def plan_cell(spread: float, strict: int, loose: int) -> dict[str, Any]:
     row: dict[str, Any] = dict(spread=spread, strict=strict, loose=loose, ratio=loose / strict)
     for method in METHODS:
         try:
-            plan = make_plan(Scenario.model_validate(scenario(spread, strict, loose)), method)
+            plan = make_plan(Scenario.model_validate(scenario(spread, strict, loose)), cast(Any, method))
         except GdpfedError as exc:
             row[f"{method}_energy"] = math.nan
             row[f"{method}_note"] = exc.message

@@ -95,7 +95,7 @@ def silo_data(sizes: list[int], *, seed: int, groups: int, mask: bool) -> Any:
 def cells(seeds: list[int]) -> list[dict[str, Any]]:
     """Every cell, seed-major (a deadline cuts later seeds, not whole settings), the
     longest first within a seed (DP-SGD steps T ceil(n / 32)) so the pool ends evenly."""
-    methods = [("local", "local", None), ("fedavg", "fedavg", None)]
+    methods: list[tuple[str, str, float | None]] = [("local", "local", None), ("fedavg", "fedavg", None)]
     methods += [(f"mrmtl-{lam:g}", "mrmtl", lam) for lam in LAMBDAS]
     out: list[dict[str, Any]] = []
     for seed in seeds:
@@ -120,7 +120,7 @@ def run_cell(cell: dict[str, Any], out: Path, runs: Path | None = None) -> dict[
     import torch
 
     from planner.units import make_plan
-    from planner.units.silo_sample import SiloScenario
+    from planner.units.silo_sample import SiloSamplePlan, SiloScenario
     from trainer.run.runner import TrainConfig, execute_run, prepare_run
 
     torch.set_num_threads(1)
@@ -130,6 +130,7 @@ def run_cell(cell: dict[str, Any], out: Path, runs: Path | None = None) -> dict[
         silos=[dict(id=f"silo-{k:02d}", num_samples=cell["n"], epsilon=cell["epsilon"]) for k in range(NUM_SILOS)],
     ))
     plan = make_plan(scenario, cell["plan"])
+    assert isinstance(plan, SiloSamplePlan)
     data = silo_data([cell["n"]] * NUM_SILOS, seed=cell["seed"], groups=cell["groups"], mask=cell["mask"])
     options = {} if cell["prox"] is None else {"prox": cell["prox"]}
     config = TrainConfig(dataset="rotated_digits", model="mlp", model_options={"hidden": []},

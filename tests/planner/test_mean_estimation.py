@@ -118,3 +118,17 @@ def test_silo_specific_lambda_beats_its_neighbours_by_monte_carlo() -> None:
     best = error(stars)
     for factor in (0.5, 2.0):
         assert np.all(best < error(stars * factor))
+
+
+@pytest.mark.parametrize("prox", [0.5, 1.0, 2.0, 4.0])
+def test_iterated_error_reaches_the_stationary_form(prox: float) -> None:
+    """docs/mrmtl.md §3.4: at lr (1 + lambda) = 1, one step a round, many rounds, the trainer's
+    iterated MR-MTL has Lemma 6.7's error with the DP term's (2 lambda + lambda^2) / K
+    replaced by lambda^2 / (K (1 + 2 lambda)), so it is below E(lambda) at the same sigma_DP."""
+    k, n, data_std, task_std, dp_std = 20, 200, 0.4, 0.08, 14.57
+    error = toy.iterated_error(num_silos=k, num_samples=n, data_std=data_std, task_std=task_std, step_noise_std=dp_std,
+                           prox=prox, lr=1 / (1 + prox), rounds=120)
+    stationary = ((data_std**2 / n) * (1 + 2 * prox / k + prox**2 / k) + prox**2 * task_std**2 * (1 - 1 / k)
+                  + (dp_std / n) ** 2 * (1 + prox**2 / (k * (1 + 2 * prox)))) / (1 + prox) ** 2
+    assert error == pytest.approx(stationary, rel=1e-9)
+    assert error < toy.expected_error(k, toy.local_variance(data_std**2, n, dp_std), task_std**2, prox)
