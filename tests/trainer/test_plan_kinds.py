@@ -15,9 +15,9 @@ from app import cli as app_cli
 from planner.units import UNITS
 from tests.planner import fake_unit
 from tests.trainer.test_cli import TINY, assert_one_line_error, gdpfed
-from trainer.mechanism import pool_mechanisms
 from trainer.run.mechanisms import MECHANISMS
 from trainer.run.runner import TrainConfig, prepare_run
+from trainer.units.client.mechanism import pool_mechanisms
 
 V1 = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json"
 

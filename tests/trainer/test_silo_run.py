@@ -17,7 +17,7 @@ from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, 
 from trainer.data.silos import mean_estimation
 from trainer.run.metrics import read_rounds
 from trainer.run.runner import TrainConfig, execute_run, prepare_client_run, prepare_run
-from trainer.run.silo import prepare_silo_run
+from trainer.units.silo.run import prepare_silo_run
 
 
 def plan_for(sizes: list[int], *, method: str = "mrmtl", rounds: int = 4, epsilon: float = 2.0, batch: int = 8,

@@ -108,7 +108,7 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
 
     if isinstance(entry, str) and entry in SILO_METHODS:
         # a silo_sample method is its own strategy (the plan counted its DP-SGD passes);
-        # its options are checked when the run is prepared (trainer.run.silo)
+        # its options are checked when the run is prepared (trainer.units.silo.run)
         return MethodEntry(name=entry, plan=entry, options=strategy_options.get(entry, {}))
     if isinstance(entry, MethodEntry) and entry.plan in SILO_METHODS:
         if entry.strategy not in ("plan", entry.plan):

@@ -7,7 +7,7 @@
 - ``KEYS``: refuse a session of a pool the node's group is not in, of another plan, or
   whose threshold, grid scale or value bound differ from the node's own plan; then train
   locally (``trainer.flower.training``, the only step that imports torch), privatise with
-  the node's own plan (``trainer.mechanism.privatize``: clip to ``C_g``, grid rounding,
+  the node's own plan (``trainer.units.client.mechanism.privatize``: clip to ``C_g``, grid rounding,
   noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
 - ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
   ``Context.state``, one protocol round each, refusing any other session.
@@ -44,7 +44,7 @@ from trainer.secagg import Client, ProtocolError
 
 if TYPE_CHECKING:
     from planner.schema import Plan
-    from trainer.mechanism import PoolMechanism
+    from trainer.units.client.mechanism import PoolMechanism
 
 # When this module finished loading (the benchmark's split of a message's process time).
 _LOADED_AT = time.time()
@@ -182,7 +182,7 @@ class NodeClient:
             training_started = time.time()
             update = local_update(space, client_index, group_id, session.global_round, global_params)
         self.timings["train_s"] = time.time() - training_started
-        from trainer.mechanism import privatize
+        from trainer.units.client.mechanism import privatize
 
         rng = self.noise_rng(node, config, session, client_index)
         vector, _ = privatize(update, mechanism.clip_norms[group_id], mechanism, rng)
@@ -233,7 +233,7 @@ class NodeClient:
 
     @staticmethod
     def mechanism(plan: Plan, pool_id: str, dim: int) -> PoolMechanism:
-        from trainer.mechanism import pool_mechanisms
+        from trainer.units.client.mechanism import pool_mechanisms
 
         # plan.rounds sizes the noise tail bound: server and nodes agree without the run's rounds.
         return next(m for m in pool_mechanisms(plan, dim, plan.rounds) if m.pool_id == pool_id)

@@ -6,7 +6,7 @@ validates everything and builds the run (data, model, population, strategy, roun
 engine), ``ledger`` counts what its rounds spend. ``gdpfed train`` dispatches here, so a
 plan whose unit has no mechanism in this trainer is refused by name before anything is
 written, and the client-level mechanism never runs a plan of another unit
-(``trainer.mechanism.pool_mechanisms`` refuses it too).
+(``trainer.units.client.mechanism.pool_mechanisms`` refuses it too).
 
 To add a mechanism: define ``MECHANISM = TrainingMechanism(...)`` in its own module and
 add its line to ``MECHANISMS``.
@@ -20,7 +20,7 @@ from typing import Any
 
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
-from trainer.run.ledger import PrivacyLedger
+from trainer.units.client.ledger import PrivacyLedger
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,13 @@ GAUSSIAN_SECAGG = TrainingMechanism(
 )
 
 def _prepare_silo_run(*args: Any, **kwargs: Any) -> Any:
-    from trainer.run.silo import prepare_silo_run
+    from trainer.units.silo.run import prepare_silo_run
 
     return prepare_silo_run(*args, **kwargs)
 
 
 def _silo_ledger(*args: Any, **kwargs: Any) -> Any:
-    from trainer.run.silo import SiloLedger
+    from trainer.units.silo.run import SiloLedger
 
     return SiloLedger(*args, **kwargs)
 
@@ -84,7 +84,7 @@ DPSGD_SILO = TrainingMechanism(
     summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
     prepare=_prepare_silo_run,
     ledger=_silo_ledger,
-    # trainer/run/silo.py reads dataset, model, model_options, rounds, lr, seed, strategy,
+    # trainer/units/silo/run.py reads dataset, model, model_options, rounds, lr, seed, strategy,
     # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
     unused_options=(
         "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
@@ -96,19 +96,19 @@ DPSGD_SILO = TrainingMechanism(
 )
 
 def _prepare_metric_run(*args: Any, **kwargs: Any) -> Any:
-    from trainer.run.metric_run import prepare_metric_run
+    from trainer.units.metric.run import prepare_metric_run
 
     return prepare_metric_run(*args, **kwargs)
 
 
 def _execute_metric_run(*args: Any, **kwargs: Any) -> Any:
-    from trainer.run.metric_run import execute_metric_run
+    from trainer.units.metric.run import execute_metric_run
 
     return execute_metric_run(*args, **kwargs)
 
 
 def _metric_ledger(plan: Any, epsilon_fn: Any = None) -> Any:
-    from trainer.run.metric_ledger import MetricLedger
+    from trainer.units.metric.ledger import MetricLedger
 
     return MetricLedger(plan, epsilon_fn)
 
@@ -119,8 +119,8 @@ METRIC_LAPLACE = TrainingMechanism(
     prepare=_prepare_metric_run,
     ledger=_metric_ledger,
     execute=_execute_metric_run,
-    # trainer/run/metric_run.py deals clients into groups at random (build_population's
-    # default) and its engine (trainer/metric_rounds.py) drops no client after training and
+    # trainer/units/metric/run.py deals clients into groups at random (build_population's
+    # default) and its engine (trainer/units/metric/rounds.py) drops no client after training and
     # aggregates no secret shares: it never reads these.
     unused_options=(
         "opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution",

@@ -33,19 +33,19 @@ from pydantic import BaseModel, Field
 from accounting.errors import InvalidInputError, validation_error_line
 from planner import ledger as plan_ledger
 from planner.schema import Plan, PlanDocument
-from trainer.rounds import RoundEngine, RoundOutcome, full_mode_reasons
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
 from trainer.run.config import TrainConfig as TrainConfig  # re-exported: its home before issue 26
 from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence, divergence_hint, learnability_message
-from trainer.run.ledger import EpsilonFn, PrivacyLedger
 from trainer.run.mechanisms import GAUSSIAN_SECAGG, TrainingMechanism, mechanism_for
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
 from trainer.run.plots import ChanceLevel, chance_level, plot_run
 from trainer.run.progress import Progress
 from trainer.run.reporting import RoundReporter
 from trainer.strategies.base import Population, RoundContext, Strategy
+from trainer.units.client.ledger import EpsilonFn, PrivacyLedger
+from trainer.units.client.rounds import RoundEngine, RoundOutcome, full_mode_reasons
 
 
 class RunSummary(BaseModel):

@@ -1,6 +1,6 @@
 """The strategy seam: what a federated algorithm decides, and what it may not touch.
 
-(docs/trainer.md §Strategies.) One round, as the round engine (``trainer/rounds.py``)
+(docs/trainer.md §Strategies.) One round, as the round engine (``trainer/units/client/rounds.py``)
 runs it::
 
     selection = strategy.configure_round(ctx, population)        # who is sampled
@@ -32,7 +32,7 @@ How the roadmap's methods fit this seam (none of them is built here):
   still secure aggregation); a strategy needs nothing special.
 
 A strategy's selection must stay Poisson with the plan's ``q_g`` for the privacy ledger
-(``trainer/run/ledger.py``) to be right; one that changes selection changes the mechanism
+(``trainer/units/client/ledger.py``) to be right; one that changes selection changes the mechanism
 and must be accounted for differently.
 """
 
@@ -52,7 +52,7 @@ from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
 
 if TYPE_CHECKING:
-    from trainer.adaptive_clip import AdaptiveClipping
+    from trainer.units.client.adaptive_clip import AdaptiveClipping
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
@@ -178,7 +178,7 @@ class ClientRelease:
 
 class LocalReleaseStrategy(Strategy):
     """A strategy whose clients release individual noised models (the ``metric_local``
-    unit's mechanism, ``trainer/metric_rounds.py``), not pool sums.
+    unit's mechanism, ``trainer/units/metric/rounds.py``), not pool sums.
 
     ``client_release`` trains; the engine noises each row (the strategy never draws the
     noise); ``aggregate_released`` sees only released rows and returns the next

@@ -15,8 +15,9 @@ from typing import Any
 
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
-from trainer.strategies import fedhdp, metric_ifca, pfa, plan
 from trainer.strategies.base import Strategy, StrategySpec
+from trainer.units.client.strategies import fedhdp, pfa, plan
+from trainer.units.metric.strategies import metric_ifca
 
 STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (plan.SPEC, pfa.SPEC, metric_ifca.SPEC, fedhdp.SPEC)}
 

@@ -42,9 +42,9 @@ from pydantic import ConfigDict, Field
 from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.validation import InputModel
 from planner.schema import Plan
-from trainer.sparsify import top_k
 from trainer.strategies.base import Population, RoundContext, StrategySpec
-from trainer.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
+from trainer.units.client.sparsify import top_k
+from trainer.units.client.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
 
 DEFAULT_LAMBDA = 0.05
 Lambda = Annotated[float, Field(ge=0, allow_inf_nan=False)]

@@ -2,13 +2,13 @@
 (docs/mrmtl.md §5). A silo plan's ``method`` names the strategy that runs it (the plan's
 DP-SGD passes per round are that method's)."""
 
-from trainer.strategies.silo.base import SiloStrategy
-from trainer.strategies.silo.ditto import Ditto
-from trainer.strategies.silo.fedavg import FedAvg
-from trainer.strategies.silo.finetune import Finetune
-from trainer.strategies.silo.ifca_mrmtl import IfcaMRMTL
-from trainer.strategies.silo.local import Local
-from trainer.strategies.silo.mrmtl import MRMTL
+from trainer.units.silo.strategies.base import SiloStrategy
+from trainer.units.silo.strategies.ditto import Ditto
+from trainer.units.silo.strategies.fedavg import FedAvg
+from trainer.units.silo.strategies.finetune import Finetune
+from trainer.units.silo.strategies.ifca_mrmtl import IfcaMRMTL
+from trainer.units.silo.strategies.local import Local
+from trainer.units.silo.strategies.mrmtl import MRMTL
 
 SILO_STRATEGIES: dict[str, type[SiloStrategy]] = {
     cls.name: cls for cls in (MRMTL, Local, FedAvg, Finetune, Ditto, IfcaMRMTL)

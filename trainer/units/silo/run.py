@@ -28,9 +28,9 @@ from planner.schema import PlanDocument
 from planner.units import silo_sample
 from planner.units.silo_sample import SiloSamplePlan
 from trainer.data.silos import SiloData
-from trainer.rounds import RoundOutcome
 from trainer.strategies.base import RoundContext
-from trainer.strategies.silo import SILO_STRATEGIES, SiloStrategy
+from trainer.units.client.rounds import RoundOutcome
+from trainer.units.silo.strategies import SILO_STRATEGIES, SiloStrategy
 
 
 class SiloLedger:
@@ -151,12 +151,12 @@ def prepare_silo_run(
     from trainer.data.silos import load_silo_data
     from trainer.device import choose_device, configure_float_math
     from trainer.engines import flatten_params, num_params
-    from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism
     from trainer.models import build_model
     from trainer.run.directory import RunDirectory
     from trainer.run.mechanisms import DPSGD_SILO
     from trainer.run.plots import chance_level_by_part
     from trainer.run.runner import Population, PreparedRun
+    from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 
     if not isinstance(plan, SiloSamplePlan):
         raise InvalidInputError(

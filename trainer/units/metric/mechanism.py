@@ -2,7 +2,7 @@
 
 (docs/metric-privacy.md §2-§3.) A client of a ``metric_local`` plan releases its whole
 locally trained model plus noise with density ``K exp(-eps ||x - x0||)``; the trainer's
-metric engine (``trainer/metric_rounds.py``) calls ``sanitize`` for every participant
+metric engine (``trainer/units/metric/rounds.py``) calls ``sanitize`` for every participant
 with a generator of its own (``PURPOSE_LAPLACE``), so no strategy draws or sees the noise
 before it is added. numpy only: no torch, no clipping, no Gaussian noise shares, no
 secure aggregation (the released vectors are individual by design: k-means needs them).

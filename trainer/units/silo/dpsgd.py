@@ -44,9 +44,9 @@ from torch.nn import functional as F
 
 from accounting.errors import InvalidInputError
 from trainer.data.dataset import FederatedDataset
-from trainer.engines.ghost import chain_layers, ghost_clipped_sum, has_hooks
 from trainer.engines.params import param_shapes, unflatten_params
 from trainer.strategies.base import PURPOSE_DPSGD, RoundContext
+from trainer.units.silo.ghost import chain_layers, ghost_clipped_sum, has_hooks
 
 # Sub-keys of PURPOSE_DPSGD.
 MASKS, NOISE, SELECTION = 1, 2, 3
@@ -186,7 +186,7 @@ class DpSgdEngine:
 
     @property
     def gradient_path(self) -> str:
-        """``"ghost"`` where the clipped sums come from ``trainer.engines.ghost`` (a chain of
+        """``"ghost"`` where the clipped sums come from ``trainer.units.silo.ghost`` (a chain of
         supported layers without hooks, prox outside the clip), else ``"torch.func"``
         (per-example gradients)."""
         return "torch.func" if self._chain is None or has_hooks(self.model) else "ghost"

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import torch
 
 from accounting.errors import InvalidInputError
-from trainer.engines.dpsgd import DpSgdEngine
 from trainer.strategies.base import RoundContext
+from trainer.units.silo.dpsgd import DpSgdEngine
 
 Weighting = Literal["uniform", "samples"]
 

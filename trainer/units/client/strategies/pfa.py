@@ -40,9 +40,9 @@ from pydantic import ConfigDict, Field
 from accounting.errors import InvalidInputError
 from accounting.validation import InputModel
 from planner.schema import Plan
-from trainer.sparsify import top_k
 from trainer.strategies.base import RoundContext, StrategySpec
-from trainer.strategies.plan import PlanStrategy
+from trainer.units.client.sparsify import top_k
+from trainer.units.client.strategies.plan import PlanStrategy
 
 DEFAULT_RANK = 4
 DEFAULT_HISTORY = 8

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from trainer.engines.dpsgd import DpSgdEngine
 from trainer.strategies.base import RoundContext
-from trainer.strategies.silo.base import SiloStrategy
+from trainer.units.silo.dpsgd import DpSgdEngine
+from trainer.units.silo.strategies.base import SiloStrategy
 
 
 class IfcaMRMTL(SiloStrategy):

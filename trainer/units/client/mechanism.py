@@ -1,15 +1,15 @@
 """The plan's privacy mechanism for one client: clip, round to the grid, add the noise share.
 
 (docs/trainer.md §Rounds, step 4.) This is everything a client needs to privatise its
-update, and nothing else: numpy, ``trainer.noise`` and the plan schema, no torch, no
-secure aggregation. The simulator's round engine (``trainer/rounds.py``) and the Flower
+update, and nothing else: numpy, ``trainer.units.client.noise`` and the plan schema, no torch, no
+secure aggregation. The simulator's round engine (``trainer/units/client/rounds.py``) and the Flower
 ClientApp (``trainer/flower/client_app.py``, which Flower starts as a fresh process for
 every message) both call it.
 
 Value bound for secure aggregation: a client's vector has coordinates
 ``|x_j| <= C + z s_P + 2/scale`` where ``z = noise_tail_multiplier(d * K * T)`` makes
 the chance that *any* noise coordinate of the whole run exceeds it at most 1e-9
-(``trainer/noise.py``). Secure aggregation refuses a vector beyond its bound; ``privatize``
+(``trainer/units/client/noise.py``). Secure aggregation refuses a vector beyond its bound; ``privatize``
 checks first and raises ``NoiseBoundExceeded`` rather than clamp a noise share, which
 would change the released distribution.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from accounting.errors import InvalidInputError
-from trainer import noise
+from trainer.units.client import noise
 
 if TYPE_CHECKING:
     from planner.schema import Plan

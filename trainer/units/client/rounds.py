@@ -24,7 +24,7 @@ the round clips at the controller's ``S^t`` with the update's noise share
 ``b - 1/2`` plus a noise share ``sigma_b / sqrt(m_P)``; the engine strips the released
 counts from the pool sums before ``aggregate`` and hands them to the controller.
 
-Clipping, the grid, the noise share and the value bound are ``trainer/mechanism.py``'s
+Clipping, the grid, the noise share and the value bound are ``trainer/units/client/mechanism.py``'s
 (``pool_mechanisms``, ``privatize``, ``NoiseBoundExceeded``), shared with the Flower
 ClientApp.
 """
@@ -42,7 +42,6 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
-from trainer.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
@@ -54,6 +53,7 @@ from trainer.strategies.base import (
     RoundContext,
     Strategy,
 )
+from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 
 # protocol: the real secure aggregation; exact_sum: its release without the cryptography.
 SecAggExecution = Literal["protocol", "exact_sum"]
@@ -212,7 +212,7 @@ class RoundEngine:
         if updates.shape != (len(trainees), self.dim):
             raise ValueError(f"client_update returned shape {tuple(updates.shape)}, expected {(len(trainees), self.dim)}")
         rows = updates.detach().to("cpu", torch.float64).numpy()
-        # clients whose local training diverged send zeros (trainer.mechanism.finite_update)
+        # clients whose local training diverged send zeros (trainer.units.client.mechanism.finite_update)
         nonfinite = int(np.count_nonzero(~np.isfinite(rows).all(axis=1))) if rows.size else 0
         timing["train"] = time.perf_counter() - tick
 

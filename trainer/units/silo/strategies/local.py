@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from trainer.strategies.base import RoundContext
-from trainer.strategies.silo.base import SiloStrategy
+from trainer.units.silo.strategies.base import SiloStrategy
 
 
 class Local(SiloStrategy):

@@ -2,7 +2,7 @@
 (docs/mrmtl.md §4.1).
 
 For silos k with weights ``W [K, d]`` and examples ``x [K, P, ...]`` this returns what
-``trainer.engines.dpsgd.clipped_sum(per_example_gradients(...))`` returns,
+``trainer.units.silo.dpsgd.clipped_sum(per_example_gradients(...))`` returns,
 
     out_k = sum_i valid_ki min(1, c / ||g_ki||) g_ki        (g_ki = grad of example i's loss at W_k)
 
@@ -175,7 +175,7 @@ def _leaf(z: torch.Tensor) -> torch.Tensor:
 
 
 def _summed_loss(output: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
-    """``sum_i`` of ``trainer.engines.dpsgd.example_loss`` over ``output [K, P, O]``."""
+    """``sum_i`` of ``trainer.units.silo.dpsgd.example_loss`` over ``output [K, P, O]``."""
     if task == "regression":
         return 0.5 * (output - y.reshape(*y.shape[:2], -1).to(output.dtype)).pow(2).sum()
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), y.reshape(-1), reduction="sum")

@@ -1,9 +1,9 @@
 """One round of a ``metric_local`` plan: local Laplace releases, no secure aggregation.
 
-(docs/metric-privacy.md §5.) The client-level engine (``trainer/rounds.py``) clips,
+(docs/metric-privacy.md §5.) The client-level engine (``trainer/units/client/rounds.py``) clips,
 adds Gaussian noise shares and sums under secure aggregation; this engine does none of
 that and calls none of it. Each selected client's trained model is released with
-Laplace noise drawn *here* (``trainer.metric_mechanism.sanitize``, generator
+Laplace noise drawn *here* (``trainer.units.metric.mechanism.sanitize``, generator
 ``(seed, round, PURPOSE_LAPLACE, client)``), so a strategy never chooses or sees the
 noise, and the server-side step sees only released vectors.
 """
@@ -17,10 +17,10 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.units.metric_local import MetricPlan
-from trainer.metric_mechanism import next_public_radius, sanitize
-from trainer.rounds import RoundOutcome
-from trainer.run.metric_ledger import MetricLedger
 from trainer.strategies.base import PURPOSE_LAPLACE, LocalReleaseStrategy, Population, RoundContext, Strategy
+from trainer.units.client.rounds import RoundOutcome
+from trainer.units.metric.ledger import MetricLedger
+from trainer.units.metric.mechanism import next_public_radius, sanitize
 
 
 class MetricRoundEngine:

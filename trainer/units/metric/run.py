@@ -19,15 +19,15 @@ from typing import Any
 import torch
 
 from accounting.errors import InvalidInputError
-from trainer.metric_rounds import MetricRoundEngine
 from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence
-from trainer.run.metric_ledger import MetricLedger
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
 from trainer.run.plots import plot_run
 from trainer.run.progress import Progress
 from trainer.strategies.base import RoundContext
+from trainer.units.metric.ledger import MetricLedger
+from trainer.units.metric.rounds import MetricRoundEngine
 
 
 def prepare_metric_run(

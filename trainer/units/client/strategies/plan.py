@@ -27,9 +27,9 @@ from torch import nn
 
 from accounting.validation import InputModel
 from planner.schema import Plan
-from trainer.adaptive_clip import AdaptiveClipping
-from trainer.sparsify import top_k
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, StrategySpec, poisson_sample
+from trainer.units.client.adaptive_clip import AdaptiveClipping
+from trainer.units.client.sparsify import top_k
 
 ADAPTIVE_CLIP_DESCRIPTION = (
     "true: clip at S^t, updated from a noisy count of unclipped clients (Andrew et al.; the plan's adaptive_clip "
