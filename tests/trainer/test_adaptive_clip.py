@@ -188,7 +188,7 @@ def test_adaptive_runs_log_the_clip_account_as_planned_and_resume_exactly(plan, 
 
 
 def test_the_unused_block_warning_names_the_way_to_turn_it_on(plan) -> None:
-    from trainer.run.runner import unused_adaptive_clip_warning
+    from trainer.units.client.run import unused_adaptive_clip_warning
 
     adaptive = with_adaptive_clip(plan)
     fixed = type("Fixed", (), {"adaptive_clip": None})()

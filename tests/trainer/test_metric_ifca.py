@@ -320,7 +320,7 @@ METRIC_CLI = ["--dataset", "metric_synthetic", "--partition", "natural", "--mode
     ],
 )
 def test_a_metric_run_refuses_the_secure_aggregation_options_it_would_ignore(tmp_path, capsys, extra, flag) -> None:
-    """As a silo run does (trainer.run.mechanisms' unused_options): exit 2, one line naming the option."""
+    """As a silo run does (its TrainingUnit's unused_options): exit 2, one line naming the option."""
     path = tmp_path / "plan.json"
     path.write_text(metric_plan(rounds=2, budget=1.0).model_dump_json())
     code = app_cli.run(["train", "--plan", str(path), *METRIC_CLI, *extra, "--out", str(tmp_path / "run")])

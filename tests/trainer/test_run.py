@@ -242,8 +242,8 @@ def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
 def test_rounds_jsonl_keeps_each_aborted_pools_reason():
     """docs/trainer.md §Runs: aborted pools are listed with the reason (``abort_reasons``)."""
     from trainer.run.metrics import RoundRecord
-    from trainer.run.runner import round_record
-    from trainer.units.client.rounds import RoundOutcome
+    from trainer.run.outcome import RoundOutcome
+    from trainer.run.records import round_record
 
     outcome = RoundOutcome(
         global_round=3, sampled={"a": 1}, survived={"pa": 0}, aborted_pools=["pa"],

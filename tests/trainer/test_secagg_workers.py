@@ -179,7 +179,7 @@ def test_sparse_warns_once_for_pools_that_fall_back_to_full(capsys, tmp_path):
 def test_the_train_console_says_why_a_pool_ran_full():
     """summary secagg_full_reasons: the console's graph line says why auto kept full mode."""
     from trainer.run.options import format_summary
-    from trainer.run.runner import RunSummary
+    from trainer.run.summary import RunSummary
 
     summary = RunSummary(
         run_dir="r", method="gdpfed_plus", plan_id=None, complete=True, rounds_run=1, rounds=1, start_round=0,

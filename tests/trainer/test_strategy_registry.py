@@ -20,7 +20,8 @@ from tests.trainer.trainer_plans import hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_run, report_metrics
+from trainer.run.records import report_metrics
+from trainer.run.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import Strategy, base
 from trainer.strategies.registry import STRATEGIES
 from trainer.units.client.strategies import PFAStrategy, PlanStrategy

@@ -270,16 +270,15 @@ def load_experiment(path: str | Path) -> Experiment:
 
 def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) -> None:
     """Every cell's ``TrainConfig`` is valid and sets no option its privacy unit's mechanism
-    never reads (``TrainingMechanism.unused_options``: ``secagg_mode`` on a metric or silo
+    never reads (``TrainingUnit.unused_options``: ``secagg_mode`` on a metric or silo
     cell, as ``gdpfed train`` refuses ``--secagg`` there), before any cell trains: an
     ``InvalidInputError`` names the train block the value came from (a setting's wins over a
     dataset's over the shared one, as they merge): ``settings.<name>.train.<field>``,
     ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
-    from planner.units import privacy_unit
     from trainer.experiments.cell import cell_config
     from trainer.experiments.units import unit_name
-    from trainer.run.mechanisms import MECHANISMS
     from trainer.run.options import unused_option_reason
+    from trainer.units.registry import training_unit  # start-up time: the units import torch
 
     settings = {s.name: s for s in experiment.settings}
 
@@ -301,7 +300,7 @@ def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) 
             raise refuse(cell, *validation_error_line(exc.errors(include_url=False))) from None
         # an option the cell's mechanism never reads, refused as gdpfed train refuses its flag
         unit = unit_name(cell.scenario)
-        mechanism = MECHANISMS[privacy_unit(unit).mechanism]
+        mechanism = training_unit(unit)
         given = {**experiment.train, **cell.dataset.train, **getattr(settings.get(cell.setting), "train", {})}
         for name in mechanism.unused_options:
             if name in given:

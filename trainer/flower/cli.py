@@ -89,7 +89,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
     from trainer.run.options import config_from_args
-    from trainer.run.runner import registered_strategy
+    from trainer.run.preparation import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
@@ -106,7 +106,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
     refuse_client_state(config.strategy)
     if config.strategy_options.get("adaptive_clip"):
-        from trainer.run.runner import ADAPTIVE_CLIP_SIMULATOR_ONLY
+        from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
 
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     run_config = run_config_of(options, config)
@@ -214,7 +214,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     from trainer.flower import check_flwr_version
     from trainer.flower.local import LocalFederation, terminate_on_signals
     from trainer.run.options import format_summary
-    from trainer.run.runner import RunSummary
+    from trainer.run.summary import RunSummary
 
     check_flwr_version()
     if args.max_processes is not None and args.max_processes < 1:

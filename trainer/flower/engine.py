@@ -34,13 +34,14 @@ from flwr.serverapp import Grid
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
 from trainer.flower import messages
+from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
 from trainer.strategies.base import Population, RoundContext, Strategy
 from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms
-from trainer.units.client.rounds import RoundOutcome, pool_graph_kinds, session_graph
+from trainer.units.client.rounds import pool_graph_kinds, session_graph
 
 Log = Callable[[str], None]
 

@@ -50,7 +50,7 @@ SECAGG_CHOICES = ("full", "sparse", "auto")
 # The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
 # the two equal.
-STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
+STRATEGY_NAMES = ("plan", "pfa", "fedhdp", "metric_ifca")
 
 
 # trainer.data.load.DATASET_HELP (derived from the dataset registry there) without
@@ -63,7 +63,7 @@ DATASET_HELP = (
 
 
 def strategy_choices() -> str:
-    """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
+    """``plan, pfa, fedhdp or metric_ifca``: the registered strategies, as ``--strategy``'s help lists them."""
     return f"{', '.join(STRATEGY_NAMES[:-1])} or {STRATEGY_NAMES[-1]}"
 
 

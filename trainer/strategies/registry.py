@@ -1,11 +1,14 @@
-"""The strategy registry: one module per strategy, one line per strategy in ``STRATEGIES``.
+"""The strategy registry: every unit's selectable strategies, each named once in its unit's
+``STRATEGY_SPECS`` (``trainer/units/<unit>/strategies``).
 
 (docs/architecture.md §Training strategies.) ``gdpfed train --strategy NAME
 --strategy-option KEY=JSON`` and the experiment configs select a strategy here by name.
 A strategy declares its options model (its constructor's extra keywords, validated with
 pydantic: a bad option is named), the privacy unit of the plans it runs on and the plan
-methods it accepts. To add one: write ``trainer/strategies/NAME.py`` with the class and
-``SPEC = StrategySpec(...)``, and add its line below.
+methods it accepts. To add one: write ``trainer/units/<unit>/strategies/NAME.py`` with the
+class and ``SPEC = StrategySpec(...)``, and add its line to that unit's ``STRATEGY_SPECS``.
+A silo plan's method is its strategy (``trainer.units.silo.strategies.STRATEGIES``), never
+chosen here.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import Any
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
 from trainer.strategies.base import Strategy, StrategySpec
-from trainer.units.client.strategies import fedhdp, pfa, plan
-from trainer.units.metric.strategies import metric_ifca
+from trainer.units.client.strategies import STRATEGY_SPECS as CLIENT_STRATEGIES
+from trainer.units.metric.strategies import STRATEGY_SPECS as METRIC_STRATEGIES
 
-STRATEGIES: dict[str, StrategySpec] = {spec.name: spec for spec in (plan.SPEC, pfa.SPEC, metric_ifca.SPEC, fedhdp.SPEC)}
+STRATEGIES: dict[str, StrategySpec] = {**CLIENT_STRATEGIES, **METRIC_STRATEGIES}
 
 DEFAULT_STRATEGY = "plan"
 

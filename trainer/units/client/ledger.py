@@ -25,6 +25,9 @@ __all__ = ["EpsilonFn", "PrivacyLedger"]
 class PrivacyLedger:
     """Epsilon spent per group after each round of a plan."""
 
+    privacy_unit = "client"
+    notion = "client-level (epsilon, delta)-DP per group"
+
     def __init__(self, plan: Plan, epsilon_fn: EpsilonFn | None = None) -> None:
         self.plan = plan
         self.delta = plan.scenario.delta

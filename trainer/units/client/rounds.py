@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
@@ -42,6 +41,7 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
+from trainer.run.outcome import RoundOutcome
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
@@ -59,28 +59,6 @@ from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanis
 SecAggExecution = Literal["protocol", "exact_sum"]
 # Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
 EncodedHook = Callable[[int, str, np.ndarray], None]
-
-
-@dataclass
-class RoundOutcome:
-    """What one round did (the raw material of a ``RoundRecord``)."""
-
-    global_round: int
-    sampled: dict[str, int]
-    survived: dict[str, int]
-    aborted_pools: list[str]
-    abort_reasons: dict[str, str]
-    dropped_before_masking: int
-    dropped_after_masking: int
-    timing: dict[str, float]
-    pool_sums: dict[str, np.ndarray | None] = field(default_factory=dict)
-    nonfinite_updates: int = 0  # clients that sent zeros because local training diverged
-    # pool id -> the graph its session ran ("full", "sparse k=32 t=31"); absent when too few sampled
-    secagg: dict[str, str] = field(default_factory=dict)
-    keystream_bytes: int = 0  # mask keystream this round's sessions expanded (0 with exact_sum)
-    # adaptive clipping: the round's clip norm S^t and the noisy unclipped share b_bar it released
-    clip_norm: float | None = None
-    unclipped_fraction: float | None = None
 
 
 def pool_graph_kinds(plan: Plan, secagg_mode: RequestedSecagg) -> dict[str, RequestedSecagg]:

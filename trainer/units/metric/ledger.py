@@ -88,6 +88,10 @@ class MetricLedger:
             result[group.id] = plan_ledger.metric_client_leakage(n, group.noise_multiplier, most)
         return result
 
+    def targets(self) -> dict[str, float | None]:
+        """No epsilon budgets: the leakage is not an epsilon (``summary``'s figures are)."""
+        return {}
+
     def final_spent(self) -> dict[str, float | None]:
         return self.spent()
 

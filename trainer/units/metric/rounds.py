@@ -17,8 +17,8 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.units.metric_local import MetricPlan
+from trainer.run.outcome import RoundOutcome
 from trainer.strategies.base import PURPOSE_LAPLACE, LocalReleaseStrategy, Population, RoundContext, Strategy
-from trainer.units.client.rounds import RoundOutcome
 from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.mechanism import next_public_radius, sanitize
 

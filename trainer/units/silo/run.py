@@ -13,7 +13,6 @@ sample-level epsilon is never shown as client-level.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,20 @@ from planner.ledger import EpsilonFn
 from planner.schema import PlanDocument
 from planner.units import silo_sample
 from planner.units.silo_sample import SiloSamplePlan
-from trainer.data.silos import SiloData
-from trainer.strategies.base import RoundContext
-from trainer.units.client.rounds import RoundOutcome
-from trainer.units.silo.strategies import SILO_STRATEGIES, SiloStrategy
+from trainer.data.silos import SiloData, load_silo_data
+from trainer.device import choose_device, configure_float_math
+from trainer.engines import flatten_params, num_params
+from trainer.models import build_model
+from trainer.run.config import TrainConfig
+from trainer.run.directory import RunDirectory
+from trainer.run.outcome import RoundOutcome
+from trainer.run.phases import RoundPhases
+from trainer.run.plots import chance_level_by_part
+from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.strategies.base import Population, RoundContext
+from trainer.units.base import TrainingUnit
+from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
+from trainer.units.silo.strategies import STRATEGIES, SiloStrategy
 
 
 class SiloLedger:
@@ -128,19 +137,8 @@ def evaluate_silos(model: nn.Module, models: torch.Tensor, data: SiloData, silo_
     return metrics
 
 
-def prepare_silo_run(
-    plan: PlanDocument,
-    plan_document: dict[str, Any],
-    config: Any,
-    out: Path,
-    *,
-    resume: bool = False,
-    device: str = "auto",
-    strategy_factory: Callable[..., Any] | None = None,
-    dataset: SiloData | None = None,
-    engine_factory: Any = None,
-    allow_tf32: bool = False,
-) -> Any:
+def prepare_silo_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+                     options: RunOptions) -> PreparedRun:
     """Validate a silo plan, data and model; build the DP-SGD engine and the method's strategy.
 
     The plan is verified whatever its origin; ``config.rounds`` may not exceed the plan's.
@@ -148,21 +146,11 @@ def prepare_silo_run(
     ``n_k``; ``config.strategy_options`` go to the strategy (``prox_inside_clip`` to the
     engine). The strategy is the plan's method: its DP-SGD passes are what the plan counted.
     """
-    from trainer.data.silos import load_silo_data
-    from trainer.device import choose_device, configure_float_math
-    from trainer.engines import flatten_params, num_params
-    from trainer.models import build_model
-    from trainer.run.directory import RunDirectory
-    from trainer.run.mechanisms import DPSGD_SILO
-    from trainer.run.plots import chance_level_by_part
-    from trainer.run.runner import Population, PreparedRun
-    from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
-
     if not isinstance(plan, SiloSamplePlan):
         raise InvalidInputError(
-            "privacy_unit", f"the {DPSGD_SILO.name} mechanism runs silo_sample plans only; this plan's privacy_unit is {plan.privacy_unit!r}"
+            "privacy_unit", f"the {MECHANISM} mechanism runs silo_sample plans only; this plan's privacy_unit is {plan.privacy_unit!r}"
         )
-    if engine_factory is not None or strategy_factory is not None:
+    if options.engine_factory is not None or options.strategy_factory is not None:
         raise InvalidInputError("engine", "silo plans run on the simulator's DP-SGD engine and their method's strategy")
     if config.strategy not in ("plan", plan.method):
         raise InvalidInputError(
@@ -174,14 +162,14 @@ def prepare_silo_run(
         raise InvalidInputError(
             "rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would spend more privacy than planned"
         )
-    options = dict(config.strategy_options)
-    prox_inside_clip = options.pop("prox_inside_clip", False)
+    strategy_options = dict(config.strategy_options)
+    prox_inside_clip = strategy_options.pop("prox_inside_clip", False)
     if not isinstance(prox_inside_clip, bool):
         raise InvalidInputError("strategy-option", "prox_inside_clip must be true or false")
-    chosen_device = choose_device(device)
-    configure_float_math(allow_tf32)  # docs/trainer.md §Reproducible GPU math
+    chosen_device = choose_device(options.device)
+    configure_float_math(options.allow_tf32)  # docs/trainer.md §Reproducible GPU math
     sizes = [s.num_samples for s in plan.silos]
-    data = dataset if dataset is not None else load_silo_data(config.dataset, sizes, seed=config.seed)
+    data = options.dataset if options.dataset is not None else load_silo_data(config.dataset, sizes, seed=config.seed)
     if data.train.client_sizes() != sizes:
         raise InvalidInputError("dataset", f"the silos' data sizes {data.train.client_sizes()} are not the plan's {sizes}")
     try:
@@ -194,7 +182,7 @@ def prepare_silo_run(
     engine = DpSgdEngine(model, data.train, list(range(len(sizes))), SiloMechanism.from_plan(plan), lr=config.lr,
                          prox_inside_clip=prox_inside_clip)
     initial = flatten_params(model).to(chosen_device)
-    strategy = SILO_STRATEGIES[plan.method](engine, initial, config.rounds, **options)
+    strategy = STRATEGIES[plan.method](engine, initial, config.rounds, **strategy_options)
     silo_ids = [s.id for s in plan.silos]
 
     def evaluator(params: torch.Tensor) -> dict[str, float]:
@@ -204,12 +192,34 @@ def prepare_silo_run(
         raise InvalidInputError("plan", "silo plans cannot be re-planned mid-run")
 
     return PreparedRun(
-        plan=plan,  # type: ignore[arg-type]  # PreparedRun.plan is the plan document of any unit
-        plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=resume, dataset=data,
+        plan=plan,
+        plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume, dataset=data,
         model=model, device=chosen_device, population=Population({"silos": torch.arange(len(sizes)).numpy()}),
-        initial_params=initial, strategy=strategy,  # type: ignore[arg-type]
+        initial_params=initial, strategy=strategy,
         engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
-        mechanism=DPSGD_SILO, run_start=0, evaluator=evaluator,
+        unit=UNIT, run_start=0, evaluator=evaluator,
         chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task, part="silo"),
         gradient_path=engine.gradient_path,
     )
+
+
+MECHANISM = "dpsgd_silo"
+
+UNIT = TrainingUnit(
+    name=silo_sample.NAME,
+    mechanism=MECHANISM,
+    summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
+    prepare=prepare_silo_run,
+    ledger=SiloLedger,
+    phases=RoundPhases(),
+    strategies=tuple(STRATEGIES),
+    # prepare_silo_run reads dataset, model, model_options, rounds, lr, seed, strategy,
+    # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
+    unused_options=(
+        "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
+        "batch_size", "engine", "server_lr", "server_momentum", "late_dropout_fraction", "secagg_mode",
+        "secagg_execution", "secagg_workers",
+    ),
+    unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
+    "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",
+)

@@ -1,0 +1,43 @@
+"""The trainer's unit registry: one line per privacy unit (docs/trainer.md §Layout).
+
+``gdpfed train``, the run loop and the experiment runner reach a unit only through here
+(``unit_for(plan)``); a plan whose unit this trainer has no entry for is refused by name
+before anything is written. To add a unit: write ``trainer/units/<unit>/`` with its
+``run.py`` defining ``UNIT`` (``trainer.units.base.TrainingUnit``) and add its line below.
+"""
+
+from __future__ import annotations
+
+from accounting.errors import InvalidInputError
+from planner.schema import PlanDocument
+from planner.units import unit_of
+from trainer.units.base import TrainingUnit
+from trainer.units.client import run as client
+from trainer.units.metric import run as metric
+from trainer.units.silo import run as silo
+
+UNITS: dict[str, TrainingUnit] = {unit.name: unit for unit in (client.UNIT, metric.UNIT, silo.UNIT)}
+
+
+def register(unit: TrainingUnit) -> None:
+    """Add ``unit`` to the registry (a unit defined outside this package, e.g. a test's)."""
+    UNITS[unit.name] = unit
+
+
+def training_unit(name: str) -> TrainingUnit:
+    """The registered unit ``name`` (``KeyError`` for an unknown one: callers name the planner's units)."""
+    return UNITS[name]
+
+
+def unit_for(plan: PlanDocument) -> TrainingUnit:
+    """The unit that trains ``plan``, or ``InvalidInputError("privacy_unit")`` naming the
+    plan's unit and the mechanism it needs."""
+    planned = unit_of(plan)
+    unit = UNITS.get(planned.name)
+    if unit is None or unit.mechanism != planned.mechanism:
+        raise InvalidInputError(
+            "privacy_unit",
+            f"{planned.name} plans ({planned.notion}) need the {planned.mechanism!r} training mechanism, "
+            f"which this trainer does not have (it has {', '.join(u.mechanism for u in UNITS.values())})",
+        )
+    return unit
