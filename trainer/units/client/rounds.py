@@ -54,6 +54,7 @@ from trainer.strategies.base import (
     Strategy,
 )
 from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
+from trainer.units.client.release import PoolResults, server_step, too_few_sampled
 
 # protocol: the real secure aggregation; exact_sum: its release without the cryptography.
 SecAggExecution = Literal["protocol", "exact_sum"]
@@ -163,11 +164,61 @@ class RoundEngine:
         controller = self.strategy.adaptive_clip if self.adaptive else None
         clip_norm = None if controller is None else controller.clip_norm
         mechanisms = self.mechanisms if clip_norm is None else [at_clip(m, clip_norm, self.dim) for m in self.mechanisms]
-        width = self.dim if clip_norm is None else self.dim + 1  # the count's coordinate
         selection = self.strategy.configure_round(ctx, self.population)
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
+        participants, early, late = self._dropouts(ctx, selection, mechanisms)
+        trainees = [(c, g) for pool in participants.values() for c, g in pool if c not in early]
+        timing["select"] = time.perf_counter() - started
 
-        # Dropouts: per group, who leaves before masking and who after (input kept).
+        tick = time.perf_counter()
+        rows, nonfinite = self._train(ctx, global_params, trainees)
+        timing["train"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        row_of = {client: i for i, (client, _) in enumerate(trainees)}
+        vectors = {m.pool_id: self._privatize(ctx, m, participants[m.pool_id], early, rows, row_of, clip_norm)
+                   for m in mechanisms}
+        timing["privatize"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        results, graphs, keystream_bytes = self._secure_sums(ctx, mechanisms, vectors, early, late)
+        timing["secagg"] = time.perf_counter() - tick
+
+        pool_sums = results.pool_sums
+        counts: dict[str, float | None] = {}
+        if clip_norm is not None:
+            # the last coordinate of a released sum is the pool's noisy count; the update is the rest
+            counts = {pool_id: None if total is None else float(total[-1]) for pool_id, total in pool_sums.items()}
+            pool_sums = {pool_id: None if total is None else total[: self.dim] for pool_id, total in pool_sums.items()}
+
+        tick = time.perf_counter()
+        new_params = server_step(self.strategy, ctx, global_params, pool_sums, self.dim)
+        fraction = None if controller is None else controller.update(counts)
+        timing["aggregate"] = time.perf_counter() - tick
+
+        outcome = RoundOutcome(
+            global_round=ctx.global_round,
+            sampled=sampled,
+            survived=results.survived,
+            aborted_pools=results.aborted,
+            abort_reasons=results.reasons,
+            dropped_before_masking=len(early),
+            dropped_after_masking=len(late),
+            timing=timing,
+            pool_sums=pool_sums if self.keep_pool_sums else {},
+            nonfinite_updates=nonfinite,
+            secagg=graphs,
+            keystream_bytes=keystream_bytes,
+            clip_norm=clip_norm,
+            unclipped_fraction=fraction,
+        )
+        return new_params, outcome
+
+    def _dropouts(
+        self, ctx: RoundContext, selection: dict[str, np.ndarray], mechanisms: list[PoolMechanism]
+    ) -> tuple[dict[str, list[tuple[int, str]]], set[int], set[int]]:
+        """Per pool its sampled (client, group) pairs; per group, who leaves before masking
+        (``early``) and who after, input kept (``late``)."""
         drop_rng = ctx.rng(PURPOSE_DROPOUT)
         early: set[int] = set()
         late: set[int] = set()
@@ -180,115 +231,62 @@ class RoundEngine:
                 if gone:
                     (late if is_late else early).add(client)
                 participants[self._pool_of_group[group.id]].append((client, group.id))
+        return participants, early, late
 
-        trainees = [(c, g) for pool in participants.values() for c, g in pool if c not in early]
+    def _train(self, ctx: RoundContext, global_params: torch.Tensor,
+               trainees: list[tuple[int, str]]) -> tuple[np.ndarray, int]:
+        """The trainees' updates (float64 rows, in ``trainees`` order) and how many are non-finite."""
         trainee_ids = np.array([c for c, _ in trainees], dtype=np.int64)
-        timing["select"] = time.perf_counter() - started
-
-        tick = time.perf_counter()
         updates = self.strategy.client_update(ctx, global_params, trainee_ids, [g for _, g in trainees])
         if updates.shape != (len(trainees), self.dim):
             raise ValueError(f"client_update returned shape {tuple(updates.shape)}, expected {(len(trainees), self.dim)}")
         rows = updates.detach().to("cpu", torch.float64).numpy()
         # clients whose local training diverged send zeros (trainer.units.client.mechanism.finite_update)
         nonfinite = int(np.count_nonzero(~np.isfinite(rows).all(axis=1))) if rows.size else 0
-        timing["train"] = time.perf_counter() - tick
+        return rows, nonfinite
 
-        tick = time.perf_counter()
-        row_of = {client: i for i, (client, _) in enumerate(trainees)}
-        vectors: dict[str, dict[int, np.ndarray]] = {}
+    def _privatize(self, ctx: RoundContext, mechanism: PoolMechanism, participants: list[tuple[int, str]],
+                   early: set[int], rows: np.ndarray, row_of: dict[int, int],
+                   clip_norm: float | None) -> dict[int, np.ndarray]:
+        """Client id -> the vector it hands the pool's secure aggregation (clipped, noised,
+        encoded; with adaptive clipping one more coordinate, its count)."""
+        width = self.dim if clip_norm is None else self.dim + 1  # the count's coordinate
         encode = privatize if clip_norm is None else privatize_counted
-        for mechanism in mechanisms:
-            pool_vectors: dict[int, np.ndarray] = {}
-            for client, group_id in participants[mechanism.pool_id]:
-                if client in early:
-                    # Never trained and never sent: the protocol only needs its id.
-                    pool_vectors[client] = np.zeros(width)
-                    continue
-                vector, pre_noise = encode(
-                    rows[row_of[client]],
-                    mechanism.clip_norms[group_id],
-                    mechanism,
-                    ctx.rng(PURPOSE_CLIENT, client),
-                )
-                if self.on_encoded is not None:
-                    self.on_encoded(client, group_id, pre_noise)
-                pool_vectors[client] = vector
-            vectors[mechanism.pool_id] = pool_vectors
-        timing["privatize"] = time.perf_counter() - tick
+        pool_vectors: dict[int, np.ndarray] = {}
+        for client, group_id in participants:
+            if client in early:
+                # Never trained and never sent: the protocol only needs its id.
+                pool_vectors[client] = np.zeros(width)
+                continue
+            vector, pre_noise = encode(
+                rows[row_of[client]], mechanism.clip_norms[group_id], mechanism, ctx.rng(PURPOSE_CLIENT, client)
+            )
+            if self.on_encoded is not None:
+                self.on_encoded(client, group_id, pre_noise)
+            pool_vectors[client] = vector
+        return pool_vectors
 
-        tick = time.perf_counter()
-        pool_sums: dict[str, np.ndarray | None] = {}
-        survived: dict[str, int] = {}
-        aborted: list[str] = []
-        reasons: dict[str, str] = {}
+    def _secure_sums(self, ctx: RoundContext, mechanisms: list[PoolMechanism], vectors: dict[str, dict[int, np.ndarray]],
+                     early: set[int], late: set[int]) -> tuple[PoolResults, dict[str, str], int]:
+        """Each pool's secure-aggregation session: what it released, the graph it ran and
+        the mask keystream bytes all sessions expanded."""
+        results = PoolResults()
         graphs: dict[str, str] = {}
         keystream_bytes = 0
         for mechanism in mechanisms:
             pool_vectors = vectors[mechanism.pool_id]
             if len(pool_vectors) < mechanism.threshold:
-                pool_sums[mechanism.pool_id] = None
-                survived[mechanism.pool_id] = 0
-                aborted.append(mechanism.pool_id)
-                reasons[mechanism.pool_id] = (
-                    f"{len(pool_vectors)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
-                )
+                results.abort(mechanism.pool_id, too_few_sampled(len(pool_vectors), mechanism))
                 continue
             graph = session_graph(self.plan, self.pool_graphs[mechanism.pool_id], len(pool_vectors))
             graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
             result = self._aggregate(mechanism, graph, pool_vectors, early, late, ctx)
             keystream_bytes += result.keystream_bytes
             if result.aborted:
-                pool_sums[mechanism.pool_id] = None
-                survived[mechanism.pool_id] = 0
-                aborted.append(mechanism.pool_id)
-                reasons[mechanism.pool_id] = result.reason or "aborted"
+                results.abort(mechanism.pool_id, result.reason or "aborted")
             else:
-                if len(result.survivors) < mechanism.threshold:
-                    # Secure aggregation must never release a sum of fewer than m_P inputs:
-                    # its noise would be below sigma_P^2 C^2.
-                    raise RuntimeError(
-                        f"pool {mechanism.pool_id}: secure aggregation released a sum of "
-                        f"{len(result.survivors)} < m_P={mechanism.threshold} inputs"
-                    )
-                pool_sums[mechanism.pool_id] = result.sum
-                survived[mechanism.pool_id] = len(result.survivors)
-        timing["secagg"] = time.perf_counter() - tick
-
-        counts: dict[str, float | None] = {}
-        if clip_norm is not None:
-            # the last coordinate of a released sum is the pool's noisy count; the update is the rest
-            counts = {pool_id: None if total is None else float(total[-1]) for pool_id, total in pool_sums.items()}
-            pool_sums = {pool_id: None if total is None else total[: self.dim] for pool_id, total in pool_sums.items()}
-
-        tick = time.perf_counter()
-        device = global_params.device
-        released = {
-            pool_id: None if total is None else torch.from_numpy(total).to(device)
-            for pool_id, total in pool_sums.items()
-        }
-        update = self.strategy.aggregate(ctx, released, self.dim)
-        new_params = self.strategy.server_update(ctx, global_params, update)
-        fraction = None if controller is None else controller.update(counts)
-        timing["aggregate"] = time.perf_counter() - tick
-
-        outcome = RoundOutcome(
-            global_round=ctx.global_round,
-            sampled=sampled,
-            survived=survived,
-            aborted_pools=aborted,
-            abort_reasons=reasons,
-            dropped_before_masking=len(early),
-            dropped_after_masking=len(late),
-            timing=timing,
-            pool_sums=pool_sums if self.keep_pool_sums else {},
-            nonfinite_updates=nonfinite,
-            secagg=graphs,
-            keystream_bytes=keystream_bytes,
-            clip_norm=clip_norm,
-            unclipped_fraction=fraction,
-        )
-        return new_params, outcome
+                results.release(mechanism, result.sum, len(result.survivors))
+        return results, graphs, keystream_bytes
 
     def _aggregate(
         self,
