@@ -11,7 +11,7 @@ import pydantic
 from accounting.errors import InvalidInputError, validation_error_line
 from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn, merge_phases
-from planner.schema import load_plan
+from planner.schema import Plan, load_plan
 from planner.verify import verify_executable
 from trainer.run.prepared import PreparedRun, RunLedger
 from trainer.run.reporting import ReportingStoppedError
@@ -42,18 +42,8 @@ def switch_plan(
     (``PrivacyLedger.load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
     """
     name = document.get("id", "the successor plan")
-    try:
-        # reading checks the fields its scenario fixes (planner.schema.check_scenario_fixed)
-        successor = load_plan(document)
-        verify_executable(successor)
-    except (InvalidInputError, pydantic.ValidationError) as exc:
-        if resuming:  # the checkpoint's own copy: damaged local input (exit 2), as its other checks
-            raise
-        message = exc.message if isinstance(exc, InvalidInputError) else validation_error_line(exc.errors())
-        raise ReportingStoppedError(f"the re-plan {name} does not verify: {message}") from None
-    current = prepared.plan
+    successor = verified_successor(document, name, resuming)
     end = prepared.run_start + prepared.config.rounds
-    problems = []
     if resuming:
         if not prepared.run_start <= successor.start_round <= global_round:
             # a damaged checkpoint, not the service's doing: bad input (exit 2), as its other checks
@@ -62,30 +52,7 @@ def switch_plan(
                 f"run's rounds {prepared.run_start} to {global_round} (the checkpoint's next round)"
             )
         global_round = successor.start_round
-    elif successor.start_round != global_round:
-        problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
-    if successor.start_round + successor.rounds < end:
-        problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
-    regrouped = [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]
-    if regrouped:
-        problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
-    elif not resuming:
-        for group in successor.groups:
-            mine = merge_phases(ledger.phases(group.id))
-            theirs = merge_phases(plan_ledger.group_history(successor, group, 0))
-            if not _same_phases(mine, theirs):
-                problems.append(f"group {group.id}'s spent history {theirs} is not this run's {mine}")
-                break
-    if problems:
-        # --resume meets the same re-plan at the same claim: when the population changed, the
-        # way on is a new job on the re-plan, which the preflight accepts (its ledger counts
-        # none of its own rounds yet); docs/ledger.md §6
-        way_on = (
-            f". --resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
-            f"gdpfed train --plan-id {name} --report-to (the same service) --out NEW_DIR (it trains from round "
-            f"{successor.start_round} on a new model)" if regrouped and not resuming else ""
-        )
-        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems) + way_on)
+    refuse_successor(prepared, ledger, successor, name, global_round, resuming=resuming)
     state = prepared.strategy.state_dict()
     strategy = prepared.build_strategy(successor)
     strategy.load_state_dict(state)
@@ -107,3 +74,51 @@ def _same_phases(a: list[Any], b: list[Any]) -> bool:
         and math.isclose(x.noise_multiplier, y.noise_multiplier, rel_tol=1e-9)
         for x, y in zip(a, b)
     )
+
+
+def verified_successor(document: dict[str, Any], name: str, resuming: bool) -> Plan:
+    """``document`` read and verified (``planner.verify``); a re-plan that does not verify
+    stops the run (``ReportingStoppedError``), a checkpoint's own copy is bad input."""
+    try:
+        # reading checks the fields its scenario fixes (planner.schema.check_scenario_fixed)
+        successor = load_plan(document)
+        verify_executable(successor)
+    except (InvalidInputError, pydantic.ValidationError) as exc:
+        if resuming:  # the checkpoint's own copy: damaged local input (exit 2), as its other checks
+            raise
+        message = exc.message if isinstance(exc, InvalidInputError) else validation_error_line(exc.errors())
+        raise ReportingStoppedError(f"the re-plan {name} does not verify: {message}") from None
+    return successor
+
+
+def refuse_successor(prepared: PreparedRun, ledger: Any, successor: Plan, name: str, global_round: int, *,
+                     resuming: bool) -> None:
+    """``ReportingStoppedError`` listing why the run cannot follow ``successor`` from
+    ``global_round``: another start round, an earlier end, other groups, another spent history."""
+    end = prepared.run_start + prepared.config.rounds
+    problems = []
+    if not resuming and successor.start_round != global_round:
+        problems.append(f"it starts at round {successor.start_round}, this run is at round {global_round}")
+    if successor.start_round + successor.rounds < end:
+        problems.append(f"it ends at round {successor.start_round + successor.rounds}, before this run's {end}")
+    current = prepared.plan
+    regrouped = [(g.id, g.num_clients) for g in successor.groups] != [(g.id, g.num_clients) for g in current.groups]
+    if regrouped:
+        problems.append("it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)")
+    elif not resuming:
+        for group in successor.groups:
+            mine = merge_phases(ledger.phases(group.id))
+            theirs = merge_phases(plan_ledger.group_history(successor, group, 0))
+            if not _same_phases(mine, theirs):
+                problems.append(f"group {group.id}'s spent history {theirs} is not this run's {mine}")
+                break
+    if problems:
+        # --resume meets the same re-plan at the same claim: when the population changed, the
+        # way on is a new job on the re-plan, which the preflight accepts (its ledger counts
+        # none of its own rounds yet); docs/ledger.md §6
+        way_on = (
+            f". --resume cannot continue this run; start a new job on the re-plan in a fresh directory: "
+            f"gdpfed train --plan-id {name} --report-to (the same service) --out NEW_DIR (it trains from round "
+            f"{successor.start_round} on a new model)" if regrouped and not resuming else ""
+        )
+        raise ReportingStoppedError(f"cannot follow the re-plan {name}: " + "; ".join(problems) + way_on)
