@@ -19,11 +19,6 @@ from trainer.units.silo import run as silo
 UNITS: dict[str, TrainingUnit] = {unit.name: unit for unit in (client.UNIT, metric.UNIT, silo.UNIT)}
 
 
-def register(unit: TrainingUnit) -> None:
-    """Add ``unit`` to the registry (a unit defined outside this package, e.g. a test's)."""
-    UNITS[unit.name] = unit
-
-
 def training_unit(name: str) -> TrainingUnit:
     """The registered unit ``name`` (``KeyError`` for an unknown one: callers name the planner's units)."""
     return UNITS[name]
@@ -33,8 +28,10 @@ def unit_for(plan: PlanDocument) -> TrainingUnit:
     """The unit that trains ``plan``, or ``InvalidInputError("privacy_unit")`` naming the
     plan's unit and the mechanism it needs."""
     planned = unit_of(plan)
-    unit = UNITS.get(planned.name)
-    if unit is None or unit.mechanism != planned.mechanism:
+    # by mechanism, as the planner's unit names it: a unit naming another's mechanism meets
+    # that mechanism's own refusal of its plans
+    unit = next((u for u in UNITS.values() if u.mechanism == planned.mechanism), None)
+    if unit is None:
         raise InvalidInputError(
             "privacy_unit",
             f"{planned.name} plans ({planned.notion}) need the {planned.mechanism!r} training mechanism, "
