@@ -12,14 +12,16 @@ import torch
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, PlanDocument
+from trainer.data import assign_groups, clients_with_label, load_dataset
+from trainer.engines import evaluate_clients
+from trainer.models import build_model
 from trainer.run.config import TrainConfig
 from trainer.strategies.base import Population, Strategy
+from trainer.strategies.registry import build_checked, check_plan, strategy_spec
 
 
 def load_run_data(config: TrainConfig, total_clients: int) -> Any:
     """The run's dataset split into ``total_clients`` clients (``trainer.data.load_dataset``)."""
-    from trainer.data import load_dataset
-
     return load_dataset(
         config.dataset, num_clients=total_clients, partition=config.partition, alpha=config.alpha, seed=config.seed,
         **config.dataset_options,
@@ -28,8 +30,6 @@ def load_run_data(config: TrainConfig, total_clients: int) -> Any:
 
 def build_run_model(config: TrainConfig, dataset: Any) -> torch.nn.Module:
     """The run's model for ``dataset`` (on the CPU); bad options are ``InvalidInputError("model-option")``."""
-    from trainer.models import build_model
-
     try:
         return build_model(config.model, dataset, seed=config.seed, **config.model_options)
     except (TypeError, ValueError) as exc:
@@ -51,8 +51,6 @@ def build_population(
     those groups need, the rest are dealt at random and a warning says how many
     (docs/trainer.md §Clients and groups).
     """
-    from trainer.data import assign_groups, clients_with_label
-
     first: list[int] = []
     candidates = None
     warnings: list[str] = []
@@ -79,8 +77,6 @@ def accuracy_by_group(model: torch.nn.Module, params: torch.Tensor, dataset: Any
                       population: Population) -> dict[str, float | None]:
     """Group id -> mean over the group's clients of ``params``' accuracy on each client's own
     test rows (``trainer.engines.evaluate_clients``; ``None`` for a group without any)."""
-    from trainer.engines import evaluate_clients
-
     out: dict[str, float | None] = {}
     for group_id, clients in population.group_clients.items():
         out[group_id] = evaluate_clients(model, params, dataset, clients.tolist()).mean_accuracy() if clients.size else None
@@ -90,13 +86,11 @@ def accuracy_by_group(model: torch.nn.Module, params: torch.Tensor, dataset: Any
 def registered_strategy(config: TrainConfig, plan: PlanDocument) -> Callable[..., Strategy]:
     """A factory of the registry's strategy ``config.strategy`` with its options validated
     and checked against ``plan`` (``InvalidInputError`` naming the strategy or the option)."""
-    from trainer.strategies.registry import strategy_spec
-
     spec = strategy_spec(config.strategy)
     options = spec.parse_options(config.strategy_options)
-    spec.check_plan(plan)
+    check_plan(spec, plan)
 
     def factory(for_plan: Plan, model: Any, dataset: Any, **common: Any) -> Strategy:
-        return spec.build(for_plan, options, model=model, dataset=dataset, **common)
+        return build_checked(spec, for_plan, options, model=model, dataset=dataset, **common)
 
     return factory

@@ -29,6 +29,7 @@ from planner.units.silo_sample import SiloSamplePlan
 from trainer.data.silos import SiloData, load_silo_data
 from trainer.device import choose_device, configure_float_math
 from trainer.engines import flatten_params, num_params
+from trainer.engines.params import unflatten_params
 from trainer.models import build_model
 from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
@@ -109,8 +110,6 @@ def evaluate_silos(model: nn.Module, models: torch.Tensor, data: SiloData, silo_
     """Each silo's model (row k) on silo k's test split; ``loss`` and ``accuracy`` are
     sample-weighted over all silos' test examples (``accuracy`` only for classification),
     ``accuracy.<silo>`` / ``loss.<silo>`` per silo."""
-    from trainer.engines.params import unflatten_params
-
     regression = data.train.task == "regression"
     total_loss, total_correct, total = 0.0, 0, 0
     metrics: dict[str, float] = {}

@@ -42,6 +42,7 @@ from pydantic import ConfigDict, Field
 from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.validation import InputModel
 from planner.schema import Plan
+from trainer.engines import evaluate_clients, train_clients
 from trainer.strategies.base import Population, RoundContext, StrategySpec
 from trainer.units.client.sparsify import top_k
 from trainer.units.client.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
@@ -157,8 +158,6 @@ class FedHDPStrategy(PlanStrategy):
         global model, on the same minibatches (docs/trainer.md §FedHDP)."""
         from dataclasses import replace
 
-        from trainer.engines import train_clients
-
         received = global_params.detach()
         start = torch.stack([self.personal.get(c, received.cpu()).to(received) for c in clients])
         local = self.local if self.personal_lr is None else replace(self.local, lr=self.personal_lr)
@@ -212,8 +211,6 @@ class FedHDPStrategy(PlanStrategy):
         data or personalisation."""
         if not self.personalize or not getattr(dataset, "has_client_tests", False) or self._population is None:
             return None
-        from trainer.engines import evaluate_clients
-
         received = global_params.detach().cpu()
         metrics: dict[str, float] = {}
         every: list[torch.Tensor] = []

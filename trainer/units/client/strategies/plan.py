@@ -27,6 +27,7 @@ from torch import nn
 
 from accounting.validation import InputModel
 from planner.schema import Plan
+from trainer.engines import train_clients
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext, Strategy, StrategySpec, poisson_sample
 from trainer.units.client.adaptive_clip import AdaptiveClipping
 from trainer.units.client.sparsify import top_k
@@ -86,8 +87,6 @@ class PlanStrategy(Strategy):
     def client_update(
         self, ctx: RoundContext, global_params: torch.Tensor, clients: np.ndarray, groups: list[str]
     ) -> torch.Tensor:
-        from trainer.engines import train_clients
-
         return train_clients(
             self.engine,  # type: ignore[arg-type]
             self.model,

@@ -30,6 +30,8 @@ from torch.func import functional_call
 from accounting.errors import InvalidInputError
 from accounting.validation import InputModel
 from planner.units.metric_local import MetricPlan
+from trainer.engines import train_clients, unflatten_params
+from trainer.engines.losses import mean_loss
 from trainer.strategies.base import (
     PURPOSE_SAMPLING,
     ClientRelease,
@@ -127,15 +129,11 @@ class MetricIFCAStrategy(LocalReleaseStrategy):
 
     def _output(self, row: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model with parameters ``row`` on inputs ``x`` (no gradients)."""
-        from trainer.engines import unflatten_params
-
         with torch.no_grad():
             return functional_call(self.model, unflatten_params(row, self.model), (x.to(device=row.device, dtype=row.dtype),))
 
     def _losses(self, hypotheses: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean loss of every hypothesis on ``(x, y)``: ``[k]``."""
-        from trainer.engines.losses import mean_loss
-
         return torch.stack([mean_loss(self.dataset.task, self._output(row, x), y.to(row.device)) for row in hypotheses])
 
     def choose(self, hypotheses: torch.Tensor, client: int) -> int:
@@ -146,8 +144,6 @@ class MetricIFCAStrategy(LocalReleaseStrategy):
     def client_release(
         self, ctx: RoundContext, global_params: torch.Tensor, clients: np.ndarray, groups: list[str]
     ) -> ClientRelease:
-        from trainer.engines import train_clients
-
         hypotheses = self.hypotheses(global_params)
         if clients.size == 0:
             empty = global_params.new_zeros(0, self.n)
