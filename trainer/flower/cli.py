@@ -89,7 +89,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
     from trainer.run.options import config_from_args
-    from trainer.run.preparation import registered_strategy
+    from trainer.strategies.registry import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)

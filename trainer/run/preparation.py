@@ -4,20 +4,17 @@ written (docs/trainer.md §Runs, checkpoints and resume; §Clients and groups)."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from accounting.errors import InvalidInputError
-from planner.schema import Plan, PlanDocument
 from trainer.data import assign_groups, clients_with_label, load_dataset
 from trainer.engines import evaluate_clients
 from trainer.models import build_model
 from trainer.run.config import TrainConfig
-from trainer.strategies.base import Population, Strategy
-from trainer.strategies.registry import build_checked, check_plan, strategy_spec
+from trainer.strategies.base import Population
 
 
 def load_run_data(config: TrainConfig, total_clients: int) -> Any:
@@ -81,16 +78,3 @@ def accuracy_by_group(model: torch.nn.Module, params: torch.Tensor, dataset: Any
     for group_id, clients in population.group_clients.items():
         out[group_id] = evaluate_clients(model, params, dataset, clients.tolist()).mean_accuracy() if clients.size else None
     return out
-
-
-def registered_strategy(config: TrainConfig, plan: PlanDocument) -> Callable[..., Strategy]:
-    """A factory of the registry's strategy ``config.strategy`` with its options validated
-    and checked against ``plan`` (``InvalidInputError`` naming the strategy or the option)."""
-    spec = strategy_spec(config.strategy)
-    options = spec.parse_options(config.strategy_options)
-    check_plan(spec, plan)
-
-    def factory(for_plan: Plan, model: Any, dataset: Any, **common: Any) -> Strategy:
-        return build_checked(spec, for_plan, options, model=model, dataset=dataset, **common)
-
-    return factory

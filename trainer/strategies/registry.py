@@ -13,7 +13,7 @@ chosen here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -94,7 +94,20 @@ def check_data(spec: StrategySpec, dataset: Any) -> None:
     )
 
 
+def registered_strategy(config: Any, plan: PlanDocument) -> Callable[..., Strategy]:
+    """A factory of the registry's strategy ``config.strategy`` with its options validated
+    and checked against ``plan`` (``InvalidInputError`` naming the strategy or the option)."""
+    spec = strategy_spec(config.strategy)
+    options = spec.parse_options(config.strategy_options)
+    check_plan(spec, plan)
+
+    def factory(for_plan: PlanDocument, model: Any, dataset: Any, **common: Any) -> Strategy:
+        return build_checked(spec, for_plan, options, model=model, dataset=dataset, **common)
+
+    return factory
+
+
 __all__ = [
     "DEFAULT_STRATEGY", "STRATEGIES", "StrategySpec", "build_checked", "build_strategy", "check_data", "check_plan",
-    "strategies_for", "strategy_spec",
+    "registered_strategy", "strategies_for", "strategy_spec",
 ]

@@ -20,9 +20,10 @@ from trainer.engines import LocalTrainingConfig, flatten_params, num_params
 from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY, TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
-from trainer.run.preparation import build_population, build_run_model, load_run_data, registered_strategy
+from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.base import Population, Strategy
+from trainer.strategies.registry import registered_strategy
 from trainer.units.base import TrainingUnit
 from trainer.units.client.ledger import PrivacyLedger
 from trainer.units.client.phases import ClientPhases

@@ -22,8 +22,9 @@ from trainer.device import choose_device, configure_float_math
 from trainer.engines import LocalTrainingConfig, num_params
 from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
-from trainer.run.preparation import build_population, build_run_model, load_run_data, registered_strategy
+from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.strategies.registry import registered_strategy
 from trainer.units.base import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.phases import MetricPhases
