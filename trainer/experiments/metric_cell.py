@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accounting.errors import GdpfedError
+from planner.units.metric_local import NAME
 from trainer.experiments.cell import CellResult, cell_data, infeasible, train_cell
 from trainer.experiments.config import CellSpec
 
@@ -29,7 +30,7 @@ def run_metric_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any]
     try:
         plan = make_plan(scenario.model_copy(update={"model_dim": dim}), spec.plan_method)
     except GdpfedError as exc:
-        return infeasible(base, exc, dim, started, privacy_unit="metric_local")
+        return infeasible(base, exc, dim, started, privacy_unit=NAME)
     assert isinstance(plan, MetricPlan)
     summary = train_cell(spec, out, config, plan, dataset)
     final = dict(summary.final_metrics)

@@ -46,6 +46,14 @@ class ExperimentUnit:
     plan_methods: tuple[str, ...]
     shrink: Callable[[dict[str, Any], dict[str, Any], DatasetEntry], Shrunk]
     run: Callable[..., Any]
+    # the report (trainer.experiments.report): what its cells' figures are, beside others'
+    report_note: str = ""
+    # the noise table's header when every cell is of this unit (None: the pools' sigmas)
+    noise_header: str | None = None
+    # one noise multiplier and sampling rate per silo: the table shows their range
+    noise_range: bool = False
+    # its cells' figures are leakages: the report adds the leakage table
+    leakage_table: bool = False
 
 
 def unit_name(scenario: dict[str, Any]) -> str:
@@ -124,8 +132,20 @@ EXPERIMENT_UNITS: dict[str, ExperimentUnit] = {
     unit.name: unit
     for unit in (
         ExperimentUnit("client", tuple(METHODS), _shrink_client, _run_client),
-        ExperimentUnit("silo_sample", SILO_METHODS, _shrink_silo, _run_silo),
-        ExperimentUnit("metric_local", (METRIC_METHOD,), _shrink_metric, _run_metric),
+        ExperimentUnit(
+            "silo_sample", SILO_METHODS, _shrink_silo, _run_silo, noise_range=True,
+            report_note=" Silo cells' epsilons are silo-specific sample-level (each silo's own examples, per silo), "
+            "not client-level; accuracy is each silo's evaluated model on its own test split, sample-weighted.",
+        ),
+        ExperimentUnit(
+            "metric_local", (METRIC_METHOD,), _shrink_metric, _run_metric, leakage_table=True,
+            # nu of a metric plan is the Laplace noise relative to the radius, no Gaussian sigma
+            noise_header="metric noise multiplier nu",
+            report_note=" Metric cells carry no epsilon: their figures are metric (d-)privacy leakages per client "
+            "(n / nu per release, added over the client's releases; no delta, and the guarantee scales with the "
+            "distance between models), never comparable with an epsilon; accuracy or RMSE is each client's best "
+            "hypothesis on its own test rows.",
+        ),
     )
 }
 
