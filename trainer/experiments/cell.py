@@ -131,7 +131,7 @@ def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> Any:
     """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
     configuration's training options (pydantic's ``ValidationError`` if they are not valid).
     ``secagg_workers`` applies unless those options set it."""
-    from trainer.run.runner import TrainConfig
+    from trainer.run.config import TrainConfig  # start-up time: checking a configuration imports no trainer
 
     rounds = int(spec.scenario["rounds"])
     train = {"eval_every": rounds, **spec.train}
@@ -152,6 +152,7 @@ def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> Any:
 
 def cell_data(spec: CellSpec, config: Any, total_clients: int) -> tuple[Any, int]:
     """The cell's dataset split into ``total_clients`` clients, and its model's parameter count."""
+    # start-up time (here and below): torch and the trainer load when a cell runs, not when a configuration is checked
     from trainer.data import load_dataset
     from trainer.engines import num_params
     from trainer.models import build_model
