@@ -89,12 +89,11 @@ def test_cells_share_the_cores_when_jobs_run_at_once(monkeypatch, tmp_path):
 
     seen = []
 
-    class Unit:
-        def run(self, spec, out, config, base, started):
-            seen.append(config.secagg_workers)
-            return "result"
+    def run(spec, out, config, base, started):
+        seen.append(config.secagg_workers)
+        return "result"
 
-    monkeypatch.setattr(cell_module, "experiment_unit", lambda scenario: Unit())
+    monkeypatch.setattr(cell_module, "unit_cell_run", lambda scenario: run)
     from trainer.experiments.config import expand_cells, load_experiment
 
     path = tmp_path / "exp.yaml"

@@ -13,13 +13,16 @@ import io
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError
-from trainer.experiments.config import CellSpec
+from planner.units import client as client_unit
+from planner.units import metric_local, silo_sample
+from trainer.experiments.config import CellSpec, cell_config
 from trainer.experiments.units import experiment_unit
 
 
@@ -106,8 +109,8 @@ def run_cell(spec: CellSpec, out: Path, *, secagg_workers: int | None = None) ->
 
 
 def _run_cell(spec: CellSpec, out: Path, secagg_workers: int | None = None) -> CellResult:
-    """The fields every cell records, its ``TrainConfig``, then its privacy unit's run
-    (``trainer.experiments.units``)."""
+    """The fields every cell records, its ``TrainConfig``, then its privacy unit's cell
+    function (``CELL_RUNS``)."""
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
     rounds = int(scenario_data["rounds"])
@@ -124,30 +127,7 @@ def _run_cell(spec: CellSpec, out: Path, secagg_workers: int | None = None) -> C
         command=rerun_command(spec, out),
         rounds=rounds,
     )
-    return experiment_unit(scenario_data).run(spec, out, cell_config(spec, secagg_workers), base, started)
-
-
-def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> Any:
-    """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
-    configuration's training options (pydantic's ``ValidationError`` if they are not valid).
-    ``secagg_workers`` applies unless those options set it."""
-    from trainer.run.config import TrainConfig  # start-up time: checking a configuration imports no trainer
-
-    rounds = int(spec.scenario["rounds"])
-    train = {"eval_every": rounds, **spec.train}
-    if secagg_workers is not None:
-        train.setdefault("secagg_workers", secagg_workers)
-    return TrainConfig(
-        dataset=spec.dataset.resolved_spec(),
-        model=spec.dataset.model,
-        model_options=spec.dataset.model_options,
-        rounds=rounds,
-        seed=spec.seed,
-        checkpoint_every=rounds,
-        strategy=spec.strategy,
-        strategy_options=spec.strategy_options,
-        **train,
-    )
+    return unit_cell_run(scenario_data)(spec, out, cell_config(spec, secagg_workers), base, started)
 
 
 def cell_data(spec: CellSpec, config: Any, total_clients: int) -> tuple[Any, int]:
@@ -261,3 +241,55 @@ class Discard(io.StringIO):
 
     def isatty(self) -> bool:
         return False
+
+
+# A metric cell (docs/results.md §10, docs/metric-privacy.md §5): the scenario's
+# ``model_dim`` is set to the model's parameter count (n enters the leakage ``n / nu``), the
+# metric planner plans it and the ``metric_laplace`` mechanism trains it with the cell's
+# strategy (``metric_ifca``). The cell records the per-client leakage (median and maximum
+# over clients, the paper's Table 1) and participations as *metric leakage*, beside the
+# personal RMSE or accuracy; ``epsilon_spent`` stays empty: a leakage is not an epsilon.
+def run_metric_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
+    """Plan the metric scenario for the model's size, train it, record leakage and error."""
+    from planner.units import make_plan
+    from planner.units.metric_local import MetricPlan, MetricScenario
+
+    scenario = MetricScenario.model_validate({**spec.scenario, "model_dim": spec.scenario.get("model_dim", 1)})
+    dataset, dim = cell_data(spec, config, scenario.total_clients)
+    try:
+        plan = make_plan(scenario.model_copy(update={"model_dim": dim}), spec.plan_method)
+    except GdpfedError as exc:
+        return infeasible(base, exc, dim, started, privacy_unit=metric_local.NAME)
+    assert isinstance(plan, MetricPlan)
+    summary = train_cell(spec, out, config, plan, dataset)
+    final = dict(summary.final_metrics)
+    return CellResult(
+        **base, complete=summary.complete, status="ok", model_dim=dim,
+        wall_seconds=time.perf_counter() - started,
+        final_accuracy=summary.final_accuracy, best_accuracy=summary.best_accuracy, final_loss=summary.final_loss,
+        final_rmse=final.get("personal_rmse", final.get("personal_train_rmse")),
+        noise_multipliers={g.id: g.noise_multiplier for g in plan.groups},
+        sampling_rates={g.id: plan.sampling_rate for g in plan.groups},
+        expected_clients={g.id: plan.sampling_rate * g.num_clients for g in plan.groups},
+        privacy_unit=summary.privacy_unit,
+        leakage_per_participation={g.id: g.leakage_per_participation for g in plan.groups},
+        metric_leakage_median=final.get("metric_leakage_median"),
+        metric_leakage_max=final.get("metric_leakage_max"),
+        metric_participations_median=final.get("metric_participations_median"),
+        metric_participations_max=final.get("metric_participations_max"),
+        final_metrics=final,
+    )
+
+
+# unit -> the function that plans and trains one of its cells (the units are
+# trainer.experiments.units.EXPERIMENT_UNITS')
+CELL_RUNS: dict[str, Callable[..., CellResult]] = {
+    client_unit.UNIT.name: run_client_cell,
+    silo_sample.NAME: run_silo_cell,
+    metric_local.NAME: run_metric_cell,
+}
+
+
+def unit_cell_run(scenario: dict[str, Any]) -> Callable[..., CellResult]:
+    """The cell function of the scenario's privacy unit (an unknown one refused by ``experiment_unit``)."""
+    return CELL_RUNS[experiment_unit(scenario).name]

@@ -27,6 +27,7 @@ from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
 from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
+from trainer.run.config import TrainConfig
 
 
 class _Strict(InputModel):
@@ -275,7 +276,6 @@ def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) 
     ``InvalidInputError`` names the train block the value came from (a setting's wins over a
     dataset's over the shared one, as they merge): ``settings.<name>.train.<field>``,
     ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
-    from trainer.experiments.cell import cell_config
     from trainer.experiments.units import unit_name
     from trainer.run.options import unused_option_reason
     from trainer.units.registry import training_unit  # start-up time: the units import torch
@@ -405,3 +405,24 @@ def _expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke
     if len(set(ids)) != len(ids):
         raise InvalidInputError("cells", "two cells have the same id (repeated setting or dataset name)")
     return cells
+
+
+def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> TrainConfig:
+    """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
+    configuration's training options (pydantic's ``ValidationError`` if they are not valid).
+    ``secagg_workers`` applies unless those options set it."""
+    rounds = int(spec.scenario["rounds"])
+    train = {"eval_every": rounds, **spec.train}
+    if secagg_workers is not None:
+        train.setdefault("secagg_workers", secagg_workers)
+    return TrainConfig(
+        dataset=spec.dataset.resolved_spec(),
+        model=spec.dataset.model,
+        model_options=spec.dataset.model_options,
+        rounds=rounds,
+        seed=spec.seed,
+        checkpoint_every=rounds,
+        strategy=spec.strategy,
+        strategy_options=spec.strategy_options,
+        **train,
+    )
