@@ -251,7 +251,9 @@ def test_rounds_jsonl_keeps_each_aborted_pools_reason():
         dropped_before_masking=0, dropped_after_masking=0, timing={},
     )
 
-    class Ledger:
+    class Ledger:  # what round_record reads of a RunLedger
+        privacy_unit = "client"
+
         def spent(self):
             return {"a": 0.5}
 

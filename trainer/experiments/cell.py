@@ -98,6 +98,7 @@ def run_cell(spec: CellSpec, out: Path, *, secagg_workers: int | None = None) ->
     """Plan and train one cell; its run directory is ``out/runs/<cell_id>`` (replaced).
     ``secagg_workers``: the cell's secure-aggregation processes unless its train options
     set them (``trainer.experiments.runner.cell_secagg_workers``)."""
+    # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
     import torch
 
     threads = torch.get_num_threads()
@@ -156,6 +157,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     """Train ``plan`` in ``out/runs/<cell_id>`` (replaced: an interrupted earlier attempt
     restarts) on the CPU without per-round output; the run's summary. A smoke-size cell's
     plots get ``SMOKE_MARK`` across them, as the experiment's own plots do."""
+    # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
     from trainer.run.progress import Progress
     from trainer.run.runner import execute_run, prepare_run
 
@@ -165,6 +167,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset)
     summary = execute_run(prepared, progress=Progress(config.rounds, 0, stream=Discard(), use_bar=False))
     if spec.smoke:
+        # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
         from trainer.run.plots import mark_smoke_pngs
 
         mark_smoke_pngs(run_dir)
@@ -174,6 +177,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
 def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """A client-level cell: plan the scenario for the model's size with the cell's method,
     then train it (epsilons client-level, per group)."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
     from planner import Scenario, make_plan
 
     scenario_data = dict(spec.scenario)
@@ -213,6 +217,7 @@ def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any]
 def run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """A silo_sample cell: plan every silo's DP-SGD for the method, then train the method's
     strategy (docs/mrmtl.md §8); epsilons here are silo sample-level, per silo."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
     from planner.units import make_plan
     from planner.units.silo_sample import SiloSamplePlan, SiloScenario
 
@@ -251,6 +256,7 @@ class Discard(io.StringIO):
 # personal RMSE or accuracy; ``epsilon_spent`` stays empty: a leakage is not an epsilon.
 def run_metric_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """Plan the metric scenario for the model's size, train it, record leakage and error."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
     from planner.units import make_plan
     from planner.units.metric_local import MetricPlan, MetricScenario
 

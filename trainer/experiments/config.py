@@ -23,11 +23,19 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union, validation_error_line
 from accounting.validation import InputModel
+from planner.loading import naming_file, parse_json, parse_yaml, read_text
 from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
-from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
+from trainer.experiments.units import (
+    all_plan_methods,
+    shrink_for_smoke,
+    unit_name,
+    unit_of_plan_method,
+    validate_scenario,
+)
 from trainer.run.config import TrainConfig
+from trainer.run.options import unused_option_reason
 
 
 class _Strict(InputModel):
@@ -105,6 +113,7 @@ LATER_OPTION_DEFAULTS: dict[str, Any] = {"adaptive_clip": False}
 def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[str, Any]]) -> MethodEntry:
     """A method entry with its plan method, strategy and options, checked against the
     method and strategy registries (names, options, the plans a strategy runs on)."""
+    # start-up time: the strategy registry imports torch; loaded only when a method names a strategy
     from trainer.strategies.registry import STRATEGIES, strategy_spec
 
     if isinstance(entry, str) and entry in SILO_METHODS:
@@ -218,6 +227,7 @@ class SweepExperiment(_Strict):
     @classmethod
     def _planner_scenario(cls, scenario: dict[str, Any]) -> dict[str, Any]:
         """Checked when the configuration is read (errors at ``scenario.<path>``), not when the sweep runs."""
+        # start-up time: the planner's methods (scipy) load only for a sweep
         from planner import Scenario
 
         Scenario.model_validate(scenario)
@@ -256,8 +266,6 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate a configuration: JSON for a ``.json`` file, else YAML. An invalid
     one is ``InvalidInputError("config")`` naming the file, then the field's path in it
     (``config: exp.yaml: methods.1: unknown method 'x'``), as a file that does not parse is."""
-    from planner.loading import naming_file, parse_json, parse_yaml, read_text
-
     file = Path(path)
     text = read_text(file, "config")
     data = parse_json(text, file, "config") if file.suffix.lower() == ".json" else parse_yaml(text, file, "config")
@@ -276,8 +284,6 @@ def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) 
     ``InvalidInputError`` names the train block the value came from (a setting's wins over a
     dataset's over the shared one, as they merge): ``settings.<name>.train.<field>``,
     ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
-    from trainer.experiments.units import unit_name
-    from trainer.run.options import unused_option_reason
     from trainer.units.registry import training_unit  # start-up time: the units import torch
 
     settings = {s.name: s for s in experiment.settings}
@@ -358,8 +364,6 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
     configuration fails before any training, with ``InvalidInputError("config")`` naming
     ``config_path`` and the setting.
     """
-    from planner.loading import naming_file
-
     with naming_file("config", config_path):
         return _expand_cells(experiment, config_path, smoke=smoke)
 

@@ -76,6 +76,7 @@ def _profile(step: str, node: int, started: float, extra: dict[str, float]) -> N
 
 @lru_cache(maxsize=8)
 def _read_plan(path: str) -> tuple[Plan, dict[str, Any], str]:
+    # start-up time: a node loads the trainer (torch) only when a message needs it
     from planner.schema import load_plan
 
     try:
@@ -167,6 +168,7 @@ class NodeClient:
         mechanism = self.mechanism(plan, group.pool, global_params.shape[0])
         self.check_params(session, mechanism)
 
+        # start-up time: a node loads the trainer (torch) only when a message needs it
         from trainer.flower.settings import train_config
 
         config = train_config(context.run_config)
@@ -175,6 +177,7 @@ class NodeClient:
         if self.local_update is not None:
             update = self.local_update(config, client_index, group_id, session.global_round, global_params)
         else:
+            # start-up time: a node loads the trainer (torch) only when a message needs it
             from trainer.flower.training import local_update, workspace
 
             space = workspace(document, config, node.device)
@@ -182,6 +185,7 @@ class NodeClient:
             training_started = time.time()
             update = local_update(space, client_index, group_id, session.global_round, global_params)
         self.timings["train_s"] = time.time() - training_started
+        # start-up time: a node loads the trainer (torch) only when a message needs it
         from trainer.units.client.mechanism import privatize
 
         rng = self.noise_rng(node, config, session, client_index)
@@ -233,6 +237,7 @@ class NodeClient:
 
     @staticmethod
     def mechanism(plan: Plan, pool_id: str, dim: int) -> PoolMechanism:
+        # start-up time: a node loads the trainer (torch) only when a message needs it
         from trainer.units.client.mechanism import pool_mechanisms
 
         # plan.rounds sizes the noise tail bound: server and nodes agree without the run's rounds.
@@ -256,6 +261,7 @@ class NodeClient:
     def noise_rng(node: NodeSettings, config: Any, session: messages.Session, client: int) -> np.random.Generator:
         """The node's secret generator for rounding and noise; the run seed's only in simulation."""
         if node.simulation:
+            # start-up time: a node loads the trainer (torch) only when a message needs it
             from trainer.strategies.base import PURPOSE_CLIENT, RoundContext
 
             return RoundContext(0, session.global_round, config.seed).rng(PURPOSE_CLIENT, client)

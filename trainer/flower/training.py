@@ -35,6 +35,7 @@ class Workspace:
 
 @lru_cache(maxsize=4)
 def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
+    # start-up time: a node loads torch and the model only for its first local update
     from planner.schema import load_plan
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, num_params
