@@ -20,6 +20,8 @@ from accounting.errors import InvalidInputError
 from planner.methods import METHODS
 from planner.units import privacy_unit
 from planner.units.metric_local import METHOD as METRIC_METHOD
+from planner.units.metric_local import NAME as METRIC_NAME
+from planner.units.silo_sample import NAME as SILO_NAME
 from planner.units.silo_sample import SILO_METHODS
 
 if TYPE_CHECKING:
@@ -114,12 +116,12 @@ EXPERIMENT_UNITS: dict[str, ExperimentUnit] = {
     for unit in (
         ExperimentUnit("client", tuple(METHODS), _shrink_client),
         ExperimentUnit(
-            "silo_sample", SILO_METHODS, _shrink_silo, noise_range=True,
+            SILO_NAME, SILO_METHODS, _shrink_silo, noise_range=True,
             report_note=" Silo cells' epsilons are silo-specific sample-level (each silo's own examples, per silo), "
             "not client-level; accuracy is each silo's evaluated model on its own test split, sample-weighted.",
         ),
         ExperimentUnit(
-            "metric_local", (METRIC_METHOD,), _shrink_metric, leakage_table=True,
+            METRIC_NAME, (METRIC_METHOD,), _shrink_metric, leakage_table=True,
             # nu of a metric plan is the Laplace noise relative to the radius, no Gaussian sigma
             noise_header="metric noise multiplier nu",
             report_note=" Metric cells carry no epsilon: their figures are metric (d-)privacy leakages per client "
