@@ -1,8 +1,11 @@
 """``TrainingUnit``: what the trainer knows of one privacy unit, the only place the run loop,
 the command line and the experiment runner ask about a unit (docs/trainer.md §Layout).
 
-A unit lives in ``trainer/units/<unit>/``; its ``run.py`` defines ``UNIT`` and
-``trainer.units.registry`` has one line per unit. The loop (``trainer.run.runner``) reads
+A unit lives in ``trainer/units/<unit>/``; its ``unit.py`` defines ``UNIT`` and
+``trainer.units.registry`` has one line per unit. This module and each ``unit.py`` load
+without torch: ``gdpfed train`` refuses an option the plan's unit never reads before it
+imports the trainer (start-up time, docs/trainer.md §Layout), so a unit's preparation and
+phases are imported when first used. The loop (``trainer.run.runner``) reads
 the unit's attributes and calls its ``phases`` (``trainer.run.phases.RoundPhases``): it
 never branches on a unit's name or type.
 """
@@ -11,15 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.run.config import TrainConfig
-from trainer.run.phases import RoundPhases
-from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
+
+if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declaration must not
+    from trainer.run.phases import RoundPhases
+    from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
 
 # (plan, plan document, config, run directory, options) -> the validated run; nothing written
-Prepare = Callable[[Any, dict[str, Any], TrainConfig, Path, RunOptions], PreparedRun]
+Prepare = Callable[[Any, dict[str, Any], TrainConfig, Path, "RunOptions"], "PreparedRun"]
 
 
 @dataclass(frozen=True)
@@ -29,9 +35,9 @@ class TrainingUnit:
     ``name``: the planner's unit (``planner.units``) whose plans this runs; ``mechanism``:
     the planner unit's mechanism name, which this trainer implements. ``prepare`` validates
     everything and builds the run (data, model, population, strategy, round engine);
-    ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` are its steps of
-    the one run loop. ``strategies``: the unit's strategy names, each once, in its own
-    registry. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
+    ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` (built once by
+    ``make_phases``) are its steps of the one run loop. Its strategies are named once, in
+    its own ``strategies`` package. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
     train`` refuses them when given, ``unused_reason`` says why; config.json leaves them
     out). ``reports``: its rounds can be reported to the service (``--report-to``);
     otherwise ``no_reports_reason`` is the refusal.
@@ -42,12 +48,16 @@ class TrainingUnit:
     summary: str
     prepare: Prepare
     ledger: Callable[..., RunLedger]
-    phases: RoundPhases
-    strategies: tuple[str, ...]
+    make_phases: Callable[[], RoundPhases]
     unused_options: tuple[str, ...] = ()
     unused_reason: str = ""
     reports: bool = False
     no_reports_reason: str = ""
+
+    @cached_property
+    def phases(self) -> RoundPhases:
+        """The unit's phases of the run loop (``trainer.run.phases.RoundPhases``)."""
+        return self.make_phases()
 
     def recorded_config(self, config: TrainConfig) -> dict[str, Any]:
         """The run's ``config.json``: ``config`` without the options this unit never reads."""

@@ -150,7 +150,7 @@ def prepare_toy_run(plan: Any, plan_document: dict[str, Any], config: TrainConfi
 
 UNIT = TrainingUnit(
     name=NAME, mechanism=MECHANISM, summary="a toy: the noisy mean of sampled clients' numbers",
-    prepare=prepare_toy_run, ledger=ToyLedger, phases=RoundPhases(), strategies=("toy",),
+    prepare=prepare_toy_run, ledger=ToyLedger, make_phases=RoundPhases,
     unused_options=("secagg_mode", "secagg_execution", "secagg_workers"), unused_reason="the toy has no secure aggregation",
 )
 

@@ -1,5 +1,5 @@
-"""Preparing a client-level run (docs/trainer.md §Runs, checkpoints and resume), and the
-client unit's entry of the trainer's unit registry, ``UNIT``.
+"""Preparing a client-level run (docs/trainer.md §Runs, checkpoints and resume); the
+client unit's entry of the trainer's unit registry is ``trainer.units.client.unit.UNIT``.
 
 ``prepare_client_run`` validates the plan (re-derived by ``planner.verify``), the rounds,
 data, model and strategy, all before anything is written, and builds the round engine:
@@ -24,13 +24,9 @@ from trainer.run.preparation import build_population, build_run_model, load_run_
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.base import Population, Strategy
 from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
-from trainer.units.client.ledger import PrivacyLedger
-from trainer.units.client.phases import ClientPhases
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
-
-MECHANISM = "gaussian_secagg"
+from trainer.units.client.unit import MECHANISM, UNIT
 
 
 def prepare_client_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
@@ -166,15 +162,3 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         secagg_execution=config.secagg_execution,
         secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
     )
-
-
-UNIT = TrainingUnit(
-    name="client",
-    mechanism=MECHANISM,
-    summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
-    prepare=prepare_client_run,
-    ledger=PrivacyLedger,
-    phases=ClientPhases(),
-    strategies=tuple(STRATEGY_SPECS),
-    reports=True,
-)

@@ -1,5 +1,5 @@
 """Training runs of ``metric_local`` plans: the ``metric_laplace`` mechanism (docs/metric-privacy.md §5),
-and the metric unit's entry of the trainer's unit registry, ``UNIT``.
+whose entry in the trainer's unit registry is ``trainer.units.metric.unit.UNIT``.
 
 ``prepare_metric_run`` validates everything (the plan re-derived by its verifier, rounds
 within the plan's, a model whose size is the plan's ``model_dim``, a strategy that
@@ -17,7 +17,7 @@ from typing import Any
 
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
-from planner.units.metric_local import NAME, MetricPlan, verify_metric
+from planner.units.metric_local import MetricPlan, verify_metric
 from trainer.device import choose_device, configure_float_math
 from trainer.engines import LocalTrainingConfig, num_params
 from trainer.run.config import TrainConfig
@@ -25,11 +25,9 @@ from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
-from trainer.units.metric.phases import MetricPhases
 from trainer.units.metric.rounds import MetricRoundEngine
-from trainer.units.metric.strategies import STRATEGY_SPECS
+from trainer.units.metric.unit import UNIT
 
 
 def prepare_metric_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
@@ -81,24 +79,3 @@ def prepare_metric_run(plan: PlanDocument, plan_document: dict[str, Any], config
         strategy=strategy, engine=engine, warnings=list(plan.warnings), build_strategy=build_strategy,
         unit=UNIT, run_start=0,
     )
-
-
-UNIT = TrainingUnit(
-    name=NAME,
-    mechanism="metric_laplace",
-    summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
-    prepare=prepare_metric_run,
-    ledger=MetricLedger,
-    phases=MetricPhases(),
-    strategies=tuple(STRATEGY_SPECS),
-    # prepare_metric_run deals clients into groups at random (build_population's default)
-    # and its engine (trainer/units/metric/rounds.py) drops no client after training and
-    # aggregates no secret shares: it never reads these.
-    unused_options=(
-        "opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution",
-        "secagg_workers",
-    ),
-    unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
-    "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",
-    no_reports_reason="metric_local runs are not reported to the service yet; train without --report-to",
-)

@@ -34,13 +34,12 @@ from trainer.models import build_model
 from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import RoundPhases
 from trainer.run.plots import chance_level_by_part
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.base import Population, RoundContext
-from trainer.units.base import TrainingUnit
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 from trainer.units.silo.strategies import STRATEGIES, SiloStrategy
+from trainer.units.silo.unit import MECHANISM, UNIT
 
 
 class SiloLedger:
@@ -201,24 +200,3 @@ def prepare_silo_run(plan: PlanDocument, plan_document: dict[str, Any], config: 
         gradient_path=engine.gradient_path,
     )
 
-
-MECHANISM = "dpsgd_silo"
-
-UNIT = TrainingUnit(
-    name=silo_sample.NAME,
-    mechanism=MECHANISM,
-    summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
-    prepare=prepare_silo_run,
-    ledger=SiloLedger,
-    phases=RoundPhases(),
-    strategies=tuple(STRATEGIES),
-    # prepare_silo_run reads dataset, model, model_options, rounds, lr, seed, strategy,
-    # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
-    unused_options=(
-        "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
-        "batch_size", "engine", "server_lr", "server_momentum", "late_dropout_fraction", "secagg_mode",
-        "secagg_execution", "secagg_workers",
-    ),
-    unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
-    "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",
-)
