@@ -19,7 +19,9 @@ from trainer.run.metrics import read_rounds
 from trainer.run.prepared import RunOptions
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 from trainer.units.client.run import prepare_client_run
+from trainer.units.client.unit import UNIT as CLIENT
 from trainer.units.silo.run import prepare_silo_run
+from trainer.units.silo.unit import UNIT as SILO
 
 
 def plan_for(sizes: list[int], *, method: str = "mrmtl", rounds: int = 4, epsilon: float = 2.0, batch: int = 8,
@@ -106,10 +108,10 @@ def test_the_mechanisms_refuse_each_others_plans(tmp_path) -> None:
     silo = plan_for([30, 30])
     client = hand_plan([("a", 1.0, 4, 0.5)], [("p", ["a"], 1.0, 1, 1.0)], rounds=2)
     with pytest.raises(InvalidInputError) as info:
-        prepare_client_run(silo, silo.model_dump(mode="json"), config(2), tmp_path / "a", RunOptions())
+        prepare_client_run(CLIENT, silo, silo.model_dump(mode="json"), config(2), tmp_path / "a", RunOptions())
     assert info.value.field == "privacy_unit" and "silo_sample" in info.value.message
     with pytest.raises(InvalidInputError) as info:
-        prepare_silo_run(client, client.model_dump(mode="json"), config(2), tmp_path / "b", RunOptions())
+        prepare_silo_run(SILO, client, client.model_dump(mode="json"), config(2), tmp_path / "b", RunOptions())
     assert info.value.field == "privacy_unit" and "client" in info.value.message
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

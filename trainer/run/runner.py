@@ -66,7 +66,8 @@ def prepare_run(
     """
     options = RunOptions(resume=resume, device=device, strategy_factory=strategy_factory, dataset=dataset,
                          engine_factory=engine_factory, allow_tf32=allow_tf32)
-    return unit_for(plan).prepare(plan, plan_document, config, out, options)
+    unit = unit_for(plan)
+    return unit.prepare(unit, plan, plan_document, config, out, options)
 
 
 @dataclass

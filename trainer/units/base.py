@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declarati
     from trainer.run.phases import RoundPhases
     from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
 
-# (plan, plan document, config, run directory, options) -> the validated run; nothing written
-Prepare = Callable[[Any, dict[str, Any], TrainConfig, Path, "RunOptions"], "PreparedRun"]
+# (the unit, plan, plan document, config, run directory, options) -> the validated run of
+# that unit; nothing written
+Prepare = Callable[["TrainingUnit", Any, dict[str, Any], TrainConfig, Path, "RunOptions"], "PreparedRun"]
 
 
 @dataclass(frozen=True)

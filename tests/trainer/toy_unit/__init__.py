@@ -131,7 +131,7 @@ class ToyEngine:
         return torch.full_like(global_params, mean), outcome
 
 
-def prepare_toy_run(plan: Any, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+def prepare_toy_run(unit: TrainingUnit, plan: Any, plan_document: dict[str, Any], config: TrainConfig, out: Path,
                     options: RunOptions) -> PreparedRun:
     values = torch.from_numpy(np.random.default_rng(config.seed).normal(3.0, 1.0, plan.scenario.clients))
     truth = float(values.mean())
@@ -144,7 +144,7 @@ def prepare_toy_run(plan: Any, plan_document: dict[str, Any], config: TrainConfi
         dataset=None, model=torch.nn.Linear(1, 1, bias=False), device=torch.device("cpu"),
         population=Population({"all": np.arange(plan.scenario.clients)}),
         initial_params=torch.zeros(1, dtype=torch.float64), strategy=ToyStrategy(), engine=ToyEngine(plan, values),
-        warnings=[], build_strategy=lambda successor: ToyStrategy(), unit=UNIT, evaluator=evaluator,
+        warnings=[], build_strategy=lambda successor: ToyStrategy(), unit=unit, evaluator=evaluator,
     )
 
 

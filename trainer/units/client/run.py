@@ -24,12 +24,12 @@ from trainer.run.preparation import build_population, build_run_model, load_run_
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.base import Population, Strategy
 from trainer.strategies.registry import registered_strategy
+from trainer.units.base import TrainingUnit
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
-from trainer.units.client.unit import MECHANISM, UNIT
 
 
-def prepare_client_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
                        options: RunOptions) -> PreparedRun:
     """Validate a client-level plan, config, data and model; build the strategy and round engine.
 
@@ -40,7 +40,7 @@ def prepare_client_run(plan: PlanDocument, plan_document: dict[str, Any], config
     ``options.strategy_factory(plan, model, dataset, **options)`` replaces the registry's
     strategy ``config.strategy`` (``trainer.strategies.registry``, options validated here).
     """
-    client_plan = checked_client_plan(plan, config)
+    client_plan = checked_client_plan(plan, config, unit.mechanism)
     factory = options.strategy_factory or registered_strategy(config, client_plan)
     if options.strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
         raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
@@ -77,14 +77,14 @@ def prepare_client_run(plan: PlanDocument, plan_document: dict[str, Any], config
         resume=options.resume, dataset=dataset, model=model, device=device, population=population,
         initial_params=flatten_params(model).to(device), strategy=strategy,
         engine=engine_factory(client_plan, strategy, population, dim, config, config.rounds), warnings=warnings,
-        build_strategy=build_strategy, unit=UNIT, engine_factory=engine_factory, learnability=learnability,
+        build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
         run_start=client_plan.start_round,
     )
 
 
-def checked_client_plan(plan: PlanDocument, config: TrainConfig) -> Plan:
+def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> Plan:
     """``plan`` as a client-level plan, verified (never trusted) and covering ``config.rounds``."""
-    client_plan = require_client_plan(plan, f"the {MECHANISM} mechanism (client-level DP)")
+    client_plan = require_client_plan(plan, f"the {mechanism} mechanism (client-level DP)")
     if client_plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
     # never trust a plan document: re-derive every mechanism and check every budget

@@ -25,12 +25,12 @@ from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.registry import registered_strategy
+from trainer.units.base import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.rounds import MetricRoundEngine
-from trainer.units.metric.unit import UNIT
 
 
-def prepare_metric_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
                        options: RunOptions) -> PreparedRun:
     """A validated metric run (``PreparedRun`` with the metric engine); nothing written yet.
 
@@ -77,5 +77,5 @@ def prepare_metric_run(plan: PlanDocument, plan_document: dict[str, Any], config
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume,
         dataset=dataset, model=model, device=chosen_device, population=population, initial_params=initial,
         strategy=strategy, engine=engine, warnings=list(plan.warnings), build_strategy=build_strategy,
-        unit=UNIT, run_start=0,
+        unit=unit, run_start=0,
     )

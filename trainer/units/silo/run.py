@@ -37,9 +37,9 @@ from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import chance_level_by_part
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.strategies.base import Population, RoundContext
+from trainer.units.base import TrainingUnit
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 from trainer.units.silo.strategies import STRATEGIES, SiloStrategy
-from trainer.units.silo.unit import MECHANISM, UNIT
 
 
 class SiloLedger:
@@ -135,7 +135,7 @@ def evaluate_silos(model: nn.Module, models: torch.Tensor, data: SiloData, silo_
     return metrics
 
 
-def prepare_silo_run(plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
                      options: RunOptions) -> PreparedRun:
     """Validate a silo plan, data and model; build the DP-SGD engine and the method's strategy.
 
@@ -146,7 +146,7 @@ def prepare_silo_run(plan: PlanDocument, plan_document: dict[str, Any], config: 
     """
     if not isinstance(plan, SiloSamplePlan):
         raise InvalidInputError(
-            "privacy_unit", f"the {MECHANISM} mechanism runs silo_sample plans only; this plan's privacy_unit is {plan.privacy_unit!r}"
+            "privacy_unit", f"the {unit.mechanism} mechanism runs silo_sample plans only; this plan's privacy_unit is {plan.privacy_unit!r}"
         )
     if options.engine_factory is not None or options.strategy_factory is not None:
         raise InvalidInputError("engine", "silo plans run on the simulator's DP-SGD engine and their method's strategy")
@@ -195,7 +195,7 @@ def prepare_silo_run(plan: PlanDocument, plan_document: dict[str, Any], config: 
         model=model, device=chosen_device, population=Population({"silos": torch.arange(len(sizes)).numpy()}),
         initial_params=initial, strategy=strategy,
         engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
-        unit=UNIT, run_start=0, evaluator=evaluator,
+        unit=unit, run_start=0, evaluator=evaluator,
         chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task, part="silo"),
         gradient_path=engine.gradient_path,
     )
