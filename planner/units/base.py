@@ -36,7 +36,7 @@ class PrivacyUnit:
     within every budget (the trainer runs it on every plan, whatever its origin).
     ``spent(plan, rounds_run)`` is the ledger: each protected entity's figure after that
     many rounds, never optimistic. ``mechanism`` names the trainer's mechanism
-    (``trainer.run.mechanisms``) that executes such plans.
+    (``trainer.units.registry``: the unit that executes such plans).
     """
 
     name: str
