@@ -4,7 +4,7 @@ The same DP-SGD pass is run twice in one process, on the same data, model, Poiss
 samples, expected batch B, per-example clip c and noise multipliers sigma_k (read from a
 ``silo_sample`` plan made by ``planner.units.make_plan``):
 
-- **gdpfed**: ``trainer.engines.dpsgd.DpSgdEngine.train``, every silo in one batched
+- **gdpfed**: ``trainer.units.silo.dpsgd.DpSgdEngine.train``, every silo in one batched
   computation. All three models here are chains of layers, so the engine takes its ghost
   clipping path (docs/mrmtl.md §4.1: one batched forward and backward over silos x
   examples, per-example norms from layer inputs and output gradients, no per-example
@@ -94,10 +94,10 @@ def measure(label: str, model_name: str, options: dict[str, Any], silos: int, sa
     from planner.units import make_plan
     from planner.units.silo_sample import SiloScenario
     from trainer.data.silos import load_silo_data
-    from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism
     from trainer.engines.params import flatten_params
     from trainer.models import build_model
     from trainer.strategies.base import RoundContext
+    from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 
     scenario = SiloScenario.model_validate({
         "silos": [{"id": f"silo-{k}", "num_samples": samples, "epsilon": 1.0} for k in range(silos)],

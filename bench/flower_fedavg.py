@@ -82,7 +82,7 @@ def run_fedavg(grid: Any, plan_document: dict[str, Any], run_config: Any) -> lis
     from planner.units import load_plan
     from trainer.engines.params import flatten_params
     from trainer.flower.settings import split_run_config, train_config
-    from trainer.run.runner import build_run_model, load_run_data
+    from trainer.run.preparation import build_run_model, load_run_data
 
     plan = load_plan(plan_document)
     config = train_config(run_config)

@@ -334,9 +334,9 @@ def round_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
 
 def _measure_round(plan: Any, config: Any, dataset: Any, rounds: int, warmup: int) -> dict[str, Any]:
     from trainer.engines import evaluate
-    from trainer.run.ledger import PrivacyLedger
     from trainer.run.runner import prepare_run
     from trainer.strategies import RoundContext
+    from trainer.units.client.ledger import PrivacyLedger
 
     with tempfile.TemporaryDirectory() as tmp:  # prepare_run writes nothing; it only needs a path
         prepared = prepare_run(plan, plan.model_dump(mode="json"), config, Path(tmp) / "run", dataset=dataset,

@@ -1,7 +1,7 @@
 """The trainer's lists of choices, each named once: the run configuration's fields
 (``trainer/run/config.py``), the command line's choices and help (``trainer/run/options.py``)
 and the registries that build what the names name (``trainer/models/build.py``,
-``trainer/data/load.py``, ``trainer/data/silos.py``, ``trainer/rounds.py``) read them here.
+``trainer/data/load.py``, ``trainer/data/silos.py``, ``trainer/units/client/rounds.py``) read them here.
 
 It imports nothing, so building ``gdpfed train``'s parser loads neither torch nor the
 registries (docs/architecture.md §Registries). A secure-aggregation graph and what a run

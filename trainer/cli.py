@@ -101,7 +101,7 @@ def _plan_from_args(
             config = config_for(draft.rounds)
             # torch only now: a bad scenario or option above is refused without it (issue 26 §3)
             from trainer.engines import num_params
-            from trainer.run.runner import build_run_model, load_run_data
+            from trainer.run.preparation import build_run_model, load_run_data
 
             dataset = load_run_data(config, draft.total_clients)
             dim = num_params(build_run_model(config, dataset))
@@ -216,8 +216,8 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     require_trainer_extra()
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
-    from trainer.run.mechanisms import mechanism_for
     from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
+    from trainer.units.registry import unit_for
 
     target = _service_target(args)
     if target is None and (args.api_key or args.api_key_file):
@@ -225,7 +225,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     link = _link(args, target[0]) if target is not None else None
     try:
         plan, document, config, out, dataset = _resolve(args, link)
-        refuse_unused_options(args, mechanism_for(plan), unit_of(plan).name)
+        refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
         plan_id = args.plan_id or (target[1] if target is not None else None) or (
             document.get("id") if isinstance(document.get("id"), str) else None
         )

@@ -37,6 +37,12 @@ _RDP = RdpAccountant()
 # the truncations may use; what they use is added to delta, never dropped.
 FFT_SIZE_MIN = 2**12
 FFT_SIZE_MAX = 2**16
+# A step's pmf on the fine grid spans at most about 3 windows (its losses are cut to the
+# window's top and floored one window below it); more points than this means the window
+# failed to contain the step (e.g. full-batch steps of tiny noise, whose losses sit far above
+# anything the window was placed for), and the answer falls back to rdp rather than
+# allocating an array of that size (docs/accounting.md §13.4).
+STEP_POINTS_MAX = 64 * FFT_SIZE_MAX
 TAIL_SHARE = 1e-4
 # Spacing per unit of the composed loss's standard deviation: the connect-the-dots error
 # falls as h^2, and 1/250 of a standard deviation keeps calibrated sigma within 0.1% of
@@ -235,6 +241,8 @@ def compose(phases: Sequence[PhaseTuple], delta: float, direction: str, fft_size
     for (q, sigma, t), top, bottom in zip(phases, tops, bottoms):
         lo_i, hi_i = math.floor(max(bottom, floor_loss) / h), math.ceil(top / h)
         hi_i = max(hi_i, lo_i + 1)
+        if hi_i - lo_i + 1 > STEP_POINTS_MAX:
+            raise ValueError(f"a step's loss pmf would need {hi_i - lo_i + 1:.3g} grid points")
         pmf = _StepPmf(q, sigma, direction, h, lo_i, hi_i)
         survive += t * math.log1p(-pmf.inf_mass) if pmf.inf_mass < 1 else -math.inf
         placed = np.bincount(np.arange(pmf.mass.size) % n, weights=pmf.mass, minlength=n)

@@ -58,7 +58,7 @@ def train(method: str, prox: float, *, num_silos: int, num_samples: int, epsilon
     from trainer.run.checkpoint import load_checkpoint
     from trainer.run.progress import Progress
     from trainer.run.runner import TrainConfig, execute_run, prepare_run
-    from trainer.strategies.silo.base import SiloStrategy
+    from trainer.units.silo.strategies import SiloStrategy
 
     torch.set_num_threads(1)
     scenario = SiloScenario.model_validate(dict(

@@ -5,7 +5,7 @@ and plan, its ledger, its verifier and its mechanism, which the trainer implemen
 (docs/architecture.md §Privacy units). To add a unit: write ``planner/units/NAME.py``
 with its scenario and plan models (each with ``privacy_unit: Literal["NAME"]``), its
 planner, ledger and verifier and ``UNIT = PrivacyUnit(...)``; add its line below; and
-register the trainer's implementation of the mechanism it names in ``trainer/run/mechanisms.py``.
+register the trainer unit that runs the mechanism it names in ``trainer/units/registry.py``.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ class PrivacyUnit:
     within every budget (the trainer runs it on every plan, whatever its origin).
     ``spent(plan, rounds_run)`` is the ledger: each protected entity's figure after that
     many rounds, never optimistic. ``mechanism`` names the unit's randomised release
-    (``gaussian_secagg``, ``dpsgd_silo``, ``metric_laplace``), by which the trainer's
-    registry (``trainer.run.mechanisms``) finds the code that runs such plans.
+    (``gaussian_secagg``, ``dpsgd_silo``, ``metric_laplace``), by which the trainer's unit
+    registry (``trainer.units.registry``) finds the unit that executes such plans.
 
     What the service needs to serve such plans without naming the unit
     (docs/service.md §Privacy units): ``label`` is the short name every figure is shown

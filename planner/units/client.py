@@ -5,7 +5,7 @@ groups of clients with their own budgets, Poisson sampling per group, pools with
 Gaussian noise draw, secure aggregation. Its ledger is ``planner.ledger``'s
 per-group epsilon (docs/ledger.md §1-§3), its verifier ``planner.verify``, its trainer
 mechanism clipping plus Gaussian noise shares under secure aggregation
-(``trainer/rounds.py``).
+(``trainer/units/client/rounds.py``).
 """
 
 from __future__ import annotations

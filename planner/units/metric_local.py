@@ -2,7 +2,7 @@
 
 (docs/metric-privacy.md §4.) No trusted server: every sampled client releases its whole
 locally trained model plus Laplace noise in R^n with relative noise ``nu``
-(``trainer/metric_mechanism.py``); a release leaks ``n / nu`` within the noise radius,
+(``trainer/units/metric/mechanism.py``); a release leaks ``n / nu`` within the noise radius,
 and a client's leakage is that times its participations (additive composition). Groups
 of clients may choose their own ``nu`` or a total leakage budget ``L``; a budget becomes a
 participation cap ``floor(L nu / n)`` that the trainer enforces at selection, so the

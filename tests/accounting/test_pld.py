@@ -252,3 +252,13 @@ def test_noise_near_the_search_floor_is_answered_soundly(q: float, sigma: float,
     assert report.epsilon >= 0 and (report.epsilon <= rdp or report.fallback)
     if report.fallback:
         assert report.accountant_used == "rdp" and "pld" in (report.reason or "")
+
+
+def test_full_batch_steps_of_tiny_noise_fall_back_to_rdp_instead_of_a_huge_grid() -> None:
+    """q = 1, sigma 0.114, 50 steps (a silo plan of full-batch DP-SGD) put one step's pmf at
+    4e14 grid points: numpy raised MemoryError (uncaught). It is answered by rdp, soundly."""
+    phases = [(1.0, 0.11415768711973885, 50)]
+    value, reason = pld_module.sound_epsilon(phases, 1e-5)
+    assert reason is not None and "rdp" in reason
+    rdp = accounting.epsilon_of_events([PoissonSampledGaussian(sampling_rate=1.0, noise_multiplier=0.11415768711973885, steps=50)], 1e-5, "rdp")
+    assert value == pytest.approx(rdp.epsilon)

@@ -9,16 +9,19 @@ import pytest
 
 from tests.foundation.import_graph import LAYERS, package_graph
 
-PACKAGES = ("accounting", "planner", "app")  # trainer: once its layers are declared
+PACKAGES = ("accounting", "planner", "app")  # back arrows checked: their layers are declared
+# circles are checked in every package; trainer's layers are not declared yet (its run loop
+# and the units it dispatches to import each other's modules across one folder, trainer/run)
+CIRCLE_FREE = (*PACKAGES, "trainer")
 graph_of = functools.cache(package_graph)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", CIRCLE_FREE)
 def test_no_circle_between_files(package):
     assert graph_of(package).circles == []
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", CIRCLE_FREE)
 def test_no_circle_closed_by_an_import_inside_a_function(package):
     """A function-level import is for an optional extra or start-up time, never to hide a circle."""
     assert graph_of(package).latent_circles == []

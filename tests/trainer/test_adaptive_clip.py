@@ -16,13 +16,13 @@ from planner.verify import verify_executable
 from tests.trainer.test_fedhdp import ROUNDS, config
 from tests.trainer.test_strategies import Interrupt
 from tests.trainer.trainer_plans import hand_plan, quiet_progress
-from trainer.adaptive_clip import AdaptiveClipping
-from trainer.mechanism import at_clip, pool_mechanisms, privatize, privatize_counted
-from trainer.rounds import RoundEngine
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.runner import execute_run, prepare_run
 from trainer.strategies import Population, RoundContext, Strategy
+from trainer.units.client.adaptive_clip import AdaptiveClipping
+from trainer.units.client.mechanism import at_clip, pool_mechanisms, privatize, privatize_counted
+from trainer.units.client.rounds import RoundEngine
 
 
 def run(plan, data, out, strategy="plan", options=None, resume=False, progress=None):
@@ -188,7 +188,7 @@ def test_adaptive_runs_log_the_clip_account_as_planned_and_resume_exactly(plan, 
 
 
 def test_the_unused_block_warning_names_the_way_to_turn_it_on(plan) -> None:
-    from trainer.run.runner import unused_adaptive_clip_warning
+    from trainer.units.client.run import unused_adaptive_clip_warning
 
     adaptive = with_adaptive_clip(plan)
     fixed = type("Fixed", (), {"adaptive_clip": None})()

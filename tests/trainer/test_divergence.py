@@ -16,13 +16,13 @@ import torch
 from app import cli as app_cli
 from tests.trainer.trainer_plans import hand_plan, quiet_progress
 from trainer.data import load_dataset
-from trainer.mechanism import pool_mechanisms, privatize
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.divergence import EXIT_DIVERGED
-from trainer.run.ledger import PrivacyLedger
 from trainer.run.metrics import read_rounds
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies.base import RoundContext
+from trainer.units.client.ledger import PrivacyLedger
+from trainer.units.client.mechanism import pool_mechanisms, privatize
 
 ROUNDS = 4
 

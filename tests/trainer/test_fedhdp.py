@@ -18,7 +18,9 @@ from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.plots import local_accuracy_series
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from trainer.strategies import FedHDPStrategy, PlanStrategy, RoundContext, build_strategy
+from trainer.strategies import RoundContext
+from trainer.strategies.registry import build_strategy
+from trainer.units.client.strategies import FedHDPStrategy, PlanStrategy
 
 ROUNDS = 4
 
@@ -185,7 +187,7 @@ def test_bad_options_are_named(plan, data, options, words):
 def test_a_bad_lambdas_option_is_one_error_at_the_key_given(value, field, message):
     """lambdas is a number or a mapping: one error saying so (or at the mapping's key), not
     one per union member under pydantic's member tags (lambdas.dict[str,...], lambdas.float)."""
-    from trainer.strategies import STRATEGIES
+    from trainer.strategies.registry import STRATEGIES
 
     with pytest.raises(InvalidInputError) as info:
         STRATEGIES["fedhdp"].parse_options({"lambdas": value})
@@ -195,7 +197,7 @@ def test_a_bad_lambdas_option_is_one_error_at_the_key_given(value, field, messag
 
 
 def test_fedhdp_is_registered_with_its_options():
-    from trainer.strategies import STRATEGIES
+    from trainer.strategies.registry import STRATEGIES
 
     spec = STRATEGIES["fedhdp"]
     assert spec.strategy is FedHDPStrategy and spec.default_plan_method == "gdpfed"
@@ -245,8 +247,8 @@ def test_lemma_7_quadratic_toy_through_the_round_engine():
 
     from planner.fedhdp import server_mse
     from trainer.models import build_model
-    from trainer.rounds import RoundEngine
     from trainer.strategies import Population
+    from trainer.units.client.rounds import RoundEngine
 
     n_private, n_out, clip, gamma2, ratio = 30, 10, 10.0, 0.01, 0.25
     sigma = n_private * gamma2**0.5 / clip

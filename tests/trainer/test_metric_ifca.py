@@ -19,12 +19,12 @@ from app import cli as app_cli
 from planner.units.metric_local import MetricScenario, plan_metric, spent_metric
 from trainer.data.metric_synthetic import TRUE_PARAMETERS, load_metric_synthetic
 from trainer.engines import LocalTrainingConfig
-from trainer.metric_mechanism import next_public_radius, sanitize
-from trainer.metric_rounds import MetricRoundEngine
 from trainer.models import build_model
-from trainer.run.metric_ledger import MetricLedger
 from trainer.strategies.base import PURPOSE_LAPLACE, Population, RoundContext
-from trainer.strategies.metric_ifca import MetricIFCAStrategy, kmeans_from
+from trainer.units.metric.ledger import MetricLedger
+from trainer.units.metric.mechanism import next_public_radius, sanitize
+from trainer.units.metric.rounds import MetricRoundEngine
+from trainer.units.metric.strategies.metric_ifca import MetricIFCAStrategy, kmeans_from
 
 LOCAL = LocalTrainingConfig(local_steps=1, batch_size=10, lr=0.1)  # the paper's E = 1, s = 0.1, B = 10
 
@@ -78,15 +78,15 @@ def test_kmeans_recovers_separated_clusters_keeps_empty_ones_and_is_deterministi
 
 
 def test_the_engine_draws_the_laplace_noise_and_never_touches_secure_aggregation(monkeypatch) -> None:
-    import trainer.mechanism
-    import trainer.noise
-    import trainer.rounds
+    import trainer.units.client.mechanism
+    import trainer.units.client.noise
+    import trainer.units.client.rounds
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the metric mechanism called client-level code")
 
-    for module, name in ((trainer.rounds, "secure_sum"), (trainer.rounds, "privatize"), (trainer.rounds, "pool_mechanisms"),
-                         (trainer.mechanism, "privatize"), (trainer.noise, "draw_noise_share")):
+    for module, name in ((trainer.units.client.rounds, "secure_sum"), (trainer.units.client.rounds, "privatize"), (trainer.units.client.rounds, "pool_mechanisms"),
+                         (trainer.units.client.mechanism, "privatize"), (trainer.units.client.noise, "draw_noise_share")):
         monkeypatch.setattr(module, name, forbidden)
     plan = metric_plan(radius=None)  # own_update: the radius is each client's update norm
     strategy, ledger, engine = setup(plan)
@@ -112,7 +112,7 @@ def test_the_engine_draws_the_laplace_noise_and_never_touches_secure_aggregation
 
 
 def test_the_client_level_engine_refuses_metric_plans_and_the_metric_engine_client_plans() -> None:
-    from trainer.rounds import RoundEngine
+    from trainer.units.client.rounds import RoundEngine
 
     plan = metric_plan()
     strategy, ledger, _ = setup(plan)
@@ -320,7 +320,7 @@ METRIC_CLI = ["--dataset", "metric_synthetic", "--partition", "natural", "--mode
     ],
 )
 def test_a_metric_run_refuses_the_secure_aggregation_options_it_would_ignore(tmp_path, capsys, extra, flag) -> None:
-    """As a silo run does (trainer.run.mechanisms' unused_options): exit 2, one line naming the option."""
+    """As a silo run does (its TrainingUnit's unused_options): exit 2, one line naming the option."""
     path = tmp_path / "plan.json"
     path.write_text(metric_plan(rounds=2, budget=1.0).model_dump_json())
     code = app_cli.run(["train", "--plan", str(path), *METRIC_CLI, *extra, "--out", str(tmp_path / "run")])

@@ -14,7 +14,7 @@ from scipy import integrate, stats
 
 from accounting.errors import InvalidInputError
 from accounting.metric import laplace_log_density, laplace_log_normaliser
-from trainer.metric_mechanism import next_public_radius, sample_laplace, sanitize
+from trainer.units.metric.mechanism import next_public_radius, sample_laplace, sanitize
 
 
 def draws(dim: int, epsilon: float, count: int, seed: int = 0) -> np.ndarray:

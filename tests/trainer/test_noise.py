@@ -1,4 +1,4 @@
-"""Noise shares, grid encoding and the value bound (trainer/noise.py)."""
+"""Noise shares, grid encoding and the value bound (trainer/units/client/noise.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from accounting.errors import InvalidInputError
-from trainer import noise
+from trainer.units.client import noise
 
 
 def test_noise_share_std_divides_by_sqrt_threshold():

@@ -9,8 +9,8 @@ import torch
 from accounting.errors import InvalidInputError
 from tests.trainer.trainer_plans import hand_plan
 from trainer.strategies.base import RoundContext
-from trainer.strategies.pfa import PFAStrategy, principal_subspace, project, public_and_strict_pools
-from trainer.strategies.plan import PlanStrategy
+from trainer.units.client.strategies.pfa import PFAStrategy, principal_subspace, project, public_and_strict_pools
+from trainer.units.client.strategies.plan import PlanStrategy
 
 DIM = 40
 

@@ -15,9 +15,9 @@ from app import cli as app_cli
 from planner.units import UNITS
 from tests.planner import fake_unit
 from tests.trainer.test_cli import TINY, assert_one_line_error, gdpfed
-from trainer.mechanism import pool_mechanisms
-from trainer.run.mechanisms import MECHANISMS
 from trainer.run.runner import TrainConfig, prepare_run
+from trainer.units.client.mechanism import pool_mechanisms
+from trainer.units.registry import UNITS as TRAINING_UNITS
 
 V1 = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan_v1.json"
 
@@ -29,7 +29,7 @@ def only_train(monkeypatch):
 
 def test_every_unit_has_its_training_mechanism():
     for unit in UNITS.values():
-        assert unit.mechanism in MECHANISMS, unit.name
+        assert TRAINING_UNITS[unit.name].mechanism == unit.mechanism, unit.name
 
 
 def test_a_version_1_plan_file_trains(capsys, tmp_path):

@@ -74,8 +74,8 @@ def test_the_budget_figures_come_from_the_scenario() -> None:
     silo's budget, the scenario's: what summary.json's epsilon_target and the console print."""
     from planner.schema import Plan
     from planner.units.silo_sample import SiloSamplePlan
-    from trainer.run.ledger import PrivacyLedger
-    from trainer.run.silo import SiloLedger
+    from trainer.units.client.ledger import PrivacyLedger
+    from trainer.units.silo.run import SiloLedger
 
     plan = Plan.model_validate(client_document())
     edited = plan.model_copy(update={"groups": [plan.groups[0].model_copy(update={"epsilon": 10.0}), *plan.groups[1:]]})

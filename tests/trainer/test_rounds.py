@@ -11,9 +11,10 @@ from scipy import stats
 
 from accounting.errors import InvalidInputError
 from tests.trainer.trainer_plans import hand_plan
-from trainer.mechanism import pool_mechanisms
-from trainer.rounds import RoundEngine
-from trainer.strategies import PlanStrategy, Population, RoundContext
+from trainer.strategies import Population, RoundContext
+from trainer.units.client.mechanism import pool_mechanisms
+from trainer.units.client.rounds import RoundEngine
+from trainer.units.client.strategies import PlanStrategy
 
 
 class FixedUpdates(PlanStrategy):

@@ -14,10 +14,10 @@ from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module
 from trainer.run import runner as runner_module
 from trainer.run.checkpoint import load_checkpoint
-from trainer.run.ledger import PrivacyLedger
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.units.client.ledger import PrivacyLedger
 
 ROUNDS = 4
 
@@ -250,9 +250,9 @@ def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
 
 def test_rounds_jsonl_keeps_each_aborted_pools_reason():
     """docs/trainer.md §Runs: aborted pools are listed with the reason (``abort_reasons``)."""
-    from trainer.rounds import RoundOutcome
     from trainer.run.metrics import RoundRecord
-    from trainer.run.runner import round_record
+    from trainer.run.outcome import RoundOutcome
+    from trainer.run.records import round_record
 
     outcome = RoundOutcome(
         global_round=3, sampled={"a": 1}, survived={"pa": 0}, aborted_pools=["pa"],
@@ -260,7 +260,9 @@ def test_rounds_jsonl_keeps_each_aborted_pools_reason():
         dropped_before_masking=0, dropped_after_masking=0, timing={},
     )
 
-    class Ledger:
+    class Ledger:  # what round_record reads of a RunLedger
+        privacy_unit = "client"
+
         def spent(self):
             return {"a": 0.5}
 

@@ -89,12 +89,11 @@ def test_cells_share_the_cores_when_jobs_run_at_once(monkeypatch, tmp_path):
 
     seen = []
 
-    class Unit:
-        def run(self, spec, out, config, base, started):
-            seen.append(config.secagg_workers)
-            return "result"
+    def run(spec, out, config, base, started):
+        seen.append(config.secagg_workers)
+        return "result"
 
-    monkeypatch.setattr(cell_module, "experiment_unit", lambda scenario: Unit())
+    monkeypatch.setattr(cell_module, "unit_cell_run", lambda scenario: run)
     from trainer.experiments.config import expand_cells, load_experiment
 
     path = tmp_path / "exp.yaml"
@@ -179,7 +178,7 @@ def test_sparse_warns_once_for_pools_that_fall_back_to_full(capsys, tmp_path):
 def test_the_train_console_says_why_a_pool_ran_full():
     """summary secagg_full_reasons: the console's graph line says why auto kept full mode."""
     from trainer.run.options import format_summary
-    from trainer.run.runner import RunSummary
+    from trainer.run.summary import RunSummary
 
     summary = RunSummary(
         run_dir="r", method="gdpfed_plus", plan_id=None, complete=True, rounds_run=1, rounds=1, start_round=0,

@@ -16,8 +16,12 @@ from tests.trainer.test_run import final_state
 from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, quiet_progress
 from trainer.data.silos import mean_estimation
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_client_run, prepare_run
-from trainer.run.silo import prepare_silo_run
+from trainer.run.prepared import RunOptions
+from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.units.client.run import prepare_client_run
+from trainer.units.client.unit import UNIT as CLIENT
+from trainer.units.silo.run import prepare_silo_run
+from trainer.units.silo.unit import UNIT as SILO
 
 
 def plan_for(sizes: list[int], *, method: str = "mrmtl", rounds: int = 4, epsilon: float = 2.0, batch: int = 8,
@@ -104,10 +108,10 @@ def test_the_mechanisms_refuse_each_others_plans(tmp_path) -> None:
     silo = plan_for([30, 30])
     client = hand_plan([("a", 1.0, 4, 0.5)], [("p", ["a"], 1.0, 1, 1.0)], rounds=2)
     with pytest.raises(InvalidInputError) as info:
-        prepare_client_run(silo, silo.model_dump(mode="json"), config(2), tmp_path / "a")
+        prepare_client_run(CLIENT, silo, silo.model_dump(mode="json"), config(2), tmp_path / "a", RunOptions())
     assert info.value.field == "privacy_unit" and "silo_sample" in info.value.message
     with pytest.raises(InvalidInputError) as info:
-        prepare_silo_run(client, client.model_dump(mode="json"), config(2), tmp_path / "b")
+        prepare_silo_run(SILO, client, client.model_dump(mode="json"), config(2), tmp_path / "b", RunOptions())
     assert info.value.field == "privacy_unit" and "client" in info.value.message
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
@@ -126,18 +130,18 @@ def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) ->
     """docs/trainer.md §Plots: a silo run's accuracy and loss plots get the chance line, each
     silo's best constant predictor on its own test split weighted by its examples (each
     silo's model is evaluated on its split); regression silos have none."""
-    import trainer.run.runner as runner
+    import trainer.run.phases as phases
     from trainer.data.silos import rotated_digits
     from trainer.run.plots import ChanceLevel, chance_level, chance_level_by_part
 
     drawn: dict[str, object] = {}
-    real_plot_run = runner.plot_run
+    real_plot_run = phases.plot_run
 
     def spy(*args, **kwargs):
         drawn["chance"] = kwargs.get("chance")
         return real_plot_run(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "plot_run", spy)
+    monkeypatch.setattr(phases, "plot_run", spy)
     sizes = [30, 30, 30]
     data = rotated_digits(sizes, seed=0, test_samples=12)
     plan = plan_for(sizes, rounds=1, batch=10, epsilon=4.0)

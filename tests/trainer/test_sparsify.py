@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.trainer.trainer_plans import hand_plan
-from trainer.sparsify import keep_count, top_k
-from trainer.strategies import PlanStrategy, RoundContext
+from trainer.strategies import RoundContext
+from trainer.units.client.sparsify import keep_count, top_k
+from trainer.units.client.strategies import PlanStrategy
 
 
 @settings(max_examples=60, deadline=None)

@@ -18,7 +18,7 @@ from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from trainer.strategies import PlanStrategy
+from trainer.units.client.strategies import PlanStrategy
 
 
 class PersonalMix(PlanStrategy):

@@ -20,8 +20,11 @@ from tests.trainer.trainer_plans import hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_run, report_metrics
-from trainer.strategies import STRATEGIES, PFAStrategy, PlanStrategy, Strategy, base
+from trainer.run.records import report_metrics
+from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.strategies import Strategy, base
+from trainer.strategies.registry import STRATEGIES
+from trainer.units.client.strategies import PFAStrategy, PlanStrategy
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +95,7 @@ def test_train_help_and_errors_list_the_registered_strategies(capsys):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert f"[--strategy {'|'.join(STRATEGIES)}]" in readme  # the README's gdpfed train synopsis
     with pytest.raises(InvalidInputError, match=", ".join(STRATEGIES)):
-        from trainer.strategies import strategy_spec
+        from trainer.strategies.registry import strategy_spec
 
         strategy_spec("fedsgd")
 

@@ -66,30 +66,7 @@ def federate(
         raise InvalidInputError(
             "client_test_fraction", f"{name} has its own per-client test records; leave client_test_fraction at 0"
         )
-    if partition == "natural":
-        if natural is None:
-            raise InvalidInputError(
-                "partition",
-                f"{name} has no natural clients; use partition='iid' or 'dirichlet'",
-            )
-        kept = natural_partition(natural, num_clients, name)
-        ids = [client_id for client_id, _ in kept]
-        parts = [rows for _, rows in kept]
-    else:
-        if natural is None:
-            pooled = np.arange(train_y.shape[0])
-        else:
-            pooled = np.sort(np.concatenate([rows for _, rows in natural]))
-        labels = train_y.numpy()[pooled]
-        if partition == "iid":
-            positions = iid_partition(pooled.size, num_clients, seed)
-        elif partition == "one_label":
-            positions = one_label_partition(labels, num_clients, seed)
-        else:
-            positions = dirichlet_partition(labels, num_clients, alpha, seed)
-        parts = [pooled[p] for p in positions]
-        width = max(5, len(str(num_clients - 1)))
-        ids = [f"client-{i:0{width}d}" for i in range(num_clients)]
+    ids, parts = split_clients(name, partition, train_y, num_clients, alpha, seed, natural)
     client_tests: list[np.ndarray] | None = None
     if client_test_fraction > 0:
         parts, client_tests = hold_out_client_tests(parts, ids, client_test_fraction, seed)
@@ -98,19 +75,7 @@ def federate(
         for client_id, rows in natural_tests:
             own.setdefault(client_id, []).append(np.asarray(rows, dtype=np.int64))
         client_tests = [np.concatenate(own.get(client_id, [np.zeros(0, dtype=np.int64)])) for client_id in ids]
-    if max_test_samples is not None:
-        if max_test_samples < 1:
-            raise InvalidInputError(
-                "max_test_samples", f"must be at least 1, got {max_test_samples}"
-            )
-        if max_test_samples < test_y.shape[0]:
-            keep = np.sort(
-                np.random.default_rng([seed, 0x7E57]).choice(
-                    test_y.shape[0], max_test_samples, replace=False
-                )
-            )
-            index = torch.from_numpy(keep)
-            test_x, test_y = test_x[index], test_y[index]
+    test_x, test_y = subsample_tests(test_x, test_y, max_test_samples, seed)
     return FederatedDataset(
         name=name,
         task=task,
@@ -228,3 +193,50 @@ def standardize_images(
         torch.from_numpy((train_f - mean) / std),
         torch.from_numpy((test_f - mean) / std),
     )
+
+
+def split_clients(name: str, partition: str, train_y: torch.Tensor, num_clients: int, alpha: float, seed: int,
+                  natural: Sequence[tuple[str, np.ndarray]] | None) -> tuple[list[str], list[np.ndarray]]:
+    """The clients' ids and training rows: the data's own clients (``natural``), or the
+    pooled rows re-split by ``partition`` into ``num_clients`` named ``client-00000``..."""
+    if partition == "natural":
+        if natural is None:
+            raise InvalidInputError(
+                "partition",
+                f"{name} has no natural clients; use partition='iid' or 'dirichlet'",
+            )
+        kept = natural_partition(natural, num_clients, name)
+        return [client_id for client_id, _ in kept], [rows for _, rows in kept]
+    if natural is None:
+        pooled = np.arange(train_y.shape[0])
+    else:
+        pooled = np.sort(np.concatenate([rows for _, rows in natural]))
+    labels = train_y.numpy()[pooled]
+    if partition == "iid":
+        positions = iid_partition(pooled.size, num_clients, seed)
+    elif partition == "one_label":
+        positions = one_label_partition(labels, num_clients, seed)
+    else:
+        positions = dirichlet_partition(labels, num_clients, alpha, seed)
+    width = max(5, len(str(num_clients - 1)))
+    return [f"client-{i:0{width}d}" for i in range(num_clients)], [pooled[p] for p in positions]
+
+
+def subsample_tests(test_x: torch.Tensor, test_y: torch.Tensor, max_test_samples: int | None,
+                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """At most ``max_test_samples`` test rows, a seeded random subset (all when fewer)."""
+    if max_test_samples is None:
+        return test_x, test_y
+    if max_test_samples < 1:
+        raise InvalidInputError(
+            "max_test_samples", f"must be at least 1, got {max_test_samples}"
+        )
+    if max_test_samples < test_y.shape[0]:
+        keep = np.sort(
+            np.random.default_rng([seed, 0x7E57]).choice(
+                test_y.shape[0], max_test_samples, replace=False
+            )
+        )
+        index = torch.from_numpy(keep)
+        test_x, test_y = test_x[index], test_y[index]
+    return test_x, test_y

@@ -76,38 +76,9 @@ def load_shakespeare(
         raise InvalidInputError("min_samples", f"must be at least 1, got {min_samples}")
     if not 0 < test_fraction < 1:
         raise InvalidInputError("test_fraction", f"must be in (0, 1), got {test_fraction}")
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InvalidInputError("dataset", f"cannot read the plays file {str(path)!r}: {exc}") from exc
-    roles = parse_roles(text)
-    if not roles:
-        raise InvalidInputError(
-            "dataset",
-            f"{str(path)!r} has no speeches: expected blocks separated by blank lines, each "
-            "starting with a speaker line such as 'First Citizen:'",
-        )
+    roles = _read_roles(path)
     length = sequence_length
-    train_parts: list[np.ndarray] = []
-    test_parts: list[np.ndarray] = []
-    natural: list[tuple[str, np.ndarray]] = []
-    test_rows: list[np.ndarray] = []
-    train_offset = test_offset = 0
-    for role, role_text in roles.items():
-        codes = encode(role_text)
-        test_chars = int(round(test_fraction * codes.size))
-        train_codes, test_codes = codes[: codes.size - test_chars], codes[codes.size - test_chars :]
-        train_windows = train_codes.size - length
-        if train_windows < min_samples:
-            continue
-        natural.append((role, np.arange(train_offset, train_offset + train_windows)))
-        train_parts.append(train_codes)
-        train_offset += train_codes.size
-        test_windows = test_codes.size - length
-        if test_windows > 0:
-            test_rows.append(np.arange(test_offset, test_offset + test_windows))
-        test_parts.append(test_codes)
-        test_offset += test_codes.size
+    train_parts, test_parts, natural, test_rows = _split_roles(roles, length, min_samples, test_fraction)
     if not natural:
         raise InvalidInputError(
             "dataset",
@@ -140,6 +111,51 @@ def load_shakespeare(
         max_test_samples=max_test_samples,
         client_test_fraction=client_test_fraction,
     )
+
+
+def _read_roles(path: str | Path) -> dict[str, str]:
+    """Role -> everything it says in the plays file at ``path`` (``parse_roles``); a file
+    that cannot be read or has no speeches is bad input naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InvalidInputError("dataset", f"cannot read the plays file {str(path)!r}: {exc}") from exc
+    roles = parse_roles(text)
+    if not roles:
+        raise InvalidInputError(
+            "dataset",
+            f"{str(path)!r} has no speeches: expected blocks separated by blank lines, each "
+            "starting with a speaker line such as 'First Citizen:'",
+        )
+    return roles
+
+
+def _split_roles(roles: dict[str, str], length: int, min_samples: int, test_fraction: float) -> tuple[
+        list[np.ndarray], list[np.ndarray], list[tuple[str, np.ndarray]], list[np.ndarray]]:
+    """Each role with at least ``min_samples`` training windows: its encoded training text
+    and the last ``test_fraction`` of it as test text, its windows' row numbers in the
+    concatenated training text (the natural clients) and its test windows' row numbers."""
+    train_parts: list[np.ndarray] = []
+    test_parts: list[np.ndarray] = []
+    natural: list[tuple[str, np.ndarray]] = []
+    test_rows: list[np.ndarray] = []
+    train_offset = test_offset = 0
+    for role, role_text in roles.items():
+        codes = encode(role_text)
+        test_chars = int(round(test_fraction * codes.size))
+        train_codes, test_codes = codes[: codes.size - test_chars], codes[codes.size - test_chars :]
+        train_windows = train_codes.size - length
+        if train_windows < min_samples:
+            continue
+        natural.append((role, np.arange(train_offset, train_offset + train_windows)))
+        train_parts.append(train_codes)
+        train_offset += train_codes.size
+        test_windows = test_codes.size - length
+        if test_windows > 0:
+            test_rows.append(np.arange(test_offset, test_offset + test_windows))
+        test_parts.append(test_codes)
+        test_offset += test_codes.size
+    return train_parts, test_parts, natural, test_rows
 
 
 def _windows(codes: np.ndarray, length: int) -> tuple[torch.Tensor, torch.Tensor]:

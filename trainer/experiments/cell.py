@@ -13,13 +13,16 @@ import io
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError
-from trainer.experiments.config import CellSpec
+from planner.units import client as client_unit
+from planner.units import metric_local, silo_sample
+from trainer.experiments.config import CellSpec, cell_config
 from trainer.experiments.units import experiment_unit
 
 
@@ -95,6 +98,7 @@ def run_cell(spec: CellSpec, out: Path, *, secagg_workers: int | None = None) ->
     """Plan and train one cell; its run directory is ``out/runs/<cell_id>`` (replaced).
     ``secagg_workers``: the cell's secure-aggregation processes unless its train options
     set them (``trainer.experiments.runner.cell_secagg_workers``)."""
+    # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
     import torch
 
     threads = torch.get_num_threads()
@@ -106,8 +110,8 @@ def run_cell(spec: CellSpec, out: Path, *, secagg_workers: int | None = None) ->
 
 
 def _run_cell(spec: CellSpec, out: Path, secagg_workers: int | None = None) -> CellResult:
-    """The fields every cell records, its ``TrainConfig``, then its privacy unit's run
-    (``trainer.experiments.units``)."""
+    """The fields every cell records, its ``TrainConfig``, then its privacy unit's cell
+    function (``CELL_RUNS``)."""
     started = time.perf_counter()
     scenario_data = dict(spec.scenario)
     rounds = int(scenario_data["rounds"])
@@ -124,34 +128,12 @@ def _run_cell(spec: CellSpec, out: Path, secagg_workers: int | None = None) -> C
         command=rerun_command(spec, out),
         rounds=rounds,
     )
-    return experiment_unit(scenario_data).run(spec, out, cell_config(spec, secagg_workers), base, started)
-
-
-def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> Any:
-    """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
-    configuration's training options (pydantic's ``ValidationError`` if they are not valid).
-    ``secagg_workers`` applies unless those options set it."""
-    from trainer.run.runner import TrainConfig
-
-    rounds = int(spec.scenario["rounds"])
-    train = {"eval_every": rounds, **spec.train}
-    if secagg_workers is not None:
-        train.setdefault("secagg_workers", secagg_workers)
-    return TrainConfig(
-        dataset=spec.dataset.resolved_spec(),
-        model=spec.dataset.model,
-        model_options=spec.dataset.model_options,
-        rounds=rounds,
-        seed=spec.seed,
-        checkpoint_every=rounds,
-        strategy=spec.strategy,
-        strategy_options=spec.strategy_options,
-        **train,
-    )
+    return unit_cell_run(scenario_data)(spec, out, cell_config(spec, secagg_workers), base, started)
 
 
 def cell_data(spec: CellSpec, config: Any, total_clients: int) -> tuple[Any, int]:
     """The cell's dataset split into ``total_clients`` clients, and its model's parameter count."""
+    # start-up time (here and below): torch and the trainer load when a cell runs, not when a configuration is checked
     from trainer.data import load_dataset
     from trainer.engines import num_params
     from trainer.models import build_model
@@ -175,6 +157,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     """Train ``plan`` in ``out/runs/<cell_id>`` (replaced: an interrupted earlier attempt
     restarts) on the CPU without per-round output; the run's summary. A smoke-size cell's
     plots get ``SMOKE_MARK`` across them, as the experiment's own plots do."""
+    # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
     from trainer.run.progress import Progress
     from trainer.run.runner import execute_run, prepare_run
 
@@ -184,6 +167,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, run_dir, device="cpu", dataset=dataset)
     summary = execute_run(prepared, progress=Progress(config.rounds, 0, stream=Discard(), use_bar=False))
     if spec.smoke:
+        # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
         from trainer.run.plots import mark_smoke_pngs
 
         mark_smoke_pngs(run_dir)
@@ -193,6 +177,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
 def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """A client-level cell: plan the scenario for the model's size with the cell's method,
     then train it (epsilons client-level, per group)."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
     from planner import Scenario, make_plan
 
     scenario_data = dict(spec.scenario)
@@ -232,6 +217,7 @@ def run_client_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any]
 def run_silo_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
     """A silo_sample cell: plan every silo's DP-SGD for the method, then train the method's
     strategy (docs/mrmtl.md §8); epsilons here are silo sample-level, per silo."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
     from planner.units import make_plan
     from planner.units.silo_sample import SiloSamplePlan, SiloScenario
 
@@ -260,3 +246,56 @@ class Discard(io.StringIO):
 
     def isatty(self) -> bool:
         return False
+
+
+# A metric cell (docs/results.md §10, docs/metric-privacy.md §5): the scenario's
+# ``model_dim`` is set to the model's parameter count (n enters the leakage ``n / nu``), the
+# metric planner plans it and the ``metric_laplace`` mechanism trains it with the cell's
+# strategy (``metric_ifca``). The cell records the per-client leakage (median and maximum
+# over clients, the paper's Table 1) and participations as *metric leakage*, beside the
+# personal RMSE or accuracy; ``epsilon_spent`` stays empty: a leakage is not an epsilon.
+def run_metric_cell(spec: CellSpec, out: Path, config: Any, base: dict[str, Any], started: float) -> CellResult:
+    """Plan the metric scenario for the model's size, train it, record leakage and error."""
+    # start-up time: the planner's methods (scipy) load when a cell is planned
+    from planner.units import make_plan
+    from planner.units.metric_local import MetricPlan, MetricScenario
+
+    scenario = MetricScenario.model_validate({**spec.scenario, "model_dim": spec.scenario.get("model_dim", 1)})
+    dataset, dim = cell_data(spec, config, scenario.total_clients)
+    try:
+        plan = make_plan(scenario.model_copy(update={"model_dim": dim}), spec.plan_method)
+    except GdpfedError as exc:
+        return infeasible(base, exc, dim, started, privacy_unit=metric_local.NAME)
+    assert isinstance(plan, MetricPlan)
+    summary = train_cell(spec, out, config, plan, dataset)
+    final = dict(summary.final_metrics)
+    return CellResult(
+        **base, complete=summary.complete, status="ok", model_dim=dim,
+        wall_seconds=time.perf_counter() - started,
+        final_accuracy=summary.final_accuracy, best_accuracy=summary.best_accuracy, final_loss=summary.final_loss,
+        final_rmse=final.get("personal_rmse", final.get("personal_train_rmse")),
+        noise_multipliers={g.id: g.noise_multiplier for g in plan.groups},
+        sampling_rates={g.id: plan.sampling_rate for g in plan.groups},
+        expected_clients={g.id: plan.sampling_rate * g.num_clients for g in plan.groups},
+        privacy_unit=summary.privacy_unit,
+        leakage_per_participation={g.id: g.leakage_per_participation for g in plan.groups},
+        metric_leakage_median=final.get("metric_leakage_median"),
+        metric_leakage_max=final.get("metric_leakage_max"),
+        metric_participations_median=final.get("metric_participations_median"),
+        metric_participations_max=final.get("metric_participations_max"),
+        final_metrics=final,
+    )
+
+
+# unit -> the function that plans and trains one of its cells (the units are
+# trainer.experiments.units.EXPERIMENT_UNITS')
+CELL_RUNS: dict[str, Callable[..., CellResult]] = {
+    client_unit.UNIT.name: run_client_cell,
+    silo_sample.NAME: run_silo_cell,
+    metric_local.NAME: run_metric_cell,
+}
+
+
+def unit_cell_run(scenario: dict[str, Any]) -> Callable[..., CellResult]:
+    """The cell function of the scenario's privacy unit (an unknown one refused by ``experiment_unit``)."""
+    return CELL_RUNS[experiment_unit(scenario).name]

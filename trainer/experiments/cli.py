@@ -29,6 +29,7 @@ def register(subparsers: Any) -> None:
 def handle_experiment(args: argparse.Namespace) -> tuple[Any, str]:
     import torch  # noqa: F401  (fail before any output when the trainer extra is missing)
 
+    # start-up time: gdpfed loads the experiment runner (torch) only for this subcommand
     from trainer.experiments.config import load_experiment
     from trainer.experiments.runner import run_experiment
 

@@ -23,10 +23,19 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union, validation_error_line
 from accounting.validation import InputModel
+from planner.loading import naming_file, parse_json, parse_yaml, read_text
 from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
-from trainer.experiments.units import all_plan_methods, shrink_for_smoke, unit_of_plan_method, validate_scenario
+from trainer.experiments.units import (
+    all_plan_methods,
+    shrink_for_smoke,
+    unit_name,
+    unit_of_plan_method,
+    validate_scenario,
+)
+from trainer.run.config import TrainConfig
+from trainer.run.options import unused_option_reason
 
 
 class _Strict(InputModel):
@@ -104,11 +113,12 @@ LATER_OPTION_DEFAULTS: dict[str, Any] = {"adaptive_clip": False}
 def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[str, Any]]) -> MethodEntry:
     """A method entry with its plan method, strategy and options, checked against the
     method and strategy registries (names, options, the plans a strategy runs on)."""
+    # start-up time: the strategy registry imports torch; loaded only when a method names a strategy
     from trainer.strategies.registry import STRATEGIES, strategy_spec
 
     if isinstance(entry, str) and entry in SILO_METHODS:
         # a silo_sample method is its own strategy (the plan counted its DP-SGD passes);
-        # its options are checked when the run is prepared (trainer.run.silo)
+        # its options are checked when the run is prepared (trainer.units.silo.run)
         return MethodEntry(name=entry, plan=entry, options=strategy_options.get(entry, {}))
     if isinstance(entry, MethodEntry) and entry.plan in SILO_METHODS:
         if entry.strategy not in ("plan", entry.plan):
@@ -217,6 +227,7 @@ class SweepExperiment(_Strict):
     @classmethod
     def _planner_scenario(cls, scenario: dict[str, Any]) -> dict[str, Any]:
         """Checked when the configuration is read (errors at ``scenario.<path>``), not when the sweep runs."""
+        # start-up time: the planner's methods (scipy) load only for a sweep
         from planner import Scenario
 
         Scenario.model_validate(scenario)
@@ -255,8 +266,6 @@ def load_experiment(path: str | Path) -> Experiment:
     """Read and validate a configuration: JSON for a ``.json`` file, else YAML. An invalid
     one is ``InvalidInputError("config")`` naming the file, then the field's path in it
     (``config: exp.yaml: methods.1: unknown method 'x'``), as a file that does not parse is."""
-    from planner.loading import naming_file, parse_json, parse_yaml, read_text
-
     file = Path(path)
     text = read_text(file, "config")
     data = parse_json(text, file, "config") if file.suffix.lower() == ".json" else parse_yaml(text, file, "config")
@@ -270,16 +279,12 @@ def load_experiment(path: str | Path) -> Experiment:
 
 def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) -> None:
     """Every cell's ``TrainConfig`` is valid and sets no option its privacy unit's mechanism
-    never reads (``TrainingMechanism.unused_options``: ``secagg_mode`` on a metric or silo
+    never reads (``TrainingUnit.unused_options``: ``secagg_mode`` on a metric or silo
     cell, as ``gdpfed train`` refuses ``--secagg`` there), before any cell trains: an
     ``InvalidInputError`` names the train block the value came from (a setting's wins over a
     dataset's over the shared one, as they merge): ``settings.<name>.train.<field>``,
     ``datasets.<name>.train.<field>``, or ``train.<field>`` with the setting and dataset."""
-    from planner.units import privacy_unit
-    from trainer.experiments.cell import cell_config
-    from trainer.experiments.units import unit_name
-    from trainer.run.mechanisms import MECHANISMS
-    from trainer.run.options import unused_option_reason
+    from trainer.units.registry import training_unit  # start-up time: the units import torch
 
     settings = {s.name: s for s in experiment.settings}
 
@@ -301,7 +306,7 @@ def _check_training_options(experiment: TrainExperiment, cells: list[CellSpec]) 
             raise refuse(cell, *validation_error_line(exc.errors(include_url=False))) from None
         # an option the cell's mechanism never reads, refused as gdpfed train refuses its flag
         unit = unit_name(cell.scenario)
-        mechanism = MECHANISMS[privacy_unit(unit).mechanism]
+        mechanism = training_unit(unit)
         given = {**experiment.train, **cell.dataset.train, **getattr(settings.get(cell.setting), "train", {})}
         for name in mechanism.unused_options:
             if name in given:
@@ -359,8 +364,6 @@ def expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke:
     configuration fails before any training, with ``InvalidInputError("config")`` naming
     ``config_path`` and the setting.
     """
-    from planner.loading import naming_file
-
     with naming_file("config", config_path):
         return _expand_cells(experiment, config_path, smoke=smoke)
 
@@ -406,3 +409,24 @@ def _expand_cells(experiment: TrainExperiment, config_path: str | Path, *, smoke
     if len(set(ids)) != len(ids):
         raise InvalidInputError("cells", "two cells have the same id (repeated setting or dataset name)")
     return cells
+
+
+def cell_config(spec: CellSpec, secagg_workers: int | None = None) -> TrainConfig:
+    """The cell's ``TrainConfig``: its dataset, model, rounds, seed and strategy, then the
+    configuration's training options (pydantic's ``ValidationError`` if they are not valid).
+    ``secagg_workers`` applies unless those options set it."""
+    rounds = int(spec.scenario["rounds"])
+    train = {"eval_every": rounds, **spec.train}
+    if secagg_workers is not None:
+        train.setdefault("secagg_workers", secagg_workers)
+    return TrainConfig(
+        dataset=spec.dataset.resolved_spec(),
+        model=spec.dataset.model,
+        model_options=spec.dataset.model_options,
+        rounds=rounds,
+        seed=spec.seed,
+        checkpoint_every=rounds,
+        strategy=spec.strategy,
+        strategy_options=spec.strategy_options,
+        **train,
+    )

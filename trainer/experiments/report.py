@@ -20,6 +20,7 @@ from typing import Any
 
 from trainer.experiments.cell import CellResult
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment
+from trainer.experiments.units import EXPERIMENT_UNITS
 from trainer.run.plots import SMOKE_MARK, mark_smoke
 
 CSV_COLUMNS = [
@@ -142,16 +143,6 @@ def _silo_range(values: Mapping[str, float]) -> str:
     return f"silos: {span} ({len(values)} silos)"
 
 
-UNIT_NOTES = {
-    "silo_sample": " Silo cells' epsilons are silo-specific sample-level (each silo's own examples, per silo), "
-    "not client-level; accuracy is each silo's evaluated model on its own test split, sample-weighted.",
-    "metric_local": " Metric cells carry no epsilon: their figures are metric (d-)privacy leakages per client "
-    "(n / nu per release, added over the client's releases; no delta, and the guarantee scales with the distance "
-    "between models), never comparable with an epsilon; accuracy or RMSE is each client's best hypothesis on "
-    "its own test rows.",
-}
-
-
 def _mean_text(values: Sequence[float | None], digits: int = 4) -> str:
     present = [v for v in values if v is not None]
     if not present:
@@ -225,7 +216,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
     units = sorted({r.privacy_unit for r in results})
     if units != ["client"] and units:
         # never let a reader take one notion's figures for another's
-        lines += [f"Privacy unit: {', '.join(units)}." + "".join(UNIT_NOTES.get(u, "") for u in units), ""]
+        lines += [f"Privacy unit: {', '.join(units)}." + "".join(EXPERIMENT_UNITS[u].report_note for u in units), ""]
     for setting in shown:
         lines += [f"## Accuracy: {setting.name}", ""]
         lines.append("| method | " + " | ".join(datasets) + " |")
@@ -234,11 +225,10 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
             cells = [_cell_text(by_key.get((setting.name, d, method), [])) for d in datasets]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
-    metric = [r for r in results if r.privacy_unit == "metric_local"]
-    if metric:
-        lines += metric_table(experiment, metric)
-    # nu of a metric plan is the Laplace noise relative to the radius, no Gaussian sigma: its own header
-    noise = {"metric_local": "metric noise multiplier nu"}.get(units[0], "noise multipliers (pool=sigma)") if len(units) == 1 \
+    leakages = [r for r in results if EXPERIMENT_UNITS[r.privacy_unit].leakage_table]
+    if leakages:
+        lines += metric_table(experiment, leakages)
+    noise = (EXPERIMENT_UNITS[units[0]].noise_header or "noise multipliers (pool=sigma)") if len(units) == 1 \
         else "noise multipliers (pool=sigma; metric cells: nu=metric noise multiplier)"
     lines += ["## Noise (from the plans)" + (" and accuracy" if measured else ""), ""]
     lines.append(
@@ -258,7 +248,7 @@ def markdown_tables(experiment: TrainExperiment, results: Sequence[CellResult]) 
                     continue
                 energy = "" if first.noise_energy is None else f"{first.noise_energy:.4g}"
                 sigmas, rates = format_map(first.noise_multipliers), format_map(first.sampling_rates)
-                if first.privacy_unit == "silo_sample":  # one DP-SGD sigma_k per silo: their range
+                if EXPERIMENT_UNITS[first.privacy_unit].noise_range:  # one DP-SGD sigma_k per silo: their range
                     sigmas, rates = _silo_range(first.noise_multipliers), _silo_range(first.sampling_rates)
                 lines.append(
                     f"| {setting.name} | {d} | {method} | {sigmas} | "

@@ -81,6 +81,7 @@ def cell_secagg_workers(jobs: int) -> int | None:
     """The secure-aggregation processes of each cell when ``jobs`` cells run at once: the
     cores shared out, ``max(1, cores // jobs)``; ``None`` (automatic) for one at a time.
     Without it every cell's sessions would fork a process per core (docs/results.md §Runner)."""
+    # start-up time: the secure-aggregation package loads only when cells run in parallel
     from trainer.secagg import parallel
 
     return None if jobs <= 1 else max(1, parallel.available_workers() // jobs)
@@ -105,6 +106,7 @@ def run_experiment(
     log: Callable[[str], None] | None = None,
 ) -> ExperimentSummary:
     """Run (or resume) the experiment in ``config_path``, writing into ``out``."""
+    # start-up time: the report (matplotlib) loads when the experiment writes it
     from trainer.experiments.report import write_reports, write_sweep
 
     if jobs < 1:

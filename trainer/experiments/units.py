@@ -1,11 +1,12 @@
-"""Experiment cells per privacy unit: which methods a cell may name, its smoke size and its run.
+"""Experiment cells per privacy unit: which methods a cell may name, its smoke size and how the report shows it.
 
 (docs/results.md §Runner.) The base scenario's ``privacy_unit`` (absent: ``client``)
 picks one entry of ``EXPERIMENT_UNITS``; the scenario itself is validated by that unit's
 own scenario model (``planner.units``). An entry says which planning methods its cells
-may name, how ``--smoke`` shrinks its scenario and training options, and which function
-plans and trains one of its cells (``trainer.experiments.cell``). To run experiments of a
-new unit: write its cell function and add its line below.
+may name, how ``--smoke`` shrinks its scenario and training options, and how the report
+shows its cells. The function that plans and trains one of its cells is its line in
+``trainer.experiments.cell.CELL_RUNS``. To run experiments of a new unit: add its line
+below and its cell function's line there.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from accounting.errors import InvalidInputError
 from planner.methods import METHODS
 from planner.units import privacy_unit
 from planner.units.metric_local import METHOD as METRIC_METHOD
+from planner.units.metric_local import NAME as METRIC_NAME
+from planner.units.silo_sample import NAME as SILO_NAME
 from planner.units.silo_sample import SILO_METHODS
 
 if TYPE_CHECKING:
@@ -38,14 +41,20 @@ class ExperimentUnit:
 
     ``plan_methods``: the planning methods a cell of this unit may name.
     ``shrink(scenario, train, dataset)``: the smoke-size copies (never mutates).
-    ``run(spec, out, config, base, started) -> CellResult``: plan and train one cell
-    (``config`` is its ``TrainConfig``, ``base`` the result fields every cell has).
+    The rest says how ``trainer.experiments.report`` shows the unit's cells.
     """
 
     name: str
     plan_methods: tuple[str, ...]
     shrink: Callable[[dict[str, Any], dict[str, Any], DatasetEntry], Shrunk]
-    run: Callable[..., Any]
+    # the report (trainer.experiments.report): what its cells' figures are, beside others'
+    report_note: str = ""
+    # the noise table's header when every cell is of this unit (None: the pools' sigmas)
+    noise_header: str | None = None
+    # one noise multiplier and sampling rate per silo: the table shows their range
+    noise_range: bool = False
+    # its cells' figures are leakages: the report adds the leakage table
+    leakage_table: bool = False
 
 
 def unit_name(scenario: dict[str, Any]) -> str:
@@ -102,30 +111,24 @@ def shrink_for_smoke(scenario: dict[str, Any], train: dict[str, Any], dataset: D
     return experiment_unit(scenario).shrink(scenario, train, dataset)
 
 
-def _run_client(*args: Any) -> Any:
-    from trainer.experiments.cell import run_client_cell
-
-    return run_client_cell(*args)
-
-
-def _run_silo(*args: Any) -> Any:
-    from trainer.experiments.cell import run_silo_cell
-
-    return run_silo_cell(*args)
-
-
-def _run_metric(*args: Any) -> Any:
-    from trainer.experiments.metric_cell import run_metric_cell
-
-    return run_metric_cell(*args)
-
-
 EXPERIMENT_UNITS: dict[str, ExperimentUnit] = {
     unit.name: unit
     for unit in (
-        ExperimentUnit("client", tuple(METHODS), _shrink_client, _run_client),
-        ExperimentUnit("silo_sample", SILO_METHODS, _shrink_silo, _run_silo),
-        ExperimentUnit("metric_local", (METRIC_METHOD,), _shrink_metric, _run_metric),
+        ExperimentUnit("client", tuple(METHODS), _shrink_client),
+        ExperimentUnit(
+            SILO_NAME, SILO_METHODS, _shrink_silo, noise_range=True,
+            report_note=" Silo cells' epsilons are silo-specific sample-level (each silo's own examples, per silo), "
+            "not client-level; accuracy is each silo's evaluated model on its own test split, sample-weighted.",
+        ),
+        ExperimentUnit(
+            METRIC_NAME, (METRIC_METHOD,), _shrink_metric, leakage_table=True,
+            # nu of a metric plan is the Laplace noise relative to the radius, no Gaussian sigma
+            noise_header="metric noise multiplier nu",
+            report_note=" Metric cells carry no epsilon: their figures are metric (d-)privacy leakages per client "
+            "(n / nu per release, added over the client's releases; no delta, and the guarantee scales with the "
+            "distance between models), never comparable with an epsilon; accuracy or RMSE is each client's best "
+            "hypothesis on its own test rows.",
+        ),
     )
 }
 

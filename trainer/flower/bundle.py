@@ -92,8 +92,10 @@ def pyproject(name: str, run_config: Mapping[str, Any], flwr_version: str) -> st
 
 def write_bundle(out: Path, plan_document: dict[str, Any], run_config: Mapping[str, Any]) -> Path:
     """Write the app directory for ``plan_document`` with these run-config defaults; return it."""
+    # the flower extra: checked only when a bundle is written
     from flwr.common.config import validate_config
 
+    # the flower extra: checked only when a bundle is written
     from trainer.flower import check_flwr_version
 
     flwr_version = check_flwr_version()

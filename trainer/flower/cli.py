@@ -25,6 +25,7 @@ from accounting.errors import GdpfedError, InvalidInputError
 
 
 def register(subparsers: Any) -> None:
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.run.options import add_run_options
 
     parser = subparsers.add_parser(
@@ -73,6 +74,7 @@ def register(subparsers: Any) -> None:
 def refuse_client_state(strategy: str) -> None:
     """A strategy that keeps per-client state between rounds (``StrategySpec.keeps_client_state``)
     cannot run on Flower nodes, which keep no client object between messages (docs/flower.md §2)."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.strategies.registry import strategy_spec
 
     if strategy_spec(strategy).keeps_client_state:
@@ -82,6 +84,7 @@ def refuse_client_state(strategy: str) -> None:
 
 
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_document
     from planner.units import load_plan
     from planner.verify import verify_executable
@@ -89,7 +92,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
     from trainer.run.options import config_from_args
-    from trainer.run.runner import registered_strategy
+    from trainer.strategies.registry import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
@@ -106,7 +109,8 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
     refuse_client_state(config.strategy)
     if config.strategy_options.get("adaptive_clip"):
-        from trainer.run.runner import ADAPTIVE_CLIP_SIMULATOR_ONLY
+        # imported when the subcommand runs: the flower extra (flwr) and start-up time
+        from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
 
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     run_config = run_config_of(options, config)
@@ -124,6 +128,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(plan, plan document, run config) of an app directory."""
     import tomllib
 
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_text
     from planner.units import load_plan
     from trainer.run.options import read_json_file
@@ -147,6 +152,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
 def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
     """Node configs for ``count`` nodes (default the plan's population): node i is client i of the
     dataset, in the group ``gdpfed train`` deals it into, with real (secret) noise."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.data.groups import assign_groups
 
     total = plan.scenario.total_clients
@@ -166,6 +172,7 @@ def nodes_for_thresholds(plan: Any, seed: int) -> dict[str, int]:
     ``simulation_nodes`` deals them, in client order) put ``m_P`` of them in the pool's
     groups. With fewer the pool can never gather ``m_P`` sampled nodes, so it aborts every
     round (docs/flower.md §2 step 3)."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.data.groups import assign_groups
 
     total = plan.scenario.total_clients
@@ -211,10 +218,11 @@ def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
 
 
 def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.flower import check_flwr_version
     from trainer.flower.local import LocalFederation, terminate_on_signals
     from trainer.run.options import format_summary
-    from trainer.run.runner import RunSummary
+    from trainer.run.summary import RunSummary
 
     check_flwr_version()
     if args.max_processes is not None and args.max_processes < 1:
@@ -238,6 +246,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.flower import check_flwr_version
     from trainer.flower.client_app import build_client_app
     from trainer.flower.local import terminate_on_signals

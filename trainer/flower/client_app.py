@@ -7,7 +7,7 @@
 - ``KEYS``: refuse a session of a pool the node's group is not in, of another plan, or
   whose threshold, grid scale or value bound differ from the node's own plan; then train
   locally (``trainer.flower.training``, the only step that imports torch), privatise with
-  the node's own plan (``trainer.mechanism.privatize``: clip to ``C_g``, grid rounding,
+  the node's own plan (``trainer.units.client.mechanism.privatize``: clip to ``C_g``, grid rounding,
   noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
 - ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
   ``Context.state``, one protocol round each, refusing any other session.
@@ -44,7 +44,7 @@ from trainer.secagg import Client, ProtocolError
 
 if TYPE_CHECKING:
     from planner.schema import Plan
-    from trainer.mechanism import PoolMechanism
+    from trainer.units.client.mechanism import PoolMechanism
 
 # When this module finished loading (the benchmark's split of a message's process time).
 _LOADED_AT = time.time()
@@ -76,6 +76,7 @@ def _profile(step: str, node: int, started: float, extra: dict[str, float]) -> N
 
 @lru_cache(maxsize=8)
 def _read_plan(path: str) -> tuple[Plan, dict[str, Any], str]:
+    # start-up time: a node loads the trainer (torch) only when a message needs it
     from planner.units import load_plan
 
     try:
@@ -167,6 +168,7 @@ class NodeClient:
         mechanism = self.mechanism(plan, group.pool, global_params.shape[0])
         self.check_params(session, mechanism)
 
+        # start-up time: a node loads the trainer (torch) only when a message needs it
         from trainer.flower.settings import train_config
 
         config = train_config(context.run_config)
@@ -175,6 +177,7 @@ class NodeClient:
         if self.local_update is not None:
             update = self.local_update(config, client_index, group_id, session.global_round, global_params)
         else:
+            # start-up time: a node loads the trainer (torch) only when a message needs it
             from trainer.flower.training import local_update, workspace
 
             space = workspace(document, config, node.device)
@@ -182,7 +185,8 @@ class NodeClient:
             training_started = time.time()
             update = local_update(space, client_index, group_id, session.global_round, global_params)
         self.timings["train_s"] = time.time() - training_started
-        from trainer.mechanism import privatize
+        # start-up time: a node loads the trainer (torch) only when a message needs it
+        from trainer.units.client.mechanism import privatize
 
         rng = self.noise_rng(node, config, session, client_index)
         vector, _ = privatize(update, mechanism.clip_norms[group_id], mechanism, rng)
@@ -233,7 +237,8 @@ class NodeClient:
 
     @staticmethod
     def mechanism(plan: Plan, pool_id: str, dim: int) -> PoolMechanism:
-        from trainer.mechanism import pool_mechanisms
+        # start-up time: a node loads the trainer (torch) only when a message needs it
+        from trainer.units.client.mechanism import pool_mechanisms
 
         # plan.rounds sizes the noise tail bound: server and nodes agree without the run's rounds.
         return next(m for m in pool_mechanisms(plan, dim, plan.rounds) if m.pool_id == pool_id)
@@ -256,6 +261,7 @@ class NodeClient:
     def noise_rng(node: NodeSettings, config: Any, session: messages.Session, client: int) -> np.random.Generator:
         """The node's secret generator for rounding and noise; the run seed's only in simulation."""
         if node.simulation:
+            # start-up time: a node loads the trainer (torch) only when a message needs it
             from trainer.strategies.base import PURPOSE_CLIENT, RoundContext
 
             return RoundContext(0, session.global_round, config.seed).rng(PURPOSE_CLIENT, client)

@@ -23,8 +23,9 @@ One round:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,13 +35,15 @@ from flwr.serverapp import Grid
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
 from trainer.flower import messages
-from trainer.mechanism import PoolMechanism, pool_mechanisms
-from trainer.rounds import RoundOutcome, pool_graph_kinds, session_graph
+from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
 from trainer.strategies.base import Population, RoundContext, Strategy
+from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms
+from trainer.units.client.release import PoolResults, server_step, too_few_sampled
+from trainer.units.client.rounds import pool_graph_kinds, session_graph
 
 Log = Callable[[str], None]
 
@@ -127,6 +130,22 @@ class ClientFailure:
     reason: str
 
 
+def _collect_keys(s: _PoolSession, answered: dict[int, RecordDict]) -> None:
+    s.roster = s.server.collect_keys(messages.keys_from_reply(c, u) for u, c in answered.items())
+
+
+def _route_shares(s: _PoolSession, answered: dict[int, RecordDict]) -> None:
+    s.inboxes = s.server.route_shares([m for u, c in answered.items() for m in messages.shares_from_reply(c, u)])
+
+
+def _collect_masked(s: _PoolSession, answered: dict[int, RecordDict]) -> None:
+    s.survivors = s.server.collect_masked_inputs(messages.masked_from_reply(c, u) for u, c in answered.items())
+
+
+def _unmask(s: _PoolSession, answered: dict[int, RecordDict]) -> None:
+    s.total = s.server.unmask(messages.unmask_from_reply(c, u) for u, c in answered.items())
+
+
 class FlowerRoundEngine:
     """Runs rounds of ``strategy`` over the nodes of ``grid`` with the plan's mechanism."""
 
@@ -165,15 +184,74 @@ class FlowerRoundEngine:
         self.membership.refresh()
         selection = self.strategy.configure_round(ctx, self.membership.population())
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
+        sessions, reasons, graphs = self._open_sessions(ctx, selection)
+        timing["select"] = time.perf_counter() - started
+
+        params_np = global_params.detach().to("cpu").numpy()
+        steps: list[tuple[str, str, Callable[[_PoolSession], dict[int, Any]], Callable[[_PoolSession], Sized],
+                          Callable[[_PoolSession, dict[int, RecordDict]], None]]] = [
+            # KEYS: every participant trains, privatises and advertises its keys.
+            ("keys", messages.KEYS,
+             lambda s: dict.fromkeys(range(len(s.session.participants)), messages.keys_request(s.session, params_np)),
+             lambda s: s.session.participants, _collect_keys),
+            # SHARES: U1 gets the roster and answers with its encrypted shares.
+            ("shares", messages.SHARES, lambda s: dict.fromkeys(s.roster, messages.shares_request(s.session, s.roster)),
+             lambda s: s.roster, _route_shares),
+            # MASKED: U2 gets its ciphertexts and answers with y_u.
+            ("masked", messages.MASKED,
+             lambda s: {u: messages.masked_request(s.session, box) for u, box in s.inboxes.items()},
+             lambda s: s.inboxes, _collect_masked),
+            # UNMASK: U3 gets the survivors and answers with one share per group member.
+            ("unmask", messages.UNMASK, lambda s: dict.fromkeys(s.survivors, messages.unmask_request(s.session, s.survivors)),
+             lambda s: s.survivors, _unmask),
+        ]
+        dropped: dict[str, int] = {}
+        for name, kind, requests, expected, apply in steps:
+            tick = time.perf_counter()
+            dropped[name] = self._protocol_step(ctx, kind, sessions, requests, expected, apply)
+            timing[name] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        results = PoolResults()
+        for mechanism in self.mechanisms:
+            done = sessions.get(mechanism.pool_id)
+            reason = reasons.get(mechanism.pool_id) if done is None else done.reason
+            if done is None or done.total is None:
+                results.abort(mechanism.pool_id, reason or "aborted")
+            else:
+                results.release(mechanism, done.total, len(done.survivors))
+        new_params = server_step(self.strategy, ctx, global_params, results.pool_sums, self.dim)
+        timing["aggregate"] = time.perf_counter() - tick
+
+        self.last_sessions = {
+            p: (s.session.participants, tuple(s.session.participants[u] for u in s.survivors))
+            for p, s in sessions.items()
+        }
+        outcome = RoundOutcome(
+            global_round=ctx.global_round,
+            sampled=sampled,
+            survived=results.survived,
+            aborted_pools=results.aborted,
+            abort_reasons=results.reasons,
+            dropped_before_masking=dropped["keys"] + dropped["shares"] + dropped["masked"],
+            dropped_after_masking=dropped["unmask"],
+            timing=timing,
+            pool_sums=results.pool_sums,
+            secagg=graphs,
+        )
+        return new_params, outcome
+
+    def _open_sessions(self, ctx: RoundContext, selection: dict[str, np.ndarray]
+                       ) -> tuple[dict[str, _PoolSession], dict[str, str], dict[str, str]]:
+        """A secure-aggregation session per pool with at least ``m_P`` (and one) nodes sampled;
+        the other pools' abort reasons; each session's graph label."""
         sessions: dict[str, _PoolSession] = {}
         reasons: dict[str, str] = {}
         graphs: dict[str, str] = {}
         for mechanism in self.mechanisms:
             nodes = sorted(int(node) for g in mechanism.group_ids for node in selection[g].tolist())
             if len(nodes) < max(mechanism.threshold, 1):
-                reasons[mechanism.pool_id] = (
-                    f"{len(nodes)} clients sampled, fewer than the threshold m_P={mechanism.threshold}"
-                )
+                reasons[mechanism.pool_id] = too_few_sampled(len(nodes), mechanism)
                 continue
             graph = session_graph(self.plan, self.pool_graphs[mechanism.pool_id], len(nodes))
             graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
@@ -187,114 +265,25 @@ class FlowerRoundEngine:
                 participants=tuple(nodes), params=params, graph=dict(setup.graph),
             )
             sessions[mechanism.pool_id] = _PoolSession(mechanism, session, Server(params, setup))
-        timing["select"] = time.perf_counter() - started
-        dropped_before = dropped_after = 0
+        return sessions, reasons, graphs
 
-        # KEYS: every participant trains, privatises and advertises its keys.
-        tick = time.perf_counter()
-        params_np = global_params.detach().to("cpu").numpy()
-        replies = self._exchange(ctx, messages.KEYS, sessions, {
-            pool: dict.fromkeys(range(len(s.session.participants)), messages.keys_request(s.session, params_np))
-            for pool, s in sessions.items()
-        })
-        for pool, s in sessions.items():
-            answered = replies[pool]
-            dropped_before += len(s.session.participants) - len(answered)
-
-            def collect_keys(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
-                s.roster = s.server.collect_keys(messages.keys_from_reply(c, u) for u, c in answered.items())
-            self._step(s, collect_keys)
-        timing["keys"] = time.perf_counter() - tick
-
-        # SHARES: U1 gets the roster and answers with its encrypted shares.
-        tick = time.perf_counter()
+    def _protocol_step(self, ctx: RoundContext, kind: str, sessions: dict[str, _PoolSession],
+                       requests: Callable[[_PoolSession], dict[int, Any]], expected: Callable[[_PoolSession], Sized],
+                       apply: Callable[[_PoolSession, dict[int, RecordDict]], None]) -> int:
+        """One step of the protocol for every live session: send each addressee its request,
+        hand the replies to the session's server (``apply``); returns how many addressees
+        (``expected``) did not answer."""
         live = {p: s for p, s in sessions.items() if s.live}
-        replies = self._exchange(ctx, messages.SHARES, sessions, {
-            pool: dict.fromkeys(s.roster, messages.shares_request(s.session, s.roster)) for pool, s in live.items()
-        })
+        replies = self._exchange(ctx, kind, sessions, {pool: requests(s) for pool, s in live.items()})
+        missing = 0
         for pool, s in live.items():
             answered = replies[pool]
-            dropped_before += len(s.roster) - len(answered)
+            missing += len(expected(s)) - len(answered)
 
-            def route(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
-                s.inboxes = s.server.route_shares(
-                    [m for u, c in answered.items() for m in messages.shares_from_reply(c, u)])
-            self._step(s, route)
-        timing["shares"] = time.perf_counter() - tick
-
-        # MASKED: U2 gets its ciphertexts and answers with y_u.
-        tick = time.perf_counter()
-        live = {p: s for p, s in sessions.items() if s.live}
-        replies = self._exchange(ctx, messages.MASKED, sessions, {
-            pool: {u: messages.masked_request(s.session, box) for u, box in s.inboxes.items()} for pool, s in live.items()
-        })
-        for pool, s in live.items():
-            answered = replies[pool]
-            dropped_before += len(s.inboxes) - len(answered)
-
-            def collect(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
-                s.survivors = s.server.collect_masked_inputs(
-                    messages.masked_from_reply(c, u) for u, c in answered.items())
-            self._step(s, collect)
-        timing["masked"] = time.perf_counter() - tick
-
-        # UNMASK: U3 gets the survivors and answers with one share per group member.
-        tick = time.perf_counter()
-        live = {p: s for p, s in sessions.items() if s.live}
-        replies = self._exchange(ctx, messages.UNMASK, sessions, {
-            pool: dict.fromkeys(s.survivors, messages.unmask_request(s.session, s.survivors)) for pool, s in live.items()
-        })
-        for pool, s in live.items():
-            answered = replies[pool]
-            dropped_after += len(s.survivors) - len(answered)
-
-            def unmask(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
-                s.total = s.server.unmask(messages.unmask_from_reply(c, u) for u, c in answered.items())
-            self._step(s, unmask)
-        timing["unmask"] = time.perf_counter() - tick
-
-        tick = time.perf_counter()
-        pool_sums: dict[str, np.ndarray | None] = {}
-        survived: dict[str, int] = {}
-        for mechanism in self.mechanisms:
-            done = sessions.get(mechanism.pool_id)
-            if done is not None and done.reason is not None:
-                reasons[mechanism.pool_id] = done.reason
-            if done is None or done.total is None:
-                pool_sums[mechanism.pool_id] = None
-                survived[mechanism.pool_id] = 0
-                reasons.setdefault(mechanism.pool_id, "aborted")
-                continue
-            if len(done.survivors) < mechanism.threshold:
-                # Never release a sum of fewer than m_P inputs: its noise would be below sigma_P^2 C^2.
-                raise RuntimeError(
-                    f"pool {mechanism.pool_id}: a sum of {len(done.survivors)} < m_P inputs was released")
-            pool_sums[mechanism.pool_id] = done.total
-            survived[mechanism.pool_id] = len(done.survivors)
-        device = global_params.device
-        released = {p: None if t is None else torch.from_numpy(t).to(device) for p, t in pool_sums.items()}
-        update = self.strategy.aggregate(ctx, released, self.dim)
-        new_params = self.strategy.server_update(ctx, global_params, update)
-        timing["aggregate"] = time.perf_counter() - tick
-
-        self.last_sessions = {
-            p: (s.session.participants, tuple(s.session.participants[u] for u in s.survivors))
-            for p, s in sessions.items()
-        }
-        aborted = [m.pool_id for m in self.mechanisms if pool_sums[m.pool_id] is None]
-        outcome = RoundOutcome(
-            global_round=ctx.global_round,
-            sampled=sampled,
-            survived=survived,
-            aborted_pools=aborted,
-            abort_reasons={p: reasons[p] for p in aborted},
-            dropped_before_masking=dropped_before,
-            dropped_after_masking=dropped_after,
-            timing=timing,
-            pool_sums=pool_sums,
-            secagg=graphs,
-        )
-        return new_params, outcome
+            def step(s: _PoolSession = s, answered: dict[int, RecordDict] = answered) -> None:
+                apply(s, answered)
+            self._step(s, step)
+        return missing
 
     @staticmethod
     def _step(session: _PoolSession, action: Callable[[], None]) -> None:

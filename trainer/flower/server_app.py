@@ -52,6 +52,7 @@ def run_plan(
     ``dataset`` may be passed pre-loaded (tests); ``engine_hook`` is called with each
     ``FlowerRoundEngine`` built (tests audit what it received).
     """
+    # start-up time: the ServerApp loads the trainer (torch) only when a run starts
     from planner.units import load_plan
     from trainer.flower import check_flwr_version
     from trainer.flower.client_app import plan_fingerprint

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accounting.errors import InvalidInputError, validation_error_line
 from accounting.validation import InputModel
+from trainer.run.config import TrainConfig
 
 # Run-config keys that configure the Flower run rather than the training (TrainConfig).
 FLOWER_KEYS = (
@@ -78,9 +79,7 @@ def split_run_config(run_config: Mapping[str, Any]) -> tuple[FlowerOptions, dict
 
 
 def train_config(run_config: Mapping[str, Any]) -> Any:
-    """The run's ``TrainConfig`` (imports the trainer: torch)."""
-    from trainer.run.runner import TrainConfig
-
+    """The run's ``TrainConfig``."""
     _, fields = split_run_config(run_config)
     config = _validated(TrainConfig, fields)
     if config.late_dropout_fraction:

@@ -35,10 +35,13 @@ class Workspace:
 
 @lru_cache(maxsize=4)
 def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
+    # start-up time: a node loads torch and the model only for its first local update
     from planner.units import load_plan
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, num_params
-    from trainer.run.runner import TrainConfig, build_run_model, load_run_data, registered_strategy
+    from trainer.run.config import TrainConfig
+    from trainer.run.preparation import build_run_model, load_run_data
+    from trainer.strategies.registry import registered_strategy
 
     plan = load_plan(json.loads(plan_json))
     config = TrainConfig.model_validate_json(config_json)

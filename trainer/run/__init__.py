@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["PreparedRun", "RunSummary", "TrainConfig", "execute_run", "prepare_run"]
+_HOMES = {"PreparedRun": "prepared", "RunSummary": "summary", "TrainConfig": "config", "execute_run": "runner",
+          "prepare_run": "runner"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from trainer.run import runner
+    if name in _HOMES:
+        import importlib
 
-        return getattr(runner, name)
+        return getattr(importlib.import_module(f"trainer.run.{_HOMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

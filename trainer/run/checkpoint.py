@@ -5,7 +5,7 @@ the index of the next round to run, the global model parameters, the strategy's 
 (server momentum, per-client state, ...), the privacy ledger, the reporter's unsent
 rounds, and fingerprints of the plan and configuration it belongs to. No random
 generator state is stored because there is none to store: every random draw of round
-``t`` comes from a generator seeded by ``(seed, t, purpose)`` (``trainer/rounds.py``),
+``t`` comes from a generator seeded by ``(seed, t, purpose)`` (``trainer/units/client/rounds.py``),
 so the round index *is* the RNG state.
 
 It is written atomically (temporary file + rename): an interrupted write leaves the

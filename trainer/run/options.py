@@ -31,7 +31,7 @@ OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option"
 # The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
 # the two equal.
-STRATEGY_NAMES = ("plan", "pfa", "metric_ifca", "fedhdp")
+STRATEGY_NAMES = ("plan", "pfa", "fedhdp", "metric_ifca")
 
 
 def choices(name: str) -> tuple[str, ...]:
@@ -51,7 +51,7 @@ def or_list(names: tuple[str, ...]) -> str:
 
 
 def strategy_choices() -> str:
-    """``plan, pfa, metric_ifca or fedhdp``: the registered strategies, as ``--strategy``'s help lists them."""
+    """``plan, pfa, fedhdp or metric_ifca``: the registered strategies, as ``--strategy``'s help lists them."""
     return or_list(STRATEGY_NAMES)
 
 

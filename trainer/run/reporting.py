@@ -34,6 +34,8 @@ import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
 from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, RoundReport
+from planner.units import load_plan_document
+from trainer.run.directory import fingerprint
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -186,9 +188,6 @@ def fetch_service_plan(
     Refuses (``InvalidInputError``) a plan that was re-planned or whose ledger already
     counts rounds (another run trained on it).
     """
-    from planner.units import load_plan_document
-    from trainer.run.directory import fingerprint
-
     ledger = link.preflight(plan_id)
     if ledger.superseded_by:
         raise InvalidInputError(

@@ -1,6 +1,6 @@
 """The strategy seam: what a federated algorithm decides, and what it may not touch.
 
-(docs/trainer.md §Strategies.) One round, as the round engine (``trainer/rounds.py``)
+(docs/trainer.md §Strategies.) One round, as the round engine (``trainer/units/client/rounds.py``)
 runs it::
 
     selection = strategy.configure_round(ctx, population)        # who is sampled
@@ -32,7 +32,7 @@ How the roadmap's methods fit this seam (none of them is built here):
   still secure aggregation); a strategy needs nothing special.
 
 A strategy's selection must stay Poisson with the plan's ``q_g`` for the privacy ledger
-(``trainer/run/ledger.py``) to be right; one that changes selection changes the mechanism
+(``trainer/units/client/ledger.py``) to be right; one that changes selection changes the mechanism
 and must be accounted for differently.
 """
 
@@ -47,12 +47,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
 
 if TYPE_CHECKING:
-    from trainer.adaptive_clip import AdaptiveClipping
+    from trainer.units.client.adaptive_clip import AdaptiveClipping
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
@@ -178,7 +178,7 @@ class ClientRelease:
 
 class LocalReleaseStrategy(Strategy):
     """A strategy whose clients release individual noised models (the ``metric_local``
-    unit's mechanism, ``trainer/metric_rounds.py``), not pool sums.
+    unit's mechanism, ``trainer/units/metric/rounds.py``), not pool sums.
 
     ``client_release`` trains; the engine noises each row (the strategy never draws the
     noise); ``aggregate_released`` sees only released rows and returns the next
@@ -269,51 +269,13 @@ class StrategySpec:
         try:
             return self.options.model_validate(dict(values))
         except ValidationError as exc:
-            from accounting.errors import validation_error_location, validation_error_message
-
             first = exc.errors(include_url=False)[0]
             key = ".".join(validation_error_location(first.get("loc", ()))) or "options"
             raise InvalidInputError(f"strategy-option {key}", f"{validation_error_message(first)} (strategy {self.name})") from None
 
-    def check_plan(self, plan: PlanDocument) -> None:
-        """Refuse (``InvalidInputError("strategy")``) a plan this strategy does not run on,
-        naming the registered strategies that run the plan's unit."""
-        if plan.privacy_unit != self.privacy_unit:
-            from trainer.strategies.registry import strategies_for
-
-            runners = strategies_for(privacy_unit=plan.privacy_unit)
-            hint = (f" (run it with --strategy {' or --strategy '.join(runners)})" if runners
-                    else " (no strategy runs it; a silo plan runs its own method's)")
-            raise InvalidInputError(
-                "strategy",
-                f"{self.name} runs {self.privacy_unit} plans; this plan's privacy_unit is {plan.privacy_unit!r}{hint}",
-            )
-        if self.plan_methods is not None and plan.method not in self.plan_methods:
-            raise InvalidInputError(
-                "strategy", f"{self.name} runs on plans of method {', '.join(self.plan_methods)}; this plan is {plan.method}"
-            )
-
-    def check_data(self, dataset: Any) -> None:
-        """Refuse (``InvalidInputError("dataset")``) data whose task this strategy does not
-        train, naming the registered strategies that do (docs/trainer.md §Strategies)."""
-        task = getattr(dataset, "task", None)
-        if task is None or task in self.tasks:
-            return
-        from trainer.strategies.registry import STRATEGIES, strategies_for
-
-        runners = [f"--strategy {name} ({STRATEGIES[name].privacy_unit} plans)" for name in strategies_for(task=task)]
-        hint = f"; {task} data runs with {' or '.join(runners)}" if runners else f"; no strategy trains {task} data"
-        raise InvalidInputError(
-            "dataset",
-            f"{getattr(dataset, 'name', 'the dataset')} is {task} data, but strategy {self.name} trains "
-            f"{' and '.join(self.tasks)} data{hint}",
-        )
-
     def build(self, plan: PlanDocument, options: BaseModel, **common: Any) -> Strategy:
         """The strategy for ``plan`` with validated ``options`` and the run's ``common``
-        arguments; the plan and ``common["dataset"]`` are checked first (``check_plan``,
-        ``check_data``), so a mismatch is refused before the run directory exists."""
-        self.check_plan(plan)
-        self.check_data(common.get("dataset"))
+        arguments (``trainer.strategies.registry.build_checked`` checks the plan and the
+        data first)."""
         extra = {name: getattr(options, name) for name in type(options).model_fields}
         return self.strategy(plan, **common, **extra)  # type: ignore[call-arg]

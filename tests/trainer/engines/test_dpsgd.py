@@ -15,10 +15,10 @@ from torch import nn
 from planner.units import make_plan
 from planner.units.silo_sample import SiloSamplePlan, SiloScenario
 from trainer.data.silos import load_silo_data, mean_estimation
-from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism, clipped_sum, per_example_gradients
 from trainer.engines.params import flatten_params, param_shapes, unflatten_params
 from trainer.models import build_model
 from trainer.strategies.base import RoundContext
+from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism, clipped_sum, per_example_gradients
 
 torch.set_default_dtype(torch.float32)
 

@@ -14,9 +14,9 @@ import torch
 from torch.nn import functional as F
 
 from trainer.data.silos import load_silo_data
-from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism
 from trainer.engines.params import flatten_params, param_shapes, unflatten_params
 from trainer.models import build_model
+from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 
 
 def opacus_or_skip() -> None:

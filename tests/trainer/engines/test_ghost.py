@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from trainer.data.silos import load_silo_data, mean_estimation
-from trainer.engines.dpsgd import DpSgdEngine, SiloMechanism, clipped_sum, example_loss, per_example_gradients
-from trainer.engines.ghost import chain_layers, conv_mode, ghost_clipped_sum
 from trainer.engines.params import flatten_params, param_shapes, unflatten_params
 from trainer.models import build_model
 from trainer.strategies.base import RoundContext
+from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism, clipped_sum, example_loss, per_example_gradients
+from trainer.units.silo.ghost import chain_layers, conv_mode, ghost_clipped_sum
 
 SILOS, WIDTH = 3, 7
 

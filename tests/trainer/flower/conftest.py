@@ -74,7 +74,7 @@ def grid_engine(plan: Any, dim: int, tmp_path: Path, *, update: Callable[..., np
     """A FlowerRoundEngine over in-process nodes running the real ClientApp with ``update`` as training."""
     import torch
 
-    from trainer.strategies import PlanStrategy
+    from trainer.units.client.strategies import PlanStrategy
 
     bundle = write_plan_bundle(tmp_path / "bundle", plan)
     client = NodeClient(bundle, local_update=update, observe=observed)

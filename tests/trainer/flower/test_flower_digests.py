@@ -1,0 +1,41 @@
+"""Golden digest of a Flower scale-out run (issue 28; ``tests/trainer/test_run_digests.py``
+holds the simulator's): the client plan of ``tests/trainer/run_digests.py`` run through
+``trainer.flower.server_app.run_plan`` on in-process nodes hashes to the value recorded
+before the trainer was reorganised, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.trainer.flower.conftest import write_plan_bundle
+from tests.trainer.run_digests import ROUNDS, client_plan, run_digest
+from tests.trainer.trainer_plans import quiet_progress
+from trainer.data import load_dataset
+from trainer.flower.client_app import build_client_app
+from trainer.flower.server_app import run_plan
+from trainer.flower.settings import FlowerOptions, run_config_of
+from trainer.flower.testing import LoopbackGrid
+from trainer.run.runner import TrainConfig
+
+# recorded on the code before issue 28 moved it
+EXPECTED = {
+    "rounds": "828948a466cfc8343f6d2059c41163fdf4d149ef5ee1a3888971f7e0abced0aa",
+    "summary": "c28613839c846f0eeab449df2962e5033c3852112b3dc18fad53a1cf543380a0",
+    "params": "84e61769766e53457e51fc92b454e32478e5d1dd66f5f89bfe49b0cd22786921",
+}
+
+
+def flower_run(out: Path, bundle: Path) -> Path:
+    plan = client_plan()
+    config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [16]}, rounds=ROUNDS, local_steps=2,
+                         lr=0.1, batch_size=16, engine="loop", server_momentum=0.5, eval_every=2)
+    data = load_dataset("digits", num_clients=plan.scenario.total_clients, seed=0)
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(out)}), config)
+    nodes = {1000 + i: {"partition-id": i, "gdpfed-simulation": True} for i in range(plan.scenario.total_clients)}
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(bundle, plan)), nodes, run_config)
+    run_plan(grid, plan.model_dump(mode="json"), run_config, dataset=data, progress=quiet_progress(ROUNDS))
+    return out
+
+
+def test_a_flower_run_hashes_to_its_recorded_digest(tmp_path: Path) -> None:
+    assert run_digest(flower_run(tmp_path / "run", tmp_path / "bundle")) == EXPECTED

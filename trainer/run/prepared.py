@@ -1,0 +1,117 @@
+"""What a unit's preparation hands the run loop: ``PreparedRun``, and the one options object
+every unit's ``prepare`` takes, ``RunOptions`` (docs/trainer.md §Layout).
+
+``trainer.run.runner.prepare_run`` builds ``RunOptions`` once from its keywords and passes
+it through to the plan's unit (``trainer.units.registry``), so a unit's preparation reads
+the same fields by the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from planner.ledger import EpsilonFigures
+from planner.schema import Plan
+from trainer.run.config import TrainConfig
+from trainer.run.directory import RunDirectory
+from trainer.run.outcome import RoundOutcome
+from trainer.run.plots import ChanceLevel
+from trainer.strategies.base import Population, RoundContext, Strategy
+
+if TYPE_CHECKING:  # the unit registry imports the units, which import this module
+    from trainer.units.base import TrainingUnit
+
+
+class RunLedger(Protocol):
+    """What the run loop asks of a unit's ledger (``TrainingUnit.ledger``): count a round,
+    say what was spent (under the unit's ``notion``) and checkpoint its state."""
+
+    privacy_unit: str
+    notion: str
+    rounds_run: int
+
+    def record_round(self) -> None: ...
+
+    def spent(self) -> dict[str, float | None]: ...
+
+    def final_spent(self) -> dict[str, float | None]: ...
+
+    def final_figures(self) -> dict[str, EpsilonFigures | None]:
+        """Each entity's rdp and tight epsilon beside the figure of record (docs/ledger.md §3);
+        empty where the notion is not an epsilon (metric leakage)."""
+        ...
+
+    def targets(self) -> dict[str, float | None]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class RoundRunner(Protocol):
+    """What the run loop drives: a unit's round engine (the simulator's ``RoundEngine``, the
+    Flower scale-out's ``trainer.flower.engine.FlowerRoundEngine``, the silo and metric
+    engines)."""
+
+    dim: int
+
+    def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]: ...
+
+
+# (plan, strategy, population, model dim, config, rounds) -> the round executor for that plan.
+EngineFactory = Callable[[Plan, Strategy, Population, int, TrainConfig, int], RoundRunner]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to prepare a run besides its plan, config and directory (``prepare_run``'s keywords).
+
+    ``strategy_factory(plan, model, dataset, **options)`` replaces the registry's strategy
+    ``config.strategy``; ``dataset`` a pre-loaded dataset (tests); ``engine_factory`` the
+    simulator's round engine (e.g. the Flower scale-out's); float32 math is IEEE unless
+    ``allow_tf32`` (docs/trainer.md §Reproducible GPU math).
+    """
+
+    resume: bool = False
+    device: str = "auto"
+    strategy_factory: Callable[..., Strategy] | None = None
+    dataset: Any = None
+    engine_factory: EngineFactory | None = None
+    allow_tf32: bool = False
+
+
+@dataclass
+class PreparedRun:
+    """A validated run, ready to execute; nothing has been written yet."""
+
+    plan: Any  # the plan document of the run's unit (planner.units)
+    plan_document: dict[str, Any]
+    config: TrainConfig
+    run_dir: RunDirectory
+    resume: bool
+    dataset: Any
+    model: torch.nn.Module
+    device: torch.device
+    population: Population
+    initial_params: torch.Tensor
+    strategy: Any  # the unit's strategy (a Strategy, or a silo unit's SiloStrategy)
+    engine: RoundRunner
+    warnings: list[str]
+    build_strategy: Callable[[Any], Any]
+    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop phases, ledger, options
+    # (plan, strategy, population, dim, config, rounds) -> the round engine; a re-plan rebuilds it
+    engine_factory: EngineFactory | None = None
+    # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set
+    evaluator: Callable[[torch.Tensor], dict[str, float]] | None = None
+    # the plots' chance line for an ``evaluator`` that is not the dataset's test set (a silo
+    # run's per-silo models); None: ``chance_level`` of the dataset's test labels
+    chance: ChanceLevel | None = None
+    learnability: str = ""  # the start-of-run line on the plan's noise-to-signal ratio
+    run_start: int = 0  # global index of the run's first round (its first plan's start_round)
+    current_document: dict[str, Any] | None = None  # the plan now executed, once re-planned
+    plan_history: list[str] = field(default_factory=list)  # ids of superseded plans followed
+    gradient_path: str | None = None  # a DP-SGD run's DpSgdEngine.gradient_path, for its summary

@@ -1,0 +1,78 @@
+"""``TrainingUnit``: what the trainer knows of one privacy unit, the only place the run loop,
+the command line and the experiment runner ask about a unit (docs/trainer.md §Layout).
+
+A unit lives in ``trainer/units/<unit>/``; its ``unit.py`` defines ``UNIT`` and
+``trainer.units.registry`` has one line per unit. This module and each ``unit.py`` load
+without torch: ``gdpfed train`` refuses an option the plan's unit never reads before it
+imports the trainer (start-up time, docs/trainer.md §Layout), so a unit's preparation and
+phases are imported when first used. The loop (``trainer.run.runner``) reads
+the unit's attributes and calls its ``phases`` (``trainer.run.phases.RoundPhases``): it
+never branches on a unit's name or type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer.run.config import TrainConfig
+
+if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declaration must not
+    from trainer.run.phases import RoundPhases
+    from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
+
+# (the unit, plan, plan document, config, run directory, options) -> the validated run of
+# that unit; nothing written
+Prepare = Callable[["TrainingUnit", Any, dict[str, Any], TrainConfig, Path, "RunOptions"], "PreparedRun"]
+
+
+@dataclass(frozen=True)
+class TrainingUnit:
+    """One entry of the trainer's unit registry.
+
+    ``name``: the planner's unit (``planner.units``) whose plans this runs; ``mechanism``:
+    the planner unit's mechanism name, which this trainer implements. ``prepare`` validates
+    everything and builds the run (data, model, population, strategy, round engine);
+    ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` (built once by
+    ``make_phases``) are its steps of the one run loop. Its strategies are named once, in
+    its own ``strategies`` package. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
+    train`` refuses them when given, ``unused_reason`` says why; config.json leaves them
+    out). ``reports``: its rounds can be reported to the service (``--report-to``);
+    otherwise ``no_reports_reason`` is the refusal.
+    """
+
+    name: str
+    mechanism: str
+    summary: str
+    prepare: Prepare
+    ledger: Callable[..., RunLedger]
+    make_phases: Callable[[], RoundPhases]
+    unused_options: tuple[str, ...] = ()
+    unused_reason: str = ""
+    reports: bool = False
+    no_reports_reason: str = ""
+
+    @cached_property
+    def phases(self) -> RoundPhases:
+        """The unit's phases of the run loop (``trainer.run.phases.RoundPhases``)."""
+        return self.make_phases()
+
+    def recorded_config(self, config: TrainConfig) -> dict[str, Any]:
+        """The run's ``config.json``: ``config`` without the options this unit never reads."""
+        return dict(config.model_dump(mode="json", exclude=set(self.unused_options)))
+
+    def secagg_execution(self, config: TrainConfig) -> str | None:
+        """The summary's ``secagg_execution``: ``config``'s, or ``None`` for a unit that runs
+        no secure aggregation (it never reads the option)."""
+        return None if "secagg_execution" in self.unused_options else str(config.secagg_execution)
+
+    def reporting_refusal(self) -> str | None:
+        """Why ``--report-to`` is refused for this unit's runs; ``None`` when its rounds are reported."""
+        if self.reports:
+            return None
+        return self.no_reports_reason or (
+            f"reporting rounds to the service is for client-level runs; this is a {self.mechanism} run"
+        )

@@ -1,0 +1,164 @@
+"""Preparing a client-level run (docs/trainer.md §Runs, checkpoints and resume); the
+client unit's entry of the trainer's unit registry is ``trainer.units.client.unit.UNIT``.
+
+``prepare_client_run`` validates the plan (re-derived by ``planner.verify``), the rounds,
+data, model and strategy, all before anything is written, and builds the round engine:
+the simulator's ``RoundEngine`` (``build_engine``) or the one ``RunOptions.engine_factory``
+gives (the Flower scale-out's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import InvalidInputError
+from planner.schema import Plan, PlanDocument, require_client_plan
+from planner.verify import verify_executable
+from trainer.device import choose_device, configure_float_math
+from trainer.engines import LocalTrainingConfig, flatten_params, num_params
+from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY, TrainConfig
+from trainer.run.directory import RunDirectory
+from trainer.run.divergence import learnability_message
+from trainer.run.preparation import build_population, build_run_model, load_run_data
+from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.strategies.base import Population, Strategy
+from trainer.strategies.registry import registered_strategy
+from trainer.units.base import TrainingUnit
+from trainer.units.client.rounds import RoundEngine, full_mode_reasons
+from trainer.units.client.strategies import STRATEGY_SPECS
+
+
+def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
+                       options: RunOptions) -> PreparedRun:
+    """Validate a client-level plan, config, data and model; build the strategy and round engine.
+
+    Raises ``InvalidInputError`` for anything a user can fix: a plan that is inconsistent
+    or overspends (``planner.verify``, docs/ledger.md §5), rounds beyond the plan's (that
+    would spend more privacy than planned), a plan without rounds, unknown data, a model
+    that does not fit the data, a population larger than the data can split into.
+    ``options.strategy_factory(plan, model, dataset, **options)`` replaces the registry's
+    strategy ``config.strategy`` (``trainer.strategies.registry``, options validated here).
+    """
+    client_plan = checked_client_plan(plan, config, unit.mechanism)
+    factory = options.strategy_factory or registered_strategy(config, client_plan)
+    if options.strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
+        raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
+    device = choose_device(options.device)
+    configure_float_math(options.allow_tf32)
+    local = LocalTrainingConfig(
+        local_steps=config.local_steps, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
+    )
+    dataset = options.dataset if options.dataset is not None else load_run_data(config, client_plan.scenario.total_clients)
+    model = build_run_model(config, dataset).to(device)
+    population, warnings = build_population(
+        client_plan, dataset, config.seed, opt_out_assignment=config.opt_out_assignment, skewed_label=config.skewed_label
+    )
+    dim = num_params(model)
+    learnability = plan_warnings(client_plan, config, dim, warnings)
+
+    def build_strategy(for_plan: Plan) -> Strategy:
+        return factory(
+            for_plan, model, dataset, engine=config.engine, local=local, device=device,
+            server_lr=config.server_lr, server_momentum=config.server_momentum,
+        )
+
+    strategy = build_strategy(client_plan)
+    warnings.extend(strategy.run_warnings(dataset))
+    if options.engine_factory is not None and strategy.adaptive_clip is not None:
+        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
+    unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy,
+                                          simulator=options.engine_factory is None)
+    if unused:
+        warnings.append(unused)
+    engine_factory = options.engine_factory or build_engine
+    return PreparedRun(
+        plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
+        resume=options.resume, dataset=dataset, model=model, device=device, population=population,
+        initial_params=flatten_params(model).to(device), strategy=strategy,
+        engine=engine_factory(client_plan, strategy, population, dim, config, config.rounds), warnings=warnings,
+        build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
+        run_start=client_plan.start_round,
+    )
+
+
+def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> Plan:
+    """``plan`` as a client-level plan, verified (never trusted) and covering ``config.rounds``."""
+    client_plan = require_client_plan(plan, f"the {mechanism} mechanism (client-level DP)")
+    if client_plan.rounds < 1:
+        raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
+    # never trust a plan document: re-derive every mechanism and check every budget
+    verify_executable(client_plan)
+    if config.rounds > client_plan.rounds:
+        raise InvalidInputError(
+            "rounds",
+            f"{config.rounds} exceeds the plan's {client_plan.rounds} rounds; running more would spend "
+            "more privacy than the plan allows (re-plan for more rounds)",
+        )
+    return client_plan
+
+
+def plan_warnings(plan: Plan, config: TrainConfig, dim: int, warnings: list[str]) -> str:
+    """Add to ``warnings`` what the run should know about the plan for a model of ``dim``
+    parameters (another model_dim, an unlikely-to-learn noise level, sparse pools that run
+    full mode); return the start-of-run learnability line."""
+    if dim != plan.scenario.model_dim:
+        warnings.append(
+            f"the plan was made for model_dim {plan.scenario.model_dim}, the model has {dim} "
+            "parameters: keep ratios apply as ratios, and the plan's predicted noise energy, "
+            "noise-to-signal ratio and keep_ratio: auto choices assumed the other dimension"
+        )
+    learnability, unlikely = learnability_message(plan, dim)
+    if unlikely:
+        warnings.append(learnability)
+    if config.secagg_mode == "sparse":
+        fallbacks = full_mode_reasons(plan, "sparse")
+        if fallbacks:
+            warnings.append(
+                "--secagg sparse: " + "; ".join(f"{pool} ({reason})" for pool, reason in fallbacks.items())
+                + " run full mode, the only secure graph there (docs/secure-aggregation.md §Automatic mode)"
+            )
+    return learnability
+
+
+def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: str | None, *,
+                                 simulator: bool = True) -> str | None:
+    """The warning for a plan whose scenario has an ``adaptive_clip`` block run with fixed
+    clipping (docs/trainer.md §Adaptive clipping): the block is not used, every client is
+    clipped at the plan's ``C_g``, and how adaptive clipping is turned on (``strategy_name``
+    the registry's strategy, ``None`` for one given in code). ``None`` when there is nothing
+    to say.
+
+    The privacy accounting stays sound: fixed clipping adds each pool's planned
+    ``noise_multiplier`` ``z_eff`` times ``C_g`` to the update sum and releases no count, the
+    Gaussian mechanism of multiplier ``z_eff`` that the ledger composes either way.
+    """
+    if plan.scenario.adaptive_clip is None or strategy.adaptive_clip is not None:
+        return None
+    if not simulator:
+        how = ADAPTIVE_CLIP_SIMULATOR_ONLY
+    elif strategy_name is None:
+        how = "this strategy does not run it"
+    else:
+        takes = [name for name, spec in STRATEGY_SPECS.items() if "adaptive_clip" in spec.options.model_fields]
+        how = ("turn it on with --strategy-option adaptive_clip=true" if strategy_name in takes
+               else f"strategy {strategy_name} has none; {' and '.join(takes)} run it with --strategy-option adaptive_clip=true")
+    return (
+        "the plan's adaptive_clip block is not used: this run clips at the plan's fixed C (the noise is the "
+        f"planned z_eff times C, as the ledger counts); {how}"
+    )
+
+
+def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
+                 rounds: int) -> RoundEngine:
+    return RoundEngine(
+        plan,
+        strategy,
+        population,
+        dim,
+        rounds=rounds,
+        late_dropout_fraction=config.late_dropout_fraction,
+        secagg_mode=config.secagg_mode,
+        secagg_execution=config.secagg_execution,
+        secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
+    )

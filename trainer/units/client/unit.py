@@ -1,0 +1,39 @@
+"""The client unit's entry of the trainer's unit registry (docs/trainer.md §Layout).
+
+Torch-free, as every unit's ``unit.py``: ``gdpfed train`` reads a unit's declaration
+before it loads the trainer; the preparation and the phases are imported when first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.units.base import TrainingUnit
+from trainer.units.client.ledger import PrivacyLedger
+
+MECHANISM = "gaussian_secagg"
+
+
+def _prepare(*args: Any) -> Any:
+    # start-up time: the run preparation imports torch
+    from trainer.units.client.run import prepare_client_run
+
+    return prepare_client_run(*args)
+
+
+def _phases() -> Any:
+    # start-up time: the phases import torch
+    from trainer.units.client.phases import ClientPhases
+
+    return ClientPhases()
+
+
+UNIT = TrainingUnit(
+    name="client",
+    mechanism=MECHANISM,
+    summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
+    prepare=_prepare,
+    ledger=PrivacyLedger,
+    make_phases=_phases,
+    reports=True,
+)

@@ -1,0 +1,49 @@
+"""The metric unit's entry of the trainer's unit registry (docs/trainer.md §Layout;
+docs/metric-privacy.md §5).
+
+Torch-free, as every unit's ``unit.py``: ``gdpfed train`` refuses the options this unit
+never reads before it loads the trainer; the preparation and phases are imported when
+first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.units.metric_local import NAME
+from trainer.units.base import TrainingUnit
+from trainer.units.metric.ledger import MetricLedger
+
+
+def _prepare(*args: Any) -> Any:
+    # start-up time: the run preparation imports torch
+    from trainer.units.metric.run import prepare_metric_run
+
+    return prepare_metric_run(*args)
+
+
+def _phases() -> Any:
+    # start-up time: the phases import torch
+    from trainer.units.metric.phases import MetricPhases
+
+    return MetricPhases()
+
+
+UNIT = TrainingUnit(
+    name=NAME,
+    mechanism="metric_laplace",
+    summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
+    prepare=_prepare,
+    ledger=MetricLedger,
+    make_phases=_phases,
+    # prepare_metric_run deals clients into groups at random (build_population's default)
+    # and its engine (trainer/units/metric/rounds.py) drops no client after training and
+    # aggregates no secret shares: it never reads these.
+    unused_options=(
+        "opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution",
+        "secagg_workers",
+    ),
+    unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
+    "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",
+    no_reports_reason="metric_local runs are not reported to the service yet; train without --report-to",
+)
