@@ -139,3 +139,33 @@ def test_a_silo_run_stops_at_a_replan_naming_it(server: Any, tmp_path: Path, mon
     parent = api.get(f"/v1/plans/{plan['id']}/ledger").json()
     assert parent["rounds_counted"] == parent["rounds_reported"] == 1 and parent["superseded_by"] == child["id"]
     assert [json.loads(row)["round"] for row in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()] == [0]
+
+
+def test_a_metric_completion_that_failed_is_delivered_later_with_its_participants(
+        server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 2's completion cannot be delivered (the network); it is queued with its
+    participants and delivered after round 3, and the ledger still equals the run's: a
+    queued report keeps who released."""
+    from trainer.run.reporting import ServiceLink
+
+    api = _api(server)
+    plan = _plan(api, METRIC_SCENARIO)
+    request = ServiceLink.request
+    failed: list[dict[str, Any]] = []
+
+    def lossy(self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if body is not None and body.get("round_index") == 2 and body.get("status") == "completed" and not failed:
+            failed.append(body)
+            return "ConnectError: the test's network"
+        return request(self, method, path, body)
+
+    monkeypatch.setattr(ServiceLink, "request", lossy)
+    out = tmp_path / "run"
+    assert _train(server, plan["id"], METRIC_CLI, out) == 0
+    assert failed and set(failed[0]["participants"]) == {"all"} and len(failed[0]["participants"]["all"]) == 7
+    summary = json.loads((out / "summary.json").read_text())
+    ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert ledger["rounds_reported"] == 6 and ledger["rounds_without_participants"] == 0
+    (group,) = ledger["groups"]
+    assert group["leakage_spent"] == pytest.approx(summary["final_metrics"]["metric_leakage_max"], rel=1e-12)
+    assert group["leakage_median"] == pytest.approx(summary["final_metrics"]["metric_leakage_median"], rel=1e-12)
