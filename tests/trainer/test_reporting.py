@@ -464,10 +464,14 @@ def test_the_trainers_reporting_client_uses_the_served_models() -> None:
     import app.errors
     import app.schemas
     import planner.service_api as shared
+    import planner.units
     from trainer.run import reporting
 
-    for name in ("RoundReport", "LedgerOut", "KeyIdentity", "ErrorBody"):
+    for name in ("RoundReport", "KeyIdentity", "ErrorBody"):
         assert getattr(reporting, name) is getattr(shared, name), name
+    # ledgers of every unit are read as their unit's served model (silo and metric runs report too)
+    assert reporting.parse_ledger is planner.units.parse_ledger
+    assert {unit.ledger_model for unit in planner.units.UNITS.values()} >= {shared.SiloLedgerOut, shared.MetricLedgerOut}
     assert app.schemas.RoundReport is shared.RoundReport and app.schemas.LedgerOut is shared.LedgerOut
     assert app.schemas.KeyIdentity is shared.KeyIdentity and app.errors.ErrorBody is shared.ErrorBody
 

@@ -28,3 +28,6 @@ class RoundOutcome:
     # adaptive clipping: the round's clip norm S^t and the noisy unclipped share b_bar it released
     clip_norm: float | None = None
     unclipped_fraction: float | None = None
+    # group id -> the clients that released this round (units whose ledger counts
+    # participations: the metric unit); None where the round engine does not count them
+    participants: dict[str, list[int]] | None = None

@@ -33,8 +33,8 @@ import httpx
 import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
-from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, RoundReport
-from planner.units import load_plan_document
+from planner.service_api import ErrorBody, KeyIdentity, RoundReport
+from planner.units import load_plan_document, parse_ledger
 from trainer.run.directory import fingerprint
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -121,8 +121,10 @@ class ServiceLink:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
         return reason
 
-    def preflight(self, plan_id: str) -> LedgerOut:
-        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``)."""
+    def preflight(self, plan_id: str) -> Any:
+        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``),
+        read as its unit's model (``planner.units.parse_ledger``: every one has
+        ``superseded_by`` and ``rounds_counted``)."""
         health = self.request("GET", "/healthz")
         if isinstance(health, str) or health.status_code >= 400:
             why = health if isinstance(health, str) else f"HTTP {health.status_code}"
@@ -144,7 +146,7 @@ class ServiceLink:
             raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
         if ledger.status_code >= 400:
             raise InvalidInputError("report-to", f"the service answered HTTP {ledger.status_code}: {_message(ledger)}")
-        return LedgerOut.model_validate(ledger.json())
+        return parse_ledger(ledger.json())
 
     def fetch_plan(self, plan_id: str) -> dict[str, Any]:
         """The service's plan document (``GET /v1/plans/{id}``), provenance fields included."""
@@ -242,10 +244,16 @@ class RoundReporter:
             )
         return None
 
-    def complete(self, round_index: int, aborted_pools: list[str], metrics: dict[str, Any]) -> None:
-        """Queue this round's completion and deliver everything queued, oldest first."""
+    def complete(self, round_index: int, aborted_pools: list[str], metrics: dict[str, Any],
+                 participants: dict[str, list[int]] | None = None) -> None:
+        """Queue this round's completion and deliver everything queued, oldest first.
+
+        ``participants`` (metric runs: group id -> the clients that released) go with the
+        completion: the round's clients are selected when it runs, after its claim, and the
+        service counts a claimed round as one release of every client until they arrive
+        (docs/ledger.md §8)."""
         report = RoundReport(round_index=round_index, status="completed", aborted_pools=list(aborted_pools),
-                             metrics=metrics)
+                             metrics=metrics, participants=participants)
         self.pending.append({"plan_id": self.plan_id, "body": report.model_dump(mode="json")})
         self.flush()
 

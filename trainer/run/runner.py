@@ -190,6 +190,14 @@ def follow_replans(state: LoopState, global_round: int, display: Progress) -> No
     if reporter is None:
         return
     while (successor := reporter.claim(global_round)) is not None:
+        if not state.prepared.unit.follows_replans:
+            # silo and metric runs do not follow a re-plan yet: stop before the round runs
+            # (nothing of it is spent) and name the plan that now holds these rounds
+            raise ReportingStoppedError(
+                f"plan {reporter.plan_id} was re-planned as {successor.plan_id} from round {successor.start_round}; "
+                f"{state.prepared.unit.name} runs do not follow a re-plan yet: train the re-plan in a new job "
+                f"(gdpfed train --plan-id {successor.plan_id} --report-to (the same service) --out NEW_DIR)"
+            )
         document = reporter.link.fetch_plan(successor.plan_id)
         state.ledger = switch_plan(state.prepared, state.ledger, document, global_round, state.epsilon_fn)
         state.prepared.plan_history.append(reporter.plan_id)
@@ -235,7 +243,7 @@ def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     state.records.append(record)
     # Report before the checkpoint so the checkpoint holds the queue after this attempt; a
     # crash in between re-runs the round: its claim and completion are no-ops at the service.
-    refused = report_round(state, record)
+    refused = report_round(state, record, prepared.unit.participants(outcome))
     if (refused is not None or last or state.divergence is not None or phases.checkpoint_every_round
             or (local_round + 1) % config.checkpoint_every == 0):
         checkpoint(state, local_round + 1)
@@ -248,12 +256,14 @@ def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     return True
 
 
-def report_round(state: LoopState, record: RoundRecord) -> ReportingStoppedError | None:
-    """Complete the round at the service; the refusal that stops the run, if any."""
+def report_round(state: LoopState, record: RoundRecord,
+                 participants: dict[str, list[int]] | None = None) -> ReportingStoppedError | None:
+    """Complete the round at the service (with its ``participants`` where the unit reports
+    them); the refusal that stops the run, if any."""
     if state.reporter is None:
         return None
     try:
-        state.reporter.complete(record.round, record.aborted_pools, report_metrics(record))
+        state.reporter.complete(record.round, record.aborted_pools, report_metrics(record), participants)
     except ReportingStoppedError as exc:
         return exc
     return None

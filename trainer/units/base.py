@@ -41,7 +41,11 @@ class TrainingUnit:
     its own ``strategies`` package. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
     train`` refuses them when given, ``unused_reason`` says why; config.json leaves them
     out). ``reports``: its rounds can be reported to the service (``--report-to``);
-    otherwise ``no_reports_reason`` is the refusal.
+    otherwise ``no_reports_reason`` is the refusal. ``reports_participants``: its round
+    reports carry the round's participants (``participants``; the metric unit's service
+    ledger counts each client's releases, docs/ledger.md §8). ``follows_replans``: a run
+    switches to the service's re-plan at a claim answered ``superseded``; otherwise that
+    answer stops the run naming the re-plan (docs/ledger.md §6).
     """
 
     name: str
@@ -54,6 +58,8 @@ class TrainingUnit:
     unused_reason: str = ""
     reports: bool = False
     no_reports_reason: str = ""
+    reports_participants: bool = False
+    follows_replans: bool = False
 
     @cached_property
     def phases(self) -> RoundPhases:
@@ -68,6 +74,13 @@ class TrainingUnit:
         """The summary's ``secagg_execution``: ``config``'s, or ``None`` for a unit that runs
         no secure aggregation (it never reads the option)."""
         return None if "secagg_execution" in self.unused_options else str(config.secagg_execution)
+
+    def participants(self, outcome: Any) -> dict[str, list[int]] | None:
+        """What the round's report carries as ``participants`` (group id -> the clients that
+        released in the round, ``outcome.participants``); ``None`` for a unit that reports none."""
+        if not self.reports_participants:
+            return None
+        return {group: list(clients) for group, clients in (outcome.participants or {}).items()}
 
     def reporting_refusal(self) -> str | None:
         """Why ``--report-to`` is refused for this unit's runs; ``None`` when its rounds are reported."""

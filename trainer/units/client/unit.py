@@ -36,4 +36,5 @@ UNIT = TrainingUnit(
     ledger=PrivacyLedger,
     make_phases=_phases,
     reports=True,
+    follows_replans=True,
 )

@@ -121,5 +121,6 @@ class MetricRoundEngine:
             dropped_after_masking=0,
             timing=timing,
             nonfinite_updates=nonfinite,
+            participants={g.id: [c for c, gid in chosen if gid == g.id] for g in self.plan.groups},
         )
         return new_params, outcome

@@ -45,5 +45,8 @@ UNIT = TrainingUnit(
     ),
     unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
     "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",
-    no_reports_reason="metric_local runs are not reported to the service yet; train without --report-to",
+    # each round's report carries its participants: the service's leakage ledger counts
+    # every client's releases from them (docs/ledger.md §8)
+    reports=True,
+    reports_participants=True,
 )
