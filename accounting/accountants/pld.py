@@ -263,16 +263,23 @@ class _Pmfs:
         self.starts = np.cumsum(length) - length
         self.row = row = np.repeat(np.arange(q.size), length)
         self.index = index = np.arange(row.size) - self.starts[row]
-        self.losses = grid = h[row] * (lo[row] + index).astype(float)
-        p_tail, q_tail = _tails(grid, q[row], sigma[row], direction)
-        cell = (index < length[row] - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            # each step's value at each of its positions (one step: the value itself, the same numbers)
+            return values[0] if values.size == 1 else np.repeat(values, length)
+
+        self.losses = grid = spread(h) * (spread(lo) + index).astype(float)
+        p_tail, q_tail = _tails(grid, spread(q), spread(sigma), direction)
+        cell = (index < spread(length) - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
         p_cell = np.where(cell, np.maximum(p_tail[:-1] - p_tail[1:], 0.0), 0.0)
         q_cell = np.where(cell, np.maximum(q_tail[:-1] - q_tail[1:], 0.0), 0.0)
         e_lo = np.exp(grid[:-1])
         e_hi = np.exp(grid[1:])
-        cell_row = row[:-1]
-        to_lower = np.where(cell, np.maximum((e_hi * q_cell - p_cell) / np.expm1(h)[cell_row], 0.0), 0.0)
-        to_upper = np.where(cell, np.maximum((p_cell - e_lo * q_cell) / -np.expm1(-h)[cell_row], 0.0), 0.0)
+        down, up = spread(np.expm1(h)), spread(-np.expm1(-h))
+        if not np.isscalar(down):
+            down, up = down[:-1], up[:-1]
+        to_lower = np.where(cell, np.maximum((e_hi * q_cell - p_cell) / down, 0.0), 0.0)
+        to_upper = np.where(cell, np.maximum((p_cell - e_lo * q_cell) / up, 0.0), 0.0)
         mass = np.zeros(row.size)
         mass[:-1] += to_lower
         mass[1:] += to_upper
@@ -299,9 +306,17 @@ class _Pmfs:
             terms = np.exp(lambdas[None, :, None] * losses[:, None, :] - shift[:, :, None])
             with np.errstate(divide="ignore"):
                 return shift + np.log(np.matmul(terms, mass[:, :, None])[:, :, 0])
-        terms = np.exp(lambdas[self.row] * self.losses[:, None] - shift[self.row])
+        # a few lambdas per step (the fine pass): one weighted count per lambda
+        sums = np.empty(lam.shape)
+        lengths = self.tops - self.starts + 1
+        for k in range(lam.shape[1]):
+            if lam.shape[0] == 1:
+                terms = np.exp(lam[0, k] * self.losses - shift[0, k])
+            else:
+                terms = np.exp(np.repeat(lam[:, k], lengths) * self.losses - np.repeat(shift[:, k], lengths))
+            sums[:, k] = np.add.reduceat(terms * self.mass, self.starts)
         with np.errstate(divide="ignore"):
-            return shift + np.log(self.sums(terms * self.mass[:, None]))
+            return shift + np.log(sums)
 
 
 # Histories per batch of compose_many: a batch's arrays stay within the CPU caches (larger
@@ -344,10 +359,9 @@ def _compose_batch(histories: Sequence[Sequence[PhaseTuple]], delta: float, dire
         mean = coarse.sums(coarse.mass * coarse.losses)
         var = coarse.sums(coarse.mass * (coarse.losses - mean[coarse.row]) ** 2)
         var_total = np.bincount(hid, weights=t * var, minlength=n_hist)
-        up = np.zeros((n_hist, _LAMBDAS.size))
-        down = np.zeros((n_hist, _LAMBDAS.size))
-        np.add.at(up, hid, t[:, None] * coarse.log_mgf(_LAMBDAS))
-        np.add.at(down, hid, t[:, None] * coarse.log_mgf(-_LAMBDAS))
+        first = _first_of_runs(hid)
+        up = np.add.reduceat(t[:, None] * coarse.log_mgf(_LAMBDAS), first, axis=0)
+        down = np.add.reduceat(t[:, None] * coarse.log_mgf(-_LAMBDAS), first, axis=0)
         std = np.sqrt(np.maximum(var_total, 1e-300))
         log_tail = math.log(delta * TAIL_SHARE / 4)
         high = np.min((up - log_tail) / _LAMBDAS, axis=1)
@@ -378,8 +392,14 @@ def _compose_rows(
     window_hi = window_lo + n - 1
     floor_loss = np.minimum(low_p, 0.0) - (high_p - low_p)
     # the phases of these histories, in order (each history's phases are contiguous)
-    rows = np.nonzero(np.isin(hid, part))[0]
+    rows = np.arange(hid.size) if part.size == high.size else np.nonzero(np.isin(hid, part))[0]
     local = np.searchsorted(part, hid[rows])  # part is sorted (np.nonzero)
+    starts = _first_of_runs(local)
+
+    def per_history(values: np.ndarray) -> np.ndarray:
+        # the sum over each history's phases, in their order
+        return np.add.reduceat(values, starts, axis=0)
+
     h_r = h[local]
     lo_i = np.floor(np.maximum(bottom[rows], floor_loss[local]) / h_r)
     hi_i = np.maximum(np.ceil(top[rows] / h_r), lo_i + 1)
@@ -388,21 +408,17 @@ def _compose_rows(
         fine = _Pmfs(q[rows], sigma[rows], direction, h_r, lo_i.astype(np.int64), length)
     inf_mass = fine.inf_mass
     t_r = t[rows]
-    survive = np.zeros(part.size)  # log P(no step at +inf), per history
-    finite = inf_mass < 1
-    np.add.at(survive, local, np.where(finite, t_r * np.log1p(-np.where(finite, inf_mass, 0.0)), -np.inf))
-    offset = np.zeros(part.size)
-    np.add.at(offset, local, t_r * lo_i)
+    finite = inf_mass < 1  # survive: log P(no step at +inf), per history
+    survive = per_history(np.where(finite, t_r * np.log1p(-np.where(finite, inf_mass, 0.0)), -np.inf))
+    offset = per_history(t_r * lo_i)
     # wrap each pmf onto the FFT length (the circular convolution places index j at j mod n)
     slots = fine.row * n + fine.index % n
     placed = np.bincount(slots, weights=fine.mass, minlength=rows.size * n).reshape(rows.size, n)
     l2 = np.sqrt(np.sum(np.square(placed), axis=1))
     bound = _FftErrorBound(n)
-    spectrum_l2 = np.zeros(part.size)
-    np.add.at(spectrum_l2, local, t_r * bound.c_n * l2 + (t_r * (math.pi + 1) + 4) * bound.U + 4 * bound.U)
+    spectrum_l2 = per_history(t_r * bound.c_n * l2 + (t_r * (math.pi + 1) + 4) * bound.U + 4 * bound.U)
     fft_l1 = math.sqrt(n) * (spectrum_l2 + bound.c_n)
     powered = _integer_powers(np.fft.rfft(placed, axis=1), t_r.astype(np.int64))
-    starts = np.nonzero(np.r_[True, local[1:] != local[:-1]])[0]
     spectrum = np.multiply.reduceat(powered, starts, axis=0)
     composed = np.fft.irfft(spectrum, n, axis=1)
     shift = ((window_lo - offset) % n).astype(np.int64)
@@ -413,9 +429,8 @@ def _compose_rows(
     # the Chernoff bound on the mass above the window, on the fine pmfs (as compose)
     best = _LAMBDAS[np.argmin(up[part] - _LAMBDAS[None, :] * (window_hi * h)[:, None], axis=1)]
     lambdas = best[:, None] * np.array([0.8, 1.0])[None, :]
-    fine_up = np.zeros((part.size, 2))
     with np.errstate(all="ignore"):
-        np.add.at(fine_up, local, t_r[:, None] * fine.log_mgf(lambdas[local]))
+        fine_up = per_history(t_r[:, None] * fine.log_mgf(lambdas[local]))
     above = np.minimum(np.exp(np.minimum(np.min(fine_up - lambdas * (window_hi * h)[:, None], axis=1), 0.0)), 1.0)
     inf_total = -np.expm1(survive)
     error = above + np.maximum(fft_l1, 2 * noise)
@@ -435,12 +450,22 @@ def _integer_powers(spectra: np.ndarray, steps: np.ndarray) -> np.ndarray:
     remaining = steps.copy()
     while True:
         odd = (remaining & 1).astype(bool)
-        if odd.any():
-            out[odd] *= base[odd]
+        if odd.all():
+            out *= base
+        elif odd.any():
+            np.multiply(out, base, out=out, where=odd[:, None])
         remaining >>= 1
         if not remaining.any():
             return out
         base *= base
+
+
+_TOP_CANDIDATES = np.geomspace(1e-4, 700.0, 137)
+
+
+def _first_of_runs(labels: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal consecutive labels starts (each history's first phase)."""
+    return np.concatenate(([0], np.flatnonzero(labels[1:] != labels[:-1]) + 1))
 
 
 def _top_losses(q: np.ndarray, sigma: np.ndarray, direction: str, budget: np.ndarray) -> np.ndarray:
@@ -448,7 +473,7 @@ def _top_losses(q: np.ndarray, sigma: np.ndarray, direction: str, budget: np.nda
     cap = np.full(q.shape, np.inf)
     if direction == "add":
         cap = np.where(q < 1, -np.log1p(-np.where(q < 1, q, 0.0)), np.inf)
-    candidates = np.geomspace(1e-4, 700.0, 137)
+    candidates = _TOP_CANDIDATES
     below = candidates[None, :] < cap[:, None]
     p, qq = _tails(np.broadcast_to(candidates, below.shape), q[:, None], sigma[:, None], direction)
     deltas = np.where(qq > 0, p - np.exp(candidates)[None, :] * qq, p)
