@@ -235,11 +235,11 @@ def epsilon_figures(
 
     ``known[a][i]`` is history i's epsilon already computed under accountant ``a`` (the figure
     of record, when the ledger accountant is rdp or pld): it is used instead of recomputing.
-    rdp answers every history in one vectorised call; pld once per distinct history (the
-    groups of a plan often share one), each as an upper bound or rdp's answer where pld
-    falls back (docs/accounting.md §13.4).
+    rdp answers every history in one vectorised call; pld each distinct history once (the
+    groups of a plan often share one), all composed together (§13.6), each as an upper
+    bound or rdp's answer where pld falls back (docs/accounting.md §13.4).
     """
-    from accounting import epsilon_of_events, epsilons_of_histories
+    from accounting import epsilons_of_histories
 
     known = known or {}
     values: dict[AccountantName, list[float]] = {}
@@ -255,11 +255,12 @@ def epsilon_figures(
             for i, report in zip(todo, answers, strict=True):
                 out[i] = float(report.epsilon)
         elif todo:
-            distinct: dict[str, float] = {}
-            for i in todo:
-                key = repr([event.model_dump() for event in histories[i]])
-                if key not in distinct:
-                    distinct[key] = float(epsilon_of_events(list(histories[i]), delta, name).epsilon)
+            # each distinct history once, all of them composed together (docs/accounting.md §13.6)
+            keys = [repr([event.model_dump() for event in histories[i]]) for i in todo]
+            first = {key: i for i, key in reversed(list(zip(todo, keys)))}
+            reports = epsilons_of_histories([list(histories[i]) for i in first.values()], delta, name)
+            distinct = {key: float(report.epsilon) for key, report in zip(first, reports, strict=True)}
+            for i, key in zip(todo, keys, strict=True):
                 out[i] = distinct[key]
         values[name] = out
     return [EpsilonFigures(r, t) for r, t in zip(values[RDP_ACCOUNTANT], values[TIGHT_ACCOUNTANT], strict=True)]

@@ -66,7 +66,7 @@ def _sf(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- one step, one direction
 
 
-def _threshold(eps: np.ndarray, q: float, sigma: float, direction: str) -> np.ndarray:
+def _threshold(eps: np.ndarray, q: float | np.ndarray, sigma: float | np.ndarray, direction: str) -> np.ndarray:
     """x at which the loss equals ``eps``: remove: L(x) = log(1-q+q e^{(2x-1)/2s^2}) rises in x;
     add: L(x) = -log(...) falls in x. nan where no x reaches ``eps``."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -77,7 +77,9 @@ def _threshold(eps: np.ndarray, q: float, sigma: float, direction: str) -> np.nd
         return np.where(inner > 0, sigma**2 * np.log(np.where(inner > 0, inner, 1.0) / q) + 0.5, np.nan)
 
 
-def _tails(eps: np.ndarray, q: float, sigma: float, direction: str) -> tuple[np.ndarray, np.ndarray]:
+def _tails(
+    eps: np.ndarray, q: float | np.ndarray, sigma: float | np.ndarray, direction: str
+) -> tuple[np.ndarray, np.ndarray]:
     """P(L > eps) under the direction's first distribution P, and Q(L > eps) (docs/accounting.md §13.1)."""
     x = _threshold(eps, q, sigma, direction)
     below = np.isnan(x)  # remove: eps below log(1-q), every x has L > eps; add: eps above -log(1-q), none has
@@ -96,36 +98,6 @@ def single_delta(eps: float, q: float, sigma: float, direction: str) -> float:
     """Hockey-stick divergence of one step: P(L > eps) - e^eps Q(L > eps)."""
     p, qq = _tails(np.array([eps]), q, sigma, direction)
     return max(float(p[0] - math.exp(eps) * qq[0]), 0.0)
-
-
-class _StepPmf:
-    """The connect-the-dots pmf of one step on grid points ``h * (lo .. lo + len(mass) - 1)``,
-    plus ``inf_mass`` at +infinity (docs/accounting.md §13.1)."""
-
-    def __init__(self, q: float, sigma: float, direction: str, h: float, lo: int, hi: int) -> None:
-        grid = h * np.arange(lo, hi + 1, dtype=float)
-        p_tail, q_tail = _tails(grid, q, sigma, direction)
-        # cell i = (grid_i, grid_{i+1}]: its P and Q mass
-        p_cell = np.maximum(p_tail[:-1] - p_tail[1:], 0.0)
-        q_cell = np.maximum(q_tail[:-1] - q_tail[1:], 0.0)
-        e_lo = np.exp(grid[:-1])
-        e_hi = np.exp(grid[1:])
-        # a loss l in the cell splits into (e^{b-l} - 1)/(e^h - 1) at a and (1 - e^{a-l})/(1 - e^{-h}) at b:
-        # E_P[e^{-L}; cell] = Q(cell), so the cell's shares are linear in (P, Q) of the cell
-        to_lower = np.maximum((e_hi * q_cell - p_cell) / math.expm1(h), 0.0)
-        to_upper = np.maximum((p_cell - e_lo * q_cell) / -math.expm1(-h), 0.0)
-        mass = np.zeros(hi - lo + 1)
-        mass[:-1] += to_lower
-        mass[1:] += to_upper
-        # above the top point: e^{top} Q(L > top) at top, the rest P(L > top) - e^{top} Q(L > top) at +inf
-        top_q = q_tail[-1] * e_hi[-1] if len(e_hi) else q_tail[-1] * math.exp(grid[-1])
-        self.inf_mass = max(float(p_tail[-1] - top_q), 0.0)
-        mass[-1] += min(top_q, float(p_tail[-1]))
-        # below the bottom point: rounded up to it (pessimistic); the P mass left over
-        mass[0] += max(1.0 - float(p_tail[0]), 0.0)
-        self.mass = mass
-        self.lo = lo
-        self.h = h
 
 
 # --------------------------------------------------------------------------- composition
@@ -176,93 +148,13 @@ class Composed:
         return float(min(max(eps, low, 0.0), losses[k]))
 
 
-def _log_mgf(losses: np.ndarray, mass: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
-    """log E[e^{lambda L}] of a (sub-)pmf for each lambda (each scaled by its largest exponent)."""
-    shift = np.where(lambdas > 0, lambdas * losses[-1], lambdas * losses[0])
-    terms = np.exp(lambdas[:, None] * losses[None, :] - shift[:, None])
-    with np.errstate(divide="ignore"):
-        return shift + np.log(terms @ mass)
-
-
-def _tail_quantiles(log_mgf: np.ndarray, lambdas: np.ndarray, log_tail: float) -> float:
-    """The smallest bound u that the Chernoff bound gives P(S > u) <= e^{log_tail} for (lambdas > 0)."""
-    return float(np.min((log_mgf - log_tail) / lambdas))
-
-
 _LAMBDAS = np.geomspace(1e-2, 1e3, 24)
 
 
-def compose(phases: Sequence[PhaseTuple], delta: float, direction: str, fft_size: int | None = None) -> Composed:
-    """The composition of ``phases`` in one direction (docs/accounting.md §13.2-§13.3)."""
-    total_steps = sum(t for _, _, t in phases)
-    # a coarse pass places the window: Chernoff quantiles of the composition, from each step's coarse pmf
-    tops, bottoms = [], []
-    var_total = 0.0
-    log_mgf_up = np.zeros(_LAMBDAS.size)
-    log_mgf_down = np.zeros(_LAMBDAS.size)
-    for q, sigma, t in phases:
-        top = _top_loss(q, sigma, direction, delta * TAIL_SHARE / (4 * total_steps))
-        bottom = _bottom_loss(q, sigma, direction, top, delta * TAIL_SHARE / total_steps)
-        coarse_h = (top - bottom) / 600
-        pmf = _StepPmf(q, sigma, direction, coarse_h, math.floor(bottom / coarse_h), math.ceil(top / coarse_h))
-        losses = coarse_h * (pmf.lo + np.arange(pmf.mass.size))
-        mean = float(np.sum(pmf.mass * losses))
-        var_total += t * float(np.sum(pmf.mass * (losses - mean) ** 2))
-        log_mgf_up += t * _log_mgf(losses, pmf.mass, _LAMBDAS)
-        log_mgf_down += t * _log_mgf(losses, pmf.mass, -_LAMBDAS)
-        tops.append(top)
-        bottoms.append(bottom)
-    std = math.sqrt(max(var_total, 1e-300))
-    log_tail = math.log(delta * TAIL_SHARE / 4)
-    # a step's loss above the window goes to +inf (counted in full in delta), so the window
-    # need not reach the steps' own tops
-    high = _tail_quantiles(log_mgf_up, _LAMBDAS, log_tail)
-    tops = [min(top, high) for top in tops]
-    low = -_tail_quantiles(log_mgf_down, _LAMBDAS, log_tail)
-    low = min(low, high - 1e-9)
-    # the spacing resolves the composition (STD_STEPS per standard deviation) and each step: the
-    # connect-the-dots error is at most about h^2 / 8 of loss per step, kept below 1e-4 of the top
-    step_h = math.sqrt(8e-4 * max(high, 1e-2) / total_steps)
-    points = max(STD_STEPS * (high - low) / std, (high - low) / step_h, 1.0)
-    n = fft_size or int(min(FFT_SIZE_MAX, max(FFT_SIZE_MIN, 2 ** math.ceil(math.log2(points)))))
-    h = (high - low) / (n - 1)
-    window_lo = math.floor(low / h)
-    window_hi = window_lo + n - 1
-    # a step's loss below this is rounded up to it (pessimistic): nothing below the window matters
-    floor_loss = min(low, 0.0) - (high - low)
-    spectrum = np.ones(n // 2 + 1, dtype=complex)
-    fft_error = _FftErrorBound(n)
-    offset = 0
-    survive = 0.0  # log P(no step at +inf)
-    # the exact tail bound above the window, on the fine pmfs at the lambdas near the coarse optimum
-    best = float(_LAMBDAS[np.argmin(log_mgf_up - _LAMBDAS * (window_hi * h))])
-    lambdas = best * np.array([0.8, 1.0])
-    fine_up = np.zeros(lambdas.size)
-    for (q, sigma, t), top, bottom in zip(phases, tops, bottoms):
-        lo_i, hi_i = math.floor(max(bottom, floor_loss) / h), math.ceil(top / h)
-        hi_i = max(hi_i, lo_i + 1)
-        if hi_i - lo_i + 1 > STEP_POINTS_MAX:
-            raise ValueError(f"a step's loss pmf would need {hi_i - lo_i + 1:.3g} grid points")
-        pmf = _StepPmf(q, sigma, direction, h, lo_i, hi_i)
-        survive += t * math.log1p(-pmf.inf_mass) if pmf.inf_mass < 1 else -math.inf
-        placed = np.bincount(np.arange(pmf.mass.size) % n, weights=pmf.mass, minlength=n)
-        fft_error.add_phase(math.sqrt(float(np.sum(np.square(placed)))), t)  # no BLAS threads
-        spectrum *= np.fft.rfft(placed) ** t
-        offset += t * lo_i
-        fine_up += t * _log_mgf(h * (lo_i + np.arange(pmf.mass.size)), pmf.mass, lambdas)
-    composed = np.fft.irfft(spectrum, n)
-    # position j holds every sum index s with s - offset = j (mod n); the window reads each once
-    indices = np.arange(window_lo, window_hi + 1)
-    values = composed[(indices - offset) % n]
-    noise = float(np.sum(-values[values < 0]))
-    values = np.maximum(values, 0.0)
-    # the exact composition's mass above the window wrapped to lower losses: its Chernoff bound
-    # is counted in full in delta (mass below the window wraps upwards: pessimistic)
-    above = min(math.exp(min(float(np.min(fine_up - lambdas * (window_hi * h))), 0.0)), 1.0)
-    inf_mass = -math.expm1(survive)
-    # floating-point error of the FFT: a proven bound on the l1 error of the values read
-    # (§13.2, _FftErrorBound); the negative values are pure error, so their sum is below it
-    return Composed(h * indices, values, inf_mass, above + max(fft_error.l1(), 2 * noise))
+def compose(phases: Sequence[PhaseTuple], delta: float, direction: str) -> Composed:
+    """The composition of ``phases`` in one direction (docs/accounting.md §13.2-§13.3): the
+    one-history case of :func:`compose_many`."""
+    return compose_many([phases], delta, direction)[0]
 
 
 class _FftErrorBound:
@@ -279,7 +171,8 @@ class _FftErrorBound:
     ``||F x_k||_2 = sqrt(n) ||x_k||_2`` and entries of modulus <= 1 (x_k is a sub-pmf), so
     raising it to ``t_k`` adds at most ``t_k`` times its error (the derivative of ``s^t`` on
     the unit disc) plus the power's own rounding, ``(t_k (pi + 1) + 4) u`` of an entry of
-    modulus <= 1 (``exp(t log s)``: ``t |log s| |s|^t <= 1/e``, ``t |arg s| <= pi t``); the
+    modulus <= 1 (``exp(t log s)``: ``t |log s| |s|^t <= 1/e``, ``t |arg s| <= pi t``; the
+    binary powering of :func:`_integer_powers` stays within it, ``(t_k - 1) sqrt 5 u``); the
     products of the phases' spectra add ``4u`` each. The inverse transform divides the
     spectrum's l2 error by ``sqrt(n)`` and adds ``c_n`` of its output (l2 <= l1 <= 1), and
     ``||e||_1 <= sqrt(n) ||e||_2`` converts to the l1 norm, which bounds the error of every
@@ -307,37 +200,6 @@ class _FftErrorBound:
         return math.sqrt(self.n) * (self.spectrum_l2 + self.c_n)
 
 
-def _top_loss(q: float, sigma: float, direction: str, budget: float) -> float:
-    """A loss above which one step's delta is at most ``budget`` (that part goes to +inf)."""
-    cap = -math.log1p(-q) if (direction == "add" and q < 1) else math.inf
-    candidates = np.geomspace(1e-4, 700.0, 137)
-    candidates = candidates[candidates < cap]
-    if candidates.size == 0:
-        return cap
-    with np.errstate(over="ignore", invalid="ignore"):
-        p, qq = _tails(candidates, q, sigma, direction)
-        deltas = np.where(qq > 0, p - np.exp(candidates) * qq, p)
-    fits = np.nonzero(deltas <= budget)[0]
-    if fits.size == 0:
-        return cap if math.isfinite(cap) else float(candidates[-1])
-    return float(candidates[fits[0]])
-
-
-def _bottom_loss(q: float, sigma: float, direction: str, top: float, mass: float) -> float:
-    """A loss below which one step's P mass is below ``mass`` (rounded up to it: pessimistic, §13.1)."""
-    floor = math.log1p(-q) if (direction == "remove" and q < 1) else -math.inf
-    z = max(math.sqrt(2 * math.log(1 / max(mass, 1e-300))), 4.0)  # Phi(-z) <= mass
-    if direction == "remove":  # L rises with x ~ mu1: low x
-        x = -z * sigma
-        value = math.log((1 - q) + q * math.exp((2 * x - 1) / (2 * sigma**2)))
-    else:  # add: L = -log(...) falls with x ~ mu0: high x
-        x = z * sigma
-        arg = (2 * x - 1) / (2 * sigma**2)
-        value = -(math.log(q) + arg + math.log1p((1 - q) / q * math.exp(-arg)))
-    value = max(value, floor) if math.isfinite(floor) else value
-    return min(value, top - 1e-9)
-
-
 def epsilon_of_phases(phases: Sequence[PhaseTuple], delta: float) -> float:
     """Epsilon of the composed phases at ``delta``: the larger of the two directions (§13)."""
     return _epsilon_and_error(phases, delta)[0]
@@ -345,8 +207,16 @@ def epsilon_of_phases(phases: Sequence[PhaseTuple], delta: float) -> float:
 
 def _epsilon_and_error(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, float]:
     """Epsilon and the larger direction's error terms (added to delta), as a share of delta."""
-    composed = [compose(phases, delta, direction) for direction in ("remove", "add")]
-    return max(c.epsilon(delta) for c in composed), max(c.error for c in composed) / delta
+    return _epsilons_and_errors([phases], delta)[0]
+
+
+def _epsilons_and_errors(histories: Sequence[Sequence[PhaseTuple]], delta: float) -> list[tuple[float, float]]:
+    """:func:`_epsilon_and_error` of every history, composed together (:func:`compose_many`)."""
+    directions = [compose_many(histories, delta, direction) for direction in ("remove", "add")]
+    return [
+        (max(remove.epsilon(delta), add.epsilon(delta)), max(remove.error, add.error) / delta)
+        for remove, add in zip(*directions, strict=True)
+    ]
 
 
 # Where the error terms take more than this share of delta (tiny delta, many steps of a tiny
@@ -381,6 +251,282 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
     return _RDP.epsilon(events, delta).epsilon, f"pld failed numerically ({failure}); fell back to rdp"
 
 
+# --------------------------------------------------------------------------- many histories at once
+
+
+class _Pmfs:
+    """The connect-the-dots pmfs of many steps (docs/accounting.md §13.1), end to end in flat
+    arrays: step r is (q_r, sigma_r) on the points ``h_r * (lo_r .. lo_r + length_r - 1)``,
+    stored at ``starts[r] .. starts[r] + length_r - 1`` (``row``: each position's step,
+    ``index``: its place in the step's pmf), plus ``inf_mass[r]`` at +infinity. Each cell
+    between two points splits its mass between them so that E_P[e^{-L}] is kept; above the
+    top point, e^{top} Q(L > top) sits at the top and the rest at +inf; below the bottom
+    point the P mass is rounded up to it (pessimistic)."""
+
+    def __init__(
+        self, q: np.ndarray, sigma: np.ndarray, direction: str, h: np.ndarray, lo: np.ndarray, length: np.ndarray
+    ) -> None:
+        self.starts = np.cumsum(length) - length
+        self.row = row = np.repeat(np.arange(q.size), length)
+        self.index = index = np.arange(row.size) - self.starts[row]
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            # each step's value at each of its positions (one step: the value itself, the same numbers)
+            return values[0] if values.size == 1 else np.repeat(values, length)
+
+        self.losses = grid = spread(h) * (spread(lo) + index).astype(float)
+        p_tail, q_tail = _tails(grid, spread(q), spread(sigma), direction)
+        cell = (index < spread(length) - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
+        p_cell = np.where(cell, np.maximum(p_tail[:-1] - p_tail[1:], 0.0), 0.0)
+        q_cell = np.where(cell, np.maximum(q_tail[:-1] - q_tail[1:], 0.0), 0.0)
+        e_lo = np.exp(grid[:-1])
+        e_hi = np.exp(grid[1:])
+        down, up = spread(np.expm1(h)), spread(-np.expm1(-h))
+        if not np.isscalar(down):
+            down, up = down[:-1], up[:-1]
+        to_lower = np.where(cell, np.maximum((e_hi * q_cell - p_cell) / down, 0.0), 0.0)
+        to_upper = np.where(cell, np.maximum((p_cell - e_lo * q_cell) / up, 0.0), 0.0)
+        mass = np.zeros(row.size)
+        mass[:-1] += to_lower
+        mass[1:] += to_upper
+        self.tops = top = self.starts + length - 1
+        top_q = q_tail[top] * np.exp(grid[top])
+        self.inf_mass = np.maximum(p_tail[top] - top_q, 0.0)
+        mass[top] += np.minimum(top_q, p_tail[top])
+        mass[self.starts] += np.maximum(1.0 - p_tail[self.starts], 0.0)
+        self.mass = mass
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Each step's sum of ``values`` (one per position, or rows of them)."""
+        return np.add.reduceat(values, self.starts, axis=0)
+
+    def log_mgf(self, lambdas: np.ndarray) -> np.ndarray:
+        """:func:`_log_mgf` of each step at ``lambdas`` (one row of them, or one row per step)."""
+        lam = np.broadcast_to(lambdas, (self.starts.size, lambdas.shape[-1]))
+        shift = np.where(lam > 0, lam * self.losses[self.tops][:, None], lam * self.losses[self.starts][:, None])
+        if lambdas.ndim == 1:  # one row of lambdas for every step: padded rows, one batched product
+            lengths = self.tops - self.starts + 1
+            at = self.starts[:, None] + np.minimum(np.arange(int(lengths.max()))[None, :], lengths[:, None] - 1)
+            inside = np.arange(at.shape[1])[None, :] < lengths[:, None]
+            losses, mass = self.losses[at], np.where(inside, self.mass[at], 0.0)
+            terms = np.exp(lambdas[None, :, None] * losses[:, None, :] - shift[:, :, None])
+            with np.errstate(divide="ignore"):
+                return shift + np.log(np.matmul(terms, mass[:, :, None])[:, :, 0])
+        # a few lambdas per step (the fine pass): one weighted count per lambda
+        sums = np.empty(lam.shape)
+        lengths = self.tops - self.starts + 1
+        for k in range(lam.shape[1]):
+            if lam.shape[0] == 1:
+                terms = np.exp(lam[0, k] * self.losses - shift[0, k])
+            else:
+                terms = np.exp(np.repeat(lam[:, k], lengths) * self.losses - np.repeat(shift[:, k], lengths))
+            sums[:, k] = np.add.reduceat(terms * self.mass, self.starts)
+        with np.errstate(divide="ignore"):
+            return shift + np.log(sums)
+
+
+# Histories per batch of compose_many: a batch's arrays stay within the CPU caches (larger
+# batches ran slower than one history at a time: the work is memory-bound, not Python's).
+BATCH_HISTORIES = 64
+
+
+def compose_many(histories: Sequence[Sequence[PhaseTuple]], delta: float, direction: str) -> list[Composed]:
+    """Each history's composition in one direction, :data:`BATCH_HISTORIES` at a time
+    (:func:`_compose_batch`)."""
+    out: list[Composed] = []
+    for start in range(0, len(histories), BATCH_HISTORIES):
+        out.extend(_compose_batch(histories[start : start + BATCH_HISTORIES], delta, direction))
+    return out
+
+
+def _compose_batch(histories: Sequence[Sequence[PhaseTuple]], delta: float, direction: str) -> list[Composed]:
+    """Each history's composition in one direction, computed together (docs/accounting.md
+    §13.2-§13.3, §13.6): a coarse pass places each history's window (Chernoff quantiles of the
+    composition, from each step's coarse pmf), then the histories on one FFT length are
+    composed by one 2-D rfft, a power per phase and one irfft. Every history has its own grid,
+    pessimistic rounding and error terms (its FFT rounding bound, tails and +inf mass), and its
+    answer does not depend on the other histories of the batch: each array operation acts on
+    one history's rows alone."""
+    hid = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
+    flat = [phase for h in histories for phase in h]
+    q = np.array([p[0] for p in flat], dtype=float)
+    sigma = np.array([p[1] for p in flat], dtype=float)
+    t = np.array([p[2] for p in flat], dtype=float)
+    n_hist = len(histories)
+    total = np.bincount(hid, weights=t, minlength=n_hist)
+    steps = total[hid]
+    with np.errstate(all="ignore"):
+        top = _top_losses(q, sigma, direction, delta * TAIL_SHARE / (4 * steps))
+        bottom = _bottom_losses(q, sigma, direction, top, delta * TAIL_SHARE / steps)
+        coarse_h = (top - bottom) / 600
+        lo = np.floor(bottom / coarse_h).astype(np.int64)
+        hi = np.ceil(top / coarse_h).astype(np.int64)
+        coarse = _Pmfs(q, sigma, direction, coarse_h, lo, hi - lo + 1)
+        mean = coarse.sums(coarse.mass * coarse.losses)
+        var = coarse.sums(coarse.mass * (coarse.losses - mean[coarse.row]) ** 2)
+        var_total = np.bincount(hid, weights=t * var, minlength=n_hist)
+        first = _first_of_runs(hid)
+        up = np.add.reduceat(t[:, None] * coarse.log_mgf(_LAMBDAS), first, axis=0)
+        down = np.add.reduceat(t[:, None] * coarse.log_mgf(-_LAMBDAS), first, axis=0)
+        std = np.sqrt(np.maximum(var_total, 1e-300))
+        log_tail = math.log(delta * TAIL_SHARE / 4)
+        high = np.min((up - log_tail) / _LAMBDAS, axis=1)
+        low = -np.min((down - log_tail) / _LAMBDAS, axis=1)
+        low = np.minimum(low, high - 1e-9)
+        top = np.minimum(top, high[hid])
+        step_h = np.sqrt(8e-4 * np.maximum(high, 1e-2) / total)
+        points = np.maximum(np.maximum(STD_STEPS * (high - low) / std, (high - low) / step_h), 1.0)
+        sizes = np.minimum(FFT_SIZE_MAX, np.maximum(FFT_SIZE_MIN, 2 ** np.ceil(np.log2(points)))).astype(np.int64)
+    out: list[Composed | None] = [None] * n_hist
+    for n in np.unique(sizes):
+        members = np.nonzero(sizes == n)[0]
+        answers = _compose_rows(members, int(n), hid, q, sigma, t, top, bottom, up, high, low, delta, direction)
+        for r, value in zip(members, answers, strict=True):
+            out[int(r)] = value
+    return [c for c in out if c is not None]
+
+
+def _compose_rows(
+    part: np.ndarray, n: int, hid: np.ndarray, q: np.ndarray, sigma: np.ndarray, t: np.ndarray,
+    top: np.ndarray, bottom: np.ndarray, up: np.ndarray, high: np.ndarray, low: np.ndarray,
+    delta: float, direction: str,
+) -> list[Composed]:
+    """The fine pass of :func:`_compose_batch` for the histories ``part`` on FFT length ``n``."""
+    high_p, low_p = high[part], low[part]
+    h = (high_p - low_p) / (n - 1)
+    window_lo = np.floor(low_p / h)
+    window_hi = window_lo + n - 1
+    floor_loss = np.minimum(low_p, 0.0) - (high_p - low_p)
+    # the phases of these histories, in order (each history's phases are contiguous)
+    rows = np.arange(hid.size) if part.size == high.size else np.nonzero(np.isin(hid, part))[0]
+    local = np.searchsorted(part, hid[rows])  # part is sorted (np.nonzero)
+    starts = _first_of_runs(local)
+
+    def per_history(values: np.ndarray) -> np.ndarray:
+        # the sum over each history's phases, in their order
+        return np.add.reduceat(values, starts, axis=0)
+
+    h_r = h[local]
+    lo_i = np.floor(np.maximum(bottom[rows], floor_loss[local]) / h_r)
+    hi_i = np.maximum(np.ceil(top[rows] / h_r), lo_i + 1)
+    length = (hi_i - lo_i + 1).astype(np.int64)
+    if np.any(length > STEP_POINTS_MAX):  # the window failed to hold a step: rdp answers (§13.4)
+        raise ValueError(f"a step's loss pmf would need {int(np.max(length)):.3g} grid points")
+    with np.errstate(all="ignore"):
+        fine = _Pmfs(q[rows], sigma[rows], direction, h_r, lo_i.astype(np.int64), length)
+    inf_mass = fine.inf_mass
+    t_r = t[rows]
+    finite = inf_mass < 1  # survive: log P(no step at +inf), per history
+    survive = per_history(np.where(finite, t_r * np.log1p(-np.where(finite, inf_mass, 0.0)), -np.inf))
+    offset = per_history(t_r * lo_i)
+    # wrap each pmf onto the FFT length (the circular convolution places index j at j mod n)
+    slots = fine.row * n + fine.index % n
+    placed = np.bincount(slots, weights=fine.mass, minlength=rows.size * n).reshape(rows.size, n)
+    l2 = np.sqrt(np.sum(np.square(placed), axis=1))
+    bound = _FftErrorBound(n)
+    spectrum_l2 = per_history(t_r * bound.c_n * l2 + (t_r * (math.pi + 1) + 4) * bound.U + 4 * bound.U)
+    fft_l1 = math.sqrt(n) * (spectrum_l2 + bound.c_n)
+    powered = _integer_powers(np.fft.rfft(placed, axis=1), t_r.astype(np.int64))
+    spectrum = np.multiply.reduceat(powered, starts, axis=0)
+    composed = np.fft.irfft(spectrum, n, axis=1)
+    shift = ((window_lo - offset) % n).astype(np.int64)
+    read = (shift[:, None] + np.arange(n)[None, :]) % n
+    values = np.take_along_axis(composed, read, axis=1)
+    noise = np.sum(np.where(values < 0, -values, 0.0), axis=1)
+    values = np.maximum(values, 0.0)
+    # the Chernoff bound on the mass above the window, on the fine pmfs (as compose)
+    best = _LAMBDAS[np.argmin(up[part] - _LAMBDAS[None, :] * (window_hi * h)[:, None], axis=1)]
+    lambdas = best[:, None] * np.array([0.8, 1.0])[None, :]
+    with np.errstate(all="ignore"):
+        fine_up = per_history(t_r[:, None] * fine.log_mgf(lambdas[local]))
+    above = np.minimum(np.exp(np.minimum(np.min(fine_up - lambdas * (window_hi * h)[:, None], axis=1), 0.0)), 1.0)
+    inf_total = -np.expm1(survive)
+    error = above + np.maximum(fft_l1, 2 * noise)
+    grid = h[:, None] * (window_lo[:, None] + np.arange(n)[None, :])
+    return [Composed(grid[r], values[r], float(inf_total[r]), float(error[r])) for r in range(part.size)]
+
+
+def _integer_powers(spectra: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Row r of ``spectra`` raised to ``steps[r]`` by binary powering (the method numpy uses for
+    powers below 100; about ten complex products instead of ``exp(t log s)`` per entry). Its
+    rounding error is within the allowance of :class:`_FftErrorBound` (§13.2): with complex
+    products accurate to ``sqrt(5) u`` relative, the computed ``s^t`` is accurate to
+    ``(t - 1) sqrt(5) u`` relative to first order, below ``(t (pi + 1) + 4) u`` for an entry
+    of modulus <= 1."""
+    out = np.ones_like(spectra)
+    base = spectra.copy()
+    remaining = steps.copy()
+    while True:
+        odd = (remaining & 1).astype(bool)
+        if odd.all():
+            out *= base
+        elif odd.any():
+            np.multiply(out, base, out=out, where=odd[:, None])
+        remaining >>= 1
+        if not remaining.any():
+            return out
+        base *= base
+
+
+_TOP_CANDIDATES = np.geomspace(1e-4, 700.0, 137)
+
+
+def _first_of_runs(labels: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal consecutive labels starts (each history's first phase)."""
+    return np.concatenate(([0], np.flatnonzero(labels[1:] != labels[:-1]) + 1))
+
+
+def _top_losses(q: np.ndarray, sigma: np.ndarray, direction: str, budget: np.ndarray) -> np.ndarray:
+    """:func:`_top_loss` of every row."""
+    cap = np.full(q.shape, np.inf)
+    if direction == "add":
+        cap = np.where(q < 1, -np.log1p(-np.where(q < 1, q, 0.0)), np.inf)
+    candidates = _TOP_CANDIDATES
+    below = candidates[None, :] < cap[:, None]
+    p, qq = _tails(np.broadcast_to(candidates, below.shape), q[:, None], sigma[:, None], direction)
+    deltas = np.where(qq > 0, p - np.exp(candidates)[None, :] * qq, p)
+    fits = below & (deltas <= budget[:, None])
+    first = np.argmax(fits, axis=1)
+    none_below = ~below[:, 0]
+    no_fit = ~fits.any(axis=1)
+    last_below = candidates[np.maximum(below.sum(axis=1) - 1, 0)]
+    fallback = np.where(np.isfinite(cap), cap, last_below)
+    value = np.where(no_fit, fallback, candidates[first])
+    return np.where(none_below, cap, value)
+
+
+def _bottom_losses(q: np.ndarray, sigma: np.ndarray, direction: str, top: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """:func:`_bottom_loss` of every row."""
+    z = np.maximum(np.sqrt(2 * np.log(1 / np.maximum(mass, 1e-300))), 4.0)
+    if direction == "remove":
+        x = -z * sigma
+        value = np.log((1 - q) + q * np.exp((2 * x - 1) / (2 * sigma**2)))
+        floor = np.where(q < 1, np.log1p(-np.where(q < 1, q, 0.0)), -np.inf)
+        value = np.maximum(value, floor)
+    else:
+        x = z * sigma
+        arg = (2 * x - 1) / (2 * sigma**2)
+        value = -(np.log(q) + arg + np.log1p((1 - q) / q * np.exp(-arg)))
+    return np.minimum(value, top - 1e-9)
+
+
+def sound_epsilons(histories: Sequence[Sequence[PhaseTuple]], delta: float) -> list[tuple[float, str | None]]:
+    """:func:`sound_epsilon` of every history, equal to it bit for bit: the PLD part composed for
+    all of them together (:func:`compose_many`, docs/accounting.md §13.6), rdp's comparison
+    and fallbacks per history where one needs them."""
+    if not histories:
+        return []
+    try:
+        with np.errstate(all="ignore"):
+            answers = _epsilons_and_errors(histories, delta)
+    except (ArithmeticError, ValueError):
+        return [sound_epsilon(h, delta) for h in histories]
+    return [
+        (value, None) if value >= 0 and share <= ERROR_SHARE_CHECK else sound_epsilon(h, delta)
+        for h, (value, share) in zip(histories, answers, strict=True)
+    ]
+
+
 # --------------------------------------------------------------------------- the accountant
 
 
@@ -408,6 +554,20 @@ class PldAccountant(Accountant):
                 update={"accountant": self.name, "fallback": True, "reason": failed}
             )
         return EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name)
+
+    def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
+        """:meth:`epsilon` of every history, equal to it bit for bit: the representable ones
+        composed together (:func:`sound_epsilons`, docs/accounting.md §13.6)."""
+        together = [i for i, events in enumerate(histories) if not _unrepresented(events)]
+        answers = dict(zip(together, sound_epsilons([_phases(histories[i]) for i in together], delta), strict=True))
+        reports = []
+        for i, events in enumerate(histories):
+            value, failed = answers.get(i, (math.nan, "unrepresented"))
+            if i not in answers or failed:
+                reports.append(self.epsilon(events, delta))  # rdp's answer, marked, as one at a time
+            else:
+                reports.append(EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name))
+        return reports
 
     def noise_multiplier(
         self,

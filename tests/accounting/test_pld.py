@@ -262,3 +262,76 @@ def test_full_batch_steps_of_tiny_noise_fall_back_to_rdp_instead_of_a_huge_grid(
     assert reason is not None and "rdp" in reason
     rdp = accounting.epsilon_of_events([PoissonSampledGaussian(sampling_rate=1.0, noise_multiplier=0.11415768711973885, steps=50)], 1e-5, "rdp")
     assert value == pytest.approx(rdp.epsilon)
+
+
+def _random_histories(count: int, seed: int) -> list[list[tuple[float, float, int]]]:
+    """1-3 phases each: q in [1e-3, 1], sigma in [0.5, 10], T in [1, 3000], log-uniform."""
+    rng = np.random.default_rng(seed)
+    return [
+        [
+            (
+                float(10 ** rng.uniform(-3, 0)),
+                float(10 ** rng.uniform(math.log10(0.5), 1)),
+                int(10 ** rng.uniform(0, math.log10(3000))),
+            )
+            for _ in range(int(rng.integers(1, 4)))
+        ]
+        for _ in range(count)
+    ]
+
+
+def test_many_histories_together_are_each_history_alone_bit_for_bit() -> None:
+    """docs/accounting.md §13.6: composing histories together (one 2-D FFT per grid length)
+    gives every history exactly its own answer, whatever else is in the batch and in any order
+    (full participation, a single step and repeated histories included)."""
+    histories = _random_histories(70, seed=2606) + [[(1.0, 1.0, 10)], [(1.0, 2.0, 1)], [(0.01, 1.0, 100)] * 2]
+    histories += histories[:3]
+    together = pld_module.sound_epsilons(histories, 1e-5)
+    alone = [pld_module.sound_epsilon(h, 1e-5) for h in histories]
+    assert together == alone
+    assert pld_module.sound_epsilons(histories[::-1], 1e-5) == alone[::-1]
+    assert all(reason is None and 0 <= value < math.inf for value, reason in together)
+
+
+def test_the_accountants_batch_answers_like_one_call_each_fallbacks_included() -> None:
+    """PldAccountant.epsilons (what plans and ledgers ask for many groups) is epsilon() per
+    history: a zCDP selection falls back to rdp, marked, and so does a history whose error
+    terms swamp delta (§13.2), in the same batch as ordinary ones."""
+    accountant = ACCOUNTANTS["pld"]
+    phase = PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.1, steps=200)
+    histories = [
+        [phase],
+        [phase, ZeroConcentratedDp(rho=0.01, steps=3)],
+        [PoissonSampledGaussian(sampling_rate=1e-4, noise_multiplier=0.6, steps=5000)],
+        [PoissonSampledGaussian(sampling_rate=0.3, noise_multiplier=2.0, steps=40), phase],
+    ]
+    batch = accountant.epsilons(histories, 1e-8)
+    assert batch == [accountant.epsilon(h, 1e-8) for h in histories]
+    assert [r.fallback for r in batch] == [False, True, True, False]
+
+
+def test_histories_together_stay_between_dp_accountings_bounds() -> None:
+    """The batched composition is sound and tight on multi-phase histories: never below
+    dp-accounting's optimistic (lower-bound) epsilon, at most its fine pessimistic one + 1%."""
+    pytest.importorskip("dp_accounting")
+    histories = _random_histories(6, seed=26)
+    for history, (value, reason) in zip(histories, pld_module.sound_epsilons(histories, 1e-6), strict=True):
+        assert reason is None
+        lower = _dp_pld(history, 1e-6, pessimistic=False, interval=1e-3)
+        upper = _dp_pld(history, 1e-6, pessimistic=True, interval=1e-3)
+        assert lower * (1 - 1e-9) <= value <= upper * 1.01 + 1e-9
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7, 99, 100, 500, 3000])
+def test_binary_powering_is_within_the_counted_rounding_allowance(steps: int) -> None:
+    """_integer_powers (§13.2): at any count its error against an extended-precision power is
+    within ``(t - 1) sqrt 5 u`` (first order), inside the ``(t (pi + 1) + 4) u`` that
+    _FftErrorBound counts for the power's rounding."""
+    rng = np.random.default_rng(steps)
+    radius = rng.uniform(0.9, 1.0, (3, 257)) ** (1 / steps)  # |s|^t stays visible
+    spectra = radius * np.exp(1j * rng.uniform(-np.pi, np.pi, (3, 257)))
+    ours = pld_module._integer_powers(spectra, np.full(3, steps))
+    exact = spectra.astype(np.clongdouble) ** steps
+    error = np.max(np.abs(ours.astype(np.clongdouble) - exact))
+    assert float(error) <= (steps * (math.pi + 1) + 4) * 2.0**-53
+    assert float(error) <= max(steps - 1, 1) * math.sqrt(5) * 2.0**-53 * 1.01

@@ -152,16 +152,16 @@ DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "60b91b5f64fbbbec8df6f5ce5e7a999c446d48d8c90cde0ddd7834842a078aeb",
-    ('scenario.json', None, 'compare'): "58037e0d54dc98acaf6bda7a5b202a5145b9e505ec88f87fc3807e2df6a40a57",
-    ('scenario.yaml', None, None): "ba3764e84dd4bf285138e58fd89ff574e39500390dd90a761497221574aeebf0",
-    ('scenario.yaml', None, 'compare'): "3d999c473292fce038d2491dc40f30327ba49f7d8bc26d0eb16d39145953cf1b",
-    ('silos.json', None, None): "d6040a0afbebae9528187085d27555208ebd87dde6b1f90a8113254d8e258d9b",
+    ('scenario.json', None, None): "5ada8d639d83463f7b2f6dc439c4b33f7331a0c05508d788da510da4542123bc",
+    ('scenario.json', None, 'compare'): "d68ae2eaf5eae49e88e47fa4d1e9c0bca5f931d704fadc3f458e3fe49b106c73",
+    ('scenario.yaml', None, None): "da6a334e5ec0fb8b1343ff80c58435e427dcc716d1e3bf90e4ec2ba0203f7a3c",
+    ('scenario.yaml', None, 'compare'): "dba20d5746ed50bab0afe4634bd11d8564bb22f4eefb95d9b034dc297a185f62",
+    ('silos.json', None, None): "006e1f390f759eb666a3b62567bdef184ea2aa8f860b71d00f0fffcfde9344f4",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "29140aaa28b18cc0bfe6ced2f21c3b3166ac25f3ce61efc39496dfbe2fbdf02b",
-    ('synthetic-3000.json', None, 'compare'): "25e2e8e5f071f5048bdc174970bffa2cbbbee3a709d2dec25e2d3584b5682399",
-    ('fedhdp.json', 'pld', None): "ef7fe8bf16a9042cd74be4f912274757c4162c3c7f613a2fad49a773377b6046",
-    ('fedhdp.json', 'pld', 'compare'): "e518962268d4af3c0ef1e0db1ca274a585fe9798a5c93dc65c3fd5fb38439554",
+    ('synthetic-3000.json', None, None): "9f8b2a0e566a2f13755767708a13dfc95c4c08e791f9cabc6f72b75579a2f05a",
+    ('synthetic-3000.json', None, 'compare'): "203727f32c11bff6990afe4aac27fc23826a80941bcbee1ed166bca852d0366e",
+    ('fedhdp.json', 'pld', None): "2714fd379c991c69faea4e0766ab736484743f0868835ed3edb937b3fd7c6a5c",
+    ('fedhdp.json', 'pld', 'compare'): "3c6e7b9199cfbf773d65bf98b4bfb500f13c3b8b5f00ceaf031e762143246720",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
@@ -194,7 +194,7 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 
 # sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
 # the default (pld), figures included: the many-group path of the tight calibration.
-BIG_DEFAULT_GOLDEN = {100: "bedad50502dd4075115b44b68ad5a00eb3ccffe411c0454f4815de2a8e54d13a"}
+BIG_DEFAULT_GOLDEN = {100: "ca5051707c0b7877b8ba8a9ec54b8473f159a6735c655a2b8d76ed8ac40eed7e"}
 
 
 @pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
