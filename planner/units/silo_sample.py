@@ -449,14 +449,20 @@ class SiloChanges(_Strict):
 
 def ledger_rows(plan: SiloSamplePlan, rounds_counted: int, participations: Participations) -> dict[str, Any]:
     """The silo ledger's own fields after ``rounds_counted`` rounds (docs/ledger.md §7): each
-    silo's budget, sample-level epsilon spent (its parents' rounds included) and remaining."""
+    silo's budget, sample-level epsilon spent (its parents' rounds included) and remaining,
+    with the same history's rdp and tight figures (docs/ledger.md §3, as the run summary's)."""
     del participations  # every silo takes part in every round
+    spent_now = [silo_epsilon_spent(plan, silo, rounds_counted) for silo in plan.silos]
+    figures = ledger.epsilon_figures(
+        [silo_history(plan, silo, rounds_counted) for silo in plan.silos], plan.scenario.delta,
+        {ledger.ledger_accountant(plan.accountant): spent_now},
+    )
     silos = []
-    for silo in plan.silos:
-        spent_now = silo_epsilon_spent(plan, silo, rounds_counted)
+    for silo, spent_k, both in zip(plan.silos, spent_now, figures, strict=True):
         silos.append(SiloLedger(
-            id=silo.id, epsilon=silo.epsilon, epsilon_spent=spent_now,
-            epsilon_remaining=max(silo.epsilon - spent_now, 0.0),
+            id=silo.id, epsilon=silo.epsilon, epsilon_spent=spent_k,
+            epsilon_rdp=both.rdp, epsilon_tight=both.tight,
+            epsilon_remaining=max(silo.epsilon - spent_k, 0.0),
             steps=silo.steps_per_round * rounds_counted, noise_multiplier=silo.noise_multiplier,
         ))
     return {"accountant": ledger.ledger_accountant(plan.accountant), "delta": plan.scenario.delta, "silos": silos}
