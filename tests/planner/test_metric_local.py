@@ -93,22 +93,30 @@ def test_warnings_large_models_and_own_update_radius() -> None:
 
 
 @pytest.mark.parametrize(
-    ("changes", "words"),
+    ("changes", "words", "field"),
     [
-        ({"radius": None}, "needs a radius"),
-        ({"clients_per_round": 101}, "exceeds"),
-        ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both"),
-        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1}, "cannot meet"),
-        ({"epsilon": 1.0}, "unknown field .epsilon."),
-        ({"radius_rule": "previous_round"}, "needs a min_radius"),
-        ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius"),
-        ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius"),
-        ({"min_radius": 0.1}, "previous_round only"),
+        ({"radius": None}, "needs a radius", "radius"),
+        ({"clients_per_round": 101}, "exceeds", "clients_per_round"),
+        ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both", "groups.0"),
+        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1},
+         "cannot meet", "groups.0"),
+        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 1}, {"id": "g", "num_clients": 5, "noise_multiplier": 1}],
+          "clients_per_round": 1}, "unique", "groups"),
+        ({"epsilon": 1.0}, "unknown field .epsilon.", "epsilon"),
+        ({"radius_rule": "previous_round"}, "needs a min_radius", "min_radius"),
+        ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius", "radius"),
+        ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius", "min_radius"),
+        ({"min_radius": 0.1}, "previous_round only", "min_radius"),
     ],
 )
-def test_bad_scenarios_are_refused(changes: dict[str, object], words: str) -> None:
-    with pytest.raises(ValidationError, match=words):
+def test_bad_scenarios_are_refused(changes: dict[str, object], words: str, field: str) -> None:
+    """Each refusal names the field to fix (the CLI's and the service's one line print it:
+    ``clients_per_round: ...``, not ``input: ...`` or ``scenario: ...``)."""
+    from accounting.errors import validation_error_line
+
+    with pytest.raises(ValidationError, match=words) as refused:
         scenario(**changes)
+    assert validation_error_line(refused.value.errors())[0] == field
 
 
 def test_the_verifier_refuses_a_changed_document() -> None:
