@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.calibration import noise_multiplier
-from accounting.errors import BudgetConflictError, InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
@@ -119,7 +119,9 @@ class SiloScenario(_Strict):
     @model_validator(mode="after")
     def _variances_together(self) -> SiloScenario:
         if (self.data_variance is None) != (self.task_variance is None):
-            raise ValueError("give data_variance and task_variance together (or neither)")
+            missing = "task_variance" if self.task_variance is None else "data_variance"
+            raise located_validation_error("SiloScenario", [(
+                (missing,), "missing: give data_variance and task_variance together (or neither)", None)])
         return self
 
     def passes_steps(self, silo: SiloSpec) -> int:

@@ -143,6 +143,10 @@ def test_scenario_errors_name_the_field() -> None:
     assert [error["loc"] for error in too_big.value.errors()] == [("batch_size",)]  # not the whole input
     with pytest.raises(ValidationError, match="appears twice"):
         scenario(silos=[{"id": "a", "num_samples": 100, "epsilon": 1}] * 2)
+    for given, missing in (("data_variance", "task_variance"), ("task_variance", "data_variance")):
+        with pytest.raises(ValidationError, match="together") as alone:
+            scenario(**{given: 0.1})
+        assert [error["loc"] for error in alone.value.errors()] == [(missing,)]  # not the whole input
     with pytest.raises(InvalidInputError, match="silo_sample plans take one of"):
         silo_plan(scenario(), "gdpfed_plus")
 
