@@ -170,3 +170,16 @@ def test_a_leakage_budget_change_moves_the_cap_and_keeps_nu() -> None:
     verify_metric(load_plan_document(child.model_dump(mode="json")))  # type: ignore[arg-type]
     # the planner's own bound counts the parent's rounds: min(5 + 0, cap) releases after 0 rounds of the child
     assert spent_metric(child, 0)["all"] == pytest.approx(min(5, child.groups[0].max_participations or 0) * 10 / nu)
+
+
+def test_cli_accountant_option_on_a_metric_scenario_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gdpfed plan examples/metric.json --accountant rdp``: one line naming ``--accountant``
+    (a metric plan has none), exit 2, not ``accountant: unknown field`` of a file that has none."""
+    from pathlib import Path
+
+    from app.cli import run
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "metric.json"
+    assert run(["plan", str(example), "--accountant", "rdp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--accountant: metric_local plans have no accountant" in err[0], err
