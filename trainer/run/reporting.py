@@ -33,8 +33,8 @@ import httpx
 import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
-from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, RoundReport
-from planner.units import load_plan_document
+from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, LedgerRounds, RoundReport
+from planner.units import load_plan_document, parse_ledger
 from trainer.run.directory import fingerprint
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -121,8 +121,10 @@ class ServiceLink:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
         return reason
 
-    def preflight(self, plan_id: str) -> LedgerOut:
-        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``)."""
+    def preflight(self, plan_id: str) -> LedgerOut | LedgerRounds:
+        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``), read
+        as its unit's model (``planner.units.parse_ledger``: a silo or metric plan's ledger has
+        no client groups, docs/service.md §Clients)."""
         health = self.request("GET", "/healthz")
         if isinstance(health, str) or health.status_code >= 400:
             why = health if isinstance(health, str) else f"HTTP {health.status_code}"
@@ -144,7 +146,10 @@ class ServiceLink:
             raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
         if ledger.status_code >= 400:
             raise InvalidInputError("report-to", f"the service answered HTTP {ledger.status_code}: {_message(ledger)}")
-        return LedgerOut.model_validate(ledger.json())
+        parsed = parse_ledger(ledger.json())
+        if not isinstance(parsed, LedgerOut | LedgerRounds):  # every unit's ledger is one of the two
+            raise InvalidInputError("report-to", f"the service answered a ledger of no known unit for plan {plan_id}")
+        return parsed
 
     def fetch_plan(self, plan_id: str) -> dict[str, Any]:
         """The service's plan document (``GET /v1/plans/{id}``), provenance fields included."""
