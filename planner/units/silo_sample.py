@@ -60,6 +60,11 @@ class _Strict(InputModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The smallest sampling rate B / n_k a silo plan accepts: below it the RDP curve of
+# accounting.rdp loses precision and under-states epsilon (q = 1e-8 gave epsilon 0).
+MIN_SAMPLING_RATE: Final = 1e-6
+
+
 class SiloSpec(_Strict):
     """One silo: its number of training examples and its own budget."""
 
@@ -113,6 +118,14 @@ class SiloScenario(_Strict):
                 raise ValueError(
                     f"batch_size {batch_size} exceeds silo {silo.id}'s {silo.num_samples} examples "
                     "(the sampling rate B / n_k would exceed 1)"
+                )
+            if batch_size / silo.num_samples < MIN_SAMPLING_RATE:
+                # the subsampled-Gaussian RDP curve loses its precision below this rate (log A with
+                # A - 1 under double precision): it under-states epsilon, down to 0
+                raise ValueError(
+                    f"batch_size {batch_size} gives silo {silo.id} ({silo.num_samples} examples) a sampling rate "
+                    f"B / n_k = {batch_size / silo.num_samples:.3g}, below {MIN_SAMPLING_RATE:g}, where the "
+                    "accountants are not accurate; use a larger batch"
                 )
         return batch_size
 

@@ -262,3 +262,15 @@ def test_the_service_ledger_rows_state_both_figures_like_the_run_summary(account
             # the figure of record is one of the two, never recomputed differently
             assert row.epsilon_spent == pytest.approx(row.epsilon_tight if accountant == "pld" else row.epsilon_rdp)
             assert row.model_dump()["epsilon_rdp"] == row.epsilon_rdp
+
+
+def test_a_sampling_rate_below_the_accountants_precision_is_refused_naming_batch_size() -> None:
+    """A silo of 1e9 examples at batch 1 (q = 1e-9) was planned with sigma 0.41 and an epsilon
+    of 0 for 1e14 DP-SGD steps: the RDP curve loses precision at such rates. Refused instead."""
+    huge = [{"id": "big", "num_samples": 1_000_000_000, "epsilon": 1.0}]
+    with pytest.raises(ValidationError, match="below 1e-06") as refused:
+        scenario(silos=huge, batch_size=1)
+    assert [error["loc"] for error in refused.value.errors()] == [("batch_size",)]
+    plan = silo_plan(scenario(silos=[{"id": "ok", "num_samples": 1_000_000, "epsilon": 1.0}], batch_size=1, rounds=2),
+                     "mrmtl")
+    assert plan.silos[0].sampling_rate == 1e-6 and plan.silos[0].epsilon_planned > 0.5
