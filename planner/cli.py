@@ -134,8 +134,14 @@ def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
 
 
 def _with_accountant(scenario: Any, accountant: str | None) -> Any:
+    """``scenario`` with ``--accountant``'s accountant; refused, naming the option, for a unit
+    without one (a metric plan's leakage is no epsilon, docs/metric-privacy.md): pydantic
+    would blame an ``accountant`` field the user never wrote in the file."""
     if accountant is None:
         return scenario
+    if "accountant" not in type(scenario).model_fields:
+        unit = getattr(scenario, "privacy_unit", "this")
+        raise InvalidInputError("--accountant", f"{unit} plans have no accountant (their figures are not epsilons); leave it out")
     return type(scenario).model_validate({**scenario.model_dump(), "accountant": accountant})
 
 

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from accounting.errors import InvalidInputError, one_error_for_union
+from accounting.errors import InvalidInputError, located_validation_error, one_error_for_union
 from accounting.events import Phase, PoissonSampledSkellam
 from accounting.validation import Flag, InputModel, NumbersModel
 
@@ -208,7 +208,10 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _one_participation_setting(self) -> Scenario:
         if (self.expected_clients is None) == (self.sampling_rate is None):
-            raise ValueError("give exactly one of expected_clients or sampling_rate")
+            # located at a field so that the one line names it (not "input:" / "scenario")
+            field = "sampling_rate" if self.sampling_rate is not None else "expected_clients"
+            raise located_validation_error("Scenario", [(
+                (field,), "give exactly one of expected_clients or sampling_rate", getattr(self, field))])
         return self
 
     @model_validator(mode="after")
@@ -219,10 +222,9 @@ class Scenario(_Strict):
                 if self.heterogeneity_variance_per_coordinate is None
                 else "sampling_variance_per_coordinate"
             )
-            raise ValueError(
-                f"{missing} is missing: Ditto's lambda* needs both sampling_variance_per_coordinate (alpha^2) "
-                "and heterogeneity_variance_per_coordinate (tau^2), or neither"
-            )
+            raise located_validation_error("Scenario", [(
+                (missing,), "missing: Ditto's lambda* needs both sampling_variance_per_coordinate (alpha^2) "
+                "and heterogeneity_variance_per_coordinate (tau^2), or neither", None)])
         return self
 
     @property

@@ -140,6 +140,8 @@ class SiloLedger(BaseModel):
     epsilon: float = Field(description="the silo's sample-level budget in this plan")
     epsilon_spent: float = Field(description="sample-level epsilon of the silo's DP-SGD steps and selections so far "
                                  "(parent plans' rounds included)")
+    epsilon_rdp: float | None = Field(None, description="the same history's epsilon under rdp (docs/ledger.md §3)")
+    epsilon_tight: float | None = Field(None, description="the same history's epsilon under pld, the tight one")
     epsilon_remaining: float
     steps: int = Field(description="DP-SGD steps the silo ran in the counted rounds of this plan")
     noise_multiplier: float = Field(description="sigma_k of this plan's rounds")

@@ -147,7 +147,7 @@ def plan_view(state: AppState, plan_id: str) -> ConsolePlan:
         ConsoleLineage(id=r.id, parent_plan_id=r.parent_id, superseded_by=next_.id if next_ else child.id if child else None,
                        method=r.method, accountant=r.accountant, start_round=r.start_round, rounds=r.rounds,
                        rounds_counted=counted[r.id], created_at=r.created_at, created_by=r.created_by,
-                       active=r.id == record.id)
+                       active=r.id == record.id and child is None)  # a re-planned plan is superseded
         for r, next_ in zip(chain, [*chain[1:], None])
     ]
     return ConsolePlan(

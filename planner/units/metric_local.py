@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from accounting.errors import BudgetConflictError, InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner.schema import FixedField, GroupId, PlanDocument, check_scenario_fixed, stated_differs
@@ -87,18 +87,23 @@ class MetricScenario(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> MetricScenario:
+        # each refusal is located at the field to fix (accounting.errors.located_validation_error),
+        # so the CLI's and the service's one line name it rather than the whole scenario
+        def refuse(field: str, message: str) -> Any:
+            return located_validation_error(type(self).__name__, [((field,), message, getattr(self, field))])
+
         if len({g.id for g in self.groups}) != len(self.groups):
-            raise ValueError("group ids must be unique")
+            raise refuse("groups", "group ids must be unique")
         if self.clients_per_round > self.total_clients:
-            raise ValueError(f"clients_per_round {self.clients_per_round} exceeds the {self.total_clients} clients")
+            raise refuse("clients_per_round", f"{self.clients_per_round} exceeds the {self.total_clients} clients")
         if self.radius_rule in ("public", "previous_round") and self.radius is None:
-            raise ValueError(f"radius_rule {self.radius_rule} needs a radius")
+            raise refuse("radius", f"radius_rule {self.radius_rule} needs a radius")
         if self.radius_rule == "previous_round" and self.min_radius is None:
-            raise ValueError("radius_rule previous_round needs a min_radius")
+            raise refuse("min_radius", "radius_rule previous_round needs a min_radius")
         if self.radius_rule != "previous_round" and self.min_radius is not None:
-            raise ValueError("min_radius applies to radius_rule previous_round only")
+            raise refuse("min_radius", "applies to radius_rule previous_round only")
         if self.min_radius is not None and self.radius is not None and self.min_radius > self.radius:
-            raise ValueError(f"min_radius {self.min_radius} exceeds the radius {self.radius}")
+            raise refuse("min_radius", f"{self.min_radius:g} exceeds the radius {self.radius:g}")
         return self
 
     @property

@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.calibration import noise_multiplier
-from accounting.errors import BudgetConflictError, InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
@@ -58,6 +58,11 @@ Variance = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 
 class _Strict(InputModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# The smallest sampling rate B / n_k a silo plan accepts: below it the RDP curve of
+# accounting.rdp loses precision and under-states epsilon (q = 1e-8 gave epsilon 0).
+MIN_SAMPLING_RATE: Final = 1e-6
 
 
 class SiloSpec(_Strict):
@@ -114,12 +119,22 @@ class SiloScenario(_Strict):
                     f"batch_size {batch_size} exceeds silo {silo.id}'s {silo.num_samples} examples "
                     "(the sampling rate B / n_k would exceed 1)"
                 )
+            if batch_size / silo.num_samples < MIN_SAMPLING_RATE:
+                # the subsampled-Gaussian RDP curve loses its precision below this rate (log A with
+                # A - 1 under double precision): it under-states epsilon, down to 0
+                raise ValueError(
+                    f"batch_size {batch_size} gives silo {silo.id} ({silo.num_samples} examples) a sampling rate "
+                    f"B / n_k = {batch_size / silo.num_samples:.3g}, below {MIN_SAMPLING_RATE:g}, where the "
+                    "accountants are not accurate; use a larger batch"
+                )
         return batch_size
 
     @model_validator(mode="after")
     def _variances_together(self) -> SiloScenario:
         if (self.data_variance is None) != (self.task_variance is None):
-            raise ValueError("give data_variance and task_variance together (or neither)")
+            missing = "task_variance" if self.task_variance is None else "data_variance"
+            raise located_validation_error("SiloScenario", [(
+                (missing,), "missing: give data_variance and task_variance together (or neither)", None)])
         return self
 
     def passes_steps(self, silo: SiloSpec) -> int:
@@ -449,14 +464,20 @@ class SiloChanges(_Strict):
 
 def ledger_rows(plan: SiloSamplePlan, rounds_counted: int, participations: Participations) -> dict[str, Any]:
     """The silo ledger's own fields after ``rounds_counted`` rounds (docs/ledger.md §7): each
-    silo's budget, sample-level epsilon spent (its parents' rounds included) and remaining."""
+    silo's budget, sample-level epsilon spent (its parents' rounds included) and remaining,
+    with the same history's rdp and tight figures (docs/ledger.md §3, as the run summary's)."""
     del participations  # every silo takes part in every round
+    spent_now = [silo_epsilon_spent(plan, silo, rounds_counted) for silo in plan.silos]
+    figures = ledger.epsilon_figures(
+        [silo_history(plan, silo, rounds_counted) for silo in plan.silos], plan.scenario.delta,
+        {ledger.ledger_accountant(plan.accountant): spent_now},
+    )
     silos = []
-    for silo in plan.silos:
-        spent_now = silo_epsilon_spent(plan, silo, rounds_counted)
+    for silo, spent_k, both in zip(plan.silos, spent_now, figures, strict=True):
         silos.append(SiloLedger(
-            id=silo.id, epsilon=silo.epsilon, epsilon_spent=spent_now,
-            epsilon_remaining=max(silo.epsilon - spent_now, 0.0),
+            id=silo.id, epsilon=silo.epsilon, epsilon_spent=spent_k,
+            epsilon_rdp=both.rdp, epsilon_tight=both.tight,
+            epsilon_remaining=max(silo.epsilon - spent_k, 0.0),
             steps=silo.steps_per_round * rounds_counted, noise_multiplier=silo.noise_multiplier,
         ))
     return {"accountant": ledger.ledger_accountant(plan.accountant), "delta": plan.scenario.delta, "silos": silos}

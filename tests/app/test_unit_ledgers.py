@@ -362,3 +362,37 @@ def test_a_completion_queued_behind_the_next_claim_is_not_refused(client: TestCl
     late = trainer.report(pid, 1, participants={"g": [0]})  # client 0's second release: its cap
     assert late.status_code == 201, late.text
     check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), {"g": {0: 2}}, 1)
+
+
+def test_the_console_never_shows_a_superseded_plan_as_active(client: TestClient) -> None:
+    """``GET /v1/console/plans/{id}`` of a plan that was re-planned: its lineage row says
+    ``superseded_by`` the child and is not ``active`` (the page prints "(active)" for it); the
+    child's view is active, with the parent before it."""
+    pid = client.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()["id"]
+    own = client.get(f"/v1/console/plans/{pid}").json()["lineage"]
+    assert [(r["id"], r["active"]) for r in own] == [(pid, True)]
+    child = client.post(f"/v1/plans/{pid}/replan", json={"rounds_done": 0, "changes": {"silos": [{"id": "a", "epsilon": 2.0}]}})
+    assert child.status_code == 201, child.text
+    cid = child.json()["id"]
+    old = client.get(f"/v1/console/plans/{pid}").json()["lineage"]
+    assert [(r["id"], r["superseded_by"], r["active"]) for r in old] == [(pid, cid, False)]
+    new = client.get(f"/v1/console/plans/{cid}").json()["lineage"]
+    assert [(r["id"], r["active"]) for r in new] == [(pid, False), (cid, True)]
+
+
+def test_an_attached_trainer_reads_a_silo_or_metric_plans_ledger(client: TestClient) -> None:
+    """``gdpfed train --plan-id ID --report-to URL`` on a silo or metric plan: the trainer's
+    preflight reads the service's ledger as the plan's unit's (it failed with ``groups: Field
+    required``, reading every ledger as a client-level one), so the run is refused by the
+    documented line instead (``--report-to`` is not wired for these units yet, docs/mrmtl.md)."""
+    from trainer.run.reporting import ServiceLink, fetch_service_plan
+    from trainer.units.registry import unit_for
+
+    link = ServiceLink("http://testserver", OPERATOR_TOKEN, client=client, attempts=1)
+    for scenario, unit, method in ((SILO_SCENARIO, "silo_sample", None), (METRIC_SCENARIO, "metric_local", "metric_laplace")):
+        pid = client.post("/v1/plans", json={"scenario": scenario, **({"method": method} if method else {})}).json()["id"]
+        ledger = link.preflight(pid)
+        assert (ledger.privacy_unit, ledger.rounds_counted, ledger.superseded_by) == (unit, 0, None)
+        plan, _ = fetch_service_plan(link, pid, None)
+        refusal = unit_for(plan).reporting_refusal() or ""
+        assert "client-level runs" in refusal or "not reported to the service yet" in refusal

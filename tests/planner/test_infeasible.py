@@ -91,3 +91,30 @@ def test_subnormal_and_absurd_numbers_are_refused_by_the_schema_with_field_names
     fields = {".".join(str(p) for p in e["loc"]) for e in info.value.errors()}
     assert {"expected_clients", "sparsity_exponent", "update_norm_bound"} <= fields
     assert any(f.startswith("groups.0.clip_norm") for f in fields)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"expected_clients": None}, "expected_clients"),  # neither participation setting
+        ({"sampling_rate": 0.1}, "sampling_rate"),  # both
+        ({"sampling_variance_per_coordinate": 0.1}, "heterogeneity_variance_per_coordinate"),
+        ({"heterogeneity_variance_per_coordinate": 0.1}, "sampling_variance_per_coordinate"),
+    ],
+)
+def test_cross_field_refusals_name_a_field_not_the_whole_input(change: dict, field: str) -> None:
+    """The one line of gdpfed plan and POST /v1/plans names the field to fix
+    (``expected_clients: give exactly one of ...``), never ``input:`` or ``scenario``."""
+    import json
+
+    import pydantic
+
+    from accounting.errors import validation_error_line
+    from planner import Scenario
+
+    document = json.loads(worked_scenario(1).model_dump_json(exclude_none=True))
+    document.update(change)
+    document = {k: v for k, v in document.items() if v is not None}
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Scenario.model_validate(document)
+    assert validation_error_line(refused.value.errors())[0] == field

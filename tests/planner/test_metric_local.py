@@ -93,22 +93,30 @@ def test_warnings_large_models_and_own_update_radius() -> None:
 
 
 @pytest.mark.parametrize(
-    ("changes", "words"),
+    ("changes", "words", "field"),
     [
-        ({"radius": None}, "needs a radius"),
-        ({"clients_per_round": 101}, "exceeds"),
-        ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both"),
-        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1}, "cannot meet"),
-        ({"epsilon": 1.0}, "unknown field .epsilon."),
-        ({"radius_rule": "previous_round"}, "needs a min_radius"),
-        ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius"),
-        ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius"),
-        ({"min_radius": 0.1}, "previous_round only"),
+        ({"radius": None}, "needs a radius", "radius"),
+        ({"clients_per_round": 101}, "exceeds", "clients_per_round"),
+        ({"groups": [{"id": "g", "num_clients": 5}]}, "noise_multiplier, leakage_budget or both", "groups.0"),
+        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 0, "leakage_budget": 1}], "clients_per_round": 1},
+         "cannot meet", "groups.0"),
+        ({"groups": [{"id": "g", "num_clients": 5, "noise_multiplier": 1}, {"id": "g", "num_clients": 5, "noise_multiplier": 1}],
+          "clients_per_round": 1}, "unique", "groups"),
+        ({"epsilon": 1.0}, "unknown field .epsilon.", "epsilon"),
+        ({"radius_rule": "previous_round"}, "needs a min_radius", "min_radius"),
+        ({"radius_rule": "previous_round", "radius": None, "min_radius": 0.1}, "needs a radius", "radius"),
+        ({"radius_rule": "previous_round", "min_radius": 0.6}, "exceeds the radius", "min_radius"),
+        ({"min_radius": 0.1}, "previous_round only", "min_radius"),
     ],
 )
-def test_bad_scenarios_are_refused(changes: dict[str, object], words: str) -> None:
-    with pytest.raises(ValidationError, match=words):
+def test_bad_scenarios_are_refused(changes: dict[str, object], words: str, field: str) -> None:
+    """Each refusal names the field to fix (the CLI's and the service's one line print it:
+    ``clients_per_round: ...``, not ``input: ...`` or ``scenario: ...``)."""
+    from accounting.errors import validation_error_line
+
+    with pytest.raises(ValidationError, match=words) as refused:
         scenario(**changes)
+    assert validation_error_line(refused.value.errors())[0] == field
 
 
 def test_the_verifier_refuses_a_changed_document() -> None:
@@ -162,3 +170,16 @@ def test_a_leakage_budget_change_moves_the_cap_and_keeps_nu() -> None:
     verify_metric(load_plan_document(child.model_dump(mode="json")))  # type: ignore[arg-type]
     # the planner's own bound counts the parent's rounds: min(5 + 0, cap) releases after 0 rounds of the child
     assert spent_metric(child, 0)["all"] == pytest.approx(min(5, child.groups[0].max_participations or 0) * 10 / nu)
+
+
+def test_cli_accountant_option_on_a_metric_scenario_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gdpfed plan examples/metric.json --accountant rdp``: one line naming ``--accountant``
+    (a metric plan has none), exit 2, not ``accountant: unknown field`` of a file that has none."""
+    from pathlib import Path
+
+    from app.cli import run
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "metric.json"
+    assert run(["plan", str(example), "--accountant", "rdp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--accountant: metric_local plans have no accountant" in err[0], err

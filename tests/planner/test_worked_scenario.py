@@ -42,3 +42,24 @@ def test_shared_pool_equalises_the_members_noise():
     # the exact 1-D search leaves every member needing (nearly) the shared sigma
     assert max(required) / min(required) < 1.002
     assert plan.pools[0].noise_multiplier == pytest.approx(max(required), rel=1e-12)
+
+
+def test_the_docs_worked_example_block_is_what_its_command_prints(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/planning.md §12's console block, run: its output is what the page shows (the page
+    showed an rdp plan under a command that, since pld became the default, prints a pld one)."""
+    import shlex
+    from pathlib import Path
+
+    from app.cli import run
+
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "docs" / "planning.md").read_text()
+    section = page.split("## 12. Worked example")[1]
+    block = section.split("```console\n")[1].split("```")[0]
+    command, *shown = block.splitlines()
+    assert command.startswith("$ gdpfed plan examples/scenario.json")
+    monkeypatch.chdir(repo)
+    assert run(shlex.split(command[2:])[1:]) == 0
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert printed == [line.rstrip() for line in shown]

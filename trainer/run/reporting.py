@@ -33,7 +33,7 @@ import httpx
 import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
-from planner.service_api import ErrorBody, KeyIdentity, RoundReport
+from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, LedgerRounds, RoundReport
 from planner.units import load_plan_document, parse_ledger
 from trainer.run.directory import fingerprint
 
@@ -121,10 +121,10 @@ class ServiceLink:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
         return reason
 
-    def preflight(self, plan_id: str) -> Any:
-        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``),
-        read as its unit's model (``planner.units.parse_ledger``: every one has
-        ``superseded_by`` and ``rounds_counted``)."""
+    def preflight(self, plan_id: str) -> LedgerOut | LedgerRounds:
+        """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``), read
+        as its unit's model (``planner.units.parse_ledger``: a silo or metric plan's ledger has
+        no client groups, docs/service.md §Clients)."""
         health = self.request("GET", "/healthz")
         if isinstance(health, str) or health.status_code >= 400:
             why = health if isinstance(health, str) else f"HTTP {health.status_code}"
@@ -146,7 +146,10 @@ class ServiceLink:
             raise InvalidInputError("plan-id", f"the service has no plan {plan_id!r}")
         if ledger.status_code >= 400:
             raise InvalidInputError("report-to", f"the service answered HTTP {ledger.status_code}: {_message(ledger)}")
-        return parse_ledger(ledger.json())
+        parsed = parse_ledger(ledger.json())
+        if not isinstance(parsed, LedgerOut | LedgerRounds):  # every unit's ledger is one of the two
+            raise InvalidInputError("report-to", f"the service answered a ledger of no known unit for plan {plan_id}")
+        return parsed
 
     def fetch_plan(self, plan_id: str) -> dict[str, Any]:
         """The service's plan document (``GET /v1/plans/{id}``), provenance fields included."""

@@ -37,14 +37,18 @@ def register(subparsers: Any) -> None:
         description="Empirical privacy audit: a lower bound on epsilon from many runs on neighbouring inputs.",
     )
     parser.add_argument("mechanism", choices=["discrete"], help="what to audit: the distributed Skellam pipeline")
-    parser.add_argument("--clients", type=str, default="3")
-    parser.add_argument("--dimension", type=str, default="8")
-    parser.add_argument("--clip-norm", type=str, default="1.0")
-    parser.add_argument("--scale", type=str, default="16")
-    parser.add_argument("--share-variance", type=str, default="114")
-    parser.add_argument("--delta", type=str, default="1e-5")
-    parser.add_argument("--runs", type=str, default="200000")
-    parser.add_argument("--seed", type=str, default="1")
+    # each option says what it sets and its default (the help printed only the names)
+    parser.add_argument("--clients", type=str, default="3",
+                        help="clients in each round's sum, the audited target among them (default 3)")
+    parser.add_argument("--dimension", type=str, default="8", help="update dimension d (default 8)")
+    parser.add_argument("--clip-norm", type=str, default="1.0", help="L2 clip norm C of each update (default 1)")
+    parser.add_argument("--scale", type=str, default="16", help="discretisation scale s (default 16)")
+    parser.add_argument("--share-variance", type=str, default="114",
+                        help="each client's Skellam noise variance, integer units (default 114)")
+    parser.add_argument("--delta", type=str, default="1e-5", help="delta of both epsilons (default 1e-5)")
+    parser.add_argument("--runs", type=str, default="200000",
+                        help="runs per neighbouring input (default 200000; the bound tightens with more)")
+    parser.add_argument("--seed", type=str, default="1", help="random seed (default 1)")
     parser.add_argument("--noise-std-factor", type=str, default="1.0", help="broken variant: scale the noise std")
     parser.add_argument("--unconditioned", action="store_true", help="broken variant: plain randomised rounding")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

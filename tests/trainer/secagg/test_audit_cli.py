@@ -33,3 +33,21 @@ def test_bad_input_is_one_line_naming_the_field(
     assert run(["audit", "discrete", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gdpfed audit: error: {field}:") and "Traceback" not in err
+
+
+def test_every_option_has_help_that_states_its_default() -> None:
+    """``gdpfed audit discrete --help`` says what each option sets and its default (it listed
+    bare names, ``--share-variance SHARE_VARIANCE``, with nothing to tell a user what they are)."""
+    import argparse
+
+    from trainer.secagg.audit_cli import AuditRequest, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    audit = next(a for a in parser._subparsers._group_actions[0].choices.values())  # type: ignore[union-attr]
+    for action in audit._actions:
+        if action.option_strings and action.dest not in ("help",):
+            assert action.help, action.option_strings
+            field = AuditRequest.model_fields.get(action.dest)
+            if field is not None and action.dest != "noise_std_factor":
+                assert f"default {action.default}" in action.help or f"default {field.default:g}" in action.help, action.help
