@@ -12,8 +12,13 @@ def test_the_ledger_budget_is_the_scenarios(client: TestClient) -> None:
     # stored past every reader (the service stores only plans it made; this one is edited in memory)
     edited = plan.model_copy(update={"groups": [plan.groups[0].model_copy(update={"epsilon": 80.0})]})
     plan_id = store_plan(client, edited)
-    assert client.post(f"/v1/plans/{plan_id}/rounds", json={"round_index": 0}).status_code == 201
-    (group,) = client.get(f"/v1/plans/{plan_id}/ledger").json()["groups"]
+    # a round on it is refused, naming the field that lies (the plan is read, and checked, per
+    # report since silo and metric plans are served: docs/ledger.md §5), never counted
+    refused = client.post(f"/v1/plans/{plan_id}/rounds", json={"round_index": 0})
+    assert refused.status_code == 422 and refused.json()["field"] == "groups.a.epsilon"
+    ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
+    assert ledger["rounds_counted"] == 0
+    (group,) = ledger["groups"]
     assert group["epsilon"] == 8.0
     assert group["epsilon_remaining"] == 8.0 - group["epsilon_spent"]
 

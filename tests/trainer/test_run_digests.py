@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.trainer.run_digests import ROUNDS, client_plan, opted_out_plan, run_digest, with_adaptive_clip
+from tests.trainer.run_digests import (
+    ROUNDS,
+    client_plan,
+    one_torch_thread,
+    opted_out_plan,
+    run_digest,
+    with_adaptive_clip,
+)
 from tests.trainer.trainer_plans import quiet_progress
 from trainer.run.runner import TrainConfig, execute_run, prepare_run
 
@@ -162,92 +169,92 @@ SCENARIOS: dict[str, Callable[[Path], Path]] = {
 EXPECTED: dict[str, dict[str, str]] = {
     "client/plan/protocol": {
         "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
-        "summary": "188a333f827166efe9bdd3bc3768ed4096566b5f53705375db522736593e5774",
+        "summary": "c535f1cfe16264c2c9014ae65a29a466bdf4776bb78dd6ba0b00c77163f37ea4",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/exact_sum": {
         "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
-        "summary": "1eecca6daa07b5920b0cae023c002f606bdb6dcd5fef4c7115288dded361111c",
+        "summary": "6b4c1785e7df027fef7695581dd188c42e52c7e33da6be80fb1d1b255b7dbdbc",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/protocol/sparse": {
         "rounds": "28ca23460eb967bee8f083b686d067ce2afd88a5c36eba31c30bc52fb641c116",
-        "summary": "d2acf11ffd4177aa6b15300ddbe4dcff15a6f40bcc75b264cebd659d61ca26a3",
+        "summary": "7aadfa82f3e0525eec1352c7550dac873c7676577149852d755ec702646a5c52",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/protocol/full": {
         "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
-        "summary": "6274031bf91c13cc4b24ba02f98ab1935acf98828734ad7e7ba65a0c65ff409c",
+        "summary": "ab0066d648021f39be3aa21fd75942f061af7a08122b07de28e41d076d0edf2f",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/loop_engine": {
         "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
-        "summary": "1eecca6daa07b5920b0cae023c002f606bdb6dcd5fef4c7115288dded361111c",
+        "summary": "6b4c1785e7df027fef7695581dd188c42e52c7e33da6be80fb1d1b255b7dbdbc",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/pfa/exact_sum": {
         "rounds": "65ad3bd82ec3fef9ddbdcd9ddce75709ea4a37bd9ae466db33b59a492512d337",
-        "summary": "415be9114068f82a054c7926aa48ab6c3527426df236967dfaa3d88007051ba2",
+        "summary": "4f96656dcab7f214eaae22bd1c3a98ec4703709fbf9dad19fda07ff13c5deb2c",
         "params": "cf92a324d44cd42625a0216a6edf96604e0fdbfa3583b0ef5a3022fd749576ed",
     },
     "client/pfa/protocol": {
         "rounds": "65ad3bd82ec3fef9ddbdcd9ddce75709ea4a37bd9ae466db33b59a492512d337",
-        "summary": "9b98f1397db86f67d36c70d84c71c2ac9d71b6478878ca5212d96ad7a5d7ce27",
+        "summary": "a0d942d0892900acdc2f3f09a2205c3d46a0ce4bf1c87c52ab5491bd6bc13251",
         "params": "cf92a324d44cd42625a0216a6edf96604e0fdbfa3583b0ef5a3022fd749576ed",
     },
     "client/fedhdp/exact_sum": {
         "rounds": "dfcd9500b6961ae40c77eaea86ffbe007579f640417bd7179e4b7dc79ec11fc2",
-        "summary": "b47eea24b78eb1d16b4b734248f11047846379cfe6aa4226c2d67dc431e2f47d",
+        "summary": "1c8dadaf357a2916ce460ee0579096f4637db6bfddd6cb1f436bc54c55e3ccda",
         "params": "bea52096cd78d966b2509f1d0672a1632fb3a3844a39f51e58ca00bcd78da79e",
     },
     "client/plan/adaptive_clip/exact_sum": {
         "rounds": "fa712fc05d614c65059393f7ba8de58d29315a22751833a9f43d81a1d4639115",
-        "summary": "4c47188dae9738e8bf21bd7b20b43e8a4cdc4243041eac70ec2352b2af7325da",
+        "summary": "e3c350dc22124edc3c5bb7206df2c0f34f2c06a5bd31ee56684093320aff86f4",
         "params": "3837c20c53538679ad6434375c18a960f960f2e1fe57e8020f3b059f64c8da0c",
     },
     "client/plan/adaptive_clip/protocol": {
         "rounds": "5fdad43877219be5a7e670c6f7f49d76d59a0960ff7a7f94cde6a263bde96de1",
-        "summary": "606abb8cb5a3146c20e1e329a6327a4db644a248ef2ecd2ea88c7c51e50c6155",
+        "summary": "0d45d5b6b5da11a26fcf3faf77181090cde30bc5a2c4c0131a6594e6677a2c12",
         "params": "bb52e6737e2fa0b95afe6095a9cd44e9ad7d0b55f96efa52341c287f986ba56e",
     },
     "client/fedhdp/adaptive_clip/exact_sum": {
         "rounds": "0bf069dfaa8d2bdbad09fc3660aa9e4471f850b7cf395b10f092ca1ddf3d1904",
-        "summary": "da9340401c5c74ec6d25a3b42aa622e48a010032f5037385e9269f91f6081274",
+        "summary": "bf24b30aa5937cb234cf8de4a9f8a452c28d5155e5a01066a4a48ed9f4408750",
         "params": "05d4a334f4c3b95cc1bd94769d0797b2caedbd2f8b6bd4ad6c7cf7ecf6b75ed3",
     },
     "silo/mrmtl": {
         "rounds": "75c66859e555e9e1a8a0bd09be7974f739ebd919cce3b7239289aa4483e31e66",
-        "summary": "d16c3ed04907a8a1cc0f79597f7e0c923b709d66161eac808c54f566d7608754",
+        "summary": "9ae943505d6fe5e262807a402c756c41a4ea1bc6eea4445c39db1ffd0cac4939",
         "params": "0332e2dd23f4df5047bdbc48c78d00628e07acc5899a68f31a650bace56226f3",
     },
     "silo/local": {
         "rounds": "b52a5fadd77b39f4e19a411bd7f4f21c45fab15d7642b9f7f962899208f26ad9",
-        "summary": "922acbc9cead31b39a9f9b727cb92a2bce471fabdf040ac8e53b835c45b778bc",
+        "summary": "f581afcb206e0e74c12685459e64e1ad1ae89ab3c55bd27c89114eb8a7a3970a",
         "params": "55a92d961b3cbe0888c4b2dc503a4f878efe5bb3682d03c4a7f230b2e390ace6",
     },
     "silo/fedavg": {
         "rounds": "d90bb6f4426b917f17875bd7ab7ba74b76ba841ce157fcd53f5c59b860ce45c5",
-        "summary": "ae071eea7a42bcea291d3558f5db62f24741d622bf1913b14e820f6f801845ca",
+        "summary": "1ba7660ccb42527a151a58011bdaa125973d27b2e78a3e3694d0ee90aaabd9a1",
         "params": "09dc7782bcc788e63c53d9c9c12ff60baa52164235646c9b1e5d2d4b08d81f78",
     },
     "silo/finetune": {
         "rounds": "3bac722368e574c3bf4c2f28880e2bc6e2b673ecc9746475fb5280cd28a1dfa5",
-        "summary": "2007638fea644db366a6f559e73c6d50eee527f372d1ec3105d1b6f587c78f32",
+        "summary": "18e549ca5dd0628141d0c5518d695ece1b2d48ec720a392e68e4911dcdf79876",
         "params": "4a53bd63612827b48b09f0effd68926555679c9dfe389d043ebb8c29568b57b3",
     },
     "silo/ditto": {
         "rounds": "9fab9764c3a54c5d3dd3d64c64044649014605aca8f3ca64094244e2781a42ee",
-        "summary": "a2c59c40228a77e9a0809c6e1ee86f3dd72614c879f6c6fbac4568063a688bce",
+        "summary": "b4dd0b8c5f8f790c629d85b8cd48f1fa3022369dc8fb25f01c967927b3207c04",
         "params": "1906a21253e93a8004979b2e0037fd2396595f431797e6a0e98f83d6b42b0df4",
     },
     "silo/ifca_mrmtl": {
-        "rounds": "a925d19cfeff0224affbff8f7c6ee5d1428a1969cb4dbeec02d0770b6d710613",
-        "summary": "693e4e48a0c9423970c3b1d91d15b3cea89d624683a32ffa7dae5018ad636ffc",
-        "params": "17004fa9e96a4938f4a7778c03b63465a69e78d169475e57568fc8827b7912de",
+        "rounds": "38fb63d69b973f655459cd42da11d708a055771a0a8336766532c054650053ce",
+        "summary": "fd3079e9a97ef93d9bda21666af22a33feede2a4277818da6982a3e2305ee91d",
+        "params": "2c39dacabd1627d3b356c0e88dd267898be3a5ecb49f842bf11ce36befd2a312",
     },
     "silo/mrmtl/hidden_layer": {
         "rounds": "2b9d8c6ae0ec19798c1b034cd65353c7bfb9e6ba2416ea69dec9d41ef68da0f5",
-        "summary": "abba9ab4bd8d12ce9d8fa4306ea9df7b9f471fbd3a16de14c8db222ed9746f7f",
+        "summary": "1caf434b3d61f751200412855e4b9f2b9141d44cb81cba42a74fc0bea0995df9",
         "params": "4f5282283a606ed258664fd728c8d4159e8158521a07dc72076701862af37423",
     },
     "metric/metric_ifca/public": {
@@ -270,7 +277,8 @@ EXPECTED: dict[str, dict[str, str]] = {
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_a_fixed_seed_run_hashes_to_its_recorded_digest(name: str, tmp_path: Path) -> None:
-    assert run_digest(SCENARIOS[name](tmp_path / "run")) == EXPECTED[name]
+    with one_torch_thread():
+        assert run_digest(SCENARIOS[name](tmp_path / "run")) == EXPECTED[name]
 
 
 def test_every_unit_and_execution_mode_has_a_default_scenario() -> None:

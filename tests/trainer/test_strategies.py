@@ -168,7 +168,8 @@ def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_dig
         if method == "nonprivate" or group.epsilon is None:
             assert summary.epsilon_spent[group.id] is None
             continue
-        expected = epsilon_of_phases([Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=2)], 1e-5, "rdp")
+        phases = [Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=2)]
+        expected = epsilon_of_phases(phases, 1e-5, plan.scenario.accountant)  # the ledger's accountant
         assert summary.epsilon_spent[group.id] == pytest.approx(expected.epsilon, rel=1e-9)
         assert summary.epsilon_spent[group.id] < group.epsilon
 

@@ -22,7 +22,7 @@ CONFIGS = sorted((REPO / "experiments").glob("*.yaml"))
 # Cell counts stated in each config's header comment.
 EXPECTED_CELLS = {"main": 72, "noise": 24, "keep_ratio": 18, "noniid": 40, "preferences": 42, "clip": 24,
                   "mrmtl": 72, "mrmtl_lambda": 18, "mrmtl_prox_check": 36, "fedhdp": 48, "fedhdp_lambda": 27, "metric": 30,
-                  "metric_digits": 87}
+                  "metric_digits": 87, "fedhdp_large": 36, "gdpfed_map": 48}
 
 TINY = """
 name: tiny
