@@ -66,7 +66,7 @@ GOLDEN: dict[Case, str] = {
     ("silos.json", "closed_form", "compare"): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
     ("silos.json", "prv", None): "fd5297653d047bf026088feaf262ca7e15847cc85376db7484596d66eac45944",
     ("synthetic-3000.json", "rdp", None): "a0f1058fb7e3dfc60d851ef1b64167b40b36003e8e57d84b85e7fa96bbece6a9",
-    ("synthetic-3000.json", "rdp", "compare"): "a0da104f8de73a39c0215a16d9593ffdbb65628fe3d17fb8b3790ee09937e7ff",
+    ("synthetic-3000.json", "rdp", "compare"): "98cc7646893914c768a4ff88f85af6a9e55a296c58d36d293e7d59060a06b8ec",
     ("synthetic-3000.json", "closed_form", None): "aab54381d31d648748c54074223a5641104a080a286480283913fdb72729d568",
     ("synthetic-3000.json", "closed_form", "compare"): "b721e23270ef667171f877f3e7fe357d72503943594248e9ea5b5011a03245c4",
     ("synthetic-3000.json", "prv", None): "710580c564deb0d76b3ed4a07602f8340bb273c50f4a7d4e48068440568b54f0",
@@ -159,7 +159,7 @@ DEFAULT_GOLDEN: dict[Case, str] = {
     ('silos.json', None, None): "d6040a0afbebae9528187085d27555208ebd87dde6b1f90a8113254d8e258d9b",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
     ('synthetic-3000.json', None, None): "29140aaa28b18cc0bfe6ced2f21c3b3166ac25f3ce61efc39496dfbe2fbdf02b",
-    ('synthetic-3000.json', None, 'compare'): "25e2e8e5f071f5048bdc174970bffa2cbbbee3a709d2dec25e2d3584b5682399",
+    ('synthetic-3000.json', None, 'compare'): "81d2e6feaf266ddbde3e5cdb5e1f4a7338a16d9b396391b6f5a18d90fae45a5a",
     ('fedhdp.json', 'pld', None): "ef7fe8bf16a9042cd74be4f912274757c4162c3c7f613a2fad49a773377b6046",
     ('fedhdp.json', 'pld', 'compare'): "e518962268d4af3c0ef1e0db1ca274a585fe9798a5c93dc65c3fd5fb38439554",
 }
