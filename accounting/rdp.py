@@ -37,7 +37,7 @@ _LARGE_ORDER_TRIGGER = 48
 # of a sum near 1 has an absolute error of a few 1e-16, a relative error of more than
 # 1e-12 below here and all of it once A - 1 < 1e-16 (tiny q). Above it the old sums are
 # kept bit for bit.
-_SMALL_LOG_A = 1e-4
+SMALL_LOG_A = 1e-4
 
 
 def default_orders() -> np.ndarray:
@@ -142,7 +142,7 @@ def log_a_integer(
     values = base + quad
     starts = grid.segment_starts[first:stop] - term_first
     log_a = _segment_logsumexp(values, starts)
-    rows = np.flatnonzero(np.any(log_a < _SMALL_LOG_A, axis=1))
+    rows = np.flatnonzero(np.any(log_a < SMALL_LOG_A, axis=1))
     if rows.size:
         # A - 1 = sum_{i>=2} C(alpha,i) q^i (1-q)^(alpha-i) (e^{(i^2-i)/(2 sigma^2)} - 1):
         # subtracting sum_i C(alpha,i) q^i (1-q)^(alpha-i) = 1 leaves positive terms only
@@ -154,7 +154,7 @@ def log_a_integer(
             log_a_minus_1 = _segment_logsumexp(base[rows] + log_expm1, starts)
             refined = np.log1p(np.exp(log_a_minus_1))
         refined = np.where(np.isnan(refined), log_a[rows], refined)
-        log_a[rows] = np.where(log_a[rows] < _SMALL_LOG_A, refined, log_a[rows])
+        log_a[rows] = np.where(log_a[rows] < SMALL_LOG_A, refined, log_a[rows])
     return log_a
 
 
@@ -263,7 +263,7 @@ def _row_logsumexp(values: np.ndarray) -> np.ndarray:
     """logsumexp along axis 1 (scipy's is an order of magnitude slower on small arrays).
     The caller ignores divide-by-zero (log 0 = -inf for an all -inf row).
 
-    Where the sum is within _SMALL_LOG_A of its largest term, log(sum) = log1p(the other
+    Where the sum is within SMALL_LOG_A of its largest term, log(sum) = log1p(the other
     terms' sum) instead: log of a sum near 1 would lose the small terms (docs/accounting.md §2.4).
     """
     peak = np.max(values, axis=1)
@@ -271,7 +271,7 @@ def _row_logsumexp(values: np.ndarray) -> np.ndarray:
     shifted = np.exp(values - safe[:, None])
     total = np.sum(shifted, axis=1)
     result = safe + np.log(total)
-    near = np.flatnonzero(np.isfinite(peak) & (total < 1.0 + _SMALL_LOG_A))
+    near = np.flatnonzero(np.isfinite(peak) & (total < 1.0 + SMALL_LOG_A))
     if near.size:
         rest = shifted[near]
         rest[np.arange(near.size), np.argmax(values[near], axis=1)] = 0.0  # the peak term, exactly 1
@@ -439,7 +439,7 @@ def single_point_epsilons(
         peak = np.maximum.reduceat(values, starts)
         shifted = np.exp(values - np.repeat(peak, counts))
         log_a = peak + np.log(np.add.reduceat(shifted, starts))
-        if np.any(log_a < _SMALL_LOG_A):
+        if np.any(log_a < SMALL_LOG_A):
             # log_a_integer recomputes these from A - 1 (docs/accounting.md §2.4); its other
             # entries are these same operations, so windowed stays equal to windowed_epsilons
             log_a = log_a_integer(grid, np.array([sampling_rate]), np.array([sigma]), slice(0, n_small))[0]
