@@ -33,6 +33,11 @@ _NEGLIGIBLE_LOG = 30.0
 # order is >= _LARGE_ORDER_TRIGGER, i.e. near the top of the smaller ones.
 _LARGE_ORDER_START = 64
 _LARGE_ORDER_TRIGGER = 48
+# log A_alpha below this is recomputed from A - 1 (docs/accounting.md §2.4): the plain log
+# of a sum near 1 has an absolute error of a few 1e-16, a relative error of more than
+# 1e-12 below here and all of it once A - 1 < 1e-16 (tiny q). Above it the old sums are
+# kept bit for bit.
+SMALL_LOG_A = 1e-4
 
 
 def default_orders() -> np.ndarray:
@@ -132,14 +137,25 @@ def log_a_integer(
     term_i = grid.term_i[terms]
     log_q = np.log(q)[:, None]
     log_1mq = np.log1p(-q)[:, None]
-    values = (
-        grid.term_log_binom[terms]
-        + term_i * log_q
-        + (grid.term_alpha[terms] - term_i) * log_1mq
-        + grid.term_quad[terms] * (1.0 / (sigma * sigma))[:, None]
-    )
+    base = grid.term_log_binom[terms] + term_i * log_q + (grid.term_alpha[terms] - term_i) * log_1mq
+    quad = grid.term_quad[terms] * (1.0 / (sigma * sigma))[:, None]
+    values = base + quad
     starts = grid.segment_starts[first:stop] - term_first
-    return _segment_logsumexp(values, starts)
+    log_a = _segment_logsumexp(values, starts)
+    rows = np.flatnonzero(np.any(log_a < SMALL_LOG_A, axis=1))
+    if rows.size:
+        # A - 1 = sum_{i>=2} C(alpha,i) q^i (1-q)^(alpha-i) (e^{(i^2-i)/(2 sigma^2)} - 1):
+        # subtracting sum_i C(alpha,i) q^i (1-q)^(alpha-i) = 1 leaves positive terms only
+        # (the i = 0, 1 terms vanish), so A - 1 is summed to full relative precision
+        # (docs/accounting.md §2.4).
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            x = quad[rows]
+            log_expm1 = np.where(x > 0, x + np.log(-np.expm1(-x)), -np.inf)  # log(e^x - 1), no overflow
+            log_a_minus_1 = _segment_logsumexp(base[rows] + log_expm1, starts)
+            refined = np.log1p(np.exp(log_a_minus_1))
+        refined = np.where(np.isnan(refined), log_a[rows], refined)
+        log_a[rows] = np.where(log_a[rows] < SMALL_LOG_A, refined, log_a[rows])
+    return log_a
 
 
 def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -245,10 +261,26 @@ def log_a_fractional(
 
 def _row_logsumexp(values: np.ndarray) -> np.ndarray:
     """logsumexp along axis 1 (scipy's is an order of magnitude slower on small arrays).
-    The caller ignores divide-by-zero (log 0 = -inf for an all -inf row)."""
+    The caller ignores divide-by-zero (log 0 = -inf for an all -inf row).
+
+    Where the sum is within SMALL_LOG_A of its largest term, log(sum) = log1p(the other
+    terms' sum) instead: log of a sum near 1 would lose the small terms (docs/accounting.md §2.4).
+    """
     peak = np.max(values, axis=1)
     safe = np.where(np.isfinite(peak), peak, 0.0)
-    return safe + np.log(np.sum(np.exp(values - safe[:, None]), axis=1))
+    shifted = np.exp(values - safe[:, None])
+    total = np.sum(shifted, axis=1)
+    result = safe + np.log(total)
+    near = np.flatnonzero(np.isfinite(peak) & (total < 1.0 + SMALL_LOG_A))
+    if near.size:
+        rest = shifted[near]
+        rest[np.arange(near.size), np.argmax(values[near], axis=1)] = 0.0  # the peak term, exactly 1
+        log_rest = np.log1p(np.sum(rest, axis=1))
+        # peak (about -alpha q) and log_rest nearly cancel: add a bound on their rounding,
+        # 16 ulps of the larger, so the result stays an upper bound (docs/accounting.md §2.4)
+        allowance = 16.0 * np.finfo(float).eps * np.maximum(np.abs(safe[near]), log_rest)
+        result[near] = safe[near] + log_rest + allowance
+    return result
 
 
 def rdp_curve(sampling_rate: float, noise_multiplier: float, grid: OrderGrid | None = None) -> np.ndarray:
@@ -406,7 +438,12 @@ def single_point_epsilons(
             return np.zeros(0)
         peak = np.maximum.reduceat(values, starts)
         shifted = np.exp(values - np.repeat(peak, counts))
-        return (peak + np.log(np.add.reduceat(shifted, starts))) / (alpha_small - 1.0)
+        log_a = peak + np.log(np.add.reduceat(shifted, starts))
+        if np.any(log_a < SMALL_LOG_A):
+            # log_a_integer recomputes these from A - 1 (docs/accounting.md §2.4); its other
+            # entries are these same operations, so windowed stays equal to windowed_epsilons
+            log_a = log_a_integer(grid, np.array([sampling_rate]), np.array([sigma]), slice(0, n_small))[0]
+        return log_a / (alpha_small - 1.0)
 
     def small_integer_eps(sigma: float) -> np.ndarray:
         total = np.maximum(small_integer_rdp(sigma), 0.0) * steps + spent_int[:n_small]

@@ -31,7 +31,7 @@ import pydantic
 from scipy.special import gammaln, logsumexp
 
 from accounting.events.base import ApproximateDpEvent
-from accounting.rdp import OrderGrid
+from accounting.rdp import SMALL_LOG_A, OrderGrid
 from accounting.validation import NoiseMultiplier, SamplingRate, Steps
 
 # Positive finite reals, the same domain as a noise multiplier.
@@ -65,6 +65,17 @@ def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
     terms[1:] += math.log(3.0)
     first = (a - 1) * log_1q + math.log(a * q - q + 1.0)
     log_total = float(logsumexp(np.concatenate(([first], terms))))
+    if log_total < SMALL_LOG_A:
+        # The bracket is 1 + something that may be below double precision at tiny q (the
+        # plain log rounds it to 0): since sum_l C(a,l) q^l (1-q)^(a-l) = 1 and ``first`` is
+        # its l = 0, 1 terms, bracket - 1 = sum_{l>=2} C(a,l) q^l (1-q)^(a-l) (c_l e^(...) - 1)
+        # with c_2 = 1, c_l = 3, all terms >= 0: sum that and take log1p (docs/accounting.md §2.4).
+        exponent = (ls - 1.0) * base[2 : a + 1]  # log(c_l) + (l-1) e(l)
+        exponent[1:] += math.log(3.0)
+        weights = log_binom + ls * log_q + (a - ls) * log_1q
+        with np.errstate(divide="ignore"):
+            log_excess = exponent + np.log(-np.expm1(-exponent))  # log(e^x - 1), -inf where x = 0
+        log_total = math.log1p(math.exp(float(logsumexp(weights + log_excess))))
     return min(float(base[a]), log_total / (a - 1))
 
 

@@ -161,3 +161,21 @@ def test_it_composes_with_gaussian_phases_and_pld_falls_back_to_rdp_for_it() -> 
     assert both > alone
     report = accounting.epsilon_of_events([skellam], delta=1e-5, accountant="pld")
     assert report.fallback and report.accountant_used == "rdp" and report.epsilon == alone
+
+
+@pytest.mark.parametrize("q", [1e-9, 1e-7, 1e-5])
+def test_subsampled_bound_keeps_its_digits_at_tiny_sampling_rates(q: float) -> None:
+    # The bracket is 1 + something below double precision at q = 1e-9: its plain log was
+    # 0 (an optimistic RDP). Compare with the same formula summed to 50 digits.
+    import mpmath  # type: ignore[import-untyped]
+
+    mpmath.mp.dps = 50
+    base = np.array([0.0, 0.0] + [skellam_rdp(a, 50.0, 3.0, 5.0) for a in range(2, 40)])
+    for a in (2, 5, 39):
+        mq = mpmath.mpf(q)
+        bracket = (1 - mq) ** (a - 1) * (a * mq - mq + 1) + mpmath.binomial(a, 2) * mq**2 * (1 - mq) ** (a - 2) * mpmath.exp(base[2])
+        bracket += 3 * mpmath.fsum(
+            mpmath.binomial(a, n) * mq**n * (1 - mq) ** (a - n) * mpmath.exp((n - 1) * mpmath.mpf(base[n])) for n in range(3, a + 1)
+        )
+        exact = min(float(base[a]), float(mpmath.log(bracket) / (a - 1)))
+        assert subsampled_rdp(a, q, base) == pytest.approx(exact, rel=1e-9, abs=0.0), (a, q)

@@ -66,7 +66,7 @@ GOLDEN: dict[Case, str] = {
     ("silos.json", "closed_form", "compare"): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
     ("silos.json", "prv", None): "fd5297653d047bf026088feaf262ca7e15847cc85376db7484596d66eac45944",
     ("synthetic-3000.json", "rdp", None): "a0f1058fb7e3dfc60d851ef1b64167b40b36003e8e57d84b85e7fa96bbece6a9",
-    ("synthetic-3000.json", "rdp", "compare"): "a0da104f8de73a39c0215a16d9593ffdbb65628fe3d17fb8b3790ee09937e7ff",
+    ("synthetic-3000.json", "rdp", "compare"): "98cc7646893914c768a4ff88f85af6a9e55a296c58d36d293e7d59060a06b8ec",
     ("synthetic-3000.json", "closed_form", None): "aab54381d31d648748c54074223a5641104a080a286480283913fdb72729d568",
     ("synthetic-3000.json", "closed_form", "compare"): "b721e23270ef667171f877f3e7fe357d72503943594248e9ea5b5011a03245c4",
     ("synthetic-3000.json", "prv", None): "710580c564deb0d76b3ed4a07602f8340bb273c50f4a7d4e48068440568b54f0",
@@ -159,7 +159,7 @@ DEFAULT_GOLDEN: dict[Case, str] = {
     ('silos.json', None, None): "006e1f390f759eb666a3b62567bdef184ea2aa8f860b71d00f0fffcfde9344f4",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
     ('synthetic-3000.json', None, None): "9f8b2a0e566a2f13755767708a13dfc95c4c08e791f9cabc6f72b75579a2f05a",
-    ('synthetic-3000.json', None, 'compare'): "203727f32c11bff6990afe4aac27fc23826a80941bcbee1ed166bca852d0366e",
+    ('synthetic-3000.json', None, 'compare'): "649f9f26df5924efeafb192c5e6372655fbe7a6af17c8aaf4533154797362015",
     ('fedhdp.json', 'pld', None): "2714fd379c991c69faea4e0766ab736484743f0868835ed3edb937b3fd7c6a5c",
     ('fedhdp.json', 'pld', 'compare'): "3c6e7b9199cfbf773d65bf98b4bfb500f13c3b8b5f00ceaf031e762143246720",
 }
