@@ -10,7 +10,6 @@ accountant and delta.
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from accounting.accountants import get_accountant
 from app.deps import AppState
@@ -45,17 +44,6 @@ def unit_label(plan: Plan) -> str:
     return f"epsilon: {notion}, delta={plan.scenario.delta:g}, accountant {plan_ledger.ledger_accountant(plan.accountant)}"
 
 
-def _chain(session: Session, active: PlanRecord) -> list[PlanRecord]:
-    """The active plan's ancestors, oldest first, then the active plan."""
-    chain = [active]
-    while chain[0].parent_id is not None:
-        parent = session.scalar(select(PlanRecord).where(PlanRecord.id == chain[0].parent_id))
-        if parent is None:
-            break
-        chain.insert(0, parent)
-    return chain
-
-
 def population_view(state: AppState, population_id: str) -> ConsolePopulation:
     """The population, its groups' budgets and spending, the spending over rounds, the plans."""
     with state.sessions() as session:
@@ -66,7 +54,7 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
         counted = {r.id: ledger_service.rounds_counted(session, r) for r in records}
         children = {r.parent_id: r.id for r in records if r.parent_id is not None}
         active = next((r for r in records if r.id == population.active_plan_id), None)
-        chain = _chain(session, active) if active is not None else []
+        chain = ledger_service.plan_chain(session, active) if active is not None else []
     lineage = [
         ConsoleLineage(id=r.id, parent_plan_id=r.parent_id, superseded_by=children.get(r.id), method=r.method,
                        accountant=r.accountant, start_round=r.start_round, rounds=r.rounds,
@@ -129,7 +117,7 @@ def plan_view(state: AppState, plan_id: str) -> ConsolePlan:
     are is the unit's (``entities``, ``budget_field``, ``figure``): nothing here names a unit."""
     with state.sessions() as session:
         record = plan_service.load_record(session, plan_id)
-        chain = _chain(session, record)
+        chain = ledger_service.plan_chain(session, record)
         counted = {r.id: ledger_service.rounds_counted(session, r) for r in chain}
         child = plan_service.child_of(session, plan_id)
     unit = privacy_unit(record.privacy_unit)

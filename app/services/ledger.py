@@ -189,8 +189,8 @@ def _normalised(participants: dict[str, list[int]]) -> dict[str, list[int]]:
     return {group: sorted(set(clients)) for group, clients in sorted(participants.items()) if clients}
 
 
-def _chain(session: Session, record: PlanRecord) -> list[PlanRecord]:
-    """``record``'s ancestors, oldest first, then ``record``."""
+def plan_chain(session: Session, record: PlanRecord) -> list[PlanRecord]:
+    """``record``'s ancestors (its re-plan lineage), oldest first, then ``record``."""
     chain = [record]
     while chain[0].parent_id is not None:
         parent = session.scalar(select(PlanRecord).where(PlanRecord.id == chain[0].parent_id))
@@ -209,7 +209,7 @@ def participations(session: Session, record: PlanRecord, *, reporting: int | Non
     participants, counted as reported and left out of the counts (its check adds it)."""
     counts: dict[str, dict[int, int]] = {}
     unknown = 0
-    chain = _chain(session, record)
+    chain = plan_chain(session, record)
     for plan, child in zip(chain, [*chain[1:], None]):
         counted = (child.start_round - plan.start_round) if child is not None else rounds_counted(session, plan)
         rows = list(session.scalars(select(LedgerRound).where(LedgerRound.plan_id == plan.id)))
