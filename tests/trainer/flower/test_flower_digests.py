@@ -19,7 +19,7 @@ from trainer.run.runner import TrainConfig
 
 # recorded on the code before issue 28 moved it
 EXPECTED = {
-    "rounds": "828948a466cfc8343f6d2059c41163fdf4d149ef5ee1a3888971f7e0abced0aa",
+    "rounds": "7086b53db03129d0ea7c87c9ee0f833e48457ce0fe9168a5af131b63714d9f67",
     "summary": "da686aa3c4dfba569cf9b4604849025a27c90b21471eaaaea7227c7aa8bf55b1",
     "params": "84e61769766e53457e51fc92b454e32478e5d1dd66f5f89bfe49b0cd22786921",
 }
