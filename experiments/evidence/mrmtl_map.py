@@ -43,8 +43,6 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 GROUPS = (1, 2, 4)
 MASKS = (False, True)
 SIZES = (50, 400)
@@ -58,38 +56,10 @@ TEST_SAMPLES = 100
 
 def silo_data(sizes: list[int], *, seed: int, groups: int, mask: bool) -> Any:
     """Rotated digits (docs/mrmtl.md §7) with ``groups`` rotation groups and the patch
-    mask on or off; the same draws as ``trainer.data.silos.rotated_digits``."""
-    from sklearn.datasets import load_digits
+    mask on or off: ``trainer.data.silos.rotated_digits`` with the map's knobs."""
+    from trainer.data.silos import rotated_digits
 
-    from trainer.data.rotation import rotate_images
-    from trainer.data.silos import _package
-
-    bunch = load_digits()
-    images = np.asarray(bunch.images, dtype=np.float32) / 16.0
-    labels = np.asarray(bunch.target, dtype=np.int64)
-    rng = np.random.default_rng([seed, 12])
-    order = rng.permutation(len(labels))
-    cut = int(0.8 * len(labels))
-    pool, held = order[:cut], order[cut:]
-    mean, std = float(images[pool].mean()), float(images[pool].std())
-    train, test = [], []
-    for k, size in enumerate(sizes):
-        silo_rng = np.random.default_rng([seed, 12, k])
-        patch = silo_rng.integers(0, 7, size=2)
-        # drawn whether or not it is used, so every setting of the map draws the same rows
-        probability = silo_rng.uniform(0.1, 0.9)
-        if not mask:
-            probability = 0.0
-        parts = []
-        for rows, count in ((pool, size), (held, min(TEST_SAMPLES, len(held)))):
-            chosen = silo_rng.choice(rows, count, replace=False)
-            x = rotate_images(images[chosen], k % groups)
-            blank = silo_rng.random(count) < probability
-            x[blank, patch[0]:patch[0] + 2, patch[1]:patch[1] + 2] = 0.0
-            parts.append((((x - mean) / std)[:, None].astype(np.float32), labels[chosen]))
-        train.append(parts[0])
-        test.append(parts[1])
-    return _package("rotated_digits", "classification", train, test, 10)
+    return rotated_digits(sizes, seed=seed, test_samples=TEST_SAMPLES, groups=groups, masks=mask)
 
 
 def cells(seeds: list[int]) -> list[dict[str, Any]]:

@@ -73,8 +73,11 @@ def _package(name: str, task: str, train: list[tuple[np.ndarray, np.ndarray]], t
     return SiloData(dataset, tuple(torch.arange(int(a), int(b)) for a, b in zip(test_offsets[:-1], test_offsets[1:])))
 
 
-def rotated_digits(silo_sizes: Sequence[int], *, seed: int, test_samples: int = 100, groups: int = 4) -> SiloData:
-    """Digits rotated by ``90 * (k mod groups)`` degrees with a silo-specific 2x2 patch mask."""
+def rotated_digits(silo_sizes: Sequence[int], *, seed: int, test_samples: int = 100, groups: int = 4,
+                   masks: bool = True) -> SiloData:
+    """Digits rotated by ``90 * (k mod groups)`` degrees with a silo-specific 2x2 patch mask
+    (docs/mrmtl.md §7); ``groups`` and ``masks`` are the heterogeneity knobs the MR-MTL map
+    sweeps (docs/results.md §8.2). Without masks the same rows are drawn, none blanked."""
     from sklearn.datasets import load_digits
 
     if not 1 <= groups <= 4:
@@ -93,7 +96,10 @@ def rotated_digits(silo_sizes: Sequence[int], *, seed: int, test_samples: int = 
             raise InvalidInputError(f"silos.{k}.num_samples", f"rotated_digits silos hold at most {len(pool)} examples, got {size}")
         silo_rng = np.random.default_rng([seed, 12, k])
         patch = silo_rng.integers(0, 7, size=2)
+        # drawn whether or not it is used, so both mask settings draw the same rows
         probability = silo_rng.uniform(0.1, 0.9)
+        if not masks:
+            probability = 0.0
         parts = []
         for rows, count in ((pool, size), (held, min(test_samples, len(held)))):
             chosen = silo_rng.choice(rows, count, replace=False)
