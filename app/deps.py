@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.dependencies.utils import get_flat_dependant
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -113,3 +115,21 @@ def require(role: Role) -> Callable[..., Awaitable[Principal]]:
 
 PlannerKey = Annotated[Principal, Depends(require("planner"))]
 OperatorKey = Annotated[Principal, Depends(require("operator"))]
+
+
+def refuse_unknown_query_parameters(request: Request) -> None:
+    """Answer 422 naming a query parameter the route does not take (docs/service.md §Errors).
+
+    Starlette passes unknown query parameters through and FastAPI ignores them, so a typo
+    (``?populaton_id=...``) would silently widen a listing instead of filtering it.
+    """
+    route = request.scope.get("route")
+    if not request.query_params or not isinstance(route, APIRoute):
+        return
+    # the route's own query parameters and its dependencies', by alias
+    known = {param.alias for param in get_flat_dependant(route.dependant).query_params}
+    for name in request.query_params:
+        if name not in known:
+            takes = ", ".join(sorted(known)) if known else "none"
+            raise ServiceError(422, "invalid_input", f"{name}: unknown query parameter (this endpoint takes: {takes})",
+                               field=name)

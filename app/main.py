@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio.to_thread
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from app.compute import ComputePool
 from app.db import make_engine, session_factory
-from app.deps import AppState
+from app.deps import AppState, refuse_unknown_query_parameters
 from app.duplicate_keys import DuplicateKeyMiddleware
 from app.errors import error_responses, install_error_handlers
 from app.limits import BodySizeLimitMiddleware
@@ -104,6 +104,7 @@ def create_app(settings: Settings | None = None, *, announce_key: bool = True) -
         # operationId = the route function's name (create_plan, get_ledger, ...): a generated
         # client's function names, instead of FastAPI's create_plan_v1_plans_post
         generate_unique_id_function=lambda route: route.name,
+        dependencies=[Depends(refuse_unknown_query_parameters)],
     )
     app.state.gdpfed = state
     # /healthz takes no key, and /metrics none unless GDPFED_METRICS_REQUIRE_KEY (app.routes.health)

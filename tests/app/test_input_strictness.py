@@ -80,3 +80,21 @@ def test_messages_carry_no_pydantic_prefix_and_a_body_level_error_names_the_body
     assert (population.status_code, population.json()["field"]) == (422, "scenario"), population.json()
     assert "populations hold client-level scenarios only" in population.json()["message"], population.json()
     assert "Value error" not in population.json()["message"]
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it(client: TestClient) -> None:
+    created = client.post("/v1/plans", json={"scenario": copy.deepcopy(SMALL_SCENARIO)})
+    assert created.status_code == 201, created.text
+    # a typo of population_id must not silently list every plan
+    response = client.get("/v1/plans", params={"populaton_id": "nope"})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert (body["code"], body["field"]) == ("invalid_input", "populaton_id"), body
+    assert "population_id" in body["message"], body
+    # a route that takes no query parameter says so
+    response = client.get(f"/v1/plans/{created.json()['id']}", params={"verbose": "1"})
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "verbose"
+    # the declared ones still work
+    assert client.get("/v1/plans", params={"limit": 5, "population_id": "nope"}).json()["total"] == 0
+    assert client.get(f"/v1/plans/{created.json()['id']}").status_code == 200
