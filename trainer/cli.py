@@ -238,7 +238,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
             reporter = RoundReporter(link, plan_id or "")
         # the trainer (torch) is imported once the plan and every option are checked, so a
         # refused call exits 2 without paying for torch (issue 26 §3; docs/trainer.md §CLI)
-        from trainer.run.runner import execute_run, prepare_run
+        from trainer.runner import execute_run, prepare_run
 
         prepared = prepare_run(
             plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset,

@@ -19,7 +19,7 @@ from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.divergence import EXIT_DIVERGED
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies.base import RoundContext
 from trainer.units.client.ledger import PrivacyLedger
 from trainer.units.client.mechanism import pool_mechanisms, privatize

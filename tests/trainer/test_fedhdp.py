@@ -17,7 +17,7 @@ from trainer.engines import LocalTrainingConfig, train_clients
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.plots import local_accuracy_series
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import RoundContext
 from trainer.strategies.registry import build_strategy
 from trainer.units.client.strategies import FedHDPStrategy, PlanStrategy

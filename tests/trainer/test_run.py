@@ -10,13 +10,13 @@ import torch
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
 from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, quiet_progress
+from trainer import runner as runner_module
 from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module
-from trainer.run import runner as runner_module
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.units.client.ledger import PrivacyLedger
 
 ROUNDS = 4

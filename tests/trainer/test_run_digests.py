@@ -28,7 +28,7 @@ from tests.trainer.run_digests import (
     with_adaptive_clip,
 )
 from tests.trainer.trainer_plans import quiet_progress
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 
 def _run(plan: Any, config: TrainConfig, dataset: Any, out: Path) -> Path:

@@ -17,7 +17,7 @@ from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, 
 from trainer.data.silos import mean_estimation
 from trainer.run.metrics import read_rounds
 from trainer.run.prepared import RunOptions
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.units.client.run import prepare_client_run
 from trainer.units.client.unit import UNIT as CLIENT
 from trainer.units.silo.run import prepare_silo_run

@@ -21,7 +21,7 @@ from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.records import report_metrics
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import Strategy, base
 from trainer.strategies.registry import STRATEGIES
 from trainer.units.client.strategies import PFAStrategy, PlanStrategy

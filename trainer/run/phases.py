@@ -5,7 +5,7 @@ plots are for a privacy unit.
 ``RoundPhases`` holds the behaviour of the units that train one model evaluated on the
 dataset's test set or by the run's ``evaluator`` (client and silo runs); a unit whose
 figures differ (the metric unit's leakage) overrides the phases that differ. The loop
-itself (``trainer.run.runner``) is the same for every unit.
+itself (``trainer.runner``) is the same for every unit.
 """
 
 from __future__ import annotations

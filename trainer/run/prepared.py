@@ -1,7 +1,7 @@
 """What a unit's preparation hands the run loop: ``PreparedRun``, and the one options object
 every unit's ``prepare`` takes, ``RunOptions`` (docs/trainer.md §Layout).
 
-``trainer.run.runner.prepare_run`` builds ``RunOptions`` once from its keywords and passes
+``trainer.runner.prepare_run`` builds ``RunOptions`` once from its keywords and passes
 it through to the plan's unit (``trainer.units.registry``), so a unit's preparation reads
 the same fields by the same names.
 """

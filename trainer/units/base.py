@@ -5,7 +5,7 @@ A unit lives in ``trainer/units/<unit>/``; its ``unit.py`` defines ``UNIT`` and
 ``trainer.units.registry`` has one line per unit. This module and each ``unit.py`` load
 without torch: ``gdpfed train`` refuses an option the plan's unit never reads before it
 imports the trainer (start-up time, docs/trainer.md §Layout), so a unit's preparation and
-phases are imported when first used. The loop (``trainer.run.runner``) reads
+phases are imported when first used. The loop (``trainer.runner``) reads
 the unit's attributes and calls its ``phases`` (``trainer.run.phases.RoundPhases``): it
 never branches on a unit's name or type.
 """

@@ -6,7 +6,7 @@ a fixed epsilon per round. It is nothing a user would train: it shows what addin
 takes. Outside this folder it touches only ``REGISTRATION_POINTS``: the planner's unit
 registry and the trainer's, one line each; ``registered()`` adds those two lines for the
 duration of a test. The run loop, its checkpoints, resume, summary and plots are the ones
-every unit gets (``trainer.run.runner``).
+every unit gets (``trainer.runner``).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int, *, adaptive: bool = False
     release less than its ``noise_std`` and a private group (``epsilon`` set) in a pool
     without noise. The
     whole plan, its budgets included, is verified before a run starts
-    (``planner.verify.verify_executable``, called by ``trainer.run.runner.prepare_run``).
+    (``planner.verify.verify_executable``, called by ``trainer.runner.prepare_run``).
     """
     if plan.privacy_unit != "client":
         # Clipping whole updates and Gaussian noise shares protect clients; a plan of another
