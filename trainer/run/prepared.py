@@ -22,8 +22,8 @@ from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import ChanceLevel
 from trainer.strategies.base import Population, RoundContext, Strategy
 
-if TYPE_CHECKING:  # the unit registry imports the units, which import this module
-    from trainer.units.base import TrainingUnit
+if TYPE_CHECKING:  # a unit's declaration names this module's types; it is read without torch
+    from trainer.run.unit import TrainingUnit
 
 
 class RunLedger(Protocol):

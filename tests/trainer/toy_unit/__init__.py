@@ -29,8 +29,8 @@ from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
 from trainer.run.phases import RoundPhases
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext
-from trainer.units.base import TrainingUnit
 
 NAME = "toy_mean"
 MECHANISM = "toy_gaussian_mean"

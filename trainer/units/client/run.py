@@ -22,9 +22,9 @@ from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
 from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
 

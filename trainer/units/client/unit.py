@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.units.base import TrainingUnit
+from trainer.run.unit import TrainingUnit
 from trainer.units.client.ledger import PrivacyLedger
 
 MECHANISM = "gaussian_secagg"

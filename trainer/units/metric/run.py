@@ -24,8 +24,8 @@ from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.rounds import MetricRoundEngine
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.units.metric_local import NAME
-from trainer.units.base import TrainingUnit
+from trainer.run.unit import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
 
 

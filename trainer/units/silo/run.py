@@ -36,8 +36,8 @@ from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import chance_level_by_part
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, RoundContext
-from trainer.units.base import TrainingUnit
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 from trainer.units.silo.strategies import STRATEGIES, SiloStrategy
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.units import silo_sample
-from trainer.units.base import TrainingUnit
+from trainer.run.unit import TrainingUnit
 
 MECHANISM = "dpsgd_silo"
 
