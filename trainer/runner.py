@@ -45,6 +45,7 @@ from trainer.run.reporting import ReportingStoppedError, RoundReporter
 from trainer.run.summary import RunSummary
 from trainer.strategies.base import RoundContext, Strategy
 from trainer.units.registry import unit_for
+from trainer.units.strategies import registered_strategy
 
 
 def prepare_run(
@@ -61,11 +62,12 @@ def prepare_run(
     allow_tf32: bool = False,
 ) -> PreparedRun:
     """Prepare a run of ``plan`` with its privacy unit's preparation (``trainer.units.registry``;
-    docs/architecture.md §Privacy units); the keywords are ``RunOptions``' fields. A unit
+    docs/architecture.md §Privacy units); the keywords are ``RunOptions``' fields, and its
+    ``select_strategy`` is the strategy registry's ``registered_strategy``. A unit
     without an entry in this trainer is refused by name (``InvalidInputError("privacy_unit")``).
     """
     options = RunOptions(resume=resume, device=device, strategy_factory=strategy_factory, dataset=dataset,
-                         engine_factory=engine_factory, allow_tf32=allow_tf32)
+                         engine_factory=engine_factory, allow_tf32=allow_tf32, select_strategy=registered_strategy)
     unit = unit_for(plan)
     return unit.prepare(unit, plan, plan_document, config, out, options)
 

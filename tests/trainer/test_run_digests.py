@@ -285,7 +285,7 @@ def test_every_unit_and_execution_mode_has_a_default_scenario() -> None:
     """The set covers each privacy unit, each silo method, each registered strategy and
     both secure-aggregation execution modes."""
     from planner.units.silo_sample import SILO_METHODS
-    from trainer.strategies.registry import STRATEGIES
+    from trainer.units.strategies import STRATEGIES
 
     quick = list(SCENARIOS)
     assert {name.split("/")[0] for name in quick} == {"client", "silo", "metric"}

@@ -74,7 +74,7 @@ class TrainConfig(InputModel):
         "(docs/secure-aggregation.md §Parallel)",
     )
     checkpoint_every: int = Field(1, ge=1)
-    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
+    strategy: str = Field("plan", description="training strategy (trainer.units.strategies); plan = the plan's own")
     strategy_options: dict[str, Any] = Field(
         default_factory=dict, description="the strategy's options, validated by its options model"
     )

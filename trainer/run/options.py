@@ -28,7 +28,7 @@ CONFIG_OPTIONS = tuple(name for name in FIELDS if name not in (*JSON_OPTIONS, "s
 OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option",
                 "model_options": "--model-option", "strategy_options": "--strategy-option"}
 
-# The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
+# The names of trainer.units.strategies.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
 # the two equal.
 STRATEGY_NAMES = ("plan", "pfa", "fedhdp", "metric_ifca")
@@ -88,7 +88,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
         help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
     )
-    # The registry (trainer.strategies.registry) checks the name and the options when the
+    # The registry (trainer.units.strategies) checks the name and the options when the
     # run is prepared: importing it here would import torch just to build the parser, so
     # the help lists STRATEGY_NAMES, which a test keeps equal to the registry's.
     parser.add_argument(

@@ -12,7 +12,7 @@ never branches on a unit's name or type.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +23,7 @@ from trainer.run.config import TrainConfig
 if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declaration must not
     from trainer.run.phases import RoundPhases
     from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
+    from trainer.strategies.base import StrategySpec
 
 # (the unit, plan, plan document, config, run directory, options) -> the validated run of
 # that unit; nothing written
@@ -38,9 +39,11 @@ class TrainingUnit:
     everything and builds the run (data, model, population, strategy, round engine);
     ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` (built once by
     ``make_phases``) are its steps of the one run loop. Its strategies are named once, in
-    its own ``strategies`` package. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
-    train`` refuses them when given, ``unused_reason`` says why; config.json leaves them
-    out). ``reports``: its rounds can be reported to the service (``--report-to``);
+    its own ``strategies`` package; ``strategies()`` returns those ``--strategy`` selects
+    (its ``STRATEGY_SPECS``; ``None``: none, as a silo plan's method names its strategy),
+    which ``trainer.units.strategies.STRATEGIES`` gathers. ``unused_options``: the
+    ``TrainConfig`` fields it never reads (``gdpfed train`` refuses them when given,
+    ``unused_reason`` says why; config.json leaves them out). ``reports``: its rounds can be reported to the service (``--report-to``);
     otherwise ``no_reports_reason`` is the refusal. ``reports_participants``: its round
     reports carry the round's participants (``participants``; the metric unit's service
     ledger counts each client's releases, docs/ledger.md §8). ``follows_replans``: a run
@@ -54,6 +57,7 @@ class TrainingUnit:
     prepare: Prepare
     ledger: Callable[..., RunLedger]
     make_phases: Callable[[], RoundPhases]
+    strategies: Callable[[], Mapping[str, StrategySpec]] | None = None
     unused_options: tuple[str, ...] = ()
     unused_reason: str = ""
     reports: bool = False

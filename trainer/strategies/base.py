@@ -227,7 +227,7 @@ class NoOptions(InputModel):
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One entry of the strategy registry (``trainer.strategies.registry.STRATEGIES``).
+    """One entry of the strategy registry (``trainer.units.strategies.STRATEGIES``).
 
     ``strategy(plan, model, dataset, *, engine, local, device, server_lr,
     server_momentum, **options)`` builds it; ``options`` is the pydantic model of those
@@ -275,7 +275,7 @@ class StrategySpec:
 
     def build(self, plan: PlanDocument, options: BaseModel, **common: Any) -> Strategy:
         """The strategy for ``plan`` with validated ``options`` and the run's ``common``
-        arguments (``trainer.strategies.registry.build_checked`` checks the plan and the
+        arguments (``trainer.units.strategies.build_checked`` checks the plan and the
         data first)."""
         extra = {name: getattr(options, name) for name in type(options).model_fields}
         return self.strategy(plan, **common, **extra)  # type: ignore[call-arg]

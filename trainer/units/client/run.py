@@ -24,7 +24,6 @@ from trainer.run.preparation import build_population, build_run_model, load_run_
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
-from trainer.strategies.registry import registered_strategy
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
 
@@ -38,10 +37,11 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     would spend more privacy than planned), a plan without rounds, unknown data, a model
     that does not fit the data, a population larger than the data can split into.
     ``options.strategy_factory(plan, model, dataset, **options)`` replaces the registry's
-    strategy ``config.strategy`` (``trainer.strategies.registry``, options validated here).
+    strategy ``config.strategy`` (``options.select_strategy``: ``trainer.units.strategies``,
+    options validated here).
     """
     client_plan = checked_client_plan(plan, config, unit.mechanism)
-    factory = options.strategy_factory or registered_strategy(config, client_plan)
+    factory = options.strategy_factory or options.select_strategy(config, client_plan)
     if options.strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
         raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
     device = choose_device(options.device)

@@ -21,6 +21,13 @@ def _prepare(*args: Any) -> Any:
     return prepare_client_run(*args)
 
 
+def _strategies() -> Any:
+    # start-up time: the strategies import torch
+    from trainer.units.client.strategies import STRATEGY_SPECS
+
+    return STRATEGY_SPECS
+
+
 def _phases() -> Any:
     # start-up time: the phases import torch
     from trainer.units.client.phases import ClientPhases
@@ -35,6 +42,7 @@ UNIT = TrainingUnit(
     prepare=_prepare,
     ledger=PrivacyLedger,
     make_phases=_phases,
+    strategies=_strategies,
     reports=True,
     follows_replans=True,
 )

@@ -25,7 +25,6 @@ from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
-from trainer.strategies.registry import registered_strategy
 from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.rounds import MetricRoundEngine
 
@@ -46,7 +45,7 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
         raise InvalidInputError(
             "rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would leak more than planned"
         )
-    factory = options.strategy_factory or registered_strategy(config, plan)
+    factory = options.strategy_factory or options.select_strategy(config, plan)
     chosen_device = choose_device(options.device)
     configure_float_math(options.allow_tf32)
     local = LocalTrainingConfig(

@@ -22,6 +22,13 @@ def _prepare(*args: Any) -> Any:
     return prepare_metric_run(*args)
 
 
+def _strategies() -> Any:
+    # start-up time: the strategies import torch
+    from trainer.units.metric.strategies import STRATEGY_SPECS
+
+    return STRATEGY_SPECS
+
+
 def _phases() -> Any:
     # start-up time: the phases import torch
     from trainer.units.metric.phases import MetricPhases
@@ -36,6 +43,7 @@ UNIT = TrainingUnit(
     prepare=_prepare,
     ledger=MetricLedger,
     make_phases=_phases,
+    strategies=_strategies,
     # prepare_metric_run deals clients into groups at random (build_population's default)
     # and its engine (trainer/units/metric/rounds.py) drops no client after training and
     # aggregates no secret shares: it never reads these.
