@@ -41,7 +41,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,9 +50,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
-
-if TYPE_CHECKING:
-    from trainer.units.client.adaptive_clip import AdaptiveClipping
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
@@ -111,10 +108,6 @@ class Strategy(ABC):
     """A federated algorithm as four decisions plus its checkpointable state."""
 
     plan: Plan
-    # Adaptive clipping's controller (S^t), when the strategy runs it: the engine clips at its
-    # clip norm and feeds it the released counts (docs/trainer.md §Adaptive clipping). The
-    # strategy owns it so that it is checkpointed with the strategy's state.
-    adaptive_clip: AdaptiveClipping | None = None
 
     @abstractmethod
     def configure_round(self, ctx: RoundContext, population: Population) -> dict[str, np.ndarray]:

@@ -24,6 +24,7 @@ from trainer.run.preparation import build_population, build_run_model, load_run_
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
+from trainer.units.client.adaptive_clip import adaptive_controller
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
 
@@ -65,7 +66,7 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(client_plan)
     warnings.extend(strategy.run_warnings(dataset))
-    if options.engine_factory is not None and strategy.adaptive_clip is not None:
+    if options.engine_factory is not None and adaptive_controller(strategy) is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy,
                                           simulator=options.engine_factory is None)
@@ -133,7 +134,7 @@ def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: 
     ``noise_multiplier`` ``z_eff`` times ``C_g`` to the update sum and releases no count, the
     Gaussian mechanism of multiplier ``z_eff`` that the ledger composes either way.
     """
-    if plan.scenario.adaptive_clip is None or strategy.adaptive_clip is not None:
+    if plan.scenario.adaptive_clip is None or adaptive_controller(strategy) is not None:
         return None
     if not simulator:
         how = ADAPTIVE_CLIP_SIMULATOR_ONLY
