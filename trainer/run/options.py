@@ -214,6 +214,16 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     return config
 
 
+def protected_entity(privacy_unit: str) -> str:
+    """What one of a unit's figures is about, as the planner's unit names its entities
+    (``PrivacyUnit.entities``, singular): ``group``, or ``silo`` for a silo plan."""
+    # start-up time: the planner's units load when a summary is printed, never for --help
+    from planner.units import UNITS
+
+    unit = UNITS.get(privacy_unit)
+    return "group" if unit is None else unit.entities.removesuffix("s")
+
+
 def format_summary(summary: Any) -> str:
     lines = [
         f"run: {summary.run_dir} ({summary.method}, {summary.rounds_run}/{summary.rounds} rounds"
@@ -221,7 +231,7 @@ def format_summary(summary: Any) -> str:
     ]
     if summary.final_accuracy is not None:
         lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
-    entity = "silo" if summary.privacy_unit == "silo_sample" else "group"
+    entity = protected_entity(summary.privacy_unit)
     leakage = {k: summary.final_metrics.get(f"metric_leakage_{k}") for k in ("median", "max")}
     if summary.epsilon_spent or leakage["max"] is not None:
         lines.append(f"privacy: {summary.notion}")
