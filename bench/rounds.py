@@ -336,12 +336,12 @@ def _measure_round(plan: Any, config: Any, dataset: Any, rounds: int, warmup: in
     from trainer.engines import evaluate
     from trainer.runner import prepare_run
     from trainer.strategies import RoundContext
-    from trainer.units.client.ledger import PrivacyLedger
+    from trainer.units.client.tally import ClientTally
 
     with tempfile.TemporaryDirectory() as tmp:  # prepare_run writes nothing; it only needs a path
         prepared = prepare_run(plan, plan.model_dump(mode="json"), config, Path(tmp) / "run", dataset=dataset,
                                device="cpu")
-    ledger = PrivacyLedger(plan)
+    ledger = ClientTally(plan)
     params = prepared.initial_params
     samples: dict[str, list[float]] = {name: [] for name in (*STAGES, "account", "total", "cpu", "clients")}
     graphs: dict[str, str] = {}

@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # a unit's declaration names this module's types; it is read 
     from trainer.run.unit import TrainingUnit
 
 
-class RunLedger(Protocol):
-    """What the run loop asks of a unit's ledger (``TrainingUnit.ledger``): count a round,
+class RunTally(Protocol):
+    """What the run loop asks of a unit's tally (``TrainingUnit.tally``): count a round,
     say what was spent (under the unit's ``notion``) and checkpoint its state."""
 
     privacy_unit: str
@@ -116,7 +116,7 @@ class PreparedRun:
     engine: RoundRunner
     warnings: list[str]
     build_strategy: Callable[[Any], Any]
-    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop phases, ledger, options
+    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop phases, tally, options
     # (plan, strategy, population, dim, config, rounds) -> the round engine; a re-plan rebuilds it
     engine_factory: EngineFactory | None = None
     # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set

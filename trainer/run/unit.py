@@ -22,7 +22,7 @@ from trainer.run.config import TrainConfig
 
 if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declaration must not
     from trainer.run.phases import RoundPhases
-    from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
+    from trainer.run.prepared import PreparedRun, RunOptions, RunTally
     from trainer.strategies.base import StrategySpec
 
 # (the unit, plan, plan document, config, run directory, options) -> the validated run of
@@ -37,7 +37,8 @@ class TrainingUnit:
     ``name``: the planner's unit (``planner.units``) whose plans this runs; ``mechanism``:
     the planner unit's mechanism name, which this trainer implements. ``prepare`` validates
     everything and builds the run (data, model, population, strategy, round engine);
-    ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` (built once by
+    ``tally(plan, epsilon_fn)`` counts what its rounds released, which the ledger prices
+    (``planner.ledger``, docs/architecture.md §Vocabulary); ``phases`` (built once by
     ``make_phases``) are its steps of the one run loop. Its strategies are named once, in
     its own ``strategies`` package; ``strategies()`` returns those ``--strategy`` selects
     (its ``STRATEGY_SPECS``; ``None``: none, as a silo plan's method names its strategy),
@@ -55,7 +56,7 @@ class TrainingUnit:
     mechanism: str
     summary: str
     prepare: Prepare
-    ledger: Callable[..., RunLedger]
+    tally: Callable[..., RunTally]
     make_phases: Callable[[], RoundPhases]
     strategies: Callable[[], Mapping[str, StrategySpec]] | None = None
     unused_options: tuple[str, ...] = ()

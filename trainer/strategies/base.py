@@ -32,7 +32,7 @@ How the roadmap's methods fit this seam (none of them is built here):
   still secure aggregation); a strategy needs nothing special.
 
 A strategy's selection must stay Poisson with the plan's ``q_g`` for the privacy ledger
-(``trainer/units/client/ledger.py``) to be right; one that changes selection changes the mechanism
+(``trainer/units/client/tally.py``) to be right; one that changes selection changes the mechanism
 and must be accounted for differently.
 """
 

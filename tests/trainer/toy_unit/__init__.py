@@ -73,7 +73,7 @@ PLANNER_UNIT = PrivacyUnit(
 )
 
 
-class ToyLedger:
+class ToyTally:
     """A fixed epsilon per round for the one group ``all``."""
 
     privacy_unit = NAME
@@ -155,7 +155,7 @@ def prepare_toy_run(unit: TrainingUnit, plan: Any, plan_document: dict[str, Any]
 
 UNIT = TrainingUnit(
     name=NAME, mechanism=MECHANISM, summary="a toy: the noisy mean of sampled clients' numbers",
-    prepare=prepare_toy_run, ledger=ToyLedger, make_phases=RoundPhases,
+    prepare=prepare_toy_run, tally=ToyTally, make_phases=RoundPhases,
     unused_options=("secagg_mode", "secagg_execution", "secagg_workers"), unused_reason="the toy has no secure aggregation",
 )
 

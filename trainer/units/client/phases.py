@@ -10,7 +10,7 @@ from trainer.run.divergence import Divergence, divergence_hint
 from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
 from trainer.run.phases import RoundPhases
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import RoundReporter
 from trainer.run.summary import RunSummary
 from trainer.units.client.rounds import full_mode_reasons
@@ -22,9 +22,9 @@ class ClientPhases(RoundPhases):
     def divergence_hint(self, prepared: PreparedRun, outcome: RoundOutcome) -> str:
         return divergence_hint(prepared.plan, prepared.config, prepared.engine.dim, outcome.nonfinite_updates)
 
-    def summary(self, prepared: PreparedRun, records: list[RoundRecord], ledger: RunLedger, seconds: float,
+    def summary(self, prepared: PreparedRun, records: list[RoundRecord], tally: RunTally, seconds: float,
                 plan_id: str | None, reporter: RoundReporter | None, divergence: Divergence | None) -> RunSummary:
-        summary = super().summary(prepared, records, ledger, seconds, plan_id, reporter, divergence)
+        summary = super().summary(prepared, records, tally, seconds, plan_id, reporter, divergence)
         extra: dict[str, Any] = {
             # the simulator's engine: the most processes a session could use; other executors none
             "secagg_workers": getattr(prepared.engine, "secagg_processes", None),

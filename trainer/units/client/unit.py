@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.run.unit import TrainingUnit
-from trainer.units.client.ledger import PrivacyLedger
+from trainer.units.client.tally import ClientTally
 
 MECHANISM = "gaussian_secagg"
 
@@ -40,7 +40,7 @@ UNIT = TrainingUnit(
     mechanism=MECHANISM,
     summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
     prepare=_prepare,
-    ledger=PrivacyLedger,
+    tally=ClientTally,
     make_phases=_phases,
     strategies=_strategies,
     reports=True,

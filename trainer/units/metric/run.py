@@ -25,8 +25,8 @@ from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
-from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.rounds import MetricRoundEngine
+from trainer.units.metric.tally import MetricTally
 
 
 def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
@@ -69,8 +69,8 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(plan)
     initial = strategy.initial_params()
-    ledger = MetricLedger(plan)
-    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), ledger)
+    tally = MetricTally(plan)
+    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), tally)
     return PreparedRun(
         plan=plan,
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume,

@@ -12,7 +12,7 @@ from typing import Any
 
 from planner.units.metric_local import NAME
 from trainer.run.unit import TrainingUnit
-from trainer.units.metric.ledger import MetricLedger
+from trainer.units.metric.tally import MetricTally
 
 
 def _prepare(*args: Any) -> Any:
@@ -41,7 +41,7 @@ UNIT = TrainingUnit(
     mechanism="metric_laplace",
     summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
     prepare=_prepare,
-    ledger=MetricLedger,
+    tally=MetricTally,
     make_phases=_phases,
     strategies=_strategies,
     # prepare_metric_run deals clients into groups at random (build_population's default)
