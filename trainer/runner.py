@@ -9,8 +9,8 @@ mechanism, all before anything is written, so bad input leaves no trace on disk.
 round engine, counts the round in the run's tally (priced by the ledger), evaluates on schedule, appends the
 round to ``rounds.jsonl``, writes the checkpoint, reports the round, and updates the
 progress display. At the end (or when the plan's rounds are all done) it writes
-``summary.json`` and the plots. What differs between units is the unit's ``phases``
-(``trainer.run.phases.RoundPhases``), never a branch here.
+``summary.json`` and the plots. What differs between units is the unit's ``steps``
+(``trainer.run.steps.RoundSteps``), never a branch here.
 
 Resume: the checkpoint stores the index of the next round, the global parameters, the
 strategy's state, the tally and the reporter's queue; all randomness of round ``t`` is
@@ -132,7 +132,7 @@ def open_run(prepared: PreparedRun, reporter: RoundReporter | None, epsilon_fn: 
     checkpoint's state for a resumed run (its plan and configuration checked against these)."""
     run_dir = prepared.run_dir
     state = LoopState(
-        prepared=prepared, tally=prepared.unit.phases.open_tally(prepared, epsilon_fn),
+        prepared=prepared, tally=prepared.unit.steps.open_tally(prepared, epsilon_fn),
         params=prepared.initial_params, reporter=reporter, epsilon_fn=epsilon_fn,
         plan_print=fingerprint(prepared.plan_document), config_print=fingerprint(prepared.config.fingerprint_data()),
     )
@@ -166,7 +166,7 @@ def resume_from_checkpoint(state: LoopState) -> None:
         state.tally = switch_plan(prepared, state.tally, saved["current_plan"], prepared.run_start + state.next_round,
                                    state.epsilon_fn, resuming=True)
     state.tally.load_state_dict(saved["ledger"])  # the checkpoint's key, kept: a file format
-    prepared.unit.phases.load_state(prepared, saved)
+    prepared.unit.steps.load_state(prepared, saved)
     if state.tally.rounds_run != prepared.run_start + state.next_round - prepared.plan.start_round:
         raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
     if state.reporter is not None:
@@ -212,7 +212,7 @@ def follow_replans(state: LoopState, global_round: int, display: Progress) -> No
 
 def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     """Run, account, evaluate, log, report and checkpoint one round; ``False`` once the run diverged."""
-    prepared, config, phases = state.prepared, state.prepared.config, state.prepared.unit.phases
+    prepared, config, steps = state.prepared, state.prepared.config, state.prepared.unit.steps
     global_round = prepared.run_start + local_round
     follow_replans(state, global_round, display)
     round_started = time.perf_counter()
@@ -230,23 +230,23 @@ def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     finite = bool(torch.isfinite(state.params).all())
     due = finite and (last or (local_round + 1) % config.eval_every == 0)
     tick = time.perf_counter()
-    evaluation = phases.evaluate(prepared, ctx, state.params, state.tally, due)
+    evaluation = steps.evaluate(prepared, ctx, state.params, state.tally, due)
     if due:
         timing["evaluate"] = time.perf_counter() - tick
-    reason = phases.divergence_reason(finite, evaluation)
+    reason = steps.divergence_reason(finite, evaluation)
     if reason is not None:
-        state.divergence = Divergence(round=global_round, reason=reason, hint=phases.divergence_hint(prepared, outcome),
+        state.divergence = Divergence(round=global_round, reason=reason, hint=steps.divergence_hint(prepared, outcome),
                                       kept_round=global_round)
         state.kept_params = previous
 
-    record = phases.record(outcome, state.tally, evaluation, time.perf_counter() - round_started, timing,
+    record = steps.record(outcome, state.tally, evaluation, time.perf_counter() - round_started, timing,
                            diverged=reason is not None)
     append_round(prepared.run_dir.rounds, record)
     state.records.append(record)
     # Report before the checkpoint so the checkpoint holds the queue after this attempt; a
     # crash in between re-runs the round: its claim and completion are no-ops at the service.
     refused = report_round(state, record, prepared.unit.participants(outcome))
-    if (refused is not None or last or state.divergence is not None or phases.checkpoint_every_round
+    if (refused is not None or last or state.divergence is not None or steps.checkpoint_every_round
             or (local_round + 1) % config.checkpoint_every == 0):
         checkpoint(state, local_round + 1)
     display.round_done(record)
@@ -289,7 +289,7 @@ def checkpoint(state: LoopState, rounds_done: int) -> None:
             "plan_fingerprint": state.plan_print,
             "config_fingerprint": state.config_print,
             "diverged": None if state.divergence is None else state.divergence.model_dump(mode="json"),
-            **prepared.unit.phases.saved_state(prepared),
+            **prepared.unit.steps.saved_state(prepared),
         },
     )
 
@@ -307,8 +307,8 @@ def deliver_pending(state: LoopState) -> None:
 def finish_run(state: LoopState, seconds: float, plan_id: str | None) -> RunSummary:
     """Write ``summary.json`` and the plots; return the summary."""
     prepared = state.prepared
-    phases = prepared.unit.phases
-    summary = phases.summary(prepared, state.records, state.tally, seconds, plan_id, state.reporter, state.divergence)
+    steps = prepared.unit.steps
+    summary = steps.summary(prepared, state.records, state.tally, seconds, plan_id, state.reporter, state.divergence)
     atomic_write_json(prepared.run_dir.summary, summary.model_dump(mode="json"))
-    phases.plot(prepared, state.records, summary)
+    steps.plot(prepared, state.records, summary)
     return summary

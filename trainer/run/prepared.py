@@ -116,7 +116,7 @@ class PreparedRun:
     engine: RoundRunner
     warnings: list[str]
     build_strategy: Callable[[Any], Any]
-    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop phases, tally, options
+    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop steps, tally, options
     # (plan, strategy, population, dim, config, rounds) -> the round engine; a re-plan rebuilds it
     engine_factory: EngineFactory | None = None
     # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set

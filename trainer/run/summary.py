@@ -138,7 +138,7 @@ def summarize(
             pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
             for pool_id in pool_ids
         },
-        # secagg_workers and secagg_full_reasons: the client unit's phases fill them in
+        # secagg_workers and secagg_full_reasons: the client unit's steps fill them in
         secagg_workers=None,
         secagg_full_reasons={},
     )

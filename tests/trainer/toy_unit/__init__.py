@@ -27,8 +27,8 @@ from planner.units.base import PrivacyUnit
 from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import RoundPhases
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.steps import RoundSteps
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext
 
@@ -155,7 +155,7 @@ def prepare_toy_run(unit: TrainingUnit, plan: Any, plan_document: dict[str, Any]
 
 UNIT = TrainingUnit(
     name=NAME, mechanism=MECHANISM, summary="a toy: the noisy mean of sampled clients' numbers",
-    prepare=prepare_toy_run, tally=ToyTally, make_phases=RoundPhases,
+    prepare=prepare_toy_run, tally=ToyTally, make_steps=RoundSteps,
     unused_options=("secagg_mode", "secagg_execution", "secagg_workers"), unused_reason="the toy has no secure aggregation",
 )
 

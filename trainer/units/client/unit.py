@@ -1,7 +1,7 @@
 """The client unit's entry of the trainer's unit registry (docs/trainer.md §Layout).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` reads a unit's declaration
-before it loads the trainer; the preparation and the phases are imported when first used.
+before it loads the trainer; the preparation and the steps are imported when first used.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ def _strategies() -> Any:
     return STRATEGY_SPECS
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.units.client.phases import ClientPhases
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.units.client.steps import ClientSteps
 
-    return ClientPhases()
+    return ClientSteps()
 
 
 UNIT = TrainingUnit(
@@ -41,7 +41,7 @@ UNIT = TrainingUnit(
     summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
     prepare=_prepare,
     tally=ClientTally,
-    make_phases=_phases,
+    make_steps=_steps,
     strategies=_strategies,
     reports=True,
     follows_replans=True,

@@ -4,7 +4,7 @@ whose entry in the trainer's unit registry is ``trainer.units.metric.unit.UNIT``
 ``prepare_metric_run`` validates everything (the plan re-derived by its verifier, rounds
 within the plan's, a model whose size is the plan's ``model_dim``, a strategy that
 releases individual models) and builds the metric round engine; the one run loop
-(``trainer.runner``) runs it with the metric phases (``trainer.units.metric.phases``):
+(``trainer.runner``) runs it with the metric steps (``trainer.units.metric.steps``):
 the leakage is written as metric figures (``metric_leakage_*`` in ``rounds.jsonl`` metrics
 and the summary's ``final_metrics``, ``privacy_unit: metric_local``), never as
 ``epsilon_spent``, which stays empty: the notions never mix.

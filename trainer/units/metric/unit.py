@@ -2,7 +2,7 @@
 docs/metric-privacy.md §5).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` refuses the options this unit
-never reads before it loads the trainer; the preparation and phases are imported when
+never reads before it loads the trainer; the preparation and steps are imported when
 first used.
 """
 
@@ -29,11 +29,11 @@ def _strategies() -> Any:
     return STRATEGY_SPECS
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.units.metric.phases import MetricPhases
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.units.metric.steps import MetricSteps
 
-    return MetricPhases()
+    return MetricSteps()
 
 
 UNIT = TrainingUnit(
@@ -42,7 +42,7 @@ UNIT = TrainingUnit(
     summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
     prepare=_prepare,
     tally=MetricTally,
-    make_phases=_phases,
+    make_steps=_steps,
     strategies=_strategies,
     # prepare_metric_run deals clients into groups at random (build_population's default)
     # and its engine (trainer/units/metric/rounds.py) drops no client after training and

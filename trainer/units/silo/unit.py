@@ -1,7 +1,7 @@
 """The silo unit's entry of the trainer's unit registry (docs/trainer.md §Layout; docs/mrmtl.md §6).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` refuses the options this unit
-never reads before it loads the trainer; the preparation, tally and phases are imported
+never reads before it loads the trainer; the preparation, tally and steps are imported
 when first used.
 """
 
@@ -29,11 +29,11 @@ def _tally(*args: Any, **kwargs: Any) -> Any:
     return SiloTally(*args, **kwargs)
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.run.phases import RoundPhases
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.run.steps import RoundSteps
 
-    return RoundPhases()
+    return RoundSteps()
 
 
 UNIT = TrainingUnit(
@@ -42,7 +42,7 @@ UNIT = TrainingUnit(
     summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
     prepare=_prepare,
     tally=_tally,
-    make_phases=_phases,
+    make_steps=_steps,
     # prepare_silo_run reads dataset, model, model_options, rounds, lr, seed, strategy,
     # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
     unused_options=(

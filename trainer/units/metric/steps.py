@@ -1,4 +1,4 @@
-"""The metric unit's phases of the run loop (``trainer.run.phases``; docs/metric-privacy.md §5).
+"""The metric unit's steps of the run loop (``trainer.run.steps``; docs/metric-privacy.md §5).
 
 Its figures are the strategy's own evaluation and the tally's leakage (``metric_*``) on
 every round, never an epsilon; the engine holds the tally (it caps participation) and a
@@ -15,17 +15,17 @@ import torch
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import Evaluation, RoundPhases
 from trainer.run.plots import plot_run
 from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import RoundReporter
+from trainer.run.steps import Evaluation, RoundSteps
 from trainer.run.summary import RunSummary
 from trainer.strategies.base import RoundContext
 from trainer.units.metric.rounds import MetricRoundEngine
 from trainer.units.metric.tally import MetricTally
 
 
-class MetricPhases(RoundPhases):
+class MetricSteps(RoundSteps):
     """Metric runs: leakage figures on every round, the engine's radius checkpointed."""
 
     checkpoint_every_round = True

@@ -1,10 +1,10 @@
-"""The run loop's unit-specific phases (docs/trainer.md §Layout): what a round's
+"""The run loop's unit-specific steps (docs/trainer.md §Layout): what a round's
 evaluation, line in ``rounds.jsonl``, divergence check, checkpoint extras, summary and
 plots are for a privacy unit.
 
-``RoundPhases`` holds the behaviour of the units that train one model evaluated on the
+``RoundSteps`` holds the behaviour of the units that train one model evaluated on the
 dataset's test set or by the run's ``evaluator`` (client and silo runs); a unit whose
-figures differ (the metric unit's leakage) overrides the phases that differ. The loop
+figures differ (the metric unit's leakage) overrides the steps that differ. The loop
 itself (``trainer.runner``) is the same for every unit.
 """
 
@@ -38,8 +38,8 @@ class Evaluation:
     accuracy_by_group: dict[str, float | None] = field(default_factory=dict)
 
 
-class RoundPhases:
-    """The phases of the one run loop, as the units that train one evaluated model run them."""
+class RoundSteps:
+    """The steps of the one run loop, as the units that train one evaluated model run them."""
 
     # checkpoint after every round whatever ``checkpoint_every`` says
     checkpoint_every_round = False
