@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any, get_args
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, shown
 from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP
 from trainer.run.config import TrainConfig, secagg_worker_count
 
@@ -147,7 +147,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def read_json_file(path: Path, field: str) -> Any:
     """Parse a JSON file; a file that is not JSON is an ``InvalidInputError`` naming ``field``."""
-    from planner.loading import parse_json, read_text
+    from planner.loading import parse_json, read_text  # start-up time: the parser is built without the planner
 
     return parse_json(read_text(path, field), path, field)
 
@@ -155,8 +155,10 @@ def read_json_file(path: Path, field: str) -> Any:
 def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:
     """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``;
     errors name ``field`` (``model-option``, ``strategy-option``) and the key."""
-    from accounting.errors import shown
-    from planner.loading import DocumentShapeError, loads_unique
+    from planner.loading import (  # start-up time: the parser is built without the planner
+        DocumentShapeError,
+        loads_unique,
+    )
 
     options: dict[str, Any] = {}
     for item in items:
@@ -173,8 +175,6 @@ def parse_json_options(items: list[str], field: str = "model-option") -> dict[st
 
 
 def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
-    from trainer.run.config import TrainConfig
-
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)
     workers = None
