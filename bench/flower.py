@@ -90,7 +90,7 @@ def _load() -> str:
 
 def _simulator(plan: Any, config: Any, dataset: Any, out: Path) -> dict[str, Any]:
     from trainer.run.metrics import read_rounds
-    from trainer.run.runner import execute_run, prepare_run
+    from trainer.runner import execute_run, prepare_run
 
     load = _load()
     execute_run(prepare_run(plan, plan.model_dump(mode="json"), config, out, dataset=dataset), progress=_quiet(config.rounds))
@@ -264,7 +264,7 @@ def measure(total: int, expected: float, rounds: int, *, process_rounds: int | N
     (``process_rounds`` on real processes; 0: none), each Flower one beside Flower's plain FedAvg
     on the same transport."""
     from trainer.data import load_dataset
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     plan = _plan(total, expected, rounds)
     config = TrainConfig(dataset="digits", model="mlp", rounds=rounds, local_steps=5, batch_size=32, lr=0.05)

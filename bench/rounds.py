@@ -300,7 +300,7 @@ def round_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
     """The round rows, and the setup they share (for the title)."""
     from planner import Scenario, make_plan
     from trainer.data import load_dataset
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     per_group = 30 if quick else 1_000
     expected_counts = [18] if quick else [300, 1_000]
@@ -334,14 +334,14 @@ def round_table(quick: bool) -> tuple[list[dict[str, Any]], str]:
 
 def _measure_round(plan: Any, config: Any, dataset: Any, rounds: int, warmup: int) -> dict[str, Any]:
     from trainer.engines import evaluate
-    from trainer.run.runner import prepare_run
+    from trainer.runner import prepare_run
     from trainer.strategies import RoundContext
-    from trainer.units.client.ledger import PrivacyLedger
+    from trainer.units.client.tally import ClientTally
 
     with tempfile.TemporaryDirectory() as tmp:  # prepare_run writes nothing; it only needs a path
         prepared = prepare_run(plan, plan.model_dump(mode="json"), config, Path(tmp) / "run", dataset=dataset,
                                device="cpu")
-    ledger = PrivacyLedger(plan)
+    ledger = ClientTally(plan)
     params = prepared.initial_params
     samples: dict[str, list[float]] = {name: [] for name in (*STAGES, "account", "total", "cpu", "clients")}
     graphs: dict[str, str] = {}

@@ -35,7 +35,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     dimensions = [10_000] if quick else [100_000, 1_000_000]
     client_counts = [10] if quick else [10, 50, 200]
     rows: list[dict[str, Any]] = []
-    phase_rows: list[dict[str, Any]] = []
+    stage_rows: list[dict[str, Any]] = []
     seconds_per_word: float | None = None
     modes: tuple[SecaggMode, ...] = get_args(SecaggMode)
     for mode in modes:
@@ -55,14 +55,14 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
                                      "note": f"skipped (est. {estimate:.0f}s)"})
                         continue
                     repeats = 1 if quick or (seconds_per_word and words * seconds_per_word > 5) else 3
-                    row, phases = _measure(params, num_clients, dimension, dropped, repeats)
+                    row, stages = _measure(params, num_clients, dimension, dropped, repeats)
                     seconds_per_word = row["secagg_s"] / words
                     rows.append({**label, **row, "note": ""})
-                    phase_rows.append({**label, **phases})
+                    stage_rows.append({**label, **stages})
     shamir_rows = _shamir_rows([(5, 10)] if quick else [(5, 10), (25, 50), (100, 200)])
     return [
         ("Secure aggregation per round vs plain numpy sum", rows),
-        ("Secure aggregation phases (seconds; client phases summed over clients)", phase_rows),
+        ("Secure aggregation stages (seconds; client stages summed over clients)", stage_rows),
         ("Shamir t-of-n of a 32-byte secret: gdpfed (numpy, GF(2^31-1)) vs PyCryptodome (GF(2^128))", shamir_rows),
     ]
 
@@ -98,17 +98,17 @@ def _measure(params: Any, num_clients: int, dimension: int, dropped: int, repeat
     secagg_seconds = median(time_calls(secagg, repeats=repeats, warmup=1 if repeats > 1 else 0))
     plain_seconds = median(time_calls(plain, repeats=max(repeats, 5)))
     measured = results[-repeats:]
-    phases = {name: median([r.seconds[name] for r in measured]) for name in measured[0].seconds}
-    client_work = sum(phases[p] for p in ("encode", "advertise_keys", "share_keys", "masked_input", "unmasking_clients"))
+    stages = {name: median([r.seconds[name] for r in measured]) for name in measured[0].seconds}
+    client_work = sum(stages[s] for s in ("encode", "advertise_keys", "share_keys", "masked_input", "unmasking_clients"))
     row = {
         "modulus_bits": params.modulus_bits,
         "secagg_s": secagg_seconds,
         "plain_s": plain_seconds,
         "ratio": secagg_seconds / plain_seconds,
         "per_client_s": client_work / num_clients,
-        "server_s": phases["unmasking_server"],
+        "server_s": stages["unmasking_server"],
     }
-    return row, {name: value for name, value in phases.items() if name != "total"}
+    return row, {name: value for name, value in stages.items() if name != "total"}
 
 
 def _shamir_rows(schemes: list[tuple[int, int]]) -> list[dict[str, Any]]:

@@ -74,6 +74,7 @@ def _plan_from_args(
     ``prepare_run`` dispatches on it. ``config_for(rounds)`` is the run's configuration; the
     dataset loaded to build the model is returned so the run does not load it again.
     """
+    # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.loading import naming_file, read_document
     from planner.units import load_plan_document
 
@@ -133,7 +134,7 @@ def _service_target(args: argparse.Namespace) -> tuple[str, str | None] | None:
     if args.report_to:
         return args.report_to, args.plan_id
     if args.resume and args.out is not None:
-        from trainer.run.directory import RunDirectory
+        from trainer.run.directory import RunDirectory  # start-up time, as every import of a handler here
 
         stored = RunDirectory(args.out).reporting
         if stored.is_file():
@@ -143,7 +144,7 @@ def _service_target(args: argparse.Namespace) -> tuple[str, str | None] | None:
 
 
 def _link(args: argparse.Namespace, url: str) -> Any:
-    from trainer.run.reporting import ServiceLink
+    from trainer.run.reporting import ServiceLink  # start-up time: httpx loads for --report-to only
 
     key = _api_key(args)
     if not key:
@@ -156,6 +157,7 @@ def _link(args: argparse.Namespace, url: str) -> Any:
 def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str, Any], Any, Path, Any]:
     """The plan, its document, the run configuration, the run directory and the dataset if
     one was loaded already (None: the run loads it), all validated."""
+    # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.loading import naming_file
     from planner.units import load_plan_document
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
@@ -214,6 +216,7 @@ def require_trainer_extra() -> None:
 
 def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     require_trainer_extra()
+    # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
     from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
@@ -238,7 +241,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
             reporter = RoundReporter(link, plan_id or "")
         # the trainer (torch) is imported once the plan and every option are checked, so a
         # refused call exits 2 without paying for torch (issue 26 §3; docs/trainer.md §CLI)
-        from trainer.run.runner import execute_run, prepare_run
+        from trainer.runner import execute_run, prepare_run
 
         prepared = prepare_run(
             plan, document, config, out, resume=args.resume, device=args.device, dataset=dataset,

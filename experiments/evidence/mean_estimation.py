@@ -57,7 +57,7 @@ def train(method: str, prox: float, *, num_silos: int, num_samples: int, epsilon
     from trainer.experiments.cell import Discard
     from trainer.run.checkpoint import load_checkpoint
     from trainer.run.progress import Progress
-    from trainer.run.runner import TrainConfig, execute_run, prepare_run
+    from trainer.runner import TrainConfig, execute_run, prepare_run
     from trainer.units.silo.strategies import SiloStrategy
 
     torch.set_num_threads(1)

@@ -51,7 +51,7 @@ def run(rule: str, seed: int, *, out: Path, patience: int, validation_users: int
     from trainer.data import load_dataset
     from trainer.experiments.cell import Discard
     from trainer.run.progress import Progress
-    from trainer.run.runner import TrainConfig, execute_run, prepare_run
+    from trainer.runner import TrainConfig, execute_run, prepare_run
 
     torch.set_num_threads(1)
     scenario = MetricScenario.model_validate(dict(

@@ -3,7 +3,7 @@
 The paper (Liu et al. 2022) says MR-MTL's advantage over local training and FedAvg is driven
 by heterogeneity (how different the silos' tasks are), silo size and epsilon. This script
 sweeps exactly those on the rotated-digits silos of docs/mrmtl.md §7 and trains every cell
-with the real trainer (``trainer.run.runner.prepare_run`` / ``execute_run``: the silo
+with the real trainer (``trainer.runner.prepare_run`` / ``execute_run``: the silo
 planner's sigma_k, the DP-SGD engine, the method's strategy, the ledger):
 
 - heterogeneity: rotation groups g in {1, 2, 4} (silo k rotated by 90 (k mod g) degrees) and
@@ -91,7 +91,7 @@ def run_cell(cell: dict[str, Any], out: Path, runs: Path | None = None) -> dict[
 
     from planner.units import make_plan
     from planner.units.silo_sample import SiloSamplePlan, SiloScenario
-    from trainer.run.runner import TrainConfig, execute_run, prepare_run
+    from trainer.runner import TrainConfig, execute_run, prepare_run
 
     torch.set_num_threads(1)
     started = time.perf_counter()

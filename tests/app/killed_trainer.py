@@ -49,7 +49,7 @@ def act(action: Any) -> None:
 
 
 def install(hooks: dict[str, list[Any]]) -> None:
-    import trainer.run.runner as runner
+    import trainer.runner as runner
     from trainer.run.reporting import RoundReporter
 
     def fire(point: str) -> None:

@@ -100,7 +100,7 @@ def test_ci_job_follows_a_budget_change_and_the_ledgers_agree(server: Any, tmp_p
 def test_resume_without_report_to_keeps_reporting(server: Any, tmp_path: Path, capsys: Any,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 9 §3: ``--out DIR --resume`` (the documented short form) keeps reporting."""
-    import trainer.run.runner as runner
+    import trainer.runner as runner
 
     api = _api(server)
     plan = _population_plan(api, "resumed")

@@ -19,8 +19,11 @@ It reads the source (AST), imports nothing of the project, and needs no extra.
 - A circle is a strongly connected component of more than one file.
 - A back arrow is an import (one inside a function or under ``if TYPE_CHECKING:`` included:
   it is a dependency too)
-  from a part of a package to a part on a higher layer of ``LAYERS``. A part is a subpackage
-  or a loose module directly in the package, named by its first path component.
+  from a part of a package to a part on a higher layer of ``LAYERS``, or between two parts
+  of ``SIBLINGS`` (the trainer's privacy units, which share a layer and never import each other). A part is a subpackage
+  or a loose module directly in the package, named by its first path component, or, where
+  ``LAYERS`` names parts inside a subpackage (``units.client``, ``units.registry``), one of
+  those: the subpackage's ``__init__`` is then the part named by the subpackage alone.
 - A deferred import is a project import (any of ``PROJECT``) inside a function. A latent
   circle is a circle of the graph with the deferred imports inside the package counted as
   edges: a function-level import that closes one is there to hide a circle, not for an
@@ -72,6 +75,27 @@ LAYERS: dict[str, tuple[frozenset[str], ...]] = {
         frozenset({"routes", "openapi"}),
         frozenset({"main", "serve_cli", "cli", "__init__"}),
     ),
+    # The shared layers, then the privacy units (one folder each, never importing one
+    # another: SIBLINGS), the unit registry, the strategy registry that gathers the units'
+    # strategies, the one run loop, and the commands on top (docs/trainer.md §Layout).
+    "trainer": (
+        frozenset({"choices", "device"}),
+        frozenset({"data"}),
+        frozenset({"models", "engines", "secagg"}),
+        frozenset({"strategies"}),
+        frozenset({"run"}),
+        frozenset({"units", "units.client", "units.silo", "units.metric"}),
+        frozenset({"units.registry"}),
+        frozenset({"units.strategies"}),
+        frozenset({"runner"}),
+        frozenset({"cli", "experiments", "flower", "__init__"}),
+    ),
+}
+
+# Parts that share a layer and must not import one another either: each privacy unit
+# builds on the shared layers only (docs/architecture.md §Dependency direction).
+SIBLINGS: dict[str, frozenset[str]] = {
+    "trainer": frozenset({"units.client", "units.silo", "units.metric"}),
 }
 
 
@@ -149,9 +173,21 @@ def _loaded(target: str, importer: str) -> set[str]:
     return {m for m in loaded if m != importer and not importer.startswith(m + ".")}
 
 
-def _part(package: str, module: str) -> str:
+def _part(module: str, layer: dict[str, int] | None = None) -> str:
+    """The part of the package that ``module`` belongs to: its first path component, or, where
+    ``layer`` declares parts inside a subpackage (``units.client``), the longest declared one
+    that holds it. A subpackage split so is the part of its own ``__init__`` only; a module
+    of it under no declared part is the new part ``subpackage.name`` (reported unplaced)."""
     rest = module.split(".")[1:]
-    return rest[0] if rest else "__init__"
+    if not rest:
+        return "__init__"
+    layer = layer or {}
+    for depth in range(1, len(rest) + 1):
+        name = ".".join(rest[:depth])
+        split = any(part.startswith(name + ".") for part in layer)
+        if not split or depth == len(rest):
+            return name
+    return ".".join(rest)  # unreachable: the last depth returns
 
 
 def _layer_of(package: str) -> dict[str, int] | None:
@@ -237,12 +273,13 @@ def package_graph(package: str, root: Path = ROOT) -> PackageGraph:
     graph.latent_circles = [c for c in strongly_connected(graph.files, every_run_edge) if len(c) > 1]
     layer = _layer_of(package)
     if layer is not None:
-        parts = {_part(package, m) for m in graph.files}
+        parts = {_part(m, layer) for m in graph.files}
         graph.unplaced = sorted(parts - set(layer))
         for source in graph.files:
             for target in sorted(graph.edges[source] | graph.type_edges[source] | graph.deferred_edges[source]):
-                a, b = _part(package, source), _part(package, target)
-                if a in layer and b in layer and layer[b] > layer[a]:
+                a, b = _part(source, layer), _part(target, layer)
+                siblings = SIBLINGS.get(package, frozenset())
+                if a in layer and b in layer and (layer[b] > layer[a] or (a != b and {a, b} <= siblings)):
                     # One per file and part: `import a.b.c` also loads a/b/__init__.py.
                     graph.back_arrows = [(s, t) for s, t in graph.back_arrows if (s, t) != (source, target.rpartition(".")[0])]
                     graph.back_arrows.append((source, target))

@@ -7,12 +7,10 @@ import functools
 
 import pytest
 
-from tests.foundation.import_graph import LAYERS, package_graph
+from tests.foundation.import_graph import LAYERS, SIBLINGS, package_graph
 
-PACKAGES = ("accounting", "planner", "app")  # back arrows checked: their layers are declared
-# circles are checked in every package; trainer's layers are not declared yet (its run loop
-# and the units it dispatches to import each other's modules across one folder, trainer/run)
-CIRCLE_FREE = (*PACKAGES, "trainer")
+PACKAGES = ("accounting", "planner", "app", "trainer")  # every package: circles and back arrows
+CIRCLE_FREE = PACKAGES
 graph_of = functools.cache(package_graph)
 
 
@@ -86,3 +84,25 @@ def test_an_import_up_the_layers_is_a_back_arrow_even_inside_a_function(tmp_path
     graph = package_graph("pkg", root=tmp_path)
     assert graph.back_arrows == [("pkg.low", "pkg.high.g")]  # the module, not also its package
     assert graph.unplaced == ["new"]
+
+
+def test_layers_inside_a_subpackage_place_each_of_its_modules(tmp_path, monkeypatch):
+    """Dotted parts (``units.a``) split a subpackage: its ``__init__`` is the part ``units``, a
+    module under no declared part is reported unplaced, and siblings may not import each other."""
+    _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/run.py": "def f():\n    from pkg.units import registry\n",
+        "pkg/units/__init__.py": "",
+        "pkg/units/registry.py": "from pkg.units.a import x\nfrom pkg.units.b import y\nfrom pkg import run\n",
+        "pkg/units/a/__init__.py": "",
+        "pkg/units/a/x.py": "from pkg.units.b import y\n",
+        "pkg/units/b/__init__.py": "",
+        "pkg/units/b/y.py": "from pkg import run\n",
+        "pkg/units/c/__init__.py": "",
+    })
+    monkeypatch.setitem(LAYERS, "pkg", (frozenset({"run"}), frozenset({"units", "units.a", "units.b"}),
+                                        frozenset({"units.registry", "__init__"})))
+    monkeypatch.setitem(SIBLINGS, "pkg", frozenset({"units.a", "units.b"}))
+    graph = package_graph("pkg", root=tmp_path)
+    assert graph.back_arrows == [("pkg.run", "pkg.units.registry"), ("pkg.units.a.x", "pkg.units.b.y")]
+    assert graph.unplaced == ["units.c"]

@@ -18,7 +18,7 @@ from tests.trainer.test_strategies import Interrupt
 from tests.trainer.trainer_plans import hand_plan, quiet_progress
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import execute_run, prepare_run
+from trainer.runner import execute_run, prepare_run
 from trainer.strategies import Population, RoundContext, Strategy
 from trainer.units.client.adaptive_clip import AdaptiveClipping
 from trainer.units.client.mechanism import at_clip, pool_mechanisms, privatize, privatize_counted
@@ -211,7 +211,7 @@ def test_adaptive_clip_needs_the_plans_block_and_the_simulator(plan, data, tmp_p
     with pytest.raises(InvalidInputError) as caught:
         run(plan, data, tmp_path / "no_block", "fedhdp", {"adaptive_clip": True})
     assert caught.value.field == "strategy-option adaptive_clip" and "no adaptive_clip block" in caught.value.reason
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     adaptive = with_adaptive_clip(plan)
     config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [10]}, rounds=ROUNDS,

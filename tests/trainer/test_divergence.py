@@ -19,10 +19,10 @@ from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.divergence import EXIT_DIVERGED
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies.base import RoundContext
-from trainer.units.client.ledger import PrivacyLedger
 from trainer.units.client.mechanism import pool_mechanisms, privatize
+from trainer.units.client.tally import ClientTally
 
 ROUNDS = 4
 
@@ -88,7 +88,7 @@ def test_a_diverging_run_stops_after_the_round_with_its_privacy_recorded(plan, d
     records = read_rounds(out / "rounds.jsonl")
     assert [r.round for r in records] == [0, 1] and [r.diverged for r in records] == [False, True]
     # the two rounds happened: both are in the ledger, the log and the summary
-    ledger = PrivacyLedger(plan)
+    ledger = ClientTally(plan)
     ledger.record_round()
     ledger.record_round()
     assert summary.epsilon_spent == pytest.approx(ledger.final_spent())

@@ -17,10 +17,10 @@ from trainer.engines import LocalTrainingConfig, train_clients
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.plots import local_accuracy_series
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import RoundContext
-from trainer.strategies.registry import build_strategy
 from trainer.units.client.strategies import FedHDPStrategy, PlanStrategy
+from trainer.units.strategies import build_strategy
 
 ROUNDS = 4
 
@@ -187,7 +187,7 @@ def test_bad_options_are_named(plan, data, options, words):
 def test_a_bad_lambdas_option_is_one_error_at_the_key_given(value, field, message):
     """lambdas is a number or a mapping: one error saying so (or at the mapping's key), not
     one per union member under pydantic's member tags (lambdas.dict[str,...], lambdas.float)."""
-    from trainer.strategies.registry import STRATEGIES
+    from trainer.units.strategies import STRATEGIES
 
     with pytest.raises(InvalidInputError) as info:
         STRATEGIES["fedhdp"].parse_options({"lambdas": value})
@@ -197,7 +197,7 @@ def test_a_bad_lambdas_option_is_one_error_at_the_key_given(value, field, messag
 
 
 def test_fedhdp_is_registered_with_its_options():
-    from trainer.strategies.registry import STRATEGIES
+    from trainer.units.strategies import STRATEGIES
 
     spec = STRATEGIES["fedhdp"]
     assert spec.strategy is FedHDPStrategy and spec.default_plan_method == "gdpfed"

@@ -16,7 +16,7 @@ from trainer.data import assign_groups, clients_with_label, load_dataset
 from trainer.engines import evaluate_clients
 from trainer.run.metrics import read_rounds
 from trainer.run.preparation import build_population
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 ROUNDS = 2
 

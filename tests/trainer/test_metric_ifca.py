@@ -21,10 +21,10 @@ from trainer.data.metric_synthetic import TRUE_PARAMETERS, load_metric_synthetic
 from trainer.engines import LocalTrainingConfig
 from trainer.models import build_model
 from trainer.strategies.base import PURPOSE_LAPLACE, Population, RoundContext
-from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.mechanism import next_public_radius, sanitize
 from trainer.units.metric.rounds import MetricRoundEngine
 from trainer.units.metric.strategies.metric_ifca import MetricIFCAStrategy, kmeans_from
+from trainer.units.metric.tally import MetricTally
 
 LOCAL = LocalTrainingConfig(local_steps=1, batch_size=10, lr=0.1)  # the paper's E = 1, s = 0.1, B = 10
 
@@ -46,7 +46,7 @@ def setup(plan, seed: int = 0, clients: int = 100):
     model = build_model("mlp", dataset, seed=0, hidden=[], bias=False)
     strategy = MetricIFCAStrategy(plan, model, dataset, engine="batched", local=LOCAL, device=torch.device("cpu"),
                                   init_seed=seed)
-    ledger = MetricLedger(plan)
+    ledger = MetricTally(plan)
     engine = MetricRoundEngine(plan, strategy, Population({"all": np.arange(clients)}), plan.scenario.hypotheses * 2, ledger)
     return strategy, ledger, engine
 

@@ -15,7 +15,7 @@ from app import cli as app_cli
 from planner.units import UNITS
 from tests.planner import fake_unit
 from tests.trainer.test_cli import TINY, assert_one_line_error, gdpfed
-from trainer.run.runner import TrainConfig, prepare_run
+from trainer.runner import TrainConfig, prepare_run
 from trainer.units.client.mechanism import pool_mechanisms
 from trainer.units.registry import UNITS as TRAINING_UNITS
 

@@ -74,15 +74,15 @@ def test_the_budget_figures_come_from_the_scenario() -> None:
     silo's budget, the scenario's: what summary.json's epsilon_target and the console print."""
     from planner.schema import Plan
     from planner.units.silo_sample import SiloSamplePlan
-    from trainer.units.client.ledger import PrivacyLedger
-    from trainer.units.silo.run import SiloLedger
+    from trainer.units.client.tally import ClientTally
+    from trainer.units.silo.run import SiloTally
 
     plan = Plan.model_validate(client_document())
     edited = plan.model_copy(update={"groups": [plan.groups[0].model_copy(update={"epsilon": 10.0}), *plan.groups[1:]]})
-    assert PrivacyLedger(edited).targets() == {"strict": 1.0, "medium": 2.0, "relaxed": 4.0}
+    assert ClientTally(edited).targets() == {"strict": 1.0, "medium": 2.0, "relaxed": 4.0}
     silo = SiloSamplePlan.model_validate(silo_document())
     edited_silo = silo.model_copy(update={"silos": [silo.silos[0].model_copy(update={"epsilon": 10.0}), *silo.silos[1:]]})
-    assert SiloLedger(edited_silo).targets() == {"a": 1.0, "b": 2.0}
+    assert SiloTally(edited_silo).targets() == {"a": 1.0, "b": 2.0}
 
 
 def test_a_rate_edited_without_its_phase_is_one_plain_sentence(capsys, tmp_path: Path) -> None:

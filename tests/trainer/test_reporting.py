@@ -24,7 +24,7 @@ from trainer.run.checkpoint import load_checkpoint, save_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
 from trainer.run.reporting import ReportingStoppedError, RoundReporter, ServiceLink
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

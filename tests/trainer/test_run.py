@@ -10,14 +10,14 @@ import torch
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
 from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, quiet_progress
+from trainer import runner as runner_module
 from trainer.data import load_dataset
 from trainer.run import checkpoint as checkpoint_module
-from trainer.run import runner as runner_module
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
-from trainer.units.client.ledger import PrivacyLedger
+from trainer.runner import TrainConfig, execute_run, prepare_run
+from trainer.units.client.tally import ClientTally
 
 ROUNDS = 4
 
@@ -151,7 +151,7 @@ def test_ledger_counts_every_round_for_every_group_with_parent_history():
     plan.group("same").spent_phase_count = 1
     plan.group("idle").phases = [history]
     plan.group("idle").spent_phase_count = 1
-    ledger = PrivacyLedger(plan, phase_count_epsilon)
+    ledger = ClientTally(plan, phase_count_epsilon)
     before = phase_count_epsilon([history], 0, "")
     assert ledger.spent() == {"a": before, "same": before, "out": None, "idle": before}
     for _ in range(3):
@@ -161,20 +161,20 @@ def test_ledger_counts_every_round_for_every_group_with_parent_history():
     assert ledger.phases("idle") == [history]
     assert ledger.spent()["out"] is None
     assert ledger.spent()["a"] == phase_count_epsilon([history, current], 0, "")
-    restored = PrivacyLedger(plan, phase_count_epsilon)
+    restored = ClientTally(plan, phase_count_epsilon)
     restored.load_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert restored.spent() == ledger.spent()
     # A plan whose own phase is not what it runs is refused, never guessed.
     plan.group("a").phases = [history, current.model_copy(update={"steps": 4})]
     with pytest.raises(InvalidInputError, match="not the one it runs"):
-        PrivacyLedger(plan, phase_count_epsilon)
+        ClientTally(plan, phase_count_epsilon)
     plan.group("a").phases = [history]
     with pytest.raises(InvalidInputError, match="lists no phase"):
-        PrivacyLedger(plan, phase_count_epsilon)
+        ClientTally(plan, phase_count_epsilon)
     # A group once sampled without noise never claims a finite epsilon again.
     plan.group("a").phases = [history, current]
     plan.group("a").unprotected_rounds = 2
-    assert PrivacyLedger(plan, phase_count_epsilon).spent()["a"] is None
+    assert ClientTally(plan, phase_count_epsilon).spent()["a"] is None
 
 
 def test_run_directory_files(plan, digits, tmp_path):
@@ -260,13 +260,13 @@ def test_rounds_jsonl_keeps_each_aborted_pools_reason():
         dropped_before_masking=0, dropped_after_masking=0, timing={},
     )
 
-    class Ledger:  # what round_record reads of a RunLedger
+    class Tally:  # what round_record reads of a RunTally
         privacy_unit = "client"
 
         def spent(self):
             return {"a": 0.5}
 
-    record = round_record(outcome, Ledger(), None, 0.1, {})
+    record = round_record(outcome, Tally(), None, 0.1, {})
     line = json.loads(record.model_dump_json())
     assert line["aborted_pools"] == ["pa"]
     assert line["abort_reasons"] == {"pa": "1 clients sampled, fewer than the threshold m_P=2"}

@@ -28,7 +28,7 @@ from tests.trainer.run_digests import (
     with_adaptive_clip,
 )
 from tests.trainer.trainer_plans import quiet_progress
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 
 def _run(plan: Any, config: TrainConfig, dataset: Any, out: Path) -> Path:
@@ -285,7 +285,7 @@ def test_every_unit_and_execution_mode_has_a_default_scenario() -> None:
     """The set covers each privacy unit, each silo method, each registered strategy and
     both secure-aggregation execution modes."""
     from planner.units.silo_sample import SILO_METHODS
-    from trainer.strategies.registry import STRATEGIES
+    from trainer.units.strategies import STRATEGIES
 
     quick = list(SCENARIOS)
     assert {name.split("/")[0] for name in quick} == {"client", "silo", "metric"}

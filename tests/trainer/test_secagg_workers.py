@@ -52,7 +52,7 @@ def test_worker_count_is_recorded_and_results_are_bit_identical(capsys, tmp_path
 )
 def test_a_resume_mismatch_names_the_flag_that_was_typed(capsys, tmp_path, plan_file, extra, flag):  # noqa: F811
     from trainer.run.options import config_from_args
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     stored = TrainConfig(dataset="digits", model="mlp", rounds=3, model_options={"hidden": [16]}).model_dump(mode="json")
     parser = app_cli.build_parser({"train": "trainer.cli"})
@@ -148,7 +148,7 @@ def test_an_experiment_refuses_a_bad_worker_count(tmp_path, value):
 
 
 def test_train_config_takes_auto_or_a_positive_count():
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     assert TrainConfig(dataset="digits", model="mlp", rounds=1).secagg_workers == "auto"
     assert TrainConfig(dataset="digits", model="mlp", rounds=1, secagg_workers=2).secagg_workers == 2

@@ -17,7 +17,7 @@ from tests.trainer.trainer_plans import comparable, hand_plan, interrupt_after, 
 from trainer.data.silos import mean_estimation
 from trainer.run.metrics import read_rounds
 from trainer.run.prepared import RunOptions
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.units.client.run import prepare_client_run
 from trainer.units.client.unit import UNIT as CLIENT
 from trainer.units.silo.run import prepare_silo_run
@@ -130,18 +130,18 @@ def test_silo_run_plots_carry_the_per_silo_chance_line(tmp_path, monkeypatch) ->
     """docs/trainer.md §Plots: a silo run's accuracy and loss plots get the chance line, each
     silo's best constant predictor on its own test split weighted by its examples (each
     silo's model is evaluated on its split); regression silos have none."""
-    import trainer.run.phases as phases
+    import trainer.run.steps as steps
     from trainer.data.silos import rotated_digits
     from trainer.run.plots import ChanceLevel, chance_level, chance_level_by_part
 
     drawn: dict[str, object] = {}
-    real_plot_run = phases.plot_run
+    real_plot_run = steps.plot_run
 
     def spy(*args, **kwargs):
         drawn["chance"] = kwargs.get("chance")
         return real_plot_run(*args, **kwargs)
 
-    monkeypatch.setattr(phases, "plot_run", spy)
+    monkeypatch.setattr(steps, "plot_run", spy)
     sizes = [30, 30, 30]
     data = rotated_digits(sizes, seed=0, test_samples=12)
     plan = plan_for(sizes, rounds=1, batch=10, epsilon=4.0)

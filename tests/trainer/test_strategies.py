@@ -17,7 +17,7 @@ from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.progress import Progress
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.units.client.strategies import PlanStrategy
 
 

@@ -21,10 +21,10 @@ from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
 from trainer.run.records import report_metrics
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies import Strategy, base
-from trainer.strategies.registry import STRATEGIES
 from trainer.units.client.strategies import PFAStrategy, PlanStrategy
+from trainer.units.strategies import STRATEGIES
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_train_help_and_errors_list_the_registered_strategies(capsys):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert f"[--strategy {'|'.join(STRATEGIES)}]" in readme  # the README's gdpfed train synopsis
     with pytest.raises(InvalidInputError, match=", ".join(STRATEGIES)):
-        from trainer.strategies.registry import strategy_spec
+        from trainer.units.strategies import strategy_spec
 
         strategy_spec("fedsgd")
 
@@ -159,7 +159,7 @@ def test_bad_strategy_input_exits_2_naming_it(capsys, tmp_path, plan_file, extra
 def test_every_strategy_declares_the_tasks_it_trains_and_the_hints_name_the_right_ones():
     """``check_data`` and ``check_plan`` suggest registered strategies that do run the data
     and the plan (``strategies_for``); every task some dataset has is trained by one."""
-    from trainer.strategies.registry import strategies_for
+    from trainer.units.strategies import strategies_for
 
     for spec in STRATEGIES.values():
         assert spec.tasks and set(spec.tasks) <= {"classification", "next_char", "regression"}

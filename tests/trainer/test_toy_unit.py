@@ -17,7 +17,7 @@ from accounting.errors import InvalidInputError
 from tests.trainer import toy_unit
 from tests.trainer.trainer_plans import interrupt_after, quiet_progress
 from trainer.run.checkpoint import load_checkpoint
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 6

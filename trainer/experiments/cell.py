@@ -159,7 +159,7 @@ def train_cell(spec: CellSpec, out: Path, config: Any, plan: Any, dataset: Any =
     plots get ``SMOKE_MARK`` across them, as the experiment's own plots do."""
     # start-up time: torch and the trainer load when a cell runs, not when a configuration is checked
     from trainer.run.progress import Progress
-    from trainer.run.runner import execute_run, prepare_run
+    from trainer.runner import execute_run, prepare_run
 
     run_dir = out / "runs" / spec.cell_id
     if run_dir.exists():

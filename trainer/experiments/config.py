@@ -97,7 +97,7 @@ class MethodEntry(_Strict):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=+\-]+$", description="the cell's method label")]
     plan: str = Field(description="planning method (planner.methods.METHODS)")
-    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry)")
+    strategy: str = Field("plan", description="training strategy (trainer.units.strategies)")
     options: dict[str, Any] = Field(default_factory=dict, description="the strategy's options")
 
 
@@ -114,7 +114,7 @@ def resolve_method(entry: str | MethodEntry, strategy_options: dict[str, dict[st
     """A method entry with its plan method, strategy and options, checked against the
     method and strategy registries (names, options, the plans a strategy runs on)."""
     # start-up time: the strategy registry imports torch; loaded only when a method names a strategy
-    from trainer.strategies.registry import STRATEGIES, strategy_spec
+    from trainer.units.strategies import STRATEGIES, strategy_spec
 
     if isinstance(entry, str) and entry in SILO_METHODS:
         # a silo_sample method is its own strategy (the plan counted its DP-SGD passes);

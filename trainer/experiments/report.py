@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from planner import Scenario, sweep
+from planner.sweep import plot_sweep
 from trainer.experiments.cell import CellResult
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment
 from trainer.experiments.units import EXPERIMENT_UNITS
@@ -338,9 +340,6 @@ def write_reports(
 
 def write_sweep(experiment: SweepExperiment, out: Path, *, smoke: bool = False) -> list[Path]:
     """The planner's sampling-rate sweep: ``sweep.csv``, ``sweep.md``, ``sweep.png``."""
-    from planner import Scenario, sweep
-    from planner.sweep import plot_sweep
-
     epsilons = experiment.epsilons
     if smoke:
         epsilons = experiment.smoke_epsilons or epsilons[:2]

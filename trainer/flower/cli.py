@@ -75,7 +75,7 @@ def refuse_client_state(strategy: str) -> None:
     """A strategy that keeps per-client state between rounds (``StrategySpec.keeps_client_state``)
     cannot run on Flower nodes, which keep no client object between messages (docs/flower.md §2)."""
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.strategies.registry import strategy_spec
+    from trainer.units.strategies import strategy_spec
 
     if strategy_spec(strategy).keeps_client_state:
         raise InvalidInputError(
@@ -92,7 +92,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
     from trainer.run.options import config_from_args
-    from trainer.strategies.registry import registered_strategy
+    from trainer.units.strategies import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)

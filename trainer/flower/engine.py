@@ -1,7 +1,7 @@
 """The server's side of one plan round on a Flower ``Grid`` (docs/flower.md §2).
 
 ``FlowerRoundEngine`` has the simulator's ``RoundEngine`` interface (``run(ctx, params)
--> (next params, RoundOutcome)``), so ``trainer.run.runner.execute_run`` drives it with
+-> (next params, RoundOutcome)``), so ``trainer.runner.execute_run`` drives it with
 the same ledger, log, checkpoints, evaluation and service reports as ``gdpfed train``.
 One round:
 
@@ -339,7 +339,7 @@ class FlowerRoundEngine:
 
 @dataclass
 class FlowerEngineFactory:
-    """``prepare_run``'s engine factory for one plan on one grid (``trainer.run.runner.EngineFactory``).
+    """``prepare_run``'s engine factory for one plan on one grid (``trainer.runner.EngineFactory``).
 
     A successor plan (the service re-planned) is refused with ``ReportingStoppedError``:
     the nodes hold the run's plan in their bundle and would refuse its sessions, and the

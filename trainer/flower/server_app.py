@@ -7,7 +7,7 @@
 - the plan (the bundle's ``plan.json``) is verified (``planner.verify``) and the run
   configuration validated before anything is written; a bad setting stops the run with
   one line naming it;
-- ``trainer.run.runner.prepare_run`` / ``execute_run`` with ``FlowerRoundEngine``: the
+- ``trainer.runner.prepare_run`` / ``execute_run`` with ``FlowerRoundEngine``: the
   same privacy ledger (``planner.ledger``), ``rounds.jsonl``, checkpoints and resume,
   server-side evaluation, ``summary.json``;
 - with ``report-to``, the rounds are claimed and reported to the service exactly as
@@ -60,7 +60,7 @@ def run_plan(
     from trainer.flower.settings import split_run_config, train_config
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
     from trainer.run.reporting import RoundReporter, ServiceLink, fetch_service_plan
-    from trainer.run.runner import execute_run, prepare_run
+    from trainer.runner import execute_run, prepare_run
 
     check_flwr_version()
     plan = load_plan(plan_document)

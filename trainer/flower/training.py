@@ -41,7 +41,7 @@ def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
     from trainer.engines import LocalTrainingConfig, num_params
     from trainer.run.config import TrainConfig
     from trainer.run.preparation import build_run_model, load_run_data
-    from trainer.strategies.registry import registered_strategy
+    from trainer.units.strategies import registered_strategy
 
     plan = load_plan(json.loads(plan_json))
     config = TrainConfig.model_validate_json(config_json)

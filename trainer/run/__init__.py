@@ -1,22 +1,6 @@
-"""Training runs: run directory, checkpoints, metrics log, ledger, plots, progress, reporting
-(docs/trainer.md §Runs, checkpoints and resume).
-
-The runner (and with it torch) is imported on first use of its names, so that the
-torch-free modules here (``directory``, ``reporting``) load without it.
+"""What a training run is made of, below the privacy units that build on it: the run's
+configuration, directory, checkpoints, metrics log, records, summary, plots, progress and
+reporting, the unit interface (``unit.TrainingUnit``), the prepared run and the loop's
+shared steps (docs/trainer.md §Runs, checkpoints and resume; §Layout). The one run loop
+that drives a unit's run is ``trainer.runner``, above the units.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["PreparedRun", "RunSummary", "TrainConfig", "execute_run", "prepare_run"]
-_HOMES = {"PreparedRun": "prepared", "RunSummary": "summary", "TrainConfig": "config", "execute_run": "runner",
-          "prepare_run": "runner"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        import importlib
-
-        return getattr(importlib.import_module(f"trainer.run.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
 Kept free of torch and of the planner so that ``gdpfed train`` checks every option
 (``config_from_args``) and refuses a bad one before the trainer, and torch with it, is
 imported (issue 26 §3), and so that the parser (``trainer/run/options.py``) derives its
-choices and defaults from these fields. ``trainer.run.runner`` re-exports these names.
+choices and defaults from these fields. ``trainer.runner`` re-exports these names.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class TrainConfig(InputModel):
         "(docs/secure-aggregation.md §Parallel)",
     )
     checkpoint_every: int = Field(1, ge=1)
-    strategy: str = Field("plan", description="training strategy (trainer.strategies.registry); plan = the plan's own")
+    strategy: str = Field("plan", description="training strategy (trainer.units.strategies); plan = the plan's own")
     strategy_options: dict[str, Any] = Field(
         default_factory=dict, description="the strategy's options, validated by its options model"
     )

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any, get_args
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, shown
 from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP
 from trainer.run.config import TrainConfig, secagg_worker_count
 
@@ -28,7 +28,7 @@ CONFIG_OPTIONS = tuple(name for name in FIELDS if name not in (*JSON_OPTIONS, "s
 OPTION_FLAGS = {"secagg_mode": "--secagg", "dataset_options": "--dataset-option",
                 "model_options": "--model-option", "strategy_options": "--strategy-option"}
 
-# The names of trainer.strategies.registry.STRATEGIES, in its order, for the parser's help
+# The names of trainer.units.strategies.STRATEGIES, in its order, for the parser's help
 # without importing the registry (and torch); tests/trainer/test_strategy_registry.py keeps
 # the two equal.
 STRATEGY_NAMES = ("plan", "pfa", "fedhdp", "metric_ifca")
@@ -88,7 +88,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--model-option", action="append", metavar="KEY=JSON", dest="model_option",
         help="model constructor option, e.g. hidden=[64] (mlp) or channels=[8,16] (cnn); repeatable",
     )
-    # The registry (trainer.strategies.registry) checks the name and the options when the
+    # The registry (trainer.units.strategies) checks the name and the options when the
     # run is prepared: importing it here would import torch just to build the parser, so
     # the help lists STRATEGY_NAMES, which a test keeps equal to the registry's.
     parser.add_argument(
@@ -147,7 +147,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def read_json_file(path: Path, field: str) -> Any:
     """Parse a JSON file; a file that is not JSON is an ``InvalidInputError`` naming ``field``."""
-    from planner.loading import parse_json, read_text
+    from planner.loading import parse_json, read_text  # start-up time: the parser is built without the planner
 
     return parse_json(read_text(path, field), path, field)
 
@@ -155,8 +155,10 @@ def read_json_file(path: Path, field: str) -> Any:
 def parse_json_options(items: list[str], field: str = "model-option") -> dict[str, Any]:
     """``["hidden=[64]", "channels=[8,16]"]`` -> ``{"hidden": [64], "channels": [8, 16]}``;
     errors name ``field`` (``model-option``, ``strategy-option``) and the key."""
-    from accounting.errors import shown
-    from planner.loading import DocumentShapeError, loads_unique
+    from planner.loading import (  # start-up time: the parser is built without the planner
+        DocumentShapeError,
+        loads_unique,
+    )
 
     options: dict[str, Any] = {}
     for item in items:
@@ -173,8 +175,6 @@ def parse_json_options(items: list[str], field: str = "model-option") -> dict[st
 
 
 def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
-    from trainer.run.config import TrainConfig
-
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)
     workers = None
@@ -214,6 +214,16 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     return config
 
 
+def protected_entity(privacy_unit: str) -> str:
+    """What one of a unit's figures is about, as the planner's unit names its entities
+    (``PrivacyUnit.entities``, singular): ``group``, or ``silo`` for a silo plan."""
+    # start-up time: the planner's units load when a summary is printed, never for --help
+    from planner.units import UNITS
+
+    unit = UNITS.get(privacy_unit)
+    return "group" if unit is None else unit.entities.removesuffix("s")
+
+
 def format_summary(summary: Any) -> str:
     lines = [
         f"run: {summary.run_dir} ({summary.method}, {summary.rounds_run}/{summary.rounds} rounds"
@@ -221,7 +231,7 @@ def format_summary(summary: Any) -> str:
     ]
     if summary.final_accuracy is not None:
         lines.append(f"test accuracy {summary.final_accuracy:.4f} (best {summary.best_accuracy:.4f}), loss {summary.final_loss:.4f}")
-    entity = "silo" if summary.privacy_unit == "silo_sample" else "group"
+    entity = protected_entity(summary.privacy_unit)
     leakage = {k: summary.final_metrics.get(f"metric_leakage_{k}") for k in ("median", "max")}
     if summary.epsilon_spent or leakage["max"] is not None:
         lines.append(f"privacy: {summary.notion}")

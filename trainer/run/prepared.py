@@ -1,7 +1,7 @@
 """What a unit's preparation hands the run loop: ``PreparedRun``, and the one options object
 every unit's ``prepare`` takes, ``RunOptions`` (docs/trainer.md §Layout).
 
-``trainer.run.runner.prepare_run`` builds ``RunOptions`` once from its keywords and passes
+``trainer.runner.prepare_run`` builds ``RunOptions`` once from its keywords and passes
 it through to the plan's unit (``trainer.units.registry``), so a unit's preparation reads
 the same fields by the same names.
 """
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from accounting.errors import InvalidInputError
 from planner.ledger import EpsilonFigures
 from planner.schema import Plan
 from trainer.run.config import TrainConfig
@@ -22,12 +23,12 @@ from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import ChanceLevel
 from trainer.strategies.base import Population, RoundContext, Strategy
 
-if TYPE_CHECKING:  # the unit registry imports the units, which import this module
-    from trainer.units.base import TrainingUnit
+if TYPE_CHECKING:  # a unit's declaration names this module's types; it is read without torch
+    from trainer.run.unit import TrainingUnit
 
 
-class RunLedger(Protocol):
-    """What the run loop asks of a unit's ledger (``TrainingUnit.ledger``): count a round,
+class RunTally(Protocol):
+    """What the run loop asks of a unit's tally (``TrainingUnit.tally``): count a round,
     say what was spent (under the unit's ``notion``) and checkpoint its state."""
 
     privacy_unit: str
@@ -64,6 +65,17 @@ class RoundRunner(Protocol):
 
 # (plan, strategy, population, model dim, config, rounds) -> the round executor for that plan.
 EngineFactory = Callable[[Plan, Strategy, Population, int, TrainConfig, int], RoundRunner]
+# (config, plan) -> a factory of the registry's strategy ``config.strategy``, its options
+# validated and checked against the plan (``trainer.units.strategies.registered_strategy``).
+StrategySelector = Callable[[TrainConfig, Any], Callable[..., Strategy]]
+
+
+def no_strategy_registry(config: TrainConfig, plan: Any) -> Callable[..., Strategy]:
+    """``RunOptions.select_strategy`` of options built without the registry: refuse."""
+    raise InvalidInputError(
+        "strategy", f"no strategy registry to select {config.strategy!r} from (prepare the run with "
+        "trainer.runner.prepare_run, or give a strategy_factory)"
+    )
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,8 @@ class RunOptions:
     """How to prepare a run besides its plan, config and directory (``prepare_run``'s keywords).
 
     ``strategy_factory(plan, model, dataset, **options)`` replaces the registry's strategy
-    ``config.strategy``; ``dataset`` a pre-loaded dataset (tests); ``engine_factory`` the
+    ``config.strategy``, which a unit otherwise selects with ``select_strategy`` (the
+    registry sits above the units: ``prepare_run`` hands it down); ``dataset`` a pre-loaded dataset (tests); ``engine_factory`` the
     simulator's round engine (e.g. the Flower scale-out's); float32 math is IEEE unless
     ``allow_tf32`` (docs/trainer.md §Reproducible GPU math).
     """
@@ -82,6 +95,7 @@ class RunOptions:
     dataset: Any = None
     engine_factory: EngineFactory | None = None
     allow_tf32: bool = False
+    select_strategy: StrategySelector = no_strategy_registry
 
 
 @dataclass
@@ -102,7 +116,7 @@ class PreparedRun:
     engine: RoundRunner
     warnings: list[str]
     build_strategy: Callable[[Any], Any]
-    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop phases, ledger, options
+    unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop steps, tally, options
     # (plan, strategy, population, dim, config, rounds) -> the round engine; a re-plan rebuilds it
     engine_factory: EngineFactory | None = None
     # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set

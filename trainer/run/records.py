@@ -8,12 +8,12 @@ import math
 
 from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
-from trainer.run.prepared import RunLedger
+from trainer.run.prepared import RunTally
 
 
 def round_record(
     outcome: RoundOutcome,
-    ledger: RunLedger,
+    tally: RunTally,
     metrics: dict[str, float] | None,
     seconds: float,
     timing: dict[str, float],
@@ -25,8 +25,8 @@ def round_record(
         round=outcome.global_round,
         loss=None if metrics is None else metrics["loss"],
         accuracy=None if metrics is None else metrics.get("accuracy"),
-        epsilon_spent=ledger.spent(),
-        privacy_unit=ledger.privacy_unit,
+        epsilon_spent=tally.spent(),
+        privacy_unit=tally.privacy_unit,
         aborted_pools=outcome.aborted_pools,
         abort_reasons={pool: outcome.abort_reasons.get(pool, "aborted") for pool in outcome.aborted_pools},
         sampled=outcome.sampled,

@@ -14,19 +14,19 @@ from planner.ledger import EpsilonFn, merge_phases
 from planner.schema import Plan
 from planner.units import load_plan
 from planner.verify import verify_executable
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import ReportingStoppedError
 
 
 def switch_plan(
     prepared: PreparedRun,
-    ledger: Any,  # the run's ledger, with the groups' spent phases (the client unit's PrivacyLedger)
+    ledger: Any,  # the run's ledger, with the groups' spent phases (the client unit's ClientTally)
     document: dict[str, Any],
     global_round: int,
     epsilon_fn: EpsilonFn | None = None,
     *,
     resuming: bool = False,
-) -> RunLedger:
+) -> RunTally:
     """Continue the run on ``document``, the service's re-plan, from ``global_round``.
 
     The successor is verified like any plan (``planner.verify``); it must start at
@@ -40,7 +40,7 @@ def switch_plan(
     lie in this run's rounds up to ``global_round``, and is rebuilt as of that round (the
     round engine sized for the rounds from there, as the uninterrupted run built it); the
     spent history is checked when the checkpoint's ledger is loaded into the returned one
-    (``PrivacyLedger.load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
+    (``ClientTally.load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
     """
     name = document.get("id", "the successor plan")
     successor = verified_successor(document, name, resuming)
@@ -65,7 +65,7 @@ def switch_plan(
     prepared.current_document = document
     prepared.strategy = strategy
     prepared.engine = engine
-    return prepared.unit.ledger(successor, epsilon_fn)
+    return prepared.unit.tally(successor, epsilon_fn)
 
 
 def _same_phases(a: list[Any], b: list[Any]) -> bool:

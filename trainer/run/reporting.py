@@ -8,7 +8,7 @@
 2. **Claim** round ``t`` (``status: "started"``) before running it. The service counts a
    claimed round from then on, so a crash mid-round cannot hide privacy spent. A 409
    ``superseded`` names the successor plan (an operator changed a budget): the runner
-   switches to it (``trainer.run.runner``) and claims ``t`` there. A claim that cannot be
+   switches to it (``trainer.runner``) and claims ``t`` there. A claim that cannot be
    delivered after the retries stops the run (``ReportingStoppedError``, exit 3): running
    a round the service does not know about could put it in the wrong plan's ledger.
 3. **Complete** round ``t`` (``status: "completed"``, aborted pools and metrics) after it

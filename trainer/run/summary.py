@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import RoundReporter
 
 
@@ -93,7 +93,7 @@ class RunSummary(BaseModel):
 def summarize(
     prepared: PreparedRun,
     records: list[RoundRecord],
-    ledger: RunLedger,
+    tally: RunTally,
     seconds: float,
     plan_id: str | None,
     reporter: RoundReporter | None,
@@ -104,7 +104,7 @@ def summarize(
     pool_ids = [pool.id for pool in getattr(plan, "pools", [])]
     pool_ids += sorted({p for r in records for p in r.aborted_pools} - set(pool_ids))
     aborted = {pool_id: sum(pool_id in r.aborted_pools for r in records) for pool_id in pool_ids}
-    rounds_run = prepared.plan.start_round + ledger.rounds_run - prepared.run_start
+    rounds_run = prepared.plan.start_round + tally.rounds_run - prepared.run_start
     return RunSummary(
         run_dir=str(prepared.run_dir.root),
         method=plan.method,
@@ -117,10 +117,10 @@ def summarize(
         final_accuracy=evaluated[-1].accuracy if evaluated else None,
         final_loss=evaluated[-1].loss if evaluated else None,
         best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
-        epsilon_spent=ledger.final_spent(),
-        **figure_fields(ledger),
-        epsilon_target=ledger.targets(),
-        notion=ledger.notion,
+        epsilon_spent=tally.final_spent(),
+        **figure_fields(tally),
+        epsilon_target=tally.targets(),
+        notion=tally.notion,
         aborted_rounds=aborted,
         model_dim=prepared.engine.dim,
         device=str(prepared.device),
@@ -138,7 +138,7 @@ def summarize(
             pool_id: list(dict.fromkeys(r.secagg[pool_id] for r in records if pool_id in r.secagg))
             for pool_id in pool_ids
         },
-        # secagg_workers and secagg_full_reasons: the client unit's phases fill them in
+        # secagg_workers and secagg_full_reasons: the client unit's steps fill them in
         secagg_workers=None,
         secagg_full_reasons={},
     )
@@ -163,10 +163,10 @@ def personal_fields(record: RoundRecord | None) -> dict[str, Any]:
     }
 
 
-def figure_fields(ledger: RunLedger) -> dict[str, dict[str, float | None]]:
+def figure_fields(tally: RunTally) -> dict[str, dict[str, float | None]]:
     """The summary's ``epsilon_rdp`` and ``epsilon_tight`` (the ledger's ``final_figures``,
     i.e. ``planner.ledger.epsilon_figures``); none for a ledger whose notion is no epsilon."""
-    figures = ledger.final_figures()
+    figures = tally.final_figures()
     if not figures:
         return {}
     return {

@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> tuple[dict[str, object], str]:
-    from trainer.secagg.discrete_audit import audit_discrete
+    from trainer.secagg.discrete_audit import audit_discrete  # start-up time: gdpfed's parsers load this module
 
     request = AuditRequest.model_validate(
         {

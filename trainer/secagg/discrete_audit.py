@@ -16,6 +16,10 @@ from dataclasses import replace
 
 import numpy as np
 
+import accounting
+from accounting.audit import epsilon_lower_bound
+from accounting.events import PoissonSampledSkellam
+from planner.discrete import bits_for, rounded_l1_bound
 from trainer.secagg import discrete as dm
 
 
@@ -63,11 +67,6 @@ def audit_discrete(
 ) -> dict[str, object]:
     """One audit of the discrete pipeline: the accounted epsilon of one round (q = 1, all clients
     honest), the audited lower bound, and whether the bound exceeds it (a violation)."""
-    import accounting
-    from accounting.audit import epsilon_lower_bound
-    from accounting.events import PoissonSampledSkellam
-    from planner.discrete import bits_for, rounded_l1_bound
-
     bits, wrap = bits_for(1e-9, clients, clip_norm, scale, dimension, share_variance * noise_std_factor**2)
     params = dm.DiscreteParams.derived(clip_norm, scale, dimension, share_variance, bits)
     event = PoissonSampledSkellam(

@@ -31,7 +31,8 @@ from trainer.secagg.params import SecAggParams
 from trainer.secagg.server import Server
 
 MAX_CLIENT_ID = 2**32 - 1
-PHASES = ("encode", "advertise_keys", "share_keys", "masked_input", "unmasking_clients", "unmasking_server")
+# the protocol's timed stages, in order (docs/secure-aggregation.md; "phase" is accounting's word)
+STAGES = ("encode", "advertise_keys", "share_keys", "masked_input", "unmasking_clients", "unmasking_server")
 
 
 @dataclass
@@ -42,7 +43,7 @@ class SecAggResult:
     the session ``aborted`` (then ``reason`` says why and nothing was released).
     ``survivors`` is U3, the clients whose masked inputs the server accepted (empty when
     the session aborted before that); ``dropped`` are the other participants. ``seconds`` holds the
-    time per phase (wall time of all simulated clients, serial or across ``workers``)
+    time per stage (wall time of all simulated clients, serial or across ``workers``)
     and ``total``.
     """
 
@@ -135,7 +136,7 @@ def run_session(
     """``secure_sum`` that also returns the server, whose ``received`` log audits what it saw."""
     ids = check_vectors(vectors, params)
     before_masking, before_unmasking = check_drops(ids, drop_before_masking, drop_before_unmasking)
-    seconds = dict.fromkeys(PHASES, 0.0)
+    seconds = dict.fromkeys(STAGES, 0.0)
     started = time.perf_counter()
     clock = _Clock(seconds)
 
@@ -203,22 +204,22 @@ def plain_sum(vectors: Mapping[int, np.ndarray], params: SecAggParams, *, seed: 
 
 
 class _Clock:
-    """Adds the wall time of a ``with clock(phase):`` block to ``seconds[phase]``."""
+    """Adds the wall time of a ``with clock(stage):`` block to ``seconds[stage]``."""
 
     def __init__(self, seconds: dict[str, float]) -> None:
         self._seconds = seconds
-        self._phase = ""
+        self._stage = ""
         self._start = 0.0
 
-    def __call__(self, phase: str) -> _Clock:
-        self._phase = phase
+    def __call__(self, stage: str) -> _Clock:
+        self._stage = stage
         return self
 
     def __enter__(self) -> None:
         self._start = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        self._seconds[self._phase] += time.perf_counter() - self._start
+        self._seconds[self._stage] += time.perf_counter() - self._start
 
 
 def check_vectors(vectors: Mapping[int, np.ndarray], params: SecAggParams) -> list[int]:

@@ -32,7 +32,7 @@ How the roadmap's methods fit this seam (none of them is built here):
   still secure aggregation); a strategy needs nothing special.
 
 A strategy's selection must stay Poisson with the plan's ``q_g`` for the privacy ledger
-(``trainer/units/client/ledger.py``) to be right; one that changes selection changes the mechanism
+(``trainer/units/client/tally.py``) to be right; one that changes selection changes the mechanism
 and must be accounted for differently.
 """
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,9 +50,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
-
-if TYPE_CHECKING:
-    from trainer.units.client.adaptive_clip import AdaptiveClipping
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
@@ -111,10 +108,6 @@ class Strategy(ABC):
     """A federated algorithm as four decisions plus its checkpointable state."""
 
     plan: Plan
-    # Adaptive clipping's controller (S^t), when the strategy runs it: the engine clips at its
-    # clip norm and feeds it the released counts (docs/trainer.md §Adaptive clipping). The
-    # strategy owns it so that it is checkpointed with the strategy's state.
-    adaptive_clip: AdaptiveClipping | None = None
 
     @abstractmethod
     def configure_round(self, ctx: RoundContext, population: Population) -> dict[str, np.ndarray]:
@@ -227,7 +220,7 @@ class NoOptions(InputModel):
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One entry of the strategy registry (``trainer.strategies.registry.STRATEGIES``).
+    """One entry of the strategy registry (``trainer.units.strategies.STRATEGIES``).
 
     ``strategy(plan, model, dataset, *, engine, local, device, server_lr,
     server_momentum, **options)`` builds it; ``options`` is the pydantic model of those
@@ -275,7 +268,7 @@ class StrategySpec:
 
     def build(self, plan: PlanDocument, options: BaseModel, **common: Any) -> Strategy:
         """The strategy for ``plan`` with validated ``options`` and the run's ``common``
-        arguments (``trainer.strategies.registry.build_checked`` checks the plan and the
+        arguments (``trainer.units.strategies.build_checked`` checks the plan and the
         data first)."""
         extra = {name: getattr(options, name) for name in type(options).model_fields}
         return self.strategy(plan, **common, **extra)  # type: ignore[call-arg]

@@ -3,7 +3,7 @@
 ``gdpfed train``, the run loop and the experiment runner reach a unit only through here
 (``unit_for(plan)``); a plan whose unit this trainer has no entry for is refused by name
 before anything is written. To add a unit: write ``trainer/units/<unit>/`` with its
-``unit.py`` defining ``UNIT`` (torch-free) (``trainer.units.base.TrainingUnit``) and add its line below.
+``unit.py`` defining ``UNIT`` (torch-free) (``trainer.run.unit.TrainingUnit``) and add its line below.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
 from planner.units import unit_of
-from trainer.units.base import TrainingUnit
+from trainer.run.unit import TrainingUnit
 from trainer.units.client import unit as client
 from trainer.units.metric import unit as metric
 from trainer.units.silo import unit as silo

@@ -40,7 +40,7 @@ def test_the_plain_fedavg_peer_trains_the_sampled_nodes_and_averages_their_model
     from trainer.flower.cli import simulation_nodes
     from trainer.flower.settings import FlowerOptions, run_config_of
     from trainer.flower.testing import LoopbackGrid
-    from trainer.run.runner import TrainConfig
+    from trainer.runner import TrainConfig
 
     plan = _plan(6, 4.0, 1)
     config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [8]}, rounds=1, local_steps=1,

@@ -10,7 +10,7 @@ import pytest
 
 from app import cli as app_cli
 from tests.trainer.trainer_plans import hand_plan
-from trainer.strategies.registry import STRATEGIES
+from trainer.units.strategies import STRATEGIES
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[8]", "--local-steps", "1"]
 

@@ -15,7 +15,7 @@ from trainer.flower.client_app import build_client_app
 from trainer.flower.server_app import run_plan
 from trainer.flower.settings import FlowerOptions, run_config_of
 from trainer.flower.testing import LoopbackGrid
-from trainer.run.runner import TrainConfig
+from trainer.runner import TrainConfig
 
 # recorded on the code before issue 28 moved it
 EXPECTED = {

@@ -20,7 +20,7 @@ from trainer.flower.settings import FlowerOptions, run_config_of
 from trainer.flower.testing import LoopbackGrid
 from trainer.run.checkpoint import load_checkpoint
 from trainer.run.metrics import read_rounds
-from trainer.run.runner import TrainConfig, execute_run, prepare_run
+from trainer.runner import TrainConfig, execute_run, prepare_run
 
 ROUNDS = 2
 

@@ -6,7 +6,7 @@ a fixed epsilon per round. It is nothing a user would train: it shows what addin
 takes. Outside this folder it touches only ``REGISTRATION_POINTS``: the planner's unit
 registry and the trainer's, one line each; ``registered()`` adds those two lines for the
 duration of a test. The run loop, its checkpoints, resume, summary and plots are the ones
-every unit gets (``trainer.run.runner``).
+every unit gets (``trainer.runner``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from planner.units.base import PrivacyUnit
 from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import RoundPhases
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.steps import RoundSteps
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import PURPOSE_SAMPLING, Population, RoundContext
-from trainer.units.base import TrainingUnit
 
 NAME = "toy_mean"
 MECHANISM = "toy_gaussian_mean"
@@ -73,7 +73,7 @@ PLANNER_UNIT = PrivacyUnit(
 )
 
 
-class ToyLedger:
+class ToyTally:
     """A fixed epsilon per round for the one group ``all``."""
 
     privacy_unit = NAME
@@ -155,7 +155,7 @@ def prepare_toy_run(unit: TrainingUnit, plan: Any, plan_document: dict[str, Any]
 
 UNIT = TrainingUnit(
     name=NAME, mechanism=MECHANISM, summary="a toy: the noisy mean of sampled clients' numbers",
-    prepare=prepare_toy_run, ledger=ToyLedger, make_phases=RoundPhases,
+    prepare=prepare_toy_run, tally=ToyTally, make_steps=RoundSteps,
     unused_options=("secagg_mode", "secagg_execution", "secagg_workers"), unused_reason="the toy has no secure aggregation",
 )
 

@@ -76,3 +76,11 @@ class AdaptiveClipping:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.clip_norm = float(state["clip_norm"])
+
+
+def adaptive_controller(strategy: object) -> AdaptiveClipping | None:
+    """The strategy's adaptive-clipping controller (its ``adaptive_clip``, as ``PlanStrategy``
+    holds it), ``None`` for a strategy that clips at the plan's fixed ``C_g``: a client-level
+    choice, so the shared ``Strategy`` interface does not declare it."""
+    controller: AdaptiveClipping | None = getattr(strategy, "adaptive_clip", None)
+    return controller

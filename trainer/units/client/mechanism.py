@@ -65,7 +65,7 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int, *, adaptive: bool = False
     release less than its ``noise_std`` and a private group (``epsilon`` set) in a pool
     without noise. The
     whole plan, its budgets included, is verified before a run starts
-    (``planner.verify.verify_executable``, called by ``trainer.run.runner.prepare_run``).
+    (``planner.verify.verify_executable``, called by ``trainer.runner.prepare_run``).
     """
     if plan.privacy_unit != "client":
         # Clipping whole updates and Gaussian noise shares protect clients; a plan of another
@@ -116,6 +116,8 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int, *, adaptive: bool = False
 def _adaptive_noise(plan: Plan, pool_id: str) -> tuple[float, float]:
     """``(sigma_Delta, sigma_b / sqrt(m_P))`` of an adaptive plan's pool, sigma_Delta re-derived
     from its z_eff and sigma_b (docs/planning.md §15), never read from the document."""
+    # start-up time: a Flower ClientApp, a new process per message, imports this module; the
+    # planner loads only for an adaptive plan's pools
     from planner.adaptive_clip import update_noise_multiplier
 
     pool = plan.pool(pool_id)

@@ -54,6 +54,7 @@ from trainer.strategies.base import (
     RoundContext,
     Strategy,
 )
+from trainer.units.client.adaptive_clip import adaptive_controller
 from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.units.client.release import PoolResults, server_step, too_few_sampled
 
@@ -123,7 +124,7 @@ class RoundEngine:
         forking runs in one either way (``trainer.secagg.parallel.session_workers``)."""
         # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
         # the noise for it (docs/trainer.md §Adaptive clipping)
-        self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
+        self.adaptive = adaptive_controller(strategy) is not None
         # first: it refuses a plan of another privacy unit before anything reads client fields
         self.mechanisms = pool_mechanisms(plan, dim, rounds, adaptive=self.adaptive)
         if not 0 <= late_dropout_fraction <= 1:
@@ -160,7 +161,7 @@ class RoundEngine:
         """One round from ``global_params``; returns the next parameters and what happened."""
         timing: dict[str, float] = {}
         started = time.perf_counter()
-        controller = self.strategy.adaptive_clip if self.adaptive else None
+        controller = adaptive_controller(self.strategy) if self.adaptive else None
         clip_norm = None if controller is None else controller.clip_norm
         mechanisms = self.mechanisms if clip_norm is None else [at_clip(m, clip_norm, self.dim) for m in self.mechanisms]
         selection = self.strategy.configure_round(ctx, self.population)

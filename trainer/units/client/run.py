@@ -22,9 +22,9 @@ from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
-from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
+from trainer.units.client.adaptive_clip import adaptive_controller
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
 
@@ -38,10 +38,11 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     would spend more privacy than planned), a plan without rounds, unknown data, a model
     that does not fit the data, a population larger than the data can split into.
     ``options.strategy_factory(plan, model, dataset, **options)`` replaces the registry's
-    strategy ``config.strategy`` (``trainer.strategies.registry``, options validated here).
+    strategy ``config.strategy`` (``options.select_strategy``: ``trainer.units.strategies``,
+    options validated here).
     """
     client_plan = checked_client_plan(plan, config, unit.mechanism)
-    factory = options.strategy_factory or registered_strategy(config, client_plan)
+    factory = options.strategy_factory or options.select_strategy(config, client_plan)
     if options.strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
         raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
     device = choose_device(options.device)
@@ -65,7 +66,7 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(client_plan)
     warnings.extend(strategy.run_warnings(dataset))
-    if options.engine_factory is not None and strategy.adaptive_clip is not None:
+    if options.engine_factory is not None and adaptive_controller(strategy) is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy,
                                           simulator=options.engine_factory is None)
@@ -133,7 +134,7 @@ def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: 
     ``noise_multiplier`` ``z_eff`` times ``C_g`` to the update sum and releases no count, the
     Gaussian mechanism of multiplier ``z_eff`` that the ledger composes either way.
     """
-    if plan.scenario.adaptive_clip is None or strategy.adaptive_clip is not None:
+    if plan.scenario.adaptive_clip is None or adaptive_controller(strategy) is not None:
         return None
     if not simulator:
         how = ADAPTIVE_CLIP_SIMULATOR_ONLY

@@ -1,15 +1,15 @@
 """The client unit's entry of the trainer's unit registry (docs/trainer.md §Layout).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` reads a unit's declaration
-before it loads the trainer; the preparation and the phases are imported when first used.
+before it loads the trainer; the preparation and the steps are imported when first used.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainer.units.base import TrainingUnit
-from trainer.units.client.ledger import PrivacyLedger
+from trainer.run.unit import TrainingUnit
+from trainer.units.client.tally import ClientTally
 
 MECHANISM = "gaussian_secagg"
 
@@ -21,11 +21,18 @@ def _prepare(*args: Any) -> Any:
     return prepare_client_run(*args)
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.units.client.phases import ClientPhases
+def _strategies() -> Any:
+    # start-up time: the strategies import torch
+    from trainer.units.client.strategies import STRATEGY_SPECS
 
-    return ClientPhases()
+    return STRATEGY_SPECS
+
+
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.units.client.steps import ClientSteps
+
+    return ClientSteps()
 
 
 UNIT = TrainingUnit(
@@ -33,8 +40,9 @@ UNIT = TrainingUnit(
     mechanism=MECHANISM,
     summary="client-level DP: clip each client's update, add Gaussian noise shares, secure aggregation per pool",
     prepare=_prepare,
-    ledger=PrivacyLedger,
-    make_phases=_phases,
+    tally=ClientTally,
+    make_steps=_steps,
+    strategies=_strategies,
     reports=True,
     follows_replans=True,
 )

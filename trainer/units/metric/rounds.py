@@ -19,15 +19,15 @@ from accounting.errors import InvalidInputError
 from planner.units.metric_local import MetricPlan
 from trainer.run.outcome import RoundOutcome
 from trainer.strategies.base import PURPOSE_LAPLACE, LocalReleaseStrategy, Population, RoundContext, Strategy
-from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.mechanism import next_public_radius, sanitize
+from trainer.units.metric.tally import MetricTally
 
 
 class MetricRoundEngine:
     """Runs rounds of a ``LocalReleaseStrategy`` under a metric plan's Laplace mechanism."""
 
     def __init__(
-        self, plan: MetricPlan, strategy: Strategy, population: Population, dim: int, ledger: MetricLedger
+        self, plan: MetricPlan, strategy: Strategy, population: Population, dim: int, tally: MetricTally
     ) -> None:
         if getattr(plan, "privacy_unit", None) != "metric_local":
             raise InvalidInputError(
@@ -40,7 +40,7 @@ class MetricRoundEngine:
         self.strategy = strategy
         self.population = population
         self.dim = dim
-        self.ledger = ledger
+        self.tally = tally
         self.model_dim = plan.scenario.model_dim
         self.noise_multiplier = {g.id: g.noise_multiplier for g in plan.groups}
         # the public radius r_t of the coming round (rules public and previous_round)
@@ -56,7 +56,7 @@ class MetricRoundEngine:
         """One round from ``global_params``; returns the next parameters and what happened."""
         timing: dict[str, float] = {}
         started = time.perf_counter()
-        eligible = {g.id: self.ledger.eligible(g.id, self.population.clients(g.id)) for g in self.plan.groups}
+        eligible = {g.id: self.tally.eligible(g.id, self.population.clients(g.id)) for g in self.plan.groups}
         selection = self.strategy.configure_round(ctx, Population(eligible))
         chosen: list[tuple[int, str]] = []
         for group in self.plan.groups:
@@ -96,7 +96,7 @@ class MetricRoundEngine:
             )
             rows.append(out.released)
         released = torch.from_numpy(np.stack(rows) if rows else np.zeros((0, self.model_dim)))
-        self.ledger.record_participations(chosen, radius=None if own else self.radius)
+        self.tally.record_participations(chosen, radius=None if own else self.radius)
         if scenario.radius_rule == "previous_round":
             # r_{t+1} from what this round released and what it broadcast: public data only (§3.1)
             assert self.radius is not None and scenario.min_radius is not None and scenario.radius is not None

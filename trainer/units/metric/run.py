@@ -4,7 +4,7 @@ whose entry in the trainer's unit registry is ``trainer.units.metric.unit.UNIT``
 ``prepare_metric_run`` validates everything (the plan re-derived by its verifier, rounds
 within the plan's, a model whose size is the plan's ``model_dim``, a strategy that
 releases individual models) and builds the metric round engine; the one run loop
-(``trainer.run.runner``) runs it with the metric phases (``trainer.units.metric.phases``):
+(``trainer.runner``) runs it with the metric steps (``trainer.units.metric.steps``):
 the leakage is written as metric figures (``metric_leakage_*`` in ``rounds.jsonl`` metrics
 and the summary's ``final_metrics``, ``privacy_unit: metric_local``), never as
 ``epsilon_spent``, which stays empty: the notions never mix.
@@ -24,10 +24,9 @@ from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
-from trainer.strategies.registry import registered_strategy
-from trainer.units.base import TrainingUnit
-from trainer.units.metric.ledger import MetricLedger
+from trainer.run.unit import TrainingUnit
 from trainer.units.metric.rounds import MetricRoundEngine
+from trainer.units.metric.tally import MetricTally
 
 
 def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict[str, Any], config: TrainConfig, out: Path,
@@ -46,7 +45,7 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
         raise InvalidInputError(
             "rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would leak more than planned"
         )
-    factory = options.strategy_factory or registered_strategy(config, plan)
+    factory = options.strategy_factory or options.select_strategy(config, plan)
     chosen_device = choose_device(options.device)
     configure_float_math(options.allow_tf32)
     local = LocalTrainingConfig(
@@ -70,8 +69,8 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(plan)
     initial = strategy.initial_params()
-    ledger = MetricLedger(plan)
-    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), ledger)
+    tally = MetricTally(plan)
+    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), tally)
     return PreparedRun(
         plan=plan,
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume,

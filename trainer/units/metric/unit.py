@@ -2,7 +2,7 @@
 docs/metric-privacy.md §5).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` refuses the options this unit
-never reads before it loads the trainer; the preparation and phases are imported when
+never reads before it loads the trainer; the preparation and steps are imported when
 first used.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.units.metric_local import NAME
-from trainer.units.base import TrainingUnit
-from trainer.units.metric.ledger import MetricLedger
+from trainer.run.unit import TrainingUnit
+from trainer.units.metric.tally import MetricTally
 
 
 def _prepare(*args: Any) -> Any:
@@ -22,11 +22,18 @@ def _prepare(*args: Any) -> Any:
     return prepare_metric_run(*args)
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.units.metric.phases import MetricPhases
+def _strategies() -> Any:
+    # start-up time: the strategies import torch
+    from trainer.units.metric.strategies import STRATEGY_SPECS
 
-    return MetricPhases()
+    return STRATEGY_SPECS
+
+
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.units.metric.steps import MetricSteps
+
+    return MetricSteps()
 
 
 UNIT = TrainingUnit(
@@ -34,8 +41,9 @@ UNIT = TrainingUnit(
     mechanism="metric_laplace",
     summary="local metric privacy: each client releases its model plus Laplace noise in R^n; no secure aggregation",
     prepare=_prepare,
-    ledger=MetricLedger,
-    make_phases=_phases,
+    tally=MetricTally,
+    make_steps=_steps,
+    strategies=_strategies,
     # prepare_metric_run deals clients into groups at random (build_population's default)
     # and its engine (trainer/units/metric/rounds.py) drops no client after training and
     # aggregates no secret shares: it never reads these.

@@ -3,7 +3,7 @@
 ``prepare_silo_run`` verifies the plan (``planner.units.silo_sample.verify``: every
 silo's mechanism re-derived and within its budget), loads silo data with exactly the
 plan's ``n_k`` examples per silo, builds the model, the DP-SGD engine (which reads
-sigma_k, c and q_k from the plan) and the plan method's strategy. ``SiloLedger`` counts
+sigma_k, c and q_k from the plan) and the plan method's strategy. ``SiloTally`` counts
 what the rounds spent per silo through ``planner.ledger``; ``SiloRoundEngine`` runs one
 round of the strategy; ``evaluate_silos`` scores each silo's evaluated model on its own
 test split, sample-weighted. Every figure is labelled with the unit's notion: silo
@@ -36,13 +36,13 @@ from trainer.run.directory import RunDirectory
 from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import chance_level_by_part
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, RoundContext
-from trainer.units.base import TrainingUnit
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
 from trainer.units.silo.strategies import STRATEGIES, SiloStrategy
 
 
-class SiloLedger:
+class SiloTally:
     """Sample-level epsilon spent per silo after each round of a silo plan."""
 
     notion = silo_sample.NOTION

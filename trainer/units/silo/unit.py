@@ -1,7 +1,7 @@
 """The silo unit's entry of the trainer's unit registry (docs/trainer.md §Layout; docs/mrmtl.md §6).
 
 Torch-free, as every unit's ``unit.py``: ``gdpfed train`` refuses the options this unit
-never reads before it loads the trainer; the preparation, ledger and phases are imported
+never reads before it loads the trainer; the preparation, tally and steps are imported
 when first used.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.units import silo_sample
-from trainer.units.base import TrainingUnit
+from trainer.run.unit import TrainingUnit
 
 MECHANISM = "dpsgd_silo"
 
@@ -22,18 +22,18 @@ def _prepare(*args: Any) -> Any:
     return prepare_silo_run(*args)
 
 
-def _ledger(*args: Any, **kwargs: Any) -> Any:
-    # start-up time: the silo ledger lives beside its engine, which imports torch
-    from trainer.units.silo.run import SiloLedger
+def _tally(*args: Any, **kwargs: Any) -> Any:
+    # start-up time: the silo tally lives beside its engine, which imports torch
+    from trainer.units.silo.run import SiloTally
 
-    return SiloLedger(*args, **kwargs)
+    return SiloTally(*args, **kwargs)
 
 
-def _phases() -> Any:
-    # start-up time: the phases import torch
-    from trainer.run.phases import RoundPhases
+def _steps() -> Any:
+    # start-up time: the steps import torch
+    from trainer.run.steps import RoundSteps
 
-    return RoundPhases()
+    return RoundSteps()
 
 
 UNIT = TrainingUnit(
@@ -41,8 +41,8 @@ UNIT = TrainingUnit(
     mechanism=MECHANISM,
     summary="silo sample-level DP: every silo runs DP-SGD (per-example clip, Poisson examples, Gaussian noise) every round",
     prepare=_prepare,
-    ledger=_ledger,
-    make_phases=_phases,
+    tally=_tally,
+    make_steps=_steps,
     # prepare_silo_run reads dataset, model, model_options, rounds, lr, seed, strategy,
     # strategy_options; the round loop eval_every and checkpoint_every. Nothing else.
     unused_options=(

@@ -49,6 +49,11 @@ class PlanOptions(InputModel):
 class PlanStrategy(Strategy):
     """The plan's own algorithm (see the module docstring)."""
 
+    # Adaptive clipping's controller (S^t), when the strategy runs it: the engine clips at its
+    # clip norm and feeds it the released counts (docs/trainer.md §Adaptive clipping). The
+    # strategy owns it so that it is checkpointed with the strategy's state.
+    adaptive_clip: AdaptiveClipping | None = None
+
     def __init__(
         self,
         plan: Plan,

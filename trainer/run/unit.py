@@ -5,14 +5,14 @@ A unit lives in ``trainer/units/<unit>/``; its ``unit.py`` defines ``UNIT`` and
 ``trainer.units.registry`` has one line per unit. This module and each ``unit.py`` load
 without torch: ``gdpfed train`` refuses an option the plan's unit never reads before it
 imports the trainer (start-up time, docs/trainer.md §Layout), so a unit's preparation and
-phases are imported when first used. The loop (``trainer.run.runner``) reads
-the unit's attributes and calls its ``phases`` (``trainer.run.phases.RoundPhases``): it
+steps are imported when first used. The loop (``trainer.runner``) reads
+the unit's attributes and calls its ``steps`` (``trainer.run.steps.RoundSteps``): it
 never branches on a unit's name or type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from trainer.run.config import TrainConfig
 
 if TYPE_CHECKING:  # start-up time: these import torch, which a unit's declaration must not
-    from trainer.run.phases import RoundPhases
-    from trainer.run.prepared import PreparedRun, RunLedger, RunOptions
+    from trainer.run.prepared import PreparedRun, RunOptions, RunTally
+    from trainer.run.steps import RoundSteps
+    from trainer.strategies.base import StrategySpec
 
 # (the unit, plan, plan document, config, run directory, options) -> the validated run of
 # that unit; nothing written
@@ -36,11 +37,14 @@ class TrainingUnit:
     ``name``: the planner's unit (``planner.units``) whose plans this runs; ``mechanism``:
     the planner unit's mechanism name, which this trainer implements. ``prepare`` validates
     everything and builds the run (data, model, population, strategy, round engine);
-    ``ledger(plan, epsilon_fn)`` counts what its rounds spend; ``phases`` (built once by
-    ``make_phases``) are its steps of the one run loop. Its strategies are named once, in
-    its own ``strategies`` package. ``unused_options``: the ``TrainConfig`` fields it never reads (``gdpfed
-    train`` refuses them when given, ``unused_reason`` says why; config.json leaves them
-    out). ``reports``: its rounds can be reported to the service (``--report-to``);
+    ``tally(plan, epsilon_fn)`` counts what its rounds released, which the ledger prices
+    (``planner.ledger``, docs/architecture.md §Vocabulary); ``steps`` (built once by
+    ``make_steps``) are its steps of the one run loop. Its strategies are named once, in
+    its own ``strategies`` package; ``strategies()`` returns those ``--strategy`` selects
+    (its ``STRATEGY_SPECS``; ``None``: none, as a silo plan's method names its strategy),
+    which ``trainer.units.strategies.STRATEGIES`` gathers. ``unused_options``: the
+    ``TrainConfig`` fields it never reads (``gdpfed train`` refuses them when given,
+    ``unused_reason`` says why; config.json leaves them out). ``reports``: its rounds can be reported to the service (``--report-to``);
     otherwise ``no_reports_reason`` is the refusal. ``reports_participants``: its round
     reports carry the round's participants (``participants``; the metric unit's service
     ledger counts each client's releases, docs/ledger.md §8). ``follows_replans``: a run
@@ -52,8 +56,9 @@ class TrainingUnit:
     mechanism: str
     summary: str
     prepare: Prepare
-    ledger: Callable[..., RunLedger]
-    make_phases: Callable[[], RoundPhases]
+    tally: Callable[..., RunTally]
+    make_steps: Callable[[], RoundSteps]
+    strategies: Callable[[], Mapping[str, StrategySpec]] | None = None
     unused_options: tuple[str, ...] = ()
     unused_reason: str = ""
     reports: bool = False
@@ -62,9 +67,9 @@ class TrainingUnit:
     follows_replans: bool = False
 
     @cached_property
-    def phases(self) -> RoundPhases:
-        """The unit's phases of the run loop (``trainer.run.phases.RoundPhases``)."""
-        return self.make_phases()
+    def steps(self) -> RoundSteps:
+        """The unit's steps of the run loop (``trainer.run.steps.RoundSteps``)."""
+        return self.make_steps()
 
     def recorded_config(self, config: TrainConfig) -> dict[str, Any]:
         """The run's ``config.json``: ``config`` without the options this unit never reads."""

@@ -1,5 +1,6 @@
 """The strategy registry: every unit's selectable strategies, each named once in its unit's
-``STRATEGY_SPECS`` (``trainer/units/<unit>/strategies``).
+``STRATEGY_SPECS`` (``trainer/units/<unit>/strategies``) and contributed by its unit's line
+of ``trainer.units.registry`` (``TrainingUnit.strategies``).
 
 (docs/architecture.md §Training strategies.) ``gdpfed train --strategy NAME
 --strategy-option KEY=JSON`` and the experiment configs select a strategy here by name.
@@ -8,7 +9,8 @@ pydantic: a bad option is named), the privacy unit of the plans it runs on and t
 methods it accepts. To add one: write ``trainer/units/<unit>/strategies/NAME.py`` with the
 class and ``SPEC = StrategySpec(...)``, and add its line to that unit's ``STRATEGY_SPECS``.
 A silo plan's method is its strategy (``trainer.units.silo.strategies.STRATEGIES``), never
-chosen here.
+chosen here. The registry sits above the units, so a unit's preparation selects through
+the ``RunOptions.select_strategy`` the loop hands it (``registered_strategy``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from pydantic import BaseModel
 from accounting.errors import InvalidInputError
 from planner.schema import PlanDocument
 from trainer.strategies.base import Strategy, StrategySpec
-from trainer.units.client.strategies import STRATEGY_SPECS as CLIENT_STRATEGIES
-from trainer.units.metric.strategies import STRATEGY_SPECS as METRIC_STRATEGIES
+from trainer.units.registry import UNITS
 
-STRATEGIES: dict[str, StrategySpec] = {**CLIENT_STRATEGIES, **METRIC_STRATEGIES}
+# in the unit registry's order, each unit's in its own STRATEGY_SPECS order
+STRATEGIES: dict[str, StrategySpec] = {
+    name: spec for unit in UNITS.values() if unit.strategies is not None for name, spec in unit.strategies().items()
+}
 
 DEFAULT_STRATEGY = "plan"
 

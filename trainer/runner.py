@@ -6,16 +6,16 @@ to its unit (``trainer.units.registry.unit_for``), whose preparation loads the d
 builds the model, maps the plan's groups onto the dataset's clients and checks the plan's
 mechanism, all before anything is written, so bad input leaves no trace on disk.
 ``execute_run`` then creates (or reopens) the run directory and, per round: runs the
-round engine, adds the round to the privacy ledger, evaluates on schedule, appends the
+round engine, counts the round in the run's tally (priced by the ledger), evaluates on schedule, appends the
 round to ``rounds.jsonl``, writes the checkpoint, reports the round, and updates the
 progress display. At the end (or when the plan's rounds are all done) it writes
-``summary.json`` and the plots. What differs between units is the unit's ``phases``
-(``trainer.run.phases.RoundPhases``), never a branch here.
+``summary.json`` and the plots. What differs between units is the unit's ``steps``
+(``trainer.run.steps.RoundSteps``), never a branch here.
 
 Resume: the checkpoint stores the index of the next round, the global parameters, the
-strategy's state, the ledger and the reporter's queue; all randomness of round ``t`` is
+strategy's state, the tally and the reporter's queue; all randomness of round ``t`` is
 derived from ``(seed, t)``. Log lines written after the last checkpoint are dropped and
-their rounds re-run, so a resumed run ends with the same parameters, the same ledger and
+their rounds re-run, so a resumed run ends with the same parameters, the same tally and
 the same log (up to wall-clock times) as an uninterrupted one.
 """
 
@@ -37,7 +37,7 @@ from trainer.run.config import TrainConfig as TrainConfig  # re-exported: its ho
 from trainer.run.directory import atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
-from trainer.run.prepared import EngineFactory, PreparedRun, RunLedger, RunOptions
+from trainer.run.prepared import EngineFactory, PreparedRun, RunOptions, RunTally
 from trainer.run.progress import Progress
 from trainer.run.records import report_metrics
 from trainer.run.replan import switch_plan
@@ -45,6 +45,7 @@ from trainer.run.reporting import ReportingStoppedError, RoundReporter
 from trainer.run.summary import RunSummary
 from trainer.strategies.base import RoundContext, Strategy
 from trainer.units.registry import unit_for
+from trainer.units.strategies import registered_strategy
 
 
 def prepare_run(
@@ -61,11 +62,12 @@ def prepare_run(
     allow_tf32: bool = False,
 ) -> PreparedRun:
     """Prepare a run of ``plan`` with its privacy unit's preparation (``trainer.units.registry``;
-    docs/architecture.md §Privacy units); the keywords are ``RunOptions``' fields. A unit
+    docs/architecture.md §Privacy units); the keywords are ``RunOptions``' fields, and its
+    ``select_strategy`` is the strategy registry's ``registered_strategy``. A unit
     without an entry in this trainer is refused by name (``InvalidInputError("privacy_unit")``).
     """
     options = RunOptions(resume=resume, device=device, strategy_factory=strategy_factory, dataset=dataset,
-                         engine_factory=engine_factory, allow_tf32=allow_tf32)
+                         engine_factory=engine_factory, allow_tf32=allow_tf32, select_strategy=registered_strategy)
     unit = unit_for(plan)
     return unit.prepare(unit, plan, plan_document, config, out, options)
 
@@ -75,7 +77,7 @@ class LoopState:
     """What the run loop carries from round to round."""
 
     prepared: PreparedRun
-    ledger: RunLedger
+    tally: RunTally
     params: torch.Tensor
     reporter: RoundReporter | None
     epsilon_fn: EpsilonFn | None
@@ -130,7 +132,7 @@ def open_run(prepared: PreparedRun, reporter: RoundReporter | None, epsilon_fn: 
     checkpoint's state for a resumed run (its plan and configuration checked against these)."""
     run_dir = prepared.run_dir
     state = LoopState(
-        prepared=prepared, ledger=prepared.unit.phases.open_ledger(prepared, epsilon_fn),
+        prepared=prepared, tally=prepared.unit.steps.open_tally(prepared, epsilon_fn),
         params=prepared.initial_params, reporter=reporter, epsilon_fn=epsilon_fn,
         plan_print=fingerprint(prepared.plan_document), config_print=fingerprint(prepared.config.fingerprint_data()),
     )
@@ -161,11 +163,11 @@ def resume_from_checkpoint(state: LoopState) -> None:
         # the run had followed a re-plan: continue on it from its own start round (verified
         # again, never trusted); a re-plan made while the run was down is followed at its claim
         prepared.plan_history = list(saved.get("plan_history", []))
-        state.ledger = switch_plan(prepared, state.ledger, saved["current_plan"], prepared.run_start + state.next_round,
+        state.tally = switch_plan(prepared, state.tally, saved["current_plan"], prepared.run_start + state.next_round,
                                    state.epsilon_fn, resuming=True)
-    state.ledger.load_state_dict(saved["ledger"])
-    prepared.unit.phases.load_state(prepared, saved)
-    if state.ledger.rounds_run != prepared.run_start + state.next_round - prepared.plan.start_round:
+    state.tally.load_state_dict(saved["ledger"])  # the checkpoint's key, kept: a file format
+    prepared.unit.steps.load_state(prepared, saved)
+    if state.tally.rounds_run != prepared.run_start + state.next_round - prepared.plan.start_round:
         raise InvalidInputError("resume", "the checkpoint's ledger and round index disagree")
     if state.reporter is not None:
         state.reporter.load_state_dict(saved.get("reporter", {}))
@@ -199,7 +201,7 @@ def follow_replans(state: LoopState, global_round: int, display: Progress) -> No
                 f"(gdpfed train --plan-id {successor.plan_id} --report-to (the same service) --out NEW_DIR)"
             )
         document = reporter.link.fetch_plan(successor.plan_id)
-        state.ledger = switch_plan(state.prepared, state.ledger, document, global_round, state.epsilon_fn)
+        state.tally = switch_plan(state.prepared, state.tally, document, global_round, state.epsilon_fn)
         state.prepared.plan_history.append(reporter.plan_id)
         display.message(
             f"plan {reporter.plan_id} was re-planned as {successor.plan_id} from round "
@@ -210,7 +212,7 @@ def follow_replans(state: LoopState, global_round: int, display: Progress) -> No
 
 def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     """Run, account, evaluate, log, report and checkpoint one round; ``False`` once the run diverged."""
-    prepared, config, phases = state.prepared, state.prepared.config, state.prepared.unit.phases
+    prepared, config, steps = state.prepared, state.prepared.config, state.prepared.unit.steps
     global_round = prepared.run_start + local_round
     follow_replans(state, global_round, display)
     round_started = time.perf_counter()
@@ -220,31 +222,31 @@ def run_round(state: LoopState, local_round: int, display: Progress) -> bool:
     timing = dict(outcome.timing)
 
     tick = time.perf_counter()
-    state.ledger.record_round()
-    state.ledger.spent()
+    state.tally.record_round()
+    state.tally.spent()
     timing["account"] = time.perf_counter() - tick
 
     last = local_round + 1 == config.rounds
     finite = bool(torch.isfinite(state.params).all())
     due = finite and (last or (local_round + 1) % config.eval_every == 0)
     tick = time.perf_counter()
-    evaluation = phases.evaluate(prepared, ctx, state.params, state.ledger, due)
+    evaluation = steps.evaluate(prepared, ctx, state.params, state.tally, due)
     if due:
         timing["evaluate"] = time.perf_counter() - tick
-    reason = phases.divergence_reason(finite, evaluation)
+    reason = steps.divergence_reason(finite, evaluation)
     if reason is not None:
-        state.divergence = Divergence(round=global_round, reason=reason, hint=phases.divergence_hint(prepared, outcome),
+        state.divergence = Divergence(round=global_round, reason=reason, hint=steps.divergence_hint(prepared, outcome),
                                       kept_round=global_round)
         state.kept_params = previous
 
-    record = phases.record(outcome, state.ledger, evaluation, time.perf_counter() - round_started, timing,
+    record = steps.record(outcome, state.tally, evaluation, time.perf_counter() - round_started, timing,
                            diverged=reason is not None)
     append_round(prepared.run_dir.rounds, record)
     state.records.append(record)
     # Report before the checkpoint so the checkpoint holds the queue after this attempt; a
     # crash in between re-runs the round: its claim and completion are no-ops at the service.
     refused = report_round(state, record, prepared.unit.participants(outcome))
-    if (refused is not None or last or state.divergence is not None or phases.checkpoint_every_round
+    if (refused is not None or last or state.divergence is not None or steps.checkpoint_every_round
             or (local_round + 1) % config.checkpoint_every == 0):
         checkpoint(state, local_round + 1)
     display.round_done(record)
@@ -280,14 +282,14 @@ def checkpoint(state: LoopState, rounds_done: int) -> None:
             "seed": prepared.config.seed,
             "global_params": params.detach().cpu().clone(),
             "strategy": prepared.strategy.state_dict(),
-            "ledger": state.ledger.state_dict(),
+            "ledger": state.tally.state_dict(),
             "reporter": reporter.state_dict() if reporter is not None else {},
             "current_plan": prepared.current_document,
             "plan_history": list(prepared.plan_history),
             "plan_fingerprint": state.plan_print,
             "config_fingerprint": state.config_print,
             "diverged": None if state.divergence is None else state.divergence.model_dump(mode="json"),
-            **prepared.unit.phases.saved_state(prepared),
+            **prepared.unit.steps.saved_state(prepared),
         },
     )
 
@@ -299,14 +301,14 @@ def deliver_pending(state: LoopState) -> None:
         return
     reporter.flush()
     if prepared.run_dir.has_checkpoint():
-        checkpoint(state, prepared.plan.start_round + state.ledger.rounds_run - prepared.run_start)
+        checkpoint(state, prepared.plan.start_round + state.tally.rounds_run - prepared.run_start)
 
 
 def finish_run(state: LoopState, seconds: float, plan_id: str | None) -> RunSummary:
     """Write ``summary.json`` and the plots; return the summary."""
     prepared = state.prepared
-    phases = prepared.unit.phases
-    summary = phases.summary(prepared, state.records, state.ledger, seconds, plan_id, state.reporter, state.divergence)
+    steps = prepared.unit.steps
+    summary = steps.summary(prepared, state.records, state.tally, seconds, plan_id, state.reporter, state.divergence)
     atomic_write_json(prepared.run_dir.summary, summary.model_dump(mode="json"))
-    phases.plot(prepared, state.records, summary)
+    steps.plot(prepared, state.records, summary)
     return summary

@@ -1,4 +1,4 @@
-"""The metric ledger of a run: each client's participations and leakage (docs/metric-privacy.md §4).
+"""The metric unit's tally of a run: each client's participations and leakage (docs/metric-privacy.md §4).
 
 What one release leaks is ``planner.ledger``'s (``metric_client_leakage``: ``n / nu`` per
 participation, added up by ``accounting.metric``); this class only counts who released
@@ -22,7 +22,7 @@ from planner.units import metric_local
 from planner.units.metric_local import MetricGroupPlan, MetricPlan
 
 
-class MetricLedger:
+class MetricTally:
     """Participations per client of a ``metric_local`` plan."""
 
     # the unit's labels, read by the run's summary, round records and plots as silo runs' are

@@ -1,4 +1,4 @@
-"""The client unit's phases of the run loop (``trainer.run.phases``): its divergence hint
+"""The client unit's steps of the run loop (``trainer.run.steps``): its divergence hint
 reads the plan's noise and clip norms, its summary names the secure-aggregation workers and
 the pools that ran full mode (docs/trainer.md §Divergence; docs/secure-aggregation.md)."""
 
@@ -9,22 +9,22 @@ from typing import Any
 from trainer.run.divergence import Divergence, divergence_hint
 from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import RoundPhases
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import RoundReporter
+from trainer.run.steps import RoundSteps
 from trainer.run.summary import RunSummary
 from trainer.units.client.rounds import full_mode_reasons
 
 
-class ClientPhases(RoundPhases):
-    """Client-level runs: the shared phases, with the plan's own divergence hint and summary fields."""
+class ClientSteps(RoundSteps):
+    """Client-level runs: the shared steps, with the plan's own divergence hint and summary fields."""
 
     def divergence_hint(self, prepared: PreparedRun, outcome: RoundOutcome) -> str:
         return divergence_hint(prepared.plan, prepared.config, prepared.engine.dim, outcome.nonfinite_updates)
 
-    def summary(self, prepared: PreparedRun, records: list[RoundRecord], ledger: RunLedger, seconds: float,
+    def summary(self, prepared: PreparedRun, records: list[RoundRecord], tally: RunTally, seconds: float,
                 plan_id: str | None, reporter: RoundReporter | None, divergence: Divergence | None) -> RunSummary:
-        summary = super().summary(prepared, records, ledger, seconds, plan_id, reporter, divergence)
+        summary = super().summary(prepared, records, tally, seconds, plan_id, reporter, divergence)
         extra: dict[str, Any] = {
             # the simulator's engine: the most processes a session could use; other executors none
             "secagg_workers": getattr(prepared.engine, "secagg_processes", None),

@@ -1,7 +1,7 @@
-"""The metric unit's phases of the run loop (``trainer.run.phases``; docs/metric-privacy.md §5).
+"""The metric unit's steps of the run loop (``trainer.run.steps``; docs/metric-privacy.md §5).
 
-Its figures are the strategy's own evaluation and the ledger's leakage (``metric_*``) on
-every round, never an epsilon; the engine holds the ledger (it caps participation) and a
+Its figures are the strategy's own evaluation and the tally's leakage (``metric_*``) on
+every round, never an epsilon; the engine holds the tally (it caps participation) and a
 radius that the checkpoint keeps; a run checkpoints after every round.
 """
 
@@ -15,17 +15,17 @@ import torch
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
-from trainer.run.phases import Evaluation, RoundPhases
 from trainer.run.plots import plot_run
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.reporting import RoundReporter
+from trainer.run.steps import Evaluation, RoundSteps
 from trainer.run.summary import RunSummary
 from trainer.strategies.base import RoundContext
-from trainer.units.metric.ledger import MetricLedger
 from trainer.units.metric.rounds import MetricRoundEngine
+from trainer.units.metric.tally import MetricTally
 
 
-class MetricPhases(RoundPhases):
+class MetricSteps(RoundSteps):
     """Metric runs: leakage figures on every round, the engine's radius checkpointed."""
 
     checkpoint_every_round = True
@@ -35,8 +35,8 @@ class MetricPhases(RoundPhases):
         assert isinstance(prepared.engine, MetricRoundEngine)  # prepare_metric_run builds no other
         return prepared.engine
 
-    def open_ledger(self, prepared: PreparedRun, epsilon_fn: Any) -> RunLedger:
-        return self._engine(prepared).ledger  # the engine caps participation on the same ledger
+    def open_tally(self, prepared: PreparedRun, epsilon_fn: Any) -> RunTally:
+        return self._engine(prepared).tally  # the engine caps participation on the same tally
 
     def saved_state(self, prepared: PreparedRun) -> dict[str, Any]:
         return {"mechanism": self._engine(prepared).state_dict()}
@@ -44,13 +44,13 @@ class MetricPhases(RoundPhases):
     def load_state(self, prepared: PreparedRun, state: dict[str, Any]) -> None:
         self._engine(prepared).load_state_dict(state.get("mechanism", {"radius": prepared.plan.scenario.radius}))
 
-    def evaluate(self, prepared: PreparedRun, ctx: RoundContext, params: torch.Tensor, ledger: RunLedger,
+    def evaluate(self, prepared: PreparedRun, ctx: RoundContext, params: torch.Tensor, tally: RunTally,
                  due: bool) -> Evaluation:
         metrics: dict[str, float] = {}
         if due:
             metrics = dict(prepared.strategy.evaluate(ctx, params, prepared.dataset) or {})
-        assert isinstance(ledger, MetricLedger)
-        metrics.update({f"metric_{name}": value for name, value in ledger.summary().items()})
+        assert isinstance(tally, MetricTally)
+        metrics.update({f"metric_{name}": value for name, value in tally.summary().items()})
         return Evaluation(metrics=metrics)
 
     def divergence_reason(self, finite: bool, evaluation: Evaluation) -> str | None:
@@ -59,7 +59,7 @@ class MetricPhases(RoundPhases):
     def divergence_hint(self, prepared: PreparedRun, outcome: RoundOutcome) -> str:
         return "lower the learning rate or nu; the released models carry noise nu * radius"
 
-    def record(self, outcome: RoundOutcome, ledger: RunLedger, evaluation: Evaluation, seconds: float,
+    def record(self, outcome: RoundOutcome, tally: RunTally, evaluation: Evaluation, seconds: float,
                timing: dict[str, float], diverged: bool) -> RoundRecord:
         metrics = evaluation.metrics or {}
         return RoundRecord(
@@ -68,23 +68,23 @@ class MetricPhases(RoundPhases):
             accuracy=next((v for k, v in metrics.items() if k.endswith("_accuracy")), None),
             epsilon_spent={}, aborted_pools=[], sampled=outcome.sampled, survived=outcome.survived,
             dropped_before_masking=0, dropped_after_masking=0, seconds=seconds, timing=timing,
-            privacy_unit=ledger.privacy_unit, nonfinite_updates=outcome.nonfinite_updates, diverged=diverged,
+            privacy_unit=tally.privacy_unit, nonfinite_updates=outcome.nonfinite_updates, diverged=diverged,
             metrics={k: float(v) for k, v in metrics.items() if math.isfinite(v)},
         )
 
-    def summary(self, prepared: PreparedRun, records: list[RoundRecord], ledger: RunLedger, seconds: float,
+    def summary(self, prepared: PreparedRun, records: list[RoundRecord], tally: RunTally, seconds: float,
                 plan_id: str | None, reporter: RoundReporter | None, divergence: Divergence | None) -> RunSummary:
         config = prepared.config
         evaluated = [r for r in records if r.loss is not None]
         return RunSummary(
             run_dir=str(prepared.run_dir.root), method=prepared.plan.method, plan_id=plan_id,
-            complete=ledger.rounds_run == config.rounds, rounds_run=ledger.rounds_run, rounds=config.rounds,
+            complete=tally.rounds_run == config.rounds, rounds_run=tally.rounds_run, rounds=config.rounds,
             start_round=0, final_accuracy=evaluated[-1].accuracy if evaluated else None,
             final_loss=evaluated[-1].loss if evaluated else None,
             best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
             epsilon_spent={}, epsilon_target={}, aborted_rounds={}, model_dim=prepared.plan.scenario.model_dim,
             device=str(prepared.device), seconds=seconds, diverged=divergence, warnings=list(prepared.warnings),
-            privacy_unit=ledger.privacy_unit, notion=ledger.notion, strategy=config.strategy,
+            privacy_unit=tally.privacy_unit, notion=tally.notion, strategy=config.strategy,
             final_metrics=records[-1].metrics if records else {},
             secagg_execution=prepared.unit.secagg_execution(config),
         )

@@ -1,4 +1,4 @@
-"""The privacy ledger of a run: how many rounds of the plan have run, and what they spent.
+"""The client unit's tally of a run: how many rounds of the plan have run, and what they spent.
 
 (docs/trainer.md §Rounds, "Privacy spent"; docs/ledger.md.) What a round costs each group
 is ``planner.ledger``'s, the one module the service's ledger uses too; this class only
@@ -19,10 +19,10 @@ from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn
 from planner.schema import GroupPlan, Plan
 
-__all__ = ["EpsilonFn", "PrivacyLedger"]
+__all__ = ["EpsilonFn", "ClientTally"]
 
 
-class PrivacyLedger:
+class ClientTally:
     """Epsilon spent per group after each round of a plan."""
 
     privacy_unit = "client"

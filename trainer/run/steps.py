@@ -1,11 +1,11 @@
-"""The run loop's unit-specific phases (docs/trainer.md §Layout): what a round's
+"""The run loop's unit-specific steps (docs/trainer.md §Layout): what a round's
 evaluation, line in ``rounds.jsonl``, divergence check, checkpoint extras, summary and
 plots are for a privacy unit.
 
-``RoundPhases`` holds the behaviour of the units that train one model evaluated on the
+``RoundSteps`` holds the behaviour of the units that train one model evaluated on the
 dataset's test set or by the run's ``evaluator`` (client and silo runs); a unit whose
-figures differ (the metric unit's leakage) overrides the phases that differ. The loop
-itself (``trainer.run.runner``) is the same for every unit.
+figures differ (the metric unit's leakage) overrides the steps that differ. The loop
+itself (``trainer.runner``) is the same for every unit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from trainer.run.metrics import RoundRecord
 from trainer.run.outcome import RoundOutcome
 from trainer.run.plots import chance_level, plot_run
 from trainer.run.preparation import accuracy_by_group
-from trainer.run.prepared import PreparedRun, RunLedger
+from trainer.run.prepared import PreparedRun, RunTally
 from trainer.run.records import round_record
 from trainer.run.reporting import RoundReporter
 from trainer.run.summary import RunSummary, summarize
@@ -38,24 +38,24 @@ class Evaluation:
     accuracy_by_group: dict[str, float | None] = field(default_factory=dict)
 
 
-class RoundPhases:
-    """The phases of the one run loop, as the units that train one evaluated model run them."""
+class RoundSteps:
+    """The steps of the one run loop, as the units that train one evaluated model run them."""
 
     # checkpoint after every round whatever ``checkpoint_every`` says
     checkpoint_every_round = False
 
-    def open_ledger(self, prepared: PreparedRun, epsilon_fn: Any) -> RunLedger:
-        """The run's ledger, fresh (a resumed run loads the checkpoint's state into it)."""
-        return prepared.unit.ledger(prepared.plan, epsilon_fn)
+    def open_tally(self, prepared: PreparedRun, epsilon_fn: Any) -> RunTally:
+        """The run's tally, fresh (a resumed run loads the checkpoint's state into it)."""
+        return prepared.unit.tally(prepared.plan, epsilon_fn)
 
     def saved_state(self, prepared: PreparedRun) -> dict[str, Any]:
-        """The unit's further checkpoint entries (beside parameters, strategy and ledger)."""
+        """The unit's further checkpoint entries (beside parameters, strategy and tally)."""
         return {}
 
     def load_state(self, prepared: PreparedRun, state: dict[str, Any]) -> None:
         """Restore what ``saved_state`` wrote, from a checkpoint's ``state``."""
 
-    def evaluate(self, prepared: PreparedRun, ctx: RoundContext, params: torch.Tensor, ledger: RunLedger,
+    def evaluate(self, prepared: PreparedRun, ctx: RoundContext, params: torch.Tensor, tally: RunTally,
                  due: bool) -> Evaluation:
         """The round's evaluation; nothing unless ``due`` (an evaluation round, finite parameters)."""
         if not due:
@@ -83,18 +83,18 @@ class RoundPhases:
         """What to change after a divergence (docs/trainer.md §Divergence)."""
         return f"lower --lr (now {prepared.config.lr:g}) or the plan's clip norm"
 
-    def record(self, outcome: RoundOutcome, ledger: RunLedger, evaluation: Evaluation, seconds: float,
+    def record(self, outcome: RoundOutcome, tally: RunTally, evaluation: Evaluation, seconds: float,
                timing: dict[str, float], diverged: bool) -> RoundRecord:
         """The round's line in ``rounds.jsonl``."""
         return round_record(
-            outcome, ledger, evaluation.metrics, seconds, timing, diverged=diverged,
+            outcome, tally, evaluation.metrics, seconds, timing, diverged=diverged,
             strategy_metrics=evaluation.strategy_metrics, accuracy_by_group=evaluation.accuracy_by_group,
         )
 
-    def summary(self, prepared: PreparedRun, records: list[RoundRecord], ledger: RunLedger, seconds: float,
+    def summary(self, prepared: PreparedRun, records: list[RoundRecord], tally: RunTally, seconds: float,
                 plan_id: str | None, reporter: RoundReporter | None, divergence: Divergence | None) -> RunSummary:
         """``summary.json``."""
-        return summarize(prepared, records, ledger, seconds, plan_id, reporter, divergence)
+        return summarize(prepared, records, tally, seconds, plan_id, reporter, divergence)
 
     def plot(self, prepared: PreparedRun, records: list[RoundRecord], summary: RunSummary) -> None:
         """The run's plots (accuracy, loss, local accuracy, privacy spent)."""
