@@ -16,7 +16,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from trainer.secagg import keys, shamir
-from trainer.secagg.encoding import encode, modulus_mask, word_dtype
+from trainer.secagg.encoding import check_residues, encode, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError
 from trainer.secagg.graph import share_group
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
@@ -76,6 +76,30 @@ class ClientState:
     masked_sent: bool = False
 
 
+def encode_input(
+    vector: np.ndarray,
+    params: SecAggParams,
+    rng: np.random.Generator | Callable[[], np.random.Generator],
+    field: str,
+) -> np.ndarray:
+    """What client u adds masks to: its vector in Z_(2^b), by the session's ``params.encoding``.
+
+    ``fixed_point``: randomised-rounding fixed point at ``params.scale`` (``encoding.encode``);
+    ``residues``: the vector is already integers mod 2^b (``encoding.check_residues``), used
+    as it is. Shared by the clients, ``plain_sum`` and the exact-sum simulation.
+    """
+    if params.encoding == "residues":
+        return check_residues(vector, params.modulus_bits, field=field)
+    return encode(
+        vector,
+        scale=params.scale,
+        modulus_bits=params.modulus_bits,
+        value_bound=params.value_bound,
+        rng=rng,
+        field=field,
+    )
+
+
 def _fresh_rng() -> np.random.Generator:
     """A deployment client's rounding randomness (os.urandom)."""
     return np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(16), "big")))
@@ -105,14 +129,7 @@ class Client:
         rng: Callable[[], np.random.Generator] = (
             _fresh_rng if seed is None else partial(keys.rounding_rng, seed, client_id)
         )
-        encoded = encode(
-            vector,
-            scale=params.scale,
-            modulus_bits=params.modulus_bits,
-            value_bound=params.value_bound,
-            rng=rng,
-            field=f"vectors[{client_id}]",
-        )
+        encoded = encode_input(vector, params, rng, f"vectors[{client_id}]")
         self._load(params, setup, ClientState(client_id, secrets, encoded))
 
     @classmethod

@@ -121,7 +121,8 @@ class Server:
 
         b_u (u in U3) and s_v^SK (v in U2 \\ U3) come from t_G shares each, taken from the
         responders U5 in the owner's share group; aborts when some owner lacks them.
-        Returns the decoded float64 sum.
+        Returns the decoded float64 sum, or for a session of ``residues`` the sum mod 2^b as
+        words (its caller decodes it).
         """
         survivors = set(self._survivors)
         self_mask_shares: dict[int, dict[int, shamir.Share]] = {}
@@ -162,6 +163,8 @@ class Server:
                 removals.append((key, -1 if dropped > peer else 1))
         self.keystream_bytes += add_masks(total, removals)
         total &= word_dtype(bits).type(modulus_mask(bits))
+        if self._params.encoding == "residues":
+            return total
         return decode_sum(total, scale=self._params.scale, modulus_bits=bits)
 
     def _reconstruct(self, owner: int, shares: dict[int, shamir.Share], what: str) -> bytes:
