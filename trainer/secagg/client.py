@@ -19,7 +19,14 @@ from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import check_residues, encode, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError
 from trainer.secagg.graph import share_group
-from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.messages import (
+    AdvertisedKeys,
+    EncryptedShare,
+    MaskedInput,
+    SessionSetup,
+    UnmaskingShares,
+    version_mismatch,
+)
 from trainer.secagg.params import SecAggParams
 from trainer.secagg.prg import add_masks
 
@@ -185,6 +192,7 @@ class Client:
             sender=self.client_id,
             cipher_public_key=keys.public_key_bytes(self._cipher_key),
             mask_public_key=keys.public_key_bytes(self._mask_key),
+            protocol_version=self._params.protocol_version,
         )
 
     # Round 1: ShareKeys.
@@ -199,6 +207,12 @@ class Client:
             raise ProtocolError("the roster omits this client's own keys")
         if len(roster) < self._params.threshold:
             raise ProtocolError(f"only {len(roster)} clients advertised keys, fewer than the threshold")
+        for peer, advertised in sorted(roster.items()):
+            # a peer on another version would expand other masks: refuse before sharing a secret
+            if advertised.protocol_version != self._params.protocol_version:
+                raise ProtocolError(
+                    version_mismatch(f"client {peer}", advertised.protocol_version, self._params.protocol_version)
+                )
         self._roster = dict(roster)
         threshold = self._params.group_threshold(len(self._group), len(self._setup.participants))
         secret = self._self_mask_seed + keys.private_key_bytes(self._mask_key)
@@ -242,7 +256,7 @@ class Client:
             out[...] = self._input
             masked = out
         pairwise = ((self._pairwise_key(peer), 1 if peer > self.client_id else -1) for peer in sorted(self._inbox))
-        add_masks(masked, [(self._self_mask_seed, 1), *pairwise])
+        add_masks(masked, [(self._self_mask_seed, 1), *pairwise], self._params.protocol_version)
         if bits not in (32, 64):
             masked &= word_dtype(bits).type(modulus_mask(bits))
         masked.setflags(write=False)

@@ -13,6 +13,7 @@ from accounting.errors import InvalidInputError
 from planner.schema import SecaggMode
 from trainer.secagg.encoding import MAX_MODULUS_BITS, MAX_SCALED_BOUND, check_modulus, required_modulus_bits
 from trainer.secagg.graph import scaled_group_threshold
+from trainer.secagg.prg import DEFAULT_PROTOCOL_VERSION, PRG_OF_VERSION
 
 # The default scale keeps words at 32 bits when that still leaves at least 2^12
 # quantisation steps below the value bound; otherwise it moves to 64-bit words.
@@ -45,6 +46,9 @@ class SecAggParams:
     neighbours: int | None = None
     share_threshold: int | None = None
     encoding: InputEncoding = "fixed_point"
+    # The protocol's version, which fixes the mask generator (prg.PRG_OF_VERSION): every
+    # party of a session must speak it (docs/secure-aggregation.md §Protocol versions).
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 1:
@@ -56,6 +60,11 @@ class SecAggParams:
         ):
             raise InvalidInputError(
                 "threshold", f"must be an integer in [1, num_clients={self.num_clients}], got {self.threshold!r}"
+            )
+        if self.protocol_version not in PRG_OF_VERSION or isinstance(self.protocol_version, bool):
+            raise InvalidInputError(
+                "protocol_version",
+                f"must be one of {', '.join(map(str, PRG_OF_VERSION))}, got {self.protocol_version!r}",
             )
         if self.encoding == "residues":
             # The caller chose b for its integers (their wrap-around is its to bound and
@@ -124,6 +133,7 @@ def choose_params(
     neighbours: int | None = None,
     share_threshold: int | None = None,
     dropout_fraction: float = 0.0,
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION,
 ) -> SecAggParams:
     """The narrowest safe modulus b = bitlen(2 n (floor(B s) + 1)) + 1 for these clients, bound and scale.
 
@@ -132,7 +142,8 @@ def choose_params(
     ``dropout_fraction`` dropping out (``planner.harary``; the complete graph when no
     sparse one meets the bounds). The
     trainer passes its own (k, t) per session (``planner.secagg.secagg_graph``).
-    Raises ``InvalidInputError`` when b > 64.
+    ``protocol_version`` fixes the mask generator (docs/secure-aggregation.md §Protocol
+    versions). Raises ``InvalidInputError`` when b > 64.
     """
     # Validates num_clients and value_bound before they reach the scale search.
     required_modulus_bits(num_clients, value_bound, 1.0)
@@ -156,6 +167,7 @@ def choose_params(
         mode=mode,
         neighbours=neighbours,
         share_threshold=share_threshold,
+        protocol_version=protocol_version,
     )
 
 
@@ -166,6 +178,7 @@ def residue_params(
     mode: SecaggMode = "full",
     neighbours: int | None = None,
     share_threshold: int | None = None,
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION,
 ) -> SecAggParams:
     """A session over integers the clients already reduced mod 2^``modulus_bits``.
 
@@ -182,6 +195,7 @@ def residue_params(
         neighbours=neighbours,
         share_threshold=share_threshold,
         encoding="residues",
+        protocol_version=protocol_version,
     )
 
 

@@ -22,7 +22,14 @@ from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import decode_sum, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError, SessionAborted
 from trainer.secagg.graph import share_group
-from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.messages import (
+    AdvertisedKeys,
+    EncryptedShare,
+    MaskedInput,
+    SessionSetup,
+    UnmaskingShares,
+    version_mismatch,
+)
 from trainer.secagg.params import SecAggParams
 from trainer.secagg.prg import add_masks
 
@@ -69,6 +76,10 @@ class Server:
             self.received.append(message)
             if message.sender not in self._setup.graph or message.sender in self._roster:
                 raise ProtocolError(f"unexpected or repeated keys from client {message.sender}")
+            if message.protocol_version != self._params.protocol_version:
+                raise ProtocolError(
+                    version_mismatch(f"client {message.sender}", message.protocol_version, self._params.protocol_version)
+                )
             self._roster[message.sender] = message
         self._require(len(self._roster), "advertised keys")
         return dict(self._roster)
@@ -161,7 +172,7 @@ class Server:
                 )
                 # The survivor added +PRG(s_uv) when the dropped client's id is larger, else -PRG.
                 removals.append((key, -1 if dropped > peer else 1))
-        self.keystream_bytes += add_masks(total, removals)
+        self.keystream_bytes += add_masks(total, removals, self._params.protocol_version)
         total &= word_dtype(bits).type(modulus_mask(bits))
         if self._params.encoding == "residues":
             return total

@@ -53,6 +53,7 @@ from trainer.secagg import discrete as dm
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
 from trainer.secagg.params import SecAggParams, residue_params
+from trainer.secagg.prg import LATEST_PROTOCOL_VERSION
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
     PURPOSE_DROPOUT,
@@ -357,7 +358,9 @@ class RoundEngine:
 
     def _session_params(self, mechanism: PoolMechanism, graph: SecaggGraph, participants: int) -> SecAggParams:
         """The session's parameters: fixed point at the pool's grid and value bound, or, for a
-        discrete pool, residues mod 2^b with the block's b (sized for its ``max_clients``)."""
+        discrete pool, residues mod 2^b with the block's b (sized for its ``max_clients``).
+        Every simulated party runs this code, so the sessions speak the latest protocol
+        version (AES-128-CTR masks; docs/secure-aggregation.md §Protocol versions)."""
         discrete = self.discrete.get(mechanism.pool_id)
         if discrete is None:
             return choose_params(
@@ -368,10 +371,12 @@ class RoundEngine:
                 mode=graph.mode,
                 neighbours=graph.neighbours,
                 share_threshold=graph.share_threshold,
+                protocol_version=LATEST_PROTOCOL_VERSION,
             )
         if participants > discrete.mechanism.max_clients:
             # the sampled clients of a pool are among its clients; the wrap bound covers them all
             raise RuntimeError(f"pool {mechanism.pool_id}: {participants} participants exceed the "
                                f"{discrete.mechanism.max_clients} the bit width covers")
         return residue_params(participants, mechanism.threshold, discrete.bits, mode=graph.mode,
-                              neighbours=graph.neighbours, share_threshold=graph.share_threshold)
+                              neighbours=graph.neighbours, share_threshold=graph.share_threshold,
+                              protocol_version=LATEST_PROTOCOL_VERSION)
