@@ -209,3 +209,21 @@ def test_a_run_on_the_discrete_mechanism_records_it_and_refuses_what_does_not_ru
     with pytest.raises(InvalidInputError) as error:
         execute_run(prepared, progress=quiet_progress(2), reporter=object.__new__(RoundReporter))
     assert error.value.field == "report-to" and "skellam" in error.value.reason
+
+
+def test_the_console_names_the_mechanism_and_labels_the_continuous_one_approximate():
+    from planner.schema import MECHANISM_LABELS
+    from trainer.run.options import format_summary
+    from trainer.run.summary import RunSummary
+
+    base = dict(
+        run_dir="r", method="gdpfed_plus", plan_id=None, complete=True, rounds_run=1, rounds=1, start_round=0,
+        final_accuracy=None, final_loss=None, best_accuracy=None, epsilon_spent={}, epsilon_target={},
+        aborted_rounds={}, model_dim=10, device="cpu", seconds=1.0, secagg_graphs={"P1": ["full"]},
+    )
+    continuous = format_summary(RunSummary(**base)).splitlines()
+    assert f"noise mechanism: {MECHANISM_LABELS['gaussian_continuous']}" in continuous
+    assert "approximate" in MECHANISM_LABELS["gaussian_continuous"]
+    assert "secagg_mechanism" not in RunSummary(**base).model_dump_json()  # the continuous summaries keep their bytes
+    discrete = format_summary(RunSummary(**base, secagg_mechanism="skellam")).splitlines()
+    assert f"noise mechanism: {MECHANISM_LABELS['skellam']}" in discrete
