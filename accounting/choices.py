@@ -11,6 +11,11 @@
   re-exports them), and sit here, in ``accounting`` only as the bottom layer, because the
   trainer's command line (``trainer/run/options.py``, ``trainer/run/config.py``) offers
   them without loading the planner.
+- ``SecaggMechanism``: the noise mechanism a pool's secure aggregation runs, the continuous
+  Gaussian (the default, approximate) or the distributed Skellam (exact;
+  docs/secure-aggregation.md §Discrete noise). The plan states both (``planner.schema``
+  re-exports it) and the trainer's ``--secagg-mechanism`` selects one, so it sits here for
+  the same reason.
 
 This module imports nothing of the project.
 """
@@ -26,3 +31,6 @@ AccountantName = Literal["rdp", "prv", "closed_form", "pld"]
 SecaggMode = Literal["full", "sparse"]
 # What a run may ask for: a graph, or the plan's own choice per pool (planner.secagg).
 RequestedSecagg = Literal[SecaggMode, "auto"]
+# The noise a pool's secure aggregation carries (planner.schema.MECHANISM_LABELS says what
+# each claims); the first is the trainer's default.
+SecaggMechanism = Literal["gaussian_continuous", "skellam"]

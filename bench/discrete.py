@@ -8,6 +8,13 @@ the server: decode the modular sum (continuous) or decode, unrotate and rescale
 (discrete). And the planner's calibration of one pool (``planner.discrete.calibrate_skellam``).
 Medians of ``repeats`` runs on this machine's CPU; the masking itself (ChaCha20) is the
 same for both and is measured by ``gdpfed bench secagg``.
+
+Table 2, one pool's whole round through the round engine (``RoundEngine.run``, the real
+SecAgg+ protocol on the plan's graph, the clients' updates given, not trained):
+``--secagg-mechanism gaussian_continuous`` against ``skellam`` on the same plan and seed,
+its stages (privatize: the clients' shares; secagg: the session and the server's decoding)
+and their ratios, discrete over continuous. The two paths mask words of different widths
+and lengths (continuous: d words of the fixed-point b; discrete: d' words of the block's b).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from planner.discrete import calibrate_skellam
+from trainer.choices import SECAGG_MECHANISMS
 from trainer.secagg import discrete as dm
 from trainer.secagg.encoding import decode_sum, encode
 
@@ -97,11 +105,72 @@ def pipeline_rows(dimensions: list[int], repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+ROUND_STAGES = ("privatize", "secagg", "aggregate")
+
+
+def round_rows(settings: list[tuple[int, int]], rounds: int) -> list[dict[str, Any]]:
+    """Per (d, expected clients): the median stage seconds of ``rounds`` rounds (after one
+    warm-up) of each mechanism on one plan, and the discrete/continuous ratios."""
+    import torch
+
+    from planner import load_scenario, make_plan
+    from trainer.strategies import Population, RoundContext
+    from trainer.units.client.rounds import RoundEngine
+    from trainer.units.client.strategies import PlanStrategy
+
+    class GivenUpdates(PlanStrategy):
+        """The plan's strategy whose clients send fixed random updates (no training: the stages timed follow it)."""
+
+        def __init__(self, plan: Any, dim: int) -> None:
+            no_model: Any = None  # never trained: client_update below replaces local training
+            super().__init__(plan, no_model, None, engine="loop", local=None, device=torch.device("cpu"))
+            self.updates = torch.from_numpy(np.random.default_rng(0).normal(size=(1, dim)) / np.sqrt(dim))
+
+        def client_update(self, ctx: Any, global_params: Any, clients: Any, groups: Any) -> torch.Tensor:
+            return self.updates.repeat(len(clients), 1)
+
+    rows = []
+    for d, expected in settings:
+        scenario = {
+            "groups": [{"id": "g", "epsilon": 3.0, "num_clients": 10 * expected}],
+            "delta": 1e-5, "rounds": 1000, "clip_norm": 1.0, "model_dim": d, "expected_clients": expected,
+            "min_clients_per_pool": 1, "report_discrete": True, "accountant": "rdp",
+        }
+        plan = make_plan(load_scenario(scenario))
+        population = Population({"g": np.arange(10 * expected)})
+        row: dict[str, Any] = {"d": d, "clients": expected}
+        for mechanism in SECAGG_MECHANISMS:
+            engine = RoundEngine(plan, GivenUpdates(plan, d), population, d, rounds=plan.rounds,
+                                 secagg_mechanism=mechanism, secagg_workers=1)
+            stages: dict[str, list[float]] = {stage: [] for stage in ROUND_STAGES}
+            for round_index in range(rounds + 1):
+                _, outcome = engine.run(RoundContext(round_index, round_index, seed=0), torch.zeros(d))
+                if round_index:  # the first round is the warm-up
+                    for stage in ROUND_STAGES:
+                        stages[stage].append(outcome.timing[stage])
+            short = "continuous" if mechanism == "gaussian_continuous" else "discrete"
+            for stage in ROUND_STAGES:
+                row[f"{short}_{stage}_s"] = round(statistics.median(stages[stage]), 3)
+            row[f"{short}_graph"] = outcome.secagg.get(plan.pools[0].id, "aborted")
+        for stage in ("privatize", "secagg"):
+            row[f"{stage}_ratio"] = round(row[f"discrete_{stage}_s"] / max(row[f"continuous_{stage}_s"], 1e-9), 2)
+        total = {short: sum(row[f"{short}_{stage}_s"] for stage in ROUND_STAGES) for short in ("continuous", "discrete")}
+        row["round_ratio"] = round(total["discrete"] / max(total["continuous"], 1e-9), 2)
+        rows.append(row)
+    return rows
+
+
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     dimensions = [1_000, 54_410] if quick else [1_000, 54_410, 1_000_000]
+    settings = [(1_000, 30)] if quick else [(54_410, 100), (54_410, 300)]
     return [
         (
             "Discrete (Skellam) vs continuous pipeline, per client and round",
             pipeline_rows(dimensions, 3 if quick else 15),
-        )
+        ),
+        (
+            "One pool's round through the round engine and the real protocol (one process), continuous vs "
+            "discrete (median seconds; ratios discrete / continuous; round = privatize + secagg + aggregate)",
+            round_rows(settings, 1 if quick else 3),
+        ),
     ]

@@ -35,7 +35,7 @@ from accounting.validation import validate_count, validate_delta, validate_posit
 from planner.schema import DiscreteMechanism, NumbersModel
 
 if TYPE_CHECKING:
-    from planner.schema import Plan
+    from planner.schema import GroupPlan, Plan
 
 # Conditional rounding's per-draw failure probability beta (Kairouz, Liu, Steinke 2021): each
 # draw meets the bound with probability >= 1 - beta, so a client draws at most 1 / (1 - beta)
@@ -354,9 +354,9 @@ def pool_mechanisms(
 def with_discrete(plan: Plan) -> Plan:
     """``plan`` with each noised pool's ``discrete`` block when its scenario asks (``report_discrete``).
 
-    The calibration is stated, not executed: the groups' phases and epsilons stay the
-    continuous mechanism's, which is what the trainer runs (docs/secure-aggregation.md
-    §Discrete noise). ``colluding_clients`` comes from the scenario. A plan with spent
+    The groups' phases and epsilons stay the continuous mechanism's, which the trainer runs
+    by default; ``gdpfed train --secagg-mechanism skellam`` runs the blocks
+    (docs/secure-aggregation.md §Discrete noise, "The trainer side"). ``colluding_clients`` comes from the scenario. A plan with spent
     phases keeps no block and says why in ``warnings``.
     """
     if not plan.scenario.report_discrete:
@@ -368,3 +368,34 @@ def with_discrete(plan: Plan) -> Plan:
         return plan.model_copy(update={"warnings": [*plan.warnings, f"report_discrete: {error}; no discrete block"]})
     updated = [pool.model_copy(update={"discrete": pools.get(pool.id)}) for pool in plan.pools]
     return plan.model_copy(update={"pools": updated})
+
+
+def group_event(plan: Plan, group: GroupPlan, steps: int) -> PoissonSampledSkellam | None:
+    """What ``steps`` rounds of the discrete mechanism spend for ``group``: the Poisson(q_g)-subsampled
+    Skellam event of its pool's stated block (docs/secure-aggregation.md §Discrete noise).
+
+    The pool's total variance mu = share_variance (t - c); the sensitivities are the group's own
+    (its clip norm C_g on the pool's grid), as ``pool_mechanisms`` computes each group's epsilon.
+    ``None`` when nothing is spent: no block, no rounds, or a group not sampled.
+    """
+    mechanism = plan.pool(group.pool).discrete
+    if mechanism is None or steps <= 0 or group.sampling_rate <= 0:
+        return None
+    l2 = rounded_l2_bound(group.clip_norm, mechanism.scale, mechanism.dimension)
+    return PoissonSampledSkellam(
+        sampling_rate=group.sampling_rate,
+        variance=mechanism.share_variance * mechanism.honest_survivors,
+        l2_sensitivity=l2,
+        l1_sensitivity=rounded_l1_bound(l2, mechanism.dimension),
+        steps=steps,
+    )
+
+
+def run_delta(plan: Plan, group: GroupPlan, rounds_run: int) -> float:
+    """The delta ``group``'s discrete event is accounted at after ``rounds_run`` rounds: the plan's
+    delta less the wrap-around bound of each round run (docs/secure-aggregation.md §Discrete
+    noise, proof step 4); the plan's delta where the group's pool states no block."""
+    mechanism = plan.pool(group.pool).discrete
+    if mechanism is None:
+        return float(plan.scenario.delta)
+    return float(plan.scenario.delta) - rounds_run * mechanism.wrap_probability_per_round

@@ -4,7 +4,7 @@ This is the one place that turns "n rounds of plan P have run" into each group's
 of privacy events and the epsilon they add up to (docs/ledger.md §1-§3): the events go
 to the plan's accountant from the registry (``accounting.accountants``), which composes
 them. The trainer's run ledger
-(``trainer.units.client.ledger``) and the service's ledger (``app.services.ledger``) are thin
+(``trainer.units.client.tally``) and the service's ledger (``app.services.ledger``) are thin
 wrappers around it: they only decide *how many* rounds count, never *what* a round costs.
 Two copies of this knowledge once drifted into a privacy bug (the service composed each
 group with its pool's multiplier instead of the group's effective one).

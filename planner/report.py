@@ -228,7 +228,8 @@ def discrete_lines(plan: Plan) -> list[str]:
     c = plan.scenario.colluding_clients
     return [
         "",
-        "discrete mechanism (stated, not run: the trainer runs the continuous Gaussian, which is approximate):",
+        "discrete mechanism (run by gdpfed train --secagg-mechanism skellam; the default, the continuous "
+        "Gaussian, is approximate):",
         table(header, rows),
         f"threat model: honest-but-curious server, {c} colluding client(s) (colluding_clients; default 0), each "
         "pool's noise counted from its t - c honest survivors alone; randomized Hadamard rotation, conditional "

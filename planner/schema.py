@@ -39,6 +39,7 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
 from accounting.choices import RequestedSecagg as RequestedSecagg  # noqa: E402  (re-exported: the planner's name)
+from accounting.choices import SecaggMechanism as SecaggMechanism  # noqa: E402  (re-exported: the planner's name)
 from accounting.choices import SecaggMode  # noqa: E402
 
 # A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
@@ -184,8 +185,8 @@ class Scenario(_Strict):
     report_discrete: Flag = Field(
         False,
         exclude_if=lambda value: value is False,
-        description="also state each noised pool's distributed Skellam calibration (the trainer still runs "
-        "the continuous mechanism; docs/secure-aggregation.md §Discrete noise)",
+        description="also state each noised pool's distributed Skellam calibration (gdpfed train runs it with "
+        "--secagg-mechanism skellam, the continuous mechanism by default; docs/secure-aggregation.md §Discrete noise)",
     )
     colluding_clients: int = Field(
         0,
@@ -306,8 +307,8 @@ class GroupPlan(NumbersModel):
 
 
 # The two noise mechanisms of a pool that runs secure aggregation, and what each claims
-# (docs/secure-aggregation.md §Discrete noise): the continuous path stays available by name.
-SecaggMechanism = Literal["skellam", "gaussian_continuous"]
+# (docs/secure-aggregation.md §Discrete noise; SecaggMechanism names them): the continuous path
+# stays available by name.
 MECHANISM_LABELS: dict[str, str] = {
     "skellam": "distributed Skellam (exact: rounding, integer noise and modular sum accounted)",
     "gaussian_continuous": "continuous Gaussian (approximate: per-client rounding after noise is not accounted)",
@@ -394,8 +395,8 @@ class PoolPlan(NumbersModel):
     discrete: DiscreteMechanism | None = Field(
         None,
         exclude_if=lambda value: value is None,
-        description="report_discrete: the distributed Skellam calibration for this pool's budget (not executed "
-        "by the trainer yet); left out of the JSON otherwise",
+        description="report_discrete: the distributed Skellam calibration for this pool's budget (what gdpfed "
+        "train --secagg-mechanism skellam runs and its ledger counts); left out of the JSON otherwise",
     )
 
 

@@ -3,14 +3,17 @@
 and the registries that build what the names name (``trainer/models/build.py``,
 ``trainer/data/load.py``, ``trainer/data/silos.py``, ``trainer/units/client/rounds.py``) read them here.
 
-It imports nothing, so building ``gdpfed train``'s parser loads neither torch nor the
+It imports nothing but ``accounting.choices`` (which imports nothing), so building ``gdpfed train``'s parser loads neither torch nor the
 registries (docs/architecture.md §Registries). A secure-aggregation graph and what a run
-asks for (``RequestedSecagg``) are the planner's, in ``accounting.choices``.
+asks for (``RequestedSecagg``) and a pool's noise mechanism (``SecaggMechanism``) are the
+planner's, in ``accounting.choices``.
 """
 
 from __future__ import annotations
 
 from typing import Literal, get_args
+
+from accounting.choices import SecaggMechanism as SecaggMechanism
 
 # How a round's secure aggregation is executed (docs/secure-aggregation.md §Exact).
 SecAggExecution = Literal["protocol", "exact_sum"]
@@ -18,6 +21,15 @@ SECAGG_EXECUTIONS: tuple[SecAggExecution, ...] = get_args(SecAggExecution)
 SECAGG_EXECUTION_HELP = (
     "protocol: real secure aggregation; exact_sum: its bit-identical release without the "
     "cryptography, for experiments on learning"
+)
+
+# The noise a pool's secure aggregation carries (``gdpfed train --secagg-mechanism``): named once,
+# in accounting.choices (the plan states both), re-exported here beside the other run choices.
+SECAGG_MECHANISMS: tuple[SecaggMechanism, ...] = get_args(SecaggMechanism)
+SECAGG_MECHANISM_HELP = (
+    "gaussian_continuous: each client's Gaussian share rounded to the grid (approximate: the rounding "
+    "after noise is not accounted); skellam: the plan's calibrated distributed Skellam shares (exact; "
+    "the plan needs report_discrete: true)"
 )
 
 # The models trainer.models.build.build_model builds (docs/trainer.md §Models).

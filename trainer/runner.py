@@ -109,7 +109,7 @@ def execute_run(
     divergence, so ``--resume`` delivers pending reports but trains no further, and the
     summary's ``diverged`` says where, why and what to change (docs/trainer.md §Divergence).
     """
-    refusal = prepared.unit.reporting_refusal()
+    refusal = prepared.unit.reporting_refusal(prepared.config)
     if reporter is not None and refusal is not None:
         raise InvalidInputError("report-to", refusal)
     state = open_run(prepared, reporter, epsilon_fn)

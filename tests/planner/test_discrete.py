@@ -156,7 +156,7 @@ def test_report_discrete_states_each_pools_calibration_and_is_absent_from_plans_
         assert pool.noise_multiplier == before.noise_multiplier  # the executed (continuous) plan is unchanged
     assert [g.epsilon_spent for g in asked.groups] == [g.epsilon_spent for g in plain.groups]
     text = plan_text(asked)
-    assert "discrete mechanism (stated, not run" in text and "0 colluding client(s)" in text
+    assert "discrete mechanism (run by gdpfed train --secagg-mechanism skellam" in text and "0 colluding client(s)" in text
     reread = type(asked).model_validate_json(asked.model_dump_json())
     assert reread.pools[0].discrete == asked.pools[0].discrete
 

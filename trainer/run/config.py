@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from accounting.choices import RequestedSecagg
 from accounting.validation import InputModel
-from trainer.choices import SECAGG_EXECUTION_HELP, SecAggExecution
+from trainer.choices import SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP, SecAggExecution, SecaggMechanism
 
 
 def secagg_worker_count(value: Any) -> int | str:
@@ -67,6 +67,9 @@ class TrainConfig(InputModel):
     secagg_execution: SecAggExecution = Field(
         "protocol", description=f"{SECAGG_EXECUTION_HELP} (docs/secure-aggregation.md §Exact)"
     )
+    secagg_mechanism: SecaggMechanism = Field(
+        "gaussian_continuous", description=f"{SECAGG_MECHANISM_HELP} (docs/secure-aggregation.md §Discrete noise)"
+    )
     secagg_workers: int | Literal["auto"] = Field(
         "auto",
         description="processes a secure-aggregation session's clients may run in: a positive integer (at most "
@@ -113,4 +116,5 @@ ADAPTIVE_CLIP_SIMULATOR_ONLY = (
 
 LATER_CONFIG_FIELDS = (
     "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
+    "secagg_mechanism",
 )

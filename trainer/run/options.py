@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from accounting.errors import InvalidInputError, shown
-from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP
+from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP
 from trainer.run.config import TrainConfig, secagg_worker_count
 
 FIELDS = TrainConfig.model_fields
@@ -139,6 +139,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--secagg-execution", dest="secagg_execution", choices=choices("secagg_execution"),
         help=f"{SECAGG_EXECUTION_HELP} (default {default('secagg_execution')})",
     )
+    parser.add_argument(
+        "--secagg-mechanism", dest="secagg_mechanism", choices=choices("secagg_mechanism"),
+        help=f"{SECAGG_MECHANISM_HELP} (default {default('secagg_mechanism')})",
+    )
     parser.add_argument("--eval-every", type=int,
                         help=f"evaluate every N rounds (and at the last; default {default('eval_every')})")
     parser.add_argument("--checkpoint-every", type=int,
@@ -263,6 +267,9 @@ def format_summary(summary: Any) -> str:
         if summary.secagg_workers is not None:
             execution += f", {summary.secagg_workers} worker process{'' if summary.secagg_workers == 1 else 'es'}"
         lines.append(f"secure aggregation ({execution}): {graphs}")
+        from planner.schema import MECHANISM_LABELS  # start-up time: the parser is built without the planner
+
+        lines.append(f"noise mechanism: {MECHANISM_LABELS[summary.secagg_mechanism or 'gaussian_continuous']}")
     aborted = {pool: count for pool, count in summary.aborted_rounds.items() if count}
     if aborted:
         lines.append("aborted pool-rounds: " + ", ".join(f"{p}={c}" for p, c in aborted.items()))

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from accounting.choices import SecaggMechanism
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord
 from trainer.run.prepared import PreparedRun, RunTally
@@ -69,6 +70,14 @@ class RunSummary(BaseModel):
     )
     secagg_execution: str | None = Field(
         "protocol", description="protocol (real secure aggregation) or exact_sum; null: the run's mechanism uses none (silo and metric runs)"
+    )
+    # Left out at None so that the summaries of runs on the default (continuous) mechanism keep their bytes.
+    secagg_mechanism: SecaggMechanism | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="skellam when the pools' secure aggregation carried the plan's distributed Skellam noise "
+        "(exact; docs/secure-aggregation.md §Discrete noise); absent: the continuous Gaussian (approximate), "
+        "or a unit without secure aggregation",
     )
     gradient_path: str | None = Field(
         None, description="silo runs: the DP-SGD path that computed the clipped per-example gradient sums, ghost "

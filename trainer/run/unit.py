@@ -87,8 +87,15 @@ class TrainingUnit:
             return None
         return {group: list(clients) for group, clients in (outcome.participants or {}).items()}
 
-    def reporting_refusal(self) -> str | None:
-        """Why ``--report-to`` is refused for this unit's runs; ``None`` when its rounds are reported."""
+    def reporting_refusal(self, config: TrainConfig | None = None) -> str | None:
+        """Why ``--report-to`` is refused for this unit's runs (of ``config``); ``None`` when its
+        rounds are reported. The service's ledger counts a client plan's continuous phases, so a
+        run on the discrete mechanism is not reported (docs/secure-aggregation.md §Discrete noise)."""
+        if self.reports and config is not None and config.secagg_mechanism != "gaussian_continuous":
+            return (
+                "the service's ledger counts the plan's continuous Gaussian phases; a run with "
+                "--secagg-mechanism skellam is not reported to it"
+            )
         if self.reports:
             return None
         return self.no_reports_reason or (

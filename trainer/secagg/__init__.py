@@ -1,6 +1,6 @@
 """Secure aggregation for the trainer: Bonawitz et al. (CCS 2017) with SecAgg+ as the sparse option.
 
-numpy and ``cryptography`` (X25519, HKDF, ChaCha20, ChaCha20-Poly1305) only; no torch, so
+numpy and ``cryptography`` (X25519, HKDF, ChaCha20, AES-128-CTR, ChaCha20-Poly1305) only; no torch, so
 the round engine hands it numpy vectors its clients have already clipped and noised.
 The protocol, the threat model and the math are in ``docs/secure-aggregation.md``.
 

@@ -16,10 +16,17 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from trainer.secagg import keys, shamir
-from trainer.secagg.encoding import encode, modulus_mask, word_dtype
+from trainer.secagg.encoding import check_residues, encode, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError
 from trainer.secagg.graph import share_group
-from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.messages import (
+    AdvertisedKeys,
+    EncryptedShare,
+    MaskedInput,
+    SessionSetup,
+    UnmaskingShares,
+    version_mismatch,
+)
 from trainer.secagg.params import SecAggParams
 from trainer.secagg.prg import add_masks
 
@@ -76,6 +83,30 @@ class ClientState:
     masked_sent: bool = False
 
 
+def encode_input(
+    vector: np.ndarray,
+    params: SecAggParams,
+    rng: np.random.Generator | Callable[[], np.random.Generator],
+    field: str,
+) -> np.ndarray:
+    """What client u adds masks to: its vector in Z_(2^b), by the session's ``params.encoding``.
+
+    ``fixed_point``: randomised-rounding fixed point at ``params.scale`` (``encoding.encode``);
+    ``residues``: the vector is already integers mod 2^b (``encoding.check_residues``), used
+    as it is. Shared by the clients, ``plain_sum`` and the exact-sum simulation.
+    """
+    if params.encoding == "residues":
+        return check_residues(vector, params.modulus_bits, field=field)
+    return encode(
+        vector,
+        scale=params.scale,
+        modulus_bits=params.modulus_bits,
+        value_bound=params.value_bound,
+        rng=rng,
+        field=field,
+    )
+
+
 def _fresh_rng() -> np.random.Generator:
     """A deployment client's rounding randomness (os.urandom)."""
     return np.random.Generator(np.random.PCG64(int.from_bytes(os.urandom(16), "big")))
@@ -105,14 +136,7 @@ class Client:
         rng: Callable[[], np.random.Generator] = (
             _fresh_rng if seed is None else partial(keys.rounding_rng, seed, client_id)
         )
-        encoded = encode(
-            vector,
-            scale=params.scale,
-            modulus_bits=params.modulus_bits,
-            value_bound=params.value_bound,
-            rng=rng,
-            field=f"vectors[{client_id}]",
-        )
+        encoded = encode_input(vector, params, rng, f"vectors[{client_id}]")
         self._load(params, setup, ClientState(client_id, secrets, encoded))
 
     @classmethod
@@ -168,6 +192,7 @@ class Client:
             sender=self.client_id,
             cipher_public_key=keys.public_key_bytes(self._cipher_key),
             mask_public_key=keys.public_key_bytes(self._mask_key),
+            protocol_version=self._params.protocol_version,
         )
 
     # Round 1: ShareKeys.
@@ -182,6 +207,12 @@ class Client:
             raise ProtocolError("the roster omits this client's own keys")
         if len(roster) < self._params.threshold:
             raise ProtocolError(f"only {len(roster)} clients advertised keys, fewer than the threshold")
+        for peer, advertised in sorted(roster.items()):
+            # a peer on another version would expand other masks: refuse before sharing a secret
+            if advertised.protocol_version != self._params.protocol_version:
+                raise ProtocolError(
+                    version_mismatch(f"client {peer}", advertised.protocol_version, self._params.protocol_version)
+                )
         self._roster = dict(roster)
         threshold = self._params.group_threshold(len(self._group), len(self._setup.participants))
         secret = self._self_mask_seed + keys.private_key_bytes(self._mask_key)
@@ -225,7 +256,7 @@ class Client:
             out[...] = self._input
             masked = out
         pairwise = ((self._pairwise_key(peer), 1 if peer > self.client_id else -1) for peer in sorted(self._inbox))
-        add_masks(masked, [(self._self_mask_seed, 1), *pairwise])
+        add_masks(masked, [(self._self_mask_seed, 1), *pairwise], self._params.protocol_version)
         if bits not in (32, 64):
             masked &= word_dtype(bits).type(modulus_mask(bits))
         masked.setflags(write=False)

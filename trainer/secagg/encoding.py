@@ -153,6 +153,23 @@ def to_residues(integers: np.ndarray, modulus_bits: int) -> np.ndarray:
     return words
 
 
+def check_residues(x: np.ndarray, modulus_bits: int, *, field: str = "x") -> np.ndarray:
+    """A client's input already reduced mod 2^b, as words of ``word_dtype(modulus_bits)``.
+
+    Refuses (``InvalidInputError`` naming ``field``) anything but a non-empty 1-D array of
+    unsigned or non-negative integers below 2^b: a residue out of range would be a value the
+    session's modulus cannot hold, silently wrapped.
+    """
+    values = np.asarray(x)
+    if values.ndim != 1:
+        raise InvalidInputError(field, f"must be a 1-D vector, got shape {values.shape}")
+    if values.dtype.kind not in "ui":
+        raise InvalidInputError(field, f"residues mod 2^{modulus_bits} must be integers, got {values.dtype}")
+    if values.size and (int(values.min()) < 0 or int(values.max()) > modulus_mask(modulus_bits)):
+        raise InvalidInputError(field, f"a residue lies outside [0, 2^{modulus_bits})")
+    return values.astype(word_dtype(modulus_bits))
+
+
 def decode_sum(words: np.ndarray, *, scale: float, modulus_bits: int) -> np.ndarray:
     """Residues mod 2^b of a sum -> float64: r >= 2^(b-1) means r - 2^b, then divide by scale.
 

@@ -16,6 +16,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from trainer.secagg.graph import is_connected
+from trainer.secagg.prg import DEFAULT_PROTOCOL_VERSION, PRG_OF_VERSION
 from trainer.secagg.shamir import Share
 
 
@@ -45,6 +46,9 @@ class AdvertisedKeys:
     sender: int
     cipher_public_key: bytes
     mask_public_key: bytes
+    # The protocol version the client speaks (docs/secure-aggregation.md §Protocol versions).
+    # Version 1 clients sent no version, so a message without one reads as 1.
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION
     # Memo of ``public_key``: the simulated clients of one process share the broadcast
     # roster, so each public key is parsed once, not once per neighbour (public data).
     _parsed: dict[str, X25519PublicKey] = field(default_factory=dict, compare=False, repr=False)
@@ -58,7 +62,19 @@ class AdvertisedKeys:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The wire form: the raw keys only (a parsed key does not pickle).
-        return (AdvertisedKeys, (self.sender, self.cipher_public_key, self.mask_public_key))
+        return (AdvertisedKeys, (self.sender, self.cipher_public_key, self.mask_public_key, self.protocol_version))
+
+
+def version_mismatch(who: str, spoken: int, expected: int) -> str:
+    """The refusal of a party that speaks another protocol version than the session's."""
+    def named(version: int) -> str:
+        return f"v{version} ({PRG_OF_VERSION.get(version, 'unknown')} masks)"
+
+    return (
+        f"{who} speaks secure-aggregation protocol {named(spoken)}, this session {named(expected)}: "
+        "old and new clients cannot be mixed in one session (their masks would not cancel); run every "
+        "party on one version"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import get_args
+from typing import Literal, get_args
 
 from accounting.errors import InvalidInputError
 from planner.schema import SecaggMode
-from trainer.secagg.encoding import MAX_SCALED_BOUND, check_modulus, required_modulus_bits
+from trainer.secagg.encoding import MAX_MODULUS_BITS, MAX_SCALED_BOUND, check_modulus, required_modulus_bits
 from trainer.secagg.graph import scaled_group_threshold
+from trainer.secagg.prg import DEFAULT_PROTOCOL_VERSION, PRG_OF_VERSION
 
 # The default scale keeps words at 32 bits when that still leaves at least 2^12
 # quantisation steps below the value bound; otherwise it moves to 64-bit words.
 MIN_STEPS_FOR_32_BITS = 2.0**12
+
+# What a client hands the session: float vectors the client encodes with the session's
+# fixed-point scale (the continuous path), or integers already reduced mod 2^b (the discrete
+# mechanism's shares, docs/secure-aggregation.md §Discrete noise), which the session sums
+# mod 2^b and releases undecoded.
+InputEncoding = Literal["fixed_point", "residues"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,10 @@ class SecAggParams:
     mode: SecaggMode = "full"
     neighbours: int | None = None
     share_threshold: int | None = None
+    encoding: InputEncoding = "fixed_point"
+    # The protocol's version, which fixes the mask generator (prg.PRG_OF_VERSION): every
+    # party of a session must speak it (docs/secure-aggregation.md §Protocol versions).
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_clients, int) or isinstance(self.num_clients, bool) or self.num_clients < 1:
@@ -50,7 +61,23 @@ class SecAggParams:
             raise InvalidInputError(
                 "threshold", f"must be an integer in [1, num_clients={self.num_clients}], got {self.threshold!r}"
             )
-        check_modulus(self.num_clients, self.value_bound, self.scale, self.modulus_bits)
+        if self.protocol_version not in PRG_OF_VERSION or isinstance(self.protocol_version, bool):
+            raise InvalidInputError(
+                "protocol_version",
+                f"must be one of {', '.join(map(str, PRG_OF_VERSION))}, got {self.protocol_version!r}",
+            )
+        if self.encoding == "residues":
+            # The caller chose b for its integers (their wrap-around is its to bound and
+            # account, planner.discrete.wrap_probability); value_bound and scale are unused.
+            if (not isinstance(self.modulus_bits, int) or isinstance(self.modulus_bits, bool)
+                    or not 1 <= self.modulus_bits <= MAX_MODULUS_BITS):
+                raise InvalidInputError(
+                    "modulus_bits", f"must be an integer in [1, {MAX_MODULUS_BITS}], got {self.modulus_bits!r}"
+                )
+        elif self.encoding == "fixed_point":
+            check_modulus(self.num_clients, self.value_bound, self.scale, self.modulus_bits)
+        else:
+            raise InvalidInputError("encoding", f"must be fixed_point or residues, got {self.encoding!r}")
         if self.mode not in get_args(SecaggMode):
             raise InvalidInputError("mode", f"must be 'full' or 'sparse', got {self.mode!r}")
         if self.mode == "full" and self.neighbours is not None:
@@ -106,6 +133,7 @@ def choose_params(
     neighbours: int | None = None,
     share_threshold: int | None = None,
     dropout_fraction: float = 0.0,
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION,
 ) -> SecAggParams:
     """The narrowest safe modulus b = bitlen(2 n (floor(B s) + 1)) + 1 for these clients, bound and scale.
 
@@ -114,7 +142,8 @@ def choose_params(
     ``dropout_fraction`` dropping out (``planner.harary``; the complete graph when no
     sparse one meets the bounds). The
     trainer passes its own (k, t) per session (``planner.secagg.secagg_graph``).
-    Raises ``InvalidInputError`` when b > 64.
+    ``protocol_version`` fixes the mask generator (docs/secure-aggregation.md §Protocol
+    versions). Raises ``InvalidInputError`` when b > 64.
     """
     # Validates num_clients and value_bound before they reach the scale search.
     required_modulus_bits(num_clients, value_bound, 1.0)
@@ -138,6 +167,35 @@ def choose_params(
         mode=mode,
         neighbours=neighbours,
         share_threshold=share_threshold,
+        protocol_version=protocol_version,
+    )
+
+
+def residue_params(
+    num_clients: int,
+    threshold: int,
+    modulus_bits: int,
+    mode: SecaggMode = "full",
+    neighbours: int | None = None,
+    share_threshold: int | None = None,
+    protocol_version: int = DEFAULT_PROTOCOL_VERSION,
+) -> SecAggParams:
+    """A session over integers the clients already reduced mod 2^``modulus_bits``.
+
+    The result's sum is the residue sum mod 2^b (words of ``word_dtype(b)``), never decoded:
+    its caller decodes it (``trainer.secagg.discrete.server_decode``).
+    """
+    return SecAggParams(
+        num_clients=num_clients,
+        threshold=threshold,
+        value_bound=1.0,
+        scale=1.0,
+        modulus_bits=modulus_bits,
+        mode=mode,
+        neighbours=neighbours,
+        share_threshold=share_threshold,
+        encoding="residues",
+        protocol_version=protocol_version,
     )
 
 

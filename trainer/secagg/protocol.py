@@ -21,8 +21,8 @@ import numpy as np
 
 from accounting.errors import InvalidInputError
 from trainer.secagg import keys
-from trainer.secagg.client import Client
-from trainer.secagg.encoding import decode_sum, encode, word_dtype
+from trainer.secagg.client import Client, encode_input
+from trainer.secagg.encoding import decode_sum, modulus_mask, word_dtype
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.graph import neighbour_sets
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
@@ -186,20 +186,16 @@ def run_session(
 def plain_sum(vectors: Mapping[int, np.ndarray], params: SecAggParams, *, seed: int) -> np.ndarray:
     """Reference: the same per-client randomised rounding, summed in Z_(2^b) and decoded, no masks.
 
-    ``secure_sum`` over survivors U3 must equal ``plain_sum`` of U3's vectors bit for bit.
+    ``secure_sum`` over survivors U3 must equal ``plain_sum`` of U3's vectors bit for bit
+    (for a session of ``residues``: the undecoded sum mod 2^b).
     """
     ids = check_vectors(vectors, params)
     bits = params.modulus_bits
     total = np.zeros(len(next(iter(vectors.values()))), dtype=word_dtype(bits))
     for u in ids:
-        total += encode(
-            vectors[u],
-            scale=params.scale,
-            modulus_bits=bits,
-            value_bound=params.value_bound,
-            rng=keys.rounding_rng(seed, u),
-            field=f"vectors[{u}]",
-        )
+        total += encode_input(vectors[u], params, keys.rounding_rng(seed, u), f"vectors[{u}]")
+    if params.encoding == "residues":
+        return total & total.dtype.type(modulus_mask(bits))
     return decode_sum(total, scale=params.scale, modulus_bits=bits)
 
 

@@ -22,7 +22,14 @@ from trainer.secagg import keys, shamir
 from trainer.secagg.encoding import decode_sum, modulus_mask, word_dtype
 from trainer.secagg.errors import ProtocolError, SessionAborted
 from trainer.secagg.graph import share_group
-from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.messages import (
+    AdvertisedKeys,
+    EncryptedShare,
+    MaskedInput,
+    SessionSetup,
+    UnmaskingShares,
+    version_mismatch,
+)
 from trainer.secagg.params import SecAggParams
 from trainer.secagg.prg import add_masks
 
@@ -69,6 +76,10 @@ class Server:
             self.received.append(message)
             if message.sender not in self._setup.graph or message.sender in self._roster:
                 raise ProtocolError(f"unexpected or repeated keys from client {message.sender}")
+            if message.protocol_version != self._params.protocol_version:
+                raise ProtocolError(
+                    version_mismatch(f"client {message.sender}", message.protocol_version, self._params.protocol_version)
+                )
             self._roster[message.sender] = message
         self._require(len(self._roster), "advertised keys")
         return dict(self._roster)
@@ -121,7 +132,8 @@ class Server:
 
         b_u (u in U3) and s_v^SK (v in U2 \\ U3) come from t_G shares each, taken from the
         responders U5 in the owner's share group; aborts when some owner lacks them.
-        Returns the decoded float64 sum.
+        Returns the decoded float64 sum, or for a session of ``residues`` the sum mod 2^b as
+        words (its caller decodes it).
         """
         survivors = set(self._survivors)
         self_mask_shares: dict[int, dict[int, shamir.Share]] = {}
@@ -160,8 +172,10 @@ class Server:
                 )
                 # The survivor added +PRG(s_uv) when the dropped client's id is larger, else -PRG.
                 removals.append((key, -1 if dropped > peer else 1))
-        self.keystream_bytes += add_masks(total, removals)
+        self.keystream_bytes += add_masks(total, removals, self._params.protocol_version)
         total &= word_dtype(bits).type(modulus_mask(bits))
+        if self._params.encoding == "residues":
+            return total
         return decode_sum(total, scale=self._params.scale, modulus_bits=bits)
 
     def _reconstruct(self, owner: int, shares: dict[int, shamir.Share], what: str) -> bytes:

@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 
 from trainer.secagg import keys
-from trainer.secagg.encoding import decode_sum, encode_integers, to_residues
+from trainer.secagg.encoding import check_residues, decode_sum, encode_integers, modulus_mask, to_residues, word_dtype
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.graph import share_group
 from trainer.secagg.params import SecAggParams
@@ -61,6 +61,12 @@ def exact_sum(
     integers: np.ndarray | None = None
     in_sum = set(masked)
     for u in ids:
+        if params.encoding == "residues":
+            # Already mod 2^b: summed in uint64, which wraps mod 2^64, a multiple of 2^b.
+            words = check_residues(vectors[u], bits, field=f"vectors[{u}]").astype(np.uint64)
+            if u in in_sum:
+                integers = words.copy() if integers is None else integers + words
+            continue
         encoded = encode_integers(
             vectors[u], scale=params.scale, value_bound=params.value_bound,
             rng=partial(keys.rounding_rng, seed, u), field=f"vectors[{u}]",
@@ -89,7 +95,10 @@ def exact_sum(
                            "masking key")
         if integers is None:  # unreachable: survivors >= threshold >= 1
             raise RuntimeError("no survivor's encoding was summed")
-        total = decode_sum(to_residues(integers.astype(np.int64), bits), scale=params.scale, modulus_bits=bits)
+        if params.encoding == "residues":
+            total = (integers & np.uint64(modulus_mask(bits))).astype(word_dtype(bits))
+        else:
+            total = decode_sum(to_residues(integers.astype(np.int64), bits), scale=params.scale, modulus_bits=bits)
     except SessionAborted as abort:
         reason = abort.reason
     included = set(survivors)

@@ -63,6 +63,8 @@ PURPOSE_SECAGG = 4
 PURPOSE_DPSGD = 7
 PURPOSE_LAPLACE = 8
 PURPOSE_KMEANS = 9
+# The discrete mechanism's public rotation signs of a pool's round (docs/secure-aggregation.md §Discrete noise).
+PURPOSE_ROTATION = 10
 
 
 @dataclass(frozen=True)

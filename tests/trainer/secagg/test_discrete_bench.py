@@ -12,3 +12,12 @@ def test_the_discrete_suite_is_registered_and_times_both_paths() -> None:
     assert row["d_padded"] == 1024 and row["bits"] > 0
     assert row["discrete_client_ms"] > 0 and row["continuous_client_ms"] > 0
     assert 0 <= row["discretisation_overhead_%"] < 1
+
+
+def test_the_round_table_times_both_mechanisms_through_the_engine_and_prints_ratios() -> None:
+    (row,) = suite.round_rows([(256, 12)], rounds=1)
+    assert row["continuous_graph"] == row["discrete_graph"] and row["continuous_graph"] != "aborted"
+    for stage in ("privatize", "secagg"):
+        assert row[f"continuous_{stage}_s"] >= 0 and row[f"discrete_{stage}_s"] > 0
+        assert row[f"{stage}_ratio"] > 0
+    assert row["round_ratio"] > 0

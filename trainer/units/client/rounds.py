@@ -27,6 +27,11 @@ counts from the pool sums before ``aggregate`` and hands them to the controller.
 Clipping, the grid, the noise share and the value bound are ``trainer/units/client/mechanism.py``'s
 (``pool_mechanisms``, ``privatize``, ``NoiseBoundExceeded``), shared with the Flower
 ClientApp.
+
+The discrete mechanism (``secagg_mechanism="skellam"``; docs/secure-aggregation.md
+§Discrete noise): in step 2 each noised pool's clients send their Skellam shares mod 2^b
+(``trainer/units/client/discrete.py``), rotated with the round's public signs
+(``PURPOSE_ROTATION``); the session sums residues and the engine decodes the sum.
 """
 
 from __future__ import annotations
@@ -41,20 +46,25 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
-from trainer.choices import SECAGG_EXECUTIONS, SecAggExecution
+from trainer.choices import SECAGG_EXECUTIONS, SECAGG_MECHANISMS, SecAggExecution, SecaggMechanism
 from trainer.run.outcome import RoundOutcome
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
+from trainer.secagg import discrete as dm
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
+from trainer.secagg.params import SecAggParams, residue_params
+from trainer.secagg.prg import LATEST_PROTOCOL_VERSION
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
     PURPOSE_DROPOUT,
+    PURPOSE_ROTATION,
     PURPOSE_SECAGG,
     Population,
     RoundContext,
     Strategy,
 )
 from trainer.units.client.adaptive_clip import adaptive_controller
+from trainer.units.client.discrete import DiscretePool, discrete_pools
 from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
 from trainer.units.client.release import PoolResults, server_step, too_few_sampled
 
@@ -114,6 +124,7 @@ class RoundEngine:
         secagg_mode: RequestedSecagg = "auto",
         secagg_execution: SecAggExecution = "protocol",
         secagg_workers: int | None = None,
+        secagg_mechanism: SecaggMechanism = "gaussian_continuous",
         on_encoded: EncodedHook | None = None,
         keep_pool_sums: bool = False,
     ) -> None:
@@ -121,7 +132,10 @@ class RoundEngine:
         pool (re-derived, never read from the document), ``full``/``sparse`` force it; (k, t)
         are computed for each session's participants. ``secagg_workers``: the most processes
         a session's clients run in (``None``: every core); a session too small to pay for
-        forking runs in one either way (``trainer.secagg.parallel.session_workers``)."""
+        forking runs in one either way (``trainer.secagg.parallel.session_workers``).
+        ``secagg_mechanism``: the noise the pools' sessions carry; ``skellam`` runs each
+        noised pool's stated discrete block, re-derived and checked here
+        (``discrete.discrete_pools``); ``on_encoded`` is called for the continuous path only."""
         # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
         # the noise for it (docs/trainer.md §Adaptive clipping)
         self.adaptive = adaptive_controller(strategy) is not None
@@ -144,6 +158,18 @@ class RoundEngine:
         if secagg_workers is not None and (isinstance(secagg_workers, bool) or secagg_workers < 1):
             raise InvalidInputError("secagg_workers", f"must be a positive integer or auto, got {secagg_workers!r}")
         self.secagg_workers = secagg_workers
+        if secagg_mechanism not in SECAGG_MECHANISMS:
+            raise InvalidInputError(
+                "secagg_mechanism", f"must be {' or '.join(SECAGG_MECHANISMS)}, got {secagg_mechanism!r}"
+            )
+        if secagg_mechanism == "skellam" and self.adaptive:
+            raise InvalidInputError(
+                "secagg_mechanism",
+                "skellam: adaptive clipping's count and per-round clip run the continuous mechanism only",
+            )
+        self.secagg_mechanism = secagg_mechanism
+        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise)
+        self.discrete: dict[str, DiscretePool] = discrete_pools(plan, dim) if secagg_mechanism == "skellam" else {}
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}
@@ -176,12 +202,16 @@ class RoundEngine:
 
         tick = time.perf_counter()
         row_of = {client: i for i, (client, _) in enumerate(trainees)}
-        vectors = {m.pool_id: self._privatize(ctx, m, participants[m.pool_id], early, rows, row_of, clip_norm)
+        # the rotation's signs are public: drawn from the round's public seed, one set per pool
+        signs = {pool_id: dm.rotation_signs(ctx.seed_for(PURPOSE_ROTATION, m.index), self.dim)
+                 for m in mechanisms if (pool_id := m.pool_id) in self.discrete}
+        vectors = {m.pool_id: self._privatize(ctx, m, participants[m.pool_id], early, rows, row_of, clip_norm,
+                                              signs.get(m.pool_id))
                    for m in mechanisms}
         timing["privatize"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        results, graphs, keystream_bytes = self._secure_sums(ctx, mechanisms, vectors, early, late)
+        results, graphs, keystream_bytes = self._secure_sums(ctx, mechanisms, vectors, early, late, signs)
         timing["secagg"] = time.perf_counter() - tick
 
         pool_sums = results.pool_sums
@@ -247,9 +277,17 @@ class RoundEngine:
 
     def _privatize(self, ctx: RoundContext, mechanism: PoolMechanism, participants: list[tuple[int, str]],
                    early: set[int], rows: np.ndarray, row_of: dict[int, int],
-                   clip_norm: float | None) -> dict[int, np.ndarray]:
+                   clip_norm: float | None, signs: np.ndarray | None = None) -> dict[int, np.ndarray]:
         """Client id -> the vector it hands the pool's secure aggregation (clipped, noised,
-        encoded; with adaptive clipping one more coordinate, its count)."""
+        encoded; with adaptive clipping one more coordinate, its count; under the discrete
+        mechanism its Skellam share mod 2^b, rotated with ``signs``)."""
+        discrete = self.discrete.get(mechanism.pool_id)
+        if discrete is not None and signs is not None:
+            return {
+                client: discrete.absent() if client in early
+                else discrete.share(rows[row_of[client]], group_id, signs, ctx.rng(PURPOSE_CLIENT, client))
+                for client, group_id in participants
+            }
         width = self.dim if clip_norm is None else self.dim + 1  # the count's coordinate
         encode = privatize if clip_norm is None else privatize_counted
         pool_vectors: dict[int, np.ndarray] = {}
@@ -267,9 +305,11 @@ class RoundEngine:
         return pool_vectors
 
     def _secure_sums(self, ctx: RoundContext, mechanisms: list[PoolMechanism], vectors: dict[str, dict[int, np.ndarray]],
-                     early: set[int], late: set[int]) -> tuple[PoolResults, dict[str, str], int]:
-        """Each pool's secure-aggregation session: what it released, the graph it ran and
-        the mask keystream bytes all sessions expanded."""
+                     early: set[int], late: set[int],
+                     signs: dict[str, np.ndarray] | None = None) -> tuple[PoolResults, dict[str, str], int]:
+        """Each pool's secure-aggregation session: what it released (a discrete pool's sum
+        decoded, unrotated with its ``signs`` and rescaled), the graph it ran and the mask
+        keystream bytes all sessions expanded."""
         results = PoolResults()
         graphs: dict[str, str] = {}
         keystream_bytes = 0
@@ -282,8 +322,12 @@ class RoundEngine:
             graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
             result = self._aggregate(mechanism, graph, pool_vectors, early, late, ctx)
             keystream_bytes += result.keystream_bytes
+            discrete = self.discrete.get(mechanism.pool_id)
             if result.aborted:
                 results.abort(mechanism.pool_id, result.reason or "aborted")
+            elif discrete is not None and signs is not None and result.sum is not None:
+                results.release(mechanism, discrete.decode(result.sum, signs[mechanism.pool_id]),
+                                len(result.survivors))
             else:
                 results.release(mechanism, result.sum, len(result.survivors))
         return results, graphs, keystream_bytes
@@ -298,15 +342,7 @@ class RoundEngine:
         ctx: RoundContext,
     ) -> SecAggResult:
         """One pool's session: the protocol (serial or over ``workers``) or its exact-sum simulation."""
-        params = choose_params(
-            len(pool_vectors),
-            mechanism.threshold,
-            mechanism.value_bound,
-            scale=mechanism.scale,
-            mode=graph.mode,
-            neighbours=graph.neighbours,
-            share_threshold=graph.share_threshold,
-        )
+        params = self._session_params(mechanism, graph, len(pool_vectors))
         seed = ctx.seed_for(PURPOSE_SECAGG, mechanism.index)
         before_masking = [c for c in pool_vectors if c in early]
         before_unmasking = [c for c in pool_vectors if c in late]
@@ -314,8 +350,34 @@ class RoundEngine:
             return exact_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
                              drop_before_unmasking=before_unmasking)
         degree = len(pool_vectors) - 1 if graph.neighbours is None else graph.neighbours
-        workers = secagg_parallel.session_workers(len(pool_vectors), degree, self.dim, word_dtype(params.modulus_bits).itemsize)
+        length = len(next(iter(pool_vectors.values())))  # d, or d' for a discrete pool's residues
+        workers = secagg_parallel.session_workers(len(pool_vectors), degree, length, word_dtype(params.modulus_bits).itemsize)
         if self.secagg_workers is not None:
             workers = min(workers, self.secagg_workers)
         return secure_sum(pool_vectors, params, seed=seed, drop_before_masking=before_masking,
                           drop_before_unmasking=before_unmasking, workers=workers)
+
+    def _session_params(self, mechanism: PoolMechanism, graph: SecaggGraph, participants: int) -> SecAggParams:
+        """The session's parameters: fixed point at the pool's grid and value bound, or, for a
+        discrete pool, residues mod 2^b with the block's b (sized for its ``max_clients``).
+        Every simulated party runs this code, so the sessions speak the latest protocol
+        version (AES-128-CTR masks; docs/secure-aggregation.md §Protocol versions)."""
+        discrete = self.discrete.get(mechanism.pool_id)
+        if discrete is None:
+            return choose_params(
+                participants,
+                mechanism.threshold,
+                mechanism.value_bound,
+                scale=mechanism.scale,
+                mode=graph.mode,
+                neighbours=graph.neighbours,
+                share_threshold=graph.share_threshold,
+                protocol_version=LATEST_PROTOCOL_VERSION,
+            )
+        if participants > discrete.mechanism.max_clients:
+            # the sampled clients of a pool are among its clients; the wrap bound covers them all
+            raise RuntimeError(f"pool {mechanism.pool_id}: {participants} participants exceed the "
+                               f"{discrete.mechanism.max_clients} the bit width covers")
+        return residue_params(participants, mechanism.threshold, discrete.bits, mode=graph.mode,
+                              neighbours=graph.neighbours, share_threshold=graph.share_threshold,
+                              protocol_version=LATEST_PROTOCOL_VERSION)

@@ -66,6 +66,8 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(client_plan)
     warnings.extend(strategy.run_warnings(dataset))
+    if options.engine_factory is not None and config.secagg_mechanism != "gaussian_continuous":
+        raise InvalidInputError("secagg_mechanism", DISCRETE_SIMULATOR_ONLY)
     if options.engine_factory is not None and adaptive_controller(strategy) is not None:
         raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy,
@@ -81,6 +83,12 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
         build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
         run_start=client_plan.start_round,
     )
+
+
+# The Flower scale-out's round executor sends the continuous Gaussian shares only (docs/flower.md).
+DISCRETE_SIMULATOR_ONLY = (
+    "skellam runs in gdpfed train's round engine only; the Flower scale-out runs gaussian_continuous"
+)
 
 
 def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> Plan:
@@ -162,4 +170,5 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         secagg_mode=config.secagg_mode,
         secagg_execution=config.secagg_execution,
         secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
+        secagg_mechanism=config.secagg_mechanism,
     )

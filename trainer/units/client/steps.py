@@ -14,10 +14,15 @@ from trainer.run.reporting import RoundReporter
 from trainer.run.steps import RoundSteps
 from trainer.run.summary import RunSummary
 from trainer.units.client.rounds import full_mode_reasons
+from trainer.units.client.tally import ClientTally
 
 
 class ClientSteps(RoundSteps):
     """Client-level runs: the shared steps, with the plan's own divergence hint and summary fields."""
+
+    def open_tally(self, prepared: PreparedRun, epsilon_fn: Any) -> RunTally:
+        """The run's tally, counting the events of the mechanism the run executes (``secagg_mechanism``)."""
+        return ClientTally(prepared.plan, epsilon_fn, mechanism=prepared.config.secagg_mechanism)
 
     def divergence_hint(self, prepared: PreparedRun, outcome: RoundOutcome) -> str:
         return divergence_hint(prepared.plan, prepared.config, prepared.engine.dim, outcome.nonfinite_updates)
@@ -30,4 +35,6 @@ class ClientSteps(RoundSteps):
             "secagg_workers": getattr(prepared.engine, "secagg_processes", None),
             "secagg_full_reasons": full_mode_reasons(prepared.plan, prepared.config.secagg_mode),
         }
+        if prepared.config.secagg_mechanism != "gaussian_continuous":
+            extra["secagg_mechanism"] = prepared.config.secagg_mechanism
         return summary.model_copy(update=extra)

@@ -7,14 +7,21 @@ state. The per-round log uses ``planner.ledger.ledger_accountant(per_round=True)
 for prv plans: an upper bound, about half a second cheaper per call); ``final_spent``,
 the figure of record in ``summary.json``, uses the plan's own accountant exactly as the
 service's ledger does.
+
+Under the discrete mechanism (``secagg_mechanism="skellam"``) a round costs each group of a
+noised pool the event its pool's stated block describes, the Poisson-subsampled Skellam
+(``planner.discrete.group_event``), accounted at the plan's delta less each round's
+wrap-around bound (``planner.discrete.run_delta``; docs/secure-aggregation.md §Discrete noise).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
-from accounting.events import Phase
+from accounting.events import PrivacyEvent
+from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn
 from planner.schema import GroupPlan, Plan
@@ -28,8 +35,10 @@ class ClientTally:
     privacy_unit = "client"
     notion = "client-level (epsilon, delta)-DP per group"
 
-    def __init__(self, plan: Plan, epsilon_fn: EpsilonFn | None = None) -> None:
+    def __init__(self, plan: Plan, epsilon_fn: EpsilonFn | None = None,
+                 mechanism: SecaggMechanism = "gaussian_continuous") -> None:
         self.plan = plan
+        self.mechanism = mechanism
         self.delta = plan.scenario.delta
         self.accountant = plan.accountant
         self.epsilon_fn = epsilon_fn or plan_ledger.default_epsilon_fn
@@ -44,9 +53,25 @@ class ClientTally:
             plan_ledger.effective_noise_multiplier(self.plan, group) > 0
         )
 
-    def phases(self, group_id: str) -> list[Phase]:
+    def _discrete(self, group: GroupPlan) -> bool:
+        """Whether the group's rounds are its pool's discrete event (skellam, a stated block)."""
+        return self.mechanism == "skellam" and self.plan.pool(group.pool).discrete is not None
+
+    def phases(self, group_id: str) -> list[PrivacyEvent]:
         """The group's full history after the rounds run so far."""
-        return plan_ledger.group_history(self.plan, self.plan.group(group_id), self.rounds_run)
+        group = self.plan.group(group_id)
+        if self._discrete(group):
+            # discrete blocks are calibrated for plans without spent phases (planner.discrete)
+            event = plan_discrete.group_event(self.plan, group, self.rounds_run)
+            return [] if event is None else [event]
+        return list(plan_ledger.group_history(self.plan, group, self.rounds_run))
+
+    def group_delta(self, group: GroupPlan) -> float:
+        """The delta the group's history is accounted at: the plan's, less the discrete
+        mechanism's wrap-around bound of every round run."""
+        if self._discrete(group):
+            return plan_discrete.run_delta(self.plan, group, self.rounds_run)
+        return float(self.plan.scenario.delta)
 
     def record_round(self) -> None:
         self.rounds_run += 1
@@ -54,6 +79,13 @@ class ClientTally:
     def epsilon_spent(self, group_id: str, *, final: bool = False) -> float | None:
         """Epsilon of the group's history so far (``None``: no DP for this group)."""
         key = (group_id, self.rounds_run, final)
+        group = self.plan.group(group_id)
+        if key not in self._cache and self._discrete(group):
+            unprotected = plan_ledger.is_unprotected(self.plan, group, self.rounds_run)
+            self._cache[key] = None if unprotected else plan_ledger.history_epsilon(
+                self.phases(group_id), self.group_delta(group), self.plan.accountant,
+                per_round=not final, epsilon_fn=self.epsilon_fn,
+            )
         if key not in self._cache:
             self._cache[key] = plan_ledger.epsilon_spent(
                 self.plan,
@@ -75,7 +107,11 @@ class ClientTally:
     def final_figures(self) -> dict[str, plan_ledger.EpsilonFigures | None]:
         """Each group's rdp and tight epsilon of its history so far (docs/ledger.md §3), beside
         the figure of record (``final_spent``)."""
-        return plan_ledger.figures_by_group(self.plan, self.rounds_run)
+        figures = plan_ledger.figures_by_group(self.plan, self.rounds_run)
+        for group in self.plan.groups:
+            if self._discrete(group) and figures.get(group.id) is not None:
+                figures[group.id] = plan_ledger.epsilon_figures([self.phases(group.id)], self.group_delta(group))[0]
+        return figures
 
     def targets(self) -> dict[str, float | None]:
         """Each group's budget, as the plan's scenario fixes it (None: opted out; docs/ledger.md §5)."""

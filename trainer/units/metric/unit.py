@@ -49,7 +49,7 @@ UNIT = TrainingUnit(
     # aggregates no secret shares: it never reads these.
     unused_options=(
         "opt_out_assignment", "skewed_label", "late_dropout_fraction", "secagg_mode", "secagg_execution",
-        "secagg_workers",
+        "secagg_workers", "secagg_mechanism",
     ),
     unused_reason="each client releases its own model with Laplace noise; there is no secure aggregation, no "
     "dropout after masking and no opted-out group to skew (docs/metric-privacy.md §5); leave it out",

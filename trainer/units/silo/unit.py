@@ -48,7 +48,7 @@ UNIT = TrainingUnit(
     unused_options=(
         "partition", "alpha", "dataset_options", "opt_out_assignment", "skewed_label", "local_steps", "momentum",
         "batch_size", "engine", "server_lr", "server_momentum", "late_dropout_fraction", "secagg_mode",
-        "secagg_execution", "secagg_workers",
+        "secagg_execution", "secagg_workers", "secagg_mechanism",
     ),
     unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
     "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",

@@ -1,0 +1,229 @@
+"""The discrete mechanism in the client unit's rounds (docs/secure-aggregation.md §Discrete noise,
+"The trainer side"): the clients' Skellam shares through the real SecAgg/SecAgg+ protocol, the
+ledger counting the plan's discrete event, and a stated block that is re-derived, never trusted."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from accounting import epsilon_of_events
+from accounting.errors import InvalidInputError
+from accounting.events import PoissonSampledSkellam
+from planner.discrete import rounded_l1_bound, rounded_l2_bound, with_discrete
+from planner.schema import Plan
+from tests.trainer.test_rounds import make_engine
+from tests.trainer.trainer_plans import hand_plan, quiet_progress
+from trainer.secagg import discrete as dm
+from trainer.strategies import RoundContext
+from trainer.strategies.base import PURPOSE_ROTATION
+from trainer.units.client.tally import ClientTally
+
+DIM = 512  # a power of two: the released sum re-rotates to the integer sum exactly
+
+
+def discrete_plan(dim: int = DIM, *, rounds: int = 40, dropout_rate: float = 0.3) -> Plan:
+    """Two pools, one with two clip norms, stating their discrete blocks (report_discrete)."""
+    plan = hand_plan(
+        [("a", 3.0, 40, 0.5), ("b", 5.0, 30, 0.6), ("c", 6.0, 20, 0.5)],
+        [("pa", ["a"], 1.0, 6, 1.0), ("pb", ["b", "c"], 0.8, 5, 1.0)],
+        model_dim=dim,
+        rounds=rounds,
+        dropout_rate=dropout_rate,
+        clip_norms={"c": 0.5},
+    )
+    asked = plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})})
+    stated = with_discrete(asked)
+    assert all(pool.discrete is not None for pool in stated.pools), stated.warnings
+    return stated
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return discrete_plan()
+
+
+def released_integers(outcome, plan: Plan, pool_index: int, round_index: int, seed: int) -> np.ndarray:
+    """The session's decoded integer sum, recovered from the released update sum: H D (sum * s)."""
+    pool = plan.pools[pool_index]
+    assert pool.discrete is not None
+    signs = dm.rotation_signs(RoundContext(round_index, round_index, seed=seed).seed_for(PURPOSE_ROTATION, pool_index), DIM)
+    rotated = dm.rotate(outcome.pool_sums[pool.id] * pool.discrete.scale, signs)
+    integers = np.rint(rotated)
+    assert np.max(np.abs(rotated - integers)) < 1e-6  # the decoding is exact
+    return integers.astype(np.int64)
+
+
+def skellam_chi_square(samples: list[tuple[np.ndarray, float]], bins: int = 24) -> float:
+    """The chi-square p-value of integer samples, each array of Skellam(variance) (exact pmf per
+    array), over bins of equal probability in standard units."""
+    edges_z = stats.norm.ppf(np.linspace(0, 1, bins + 1)[1:-1])
+    observed = np.zeros(bins)
+    expected = np.zeros(bins)
+    for values, variance in samples:
+        law = stats.skellam(variance / 2.0, variance / 2.0)
+        edges = np.floor(edges_z * math.sqrt(variance)).astype(np.int64)  # bin k: (edges[k-1], edges[k]]
+        cdf = np.concatenate(([0.0], law.cdf(edges), [1.0]))
+        expected += values.size * np.diff(cdf)
+        observed += np.bincount(np.searchsorted(edges, values, side="left"), minlength=bins)
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+@pytest.mark.parametrize("graph", ["full", "sparse"])
+def test_zero_update_rounds_through_the_protocol_release_skellam_of_the_survivors_shares(plan, graph):
+    """Zero updates round and rotate to zero exactly, so each released integer sum is the
+    survivors' shares alone: Skellam of variance |U3| v, whoever dropped before masking (their
+    shares are not in it) or after (they are). Exact-pmf chi-square test per pool."""
+    seed = 5
+    engine = make_engine(plan, DIM, secagg_mode=graph, secagg_mechanism="skellam", late_dropout_fraction=0.5)
+    samples: dict[str, list[tuple[np.ndarray, float]]] = {p.id: [] for p in plan.pools}
+    sampled_instead: dict[str, list[tuple[np.ndarray, float]]] = {p.id: [] for p in plan.pools}
+    dropped_early = 0
+    for round_index in range(30):
+        _, outcome = engine.run(RoundContext(round_index, round_index, seed=seed), torch.zeros(DIM))
+        dropped_early += outcome.dropped_before_masking
+        for index, pool in enumerate(plan.pools):
+            assert pool.discrete is not None
+            if outcome.pool_sums[pool.id] is None:
+                continue
+            integers = released_integers(outcome, plan, index, round_index, seed)
+            survivors = outcome.survived[pool.id]
+            sampled = sum(outcome.sampled[g] for g in pool.groups)
+            samples[pool.id].append((integers, survivors * pool.discrete.share_variance))
+            sampled_instead[pool.id].append((integers, sampled * pool.discrete.share_variance))
+    assert dropped_early > 10 and outcome.secagg[plan.pools[0].id].startswith(graph)
+    for pool in plan.pools:
+        assert len(samples[pool.id]) >= 25
+        assert skellam_chi_square(samples[pool.id]) > 1e-3, pool.id
+        # the test has power: counting the early dropouts' shares too is rejected
+        assert skellam_chi_square(sampled_instead[pool.id]) < 1e-6, pool.id
+
+
+def test_exact_sum_releases_what_the_protocol_releases(plan):
+    protocol = make_engine(plan, DIM, secagg_mechanism="skellam", late_dropout_fraction=0.5)
+    simulated = make_engine(plan, DIM, secagg_mechanism="skellam", late_dropout_fraction=0.5, secagg_execution="exact_sum")
+    update = torch.linspace(-0.2, 0.3, DIM)
+    for round_index in range(3):
+        ctx = RoundContext(round_index, round_index, seed=2)
+        _, a = protocol.run(ctx, torch.zeros(DIM))
+        _, b = simulated.run(ctx, torch.zeros(DIM))
+        assert a.survived == b.survived
+        for pool_id, total in a.pool_sums.items():
+            other = b.pool_sums[pool_id]
+            assert (total is None and other is None) or np.array_equal(total, other)
+    # a non-zero update arrives: the released sum is its survivors' copies plus the noise
+    engine = make_engine(plan, DIM, update, secagg_mechanism="skellam")
+    _, outcome = engine.run(RoundContext(0, 0, seed=4), torch.zeros(DIM))
+    pool = plan.pools[0]
+    assert pool.discrete is not None
+    n = outcome.survived[pool.id]
+    clipped = update.numpy().astype(float) * min(1.0, 1.0 / float(torch.linalg.norm(update)))
+    noise = outcome.pool_sums[pool.id] - n * clipped
+    expected_std = math.sqrt(n * pool.discrete.share_variance) / pool.discrete.scale
+    assert abs(float(np.std(noise)) / expected_std - 1) < 0.15
+
+
+def test_the_ledger_counts_the_plans_discrete_event(plan):
+    ledger = ClientTally(plan, mechanism="skellam")
+    continuous = ClientTally(plan)
+    for _ in range(7):
+        ledger.record_round()
+        continuous.record_round()
+    pool = plan.pool("pb")
+    block = pool.discrete
+    assert block is not None
+    delta = plan.scenario.delta - 7 * block.wrap_probability_per_round
+    for group_id in ("b", "c"):
+        group = plan.group(group_id)
+        l2 = rounded_l2_bound(group.clip_norm, block.scale, block.dimension)
+        event = PoissonSampledSkellam(sampling_rate=group.sampling_rate, variance=block.total_variance,
+                                      l2_sensitivity=l2, l1_sensitivity=rounded_l1_bound(l2, block.dimension), steps=7)
+        assert ledger.phases(group_id) == [event]
+        expected = epsilon_of_events([event], delta=delta, accountant="rdp").epsilon
+        assert ledger.final_spent()[group_id] == pytest.approx(expected, rel=1e-12)
+        assert ledger.spent()[group_id] == pytest.approx(expected, rel=1e-12)
+        assert ledger.final_spent()[group_id] != continuous.final_spent()[group_id]
+    figures = ledger.final_figures()["c"]
+    assert figures is not None and figures.rdp == pytest.approx(ledger.final_spent()["c"], rel=1e-12)
+    # after the whole plan the binding group has spent exactly the block's epsilon
+    for _ in range(plan.rounds - 7):
+        ledger.record_round()
+    binding = [g for g in ("b", "c") if rounded_l2_bound(plan.group(g).clip_norm, block.scale, block.dimension)
+               == block.l2_sensitivity]
+    assert ledger.final_spent()[binding[0]] == pytest.approx(block.epsilon, rel=1e-9)
+    assert all(ledger.final_spent()[g] <= plan.scenario.group(g).epsilon for g in ("a", "b", "c"))
+
+
+def test_a_stated_block_is_re_derived_never_trusted(plan):
+    halved = plan.pools[0].discrete.model_copy(update={"share_variance": plan.pools[0].discrete.share_variance / 2})
+    tampered = plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": halved}), plan.pools[1]]})
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(tampered, DIM, secagg_mechanism="skellam")
+    assert error.value.field == "pools.pa.discrete.share_variance" and "altered" in error.value.reason
+
+    narrower = plan.pools[1].discrete.model_copy(update={"bits": plan.pools[1].discrete.bits - 2})
+    tampered = plan.model_copy(update={"pools": [plan.pools[0], plan.pools[1].model_copy(update={"discrete": narrower})]})
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(tampered, DIM, secagg_mechanism="skellam")
+    assert error.value.field == "pools.pb.discrete.bits"
+
+    missing = plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": None}), plan.pools[1]]})
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(missing, DIM, secagg_mechanism="skellam")
+    assert error.value.field == "pools.pa.discrete" and "report_discrete" in error.value.reason
+    make_engine(missing, DIM)  # the continuous path never reads the blocks
+
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(plan, DIM * 2, secagg_mechanism="skellam")
+    assert error.value.field == "model"
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(plan, DIM, secagg_mechanism="laplace")
+    assert error.value.field == "secagg_mechanism"
+
+
+def test_a_run_on_the_discrete_mechanism_records_it_and_refuses_what_does_not_run_it(tmp_path):
+    from trainer.data import load_dataset
+    from trainer.runner import TrainConfig, execute_run, prepare_run
+
+    plan = discrete_plan(dim=610, rounds=2, dropout_rate=0.1)  # the linear model below: 60 x 10 + 10 parameters
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=2, local_steps=1,
+                         secagg_mechanism="skellam")
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    summary = execute_run(prepared, progress=quiet_progress(2))
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["secagg_mechanism"] == "skellam" and summary.rounds_run == 2
+    ledger = ClientTally(plan, mechanism="skellam")
+    ledger.record_round()
+    ledger.record_round()
+    assert written["epsilon_spent"] == ledger.final_spent()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["secagg_mechanism"] == "skellam"
+
+    from trainer.run.reporting import RoundReporter
+
+    with pytest.raises(InvalidInputError) as error:
+        execute_run(prepared, progress=quiet_progress(2), reporter=object.__new__(RoundReporter))
+    assert error.value.field == "report-to" and "skellam" in error.value.reason
+
+
+def test_the_console_names_the_mechanism_and_labels_the_continuous_one_approximate():
+    from planner.schema import MECHANISM_LABELS
+    from trainer.run.options import format_summary
+    from trainer.run.summary import RunSummary
+
+    base = dict(
+        run_dir="r", method="gdpfed_plus", plan_id=None, complete=True, rounds_run=1, rounds=1, start_round=0,
+        final_accuracy=None, final_loss=None, best_accuracy=None, epsilon_spent={}, epsilon_target={},
+        aborted_rounds={}, model_dim=10, device="cpu", seconds=1.0, secagg_graphs={"P1": ["full"]},
+    )
+    continuous = format_summary(RunSummary(**base)).splitlines()
+    assert f"noise mechanism: {MECHANISM_LABELS['gaussian_continuous']}" in continuous
+    assert "approximate" in MECHANISM_LABELS["gaussian_continuous"]
+    assert "secagg_mechanism" not in RunSummary(**base).model_dump_json()  # the continuous summaries keep their bytes
+    discrete = format_summary(RunSummary(**base, secagg_mechanism="skellam")).splitlines()
+    assert f"noise mechanism: {MECHANISM_LABELS['skellam']}" in discrete

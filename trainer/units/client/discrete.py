@@ -1,0 +1,125 @@
+"""The discrete distributed mechanism in the client unit's pools (docs/secure-aggregation.md
+§Discrete noise, "The trainer side").
+
+``--secagg-mechanism skellam`` runs each noised pool's stated ``discrete`` block instead of
+the continuous Gaussian shares: every sampled client computes its share from the block
+(clip to its group's C_g, scale by s, rotate with the round's public signs, conditional
+randomised rounding, its Skellam share, mod 2^b; ``trainer.secagg.discrete.client_share``),
+the pool's secure-aggregation session sums the residues mod 2^b (the real protocol, or its
+exact-sum simulation), and the server decodes, unrotates and rescales
+(``trainer.secagg.discrete.server_decode``). The blocks are re-derived from the plan's
+scenario and compared before a run starts (``discrete_pools``): a document is never trusted.
+numpy and the planner only, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accounting.errors import InvalidInputError
+from planner.discrete import padded_dimension
+from planner.discrete import pool_mechanisms as derived_pool_mechanisms
+from planner.schema import DiscreteMechanism, Plan
+from trainer.secagg import discrete as dm
+from trainer.secagg.encoding import word_dtype
+from trainer.units.client.mechanism import finite_update
+
+# Floats of a stated block may differ from the re-derivation by JSON rounding only.
+_RELATIVE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class DiscretePool:
+    """One pool's discrete mechanism as the clients and the server run it."""
+
+    pool_id: str
+    mechanism: DiscreteMechanism
+    # group id -> its clients' parameters: the group's clip norm and L2 bound on the pool's
+    # grid, the pool's share variance and bit width
+    group_params: dict[str, dm.DiscreteParams]
+
+    @property
+    def bits(self) -> int:
+        return self.mechanism.bits
+
+    @property
+    def server_params(self) -> dm.DiscreteParams:
+        """What the server's decoding reads (bits, dimension, scale: the same for every group)."""
+        return next(iter(self.group_params.values()))
+
+    def share(self, update: np.ndarray, group_id: str, signs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One client's encoded share of ``update`` (a non-finite update is sent as zeros,
+        ``mechanism.finite_update``), as words of the session's modulus."""
+        params = self.group_params[group_id]
+        words = dm.client_share(finite_update(update), params, signs, rng)
+        return words.astype(word_dtype(params.bits))
+
+    def absent(self) -> np.ndarray:
+        """The placeholder input of a client that drops before masking (never sent)."""
+        return np.zeros(padded_dimension(self.mechanism.dimension), dtype=word_dtype(self.bits))
+
+    def decode(self, residues: np.ndarray, signs: np.ndarray) -> np.ndarray:
+        """The released update sum from the session's sum mod 2^b."""
+        return dm.server_decode(residues, self.server_params, signs)
+
+
+def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
+    """Pool id -> its discrete mechanism, for every pool of ``plan`` with noise, after checking the blocks.
+
+    Refuses (``InvalidInputError`` naming the field) a noised pool without a ``discrete`` block
+    (plan the scenario with ``report_discrete: true``), a block on a pool the scenario does
+    not calibrate, a block that differs from ``planner.discrete.pool_mechanisms`` of the
+    plan's own scenario and ``colluding_clients`` (every field; floats to a relative 1e-9),
+    and a model whose padded dimension is not the block's (its bounds would not hold).
+    Pools without noise keep the fixed-point path: they carry no noise to discretise.
+    """
+    try:
+        derived = {p.pool: p.mechanism for p in derived_pool_mechanisms(plan, plan.scenario.colluding_clients)}
+    except InvalidInputError as error:
+        raise InvalidInputError("secagg_mechanism", f"skellam: {error.reason}") from None
+    pools: dict[str, DiscretePool] = {}
+    for pool in plan.pools:
+        stated, expected = pool.discrete, derived.get(pool.id)
+        field = f"pools.{pool.id}.discrete"
+        if expected is None:
+            if stated is not None:
+                raise InvalidInputError(field, "is stated for a pool the scenario gives no discrete noise")
+            continue
+        if stated is None:
+            raise InvalidInputError(
+                field,
+                "missing: --secagg-mechanism skellam runs the plan's calibrated discrete noise; plan the "
+                "scenario with report_discrete: true (docs/secure-aggregation.md §Discrete noise)",
+            )
+        _require_same(stated, expected, field)
+        if padded_dimension(dim) != stated.padded_dimension:
+            raise InvalidInputError(
+                "model",
+                f"has {dim} parameters (padded to {padded_dimension(dim)}); pool {pool.id}'s discrete mechanism "
+                f"is calibrated for {stated.dimension} (padded to {stated.padded_dimension})",
+            )
+        params = {
+            g: dm.DiscreteParams.derived(
+                float(plan.group(g).clip_norm), stated.scale, dim, stated.share_variance, stated.bits
+            )
+            for g in pool.groups
+        }
+        pools[pool.id] = DiscretePool(pool.id, stated, params)
+    return pools
+
+
+def _require_same(stated: DiscreteMechanism, expected: DiscreteMechanism, field: str) -> None:
+    """Refuse the first field of ``stated`` that is not ``expected``'s."""
+    for name, want in expected.model_dump().items():
+        have = getattr(stated, name)
+        if isinstance(want, float) and isinstance(have, (int, float)) and not isinstance(have, bool):
+            same = math.isclose(float(have), want, rel_tol=_RELATIVE_TOLERANCE, abs_tol=0.0)
+        else:
+            same = have == want
+        if not same:
+            raise InvalidInputError(
+                f"{field}.{name}", f"states {have!r}, the plan's scenario derives {want!r}: the block was altered"
+            )
