@@ -39,6 +39,7 @@ from flwr.clientapp import ClientApp
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
 from trainer.flower.settings import NODE_GROUP, NodeSettings, split_run_config
+from trainer.flower.silo import register_silo_handlers
 from trainer.run.directory import fingerprint
 from trainer.secagg import Client, ProtocolError
 
@@ -304,4 +305,6 @@ def build_client_app(bundle_dir: Path, node_client: NodeClient | None = None) ->
     app.train(messages.SHARES.split(".")[1])(handler(node_client.shares))
     app.train(messages.MASKED.split(".")[1])(handler(node_client.masked))
     app.train(messages.UNMASK.split(".")[1])(handler(node_client.unmask))
+    # silo plans: one node per silo running its own DP-SGD (trainer.flower.silo)
+    register_silo_handlers(app, bundle_dir, handler)
     return app
