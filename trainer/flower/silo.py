@@ -265,10 +265,9 @@ class RemoteSiloEngine:
     in that round (their rows were returned unchanged).
     """
 
-    gradient_path = "flower"
-
     def __init__(self, grid: Grid, membership: SiloMembership, mechanism: SiloMechanism, *, timeout: float,
-                 log: Log = print) -> None:
+                 log: Log = print, gradient_path: str | None = None) -> None:
+        self.gradient_path = gradient_path  # the nodes' (they build the server's model and engine)
         self.grid = grid
         self.membership = membership
         self.mechanism = mechanism
@@ -394,11 +393,11 @@ def prepare_flower_silo_run(grid: Grid, plan: SiloSamplePlan, plan_document: dic
 
     def remote(local: Any) -> RemoteSiloEngine:
         # the server's DpSgdEngine checked the data and model; the nodes run the passes
-        remotes.append(RemoteSiloEngine(grid, membership, local.mechanism, timeout=options.step_timeout, log=log))
+        remotes.append(RemoteSiloEngine(grid, membership, local.mechanism, timeout=options.step_timeout, log=log,
+                                        gradient_path=local.gradient_path))
         return remotes[-1]
 
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
                            dataset=dataset, silo_engine=remote)
     prepared.engine = silo_round_engine(prepared.strategy, prepared.engine.dim, remotes[-1])
-    prepared.gradient_path = remotes[-1].gradient_path
     return prepared, membership

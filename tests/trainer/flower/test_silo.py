@@ -57,10 +57,10 @@ def simulation_nodes(plan: SiloSamplePlan) -> dict[int, dict[str, Any]]:
     return {1000 + k: {"partition-id": k, "gdpfed-simulation": True} for k in range(len(plan.silos))}
 
 
-def compare_runs(sim: Path, flower: Path, sim_summary: Any, flower_summary: Any) -> None:
+def compare_runs(sim: Path, flower: Path, sim_summary: Any, flower_summary: Any, *, rounds: int = ROUNDS) -> None:
     """Same rounds, ledger and who trained; metrics and parameters equal to float32 rounding."""
     sim_rounds, flower_rounds = read_rounds(sim / "rounds.jsonl"), read_rounds(flower / "rounds.jsonl")
-    assert [r.round for r in flower_rounds] == [r.round for r in sim_rounds] == list(range(ROUNDS))
+    assert [r.round for r in flower_rounds] == [r.round for r in sim_rounds] == list(range(rounds))
     for mine, theirs in zip(flower_rounds, sim_rounds, strict=True):
         assert mine.epsilon_spent == theirs.epsilon_spent  # the per-silo ledger: exactly the simulator's
         assert (mine.sampled, mine.survived, mine.privacy_unit) == (theirs.sampled, theirs.survived, theirs.privacy_unit)
