@@ -1,4 +1,4 @@
-"""Silo plans (``silo_sample``, MR-MTL and its baselines) on Flower: one node per silo (docs/flower.md §5).
+"""Silo plans (``silo_sample``, MR-MTL and its baselines) on Flower: one node per silo (docs/flower.md §9).
 
 The simulator's silo strategies (``trainer.units.silo.strategies``) run unchanged in the
 ServerApp: each calls its DP-SGD engine for every silo's pass, and here that engine is

@@ -1,5 +1,5 @@
 """Silo plans (MR-MTL and the IFCA warm start) on Flower: one node per silo running its own
-DP-SGD, the server forming the mean, the anchors and the per-silo ledger (docs/flower.md §5).
+DP-SGD, the server forming the mean, the anchors and the per-silo ledger (docs/flower.md §9).
 
 The loopback runs use the real ClientApp and ServerApp in one process (``LoopbackGrid``).
 Each silo node computes its DP-SGD alone, so its matrix products have one silo's shape

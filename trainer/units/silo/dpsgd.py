@@ -30,7 +30,7 @@ step in order, selections from ``ctx.rng(PURPOSE_DPSGD, SELECTION, silo)``: a fu
 the round, so a resumed run draws what an uninterrupted one would.
 
 An engine may train only some of the plan's silos (``silos``: a Flower node trains its
-own silo, docs/flower.md §5): its rows draw the masks, noise rows and selections the
+own silo, docs/flower.md §9): its rows draw the masks, noise rows and selections the
 whole plan's engine draws for those silos, so a node reproduces its row of
 ``gdpfed train`` exactly; ``secret`` draws them from ``os.urandom`` instead (a deployed
 silo, whose server knows the run seed: which examples a step sampled and the noise must
