@@ -227,7 +227,10 @@ def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
     """Refuse ``--nodes`` below what any pool needs to reach its threshold (every round
     would abort: ``InvalidInputError("nodes")``); a warning line when only some pools are
     short (their groups' nodes train in no round); ``None`` when every pool can release.
-    A silo plan: a warning when some silos have no node (their models never train)."""
+    A silo plan: a warning when some silos have no node (their models never train); a
+    metric plan (no pools, no threshold): ``None``."""
+    if plan.privacy_unit == "metric_local":
+        return None
     if plan.privacy_unit == "silo_sample":
         if count is None or count >= len(plan.silos):
             return None

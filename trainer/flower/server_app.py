@@ -127,11 +127,22 @@ def prepare_silo_run(grid: Grid, plan: Any, plan_document: dict[str, Any], confi
     return prepare_flower_silo_run(grid, plan, plan_document, config, out, options, dataset=dataset, log=log)
 
 
+def prepare_metric_run(grid: Grid, plan: Any, plan_document: dict[str, Any], config: Any, out: Path, options: Any, *,
+                       dataset: Any = None, log: Callable[[str], None] = _stderr,
+                       engine_hook: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """A metric plan's prepared run, each selected client's release on its node (``trainer.flower.metric``)."""
+    # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.metric import prepare_flower_metric_run
+
+    return prepare_flower_metric_run(grid, plan, plan_document, config, out, options, dataset=dataset, log=log)
+
+
 # The training mechanisms (trainer.units.registry) a ServerApp runs, by name: each prepares
 # gdpfed train's run with its rounds on the Grid and returns the membership to wait for.
 FLOWER_MECHANISMS: dict[str, Callable[..., tuple[Any, Any]]] = {
     "gaussian_secagg": prepare_client_run,
     "dpsgd_silo": prepare_silo_run,
+    "metric_laplace": prepare_metric_run,
 }
 
 

@@ -141,17 +141,14 @@ def test_a_node_runs_each_pass_once_and_only_the_plans_rounds(tmp_path: Path) ->
         node.train(request(1), Context(1, 11, {"partition-id": 1}, RecordDict(), run_config))
 
 
-def test_metric_plans_are_refused_by_name_before_anything_is_written(tmp_path: Path) -> None:
-    from planner.units.metric_local import MetricScenario, plan_metric
+def test_a_unit_without_flower_support_is_refused_by_name_before_anything_is_written(tmp_path: Path, monkeypatch) -> None:
+    from trainer.flower import server_app
 
-    plan = plan_metric(MetricScenario.model_validate({
-        "groups": [{"id": "all", "num_clients": 6, "noise_multiplier": 5.0, "leakage_budget": 1.0}],
-        "rounds": 2, "model_dim": 2, "clients_per_round": 3, "hypotheses": 2, "radius_rule": "public", "radius": 0.05,
-    }))
-    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "run")}),
-                               TrainConfig(dataset="metric_synthetic", model="mlp", rounds=2, strategy="metric_ifca"))
+    monkeypatch.delitem(server_app.FLOWER_MECHANISMS, "dpsgd_silo")
+    plan = silo_plan("mrmtl", [20, 20])
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "run")}), silo_config())
     grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), {}, run_config)
     with pytest.raises(InvalidInputError) as error:
         run_plan(grid, json.loads(json.dumps(plan.model_dump(mode="json"))), run_config)
-    assert error.value.field == "privacy_unit" and "metric_local" in str(error.value)
+    assert error.value.field == "privacy_unit" and "silo_sample" in str(error.value)
     assert not (tmp_path / "run").exists()
