@@ -299,4 +299,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     title = ("Flower round vs gdpfed train and Flower's plain FedAvg: digits MLP (d = 55,210), gdpfed_plus, "
              "seconds per round (median of the rounds; vs_train = round_s / gdpfed train's; vs_fedavg = round_s / "
              "plain FedAvg's on the same transport)")
-    return [(title, rows)]
+    # the other units' rounds on Flower, each its own table (bench/flower_units.py)
+    from bench import flower_units
+
+    return [(title, rows), *flower_units.run(quick)]

@@ -60,6 +60,7 @@ def prepare_run(
     dataset: Any = None,
     engine_factory: EngineFactory | None = None,
     allow_tf32: bool = False,
+    silo_engine: Callable[[Any], Any] | None = None,
 ) -> PreparedRun:
     """Prepare a run of ``plan`` with its privacy unit's preparation (``trainer.units.registry``;
     docs/architecture.md §Privacy units); the keywords are ``RunOptions``' fields, and its
@@ -67,7 +68,8 @@ def prepare_run(
     without an entry in this trainer is refused by name (``InvalidInputError("privacy_unit")``).
     """
     options = RunOptions(resume=resume, device=device, strategy_factory=strategy_factory, dataset=dataset,
-                         engine_factory=engine_factory, allow_tf32=allow_tf32, select_strategy=registered_strategy)
+                         engine_factory=engine_factory, allow_tf32=allow_tf32, select_strategy=registered_strategy,
+                         silo_engine=silo_engine)
     unit = unit_for(plan)
     return unit.prepare(unit, plan, plan_document, config, out, options)
 

@@ -83,22 +83,43 @@ def refuse_client_state(strategy: str) -> None:
         )
 
 
+def check_silo_strategy(plan: Any, config: Any) -> None:
+    """A silo plan runs its own method's strategy (as ``gdpfed train``), with options it takes."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
+    from trainer.units.silo.strategies import STRATEGIES
+
+    if config.strategy not in ("plan", plan.method):
+        raise InvalidInputError(
+            "strategy", f"a silo plan runs its own method's strategy ({plan.method}); --strategy {config.strategy} would "
+            "run DP-SGD passes the plan did not count"
+        )
+    takes = (*STRATEGIES[plan.method].option_names, "prox_inside_clip")
+    unknown = sorted(set(config.strategy_options) - set(takes))
+    if unknown:
+        raise InvalidInputError(
+            "strategy-option", f"{plan.method} takes no option {unknown[0]!r} (it takes: {', '.join(takes)})"
+        )
+
+
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_document
-    from planner.units import load_plan
-    from planner.verify import verify_executable
+    from planner.units import load_plan_document, unit_of
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
+    from trainer.flower.server_app import flower_preparation
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
-    from trainer.run.options import config_from_args
+    from trainer.run.options import config_from_args, refuse_unused_options
+    from trainer.units.registry import unit_for
     from trainer.units.strategies import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
     with naming_file("plan", args.plan):
-        plan = load_plan(document)
-    verify_executable(plan)
+        plan = load_plan_document(document)
+    flower_preparation(plan)  # a unit that does not run on Flower is refused now, by name
+    unit_of(plan).verify(plan)
+    refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
     if config.rounds > plan.rounds:
         raise InvalidInputError("rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds")
@@ -106,8 +127,11 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "out-dir": str(args.run_dir.resolve()), "report-to": args.report_to, "plan-id": args.plan_id,
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
     })
-    registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
-    refuse_client_state(config.strategy)
+    if plan.privacy_unit == "silo_sample":
+        check_silo_strategy(plan, config)
+    else:
+        registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
+        refuse_client_state(config.strategy)
     if config.strategy_options.get("adaptive_clip"):
         # imported when the subcommand runs: the flower extra (flwr) and start-up time
         from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
@@ -130,7 +154,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
 
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_text
-    from planner.units import load_plan
+    from planner.units import load_plan_document
     from trainer.run.options import read_json_file
 
     if not (app_dir / "pyproject.toml").is_file() or not (app_dir / "plan.json").is_file():
@@ -146,7 +170,7 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     if not isinstance(run_config, dict):
         raise InvalidInputError("app_dir", f"{manifest}: [tool.flwr.app.config] is not a table")
     with naming_file("plan", app_dir / "plan.json"):
-        return load_plan(document), document, run_config
+        return load_plan_document(document), document, run_config
 
 
 def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
@@ -155,6 +179,12 @@ def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, 
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.data.groups import assign_groups
 
+    if plan.privacy_unit == "silo_sample":  # one node per silo: node k is silo k and holds the dataset's silo k
+        silos = len(plan.silos)
+        count = silos if count is None else count
+        if not 1 <= count <= silos:
+            raise InvalidInputError("nodes", f"must be in [1, {silos}] (one node per silo of the plan), got {count}")
+        return [{"gdpfed-silo": silo.id, "partition-id": k} for k, silo in enumerate(plan.silos[:count])]
     total = plan.scenario.total_clients
     count = total if count is None else count
     if not 1 <= count <= total:
@@ -196,7 +226,16 @@ def nodes_for_thresholds(plan: Any, seed: int) -> dict[str, int]:
 def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
     """Refuse ``--nodes`` below what any pool needs to reach its threshold (every round
     would abort: ``InvalidInputError("nodes")``); a warning line when only some pools are
-    short (their groups' nodes train in no round); ``None`` when every pool can release."""
+    short (their groups' nodes train in no round); ``None`` when every pool can release.
+    A silo plan: a warning when some silos have no node (their models never train); a
+    metric plan (no pools, no threshold): ``None``."""
+    if plan.privacy_unit == "metric_local":
+        return None
+    if plan.privacy_unit == "silo_sample":
+        if count is None or count >= len(plan.silos):
+            return None
+        return (f"warning: with --nodes {count} silo(s) {', '.join(s.id for s in plan.silos[count:])} have no node; "
+                "their models never train (the ledger counts every round for every silo)")
     needed = nodes_for_thresholds(plan, seed)
     if count is None or not needed or count >= max(needed.values()):
         return None

@@ -38,7 +38,9 @@ from flwr.clientapp import ClientApp
 
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
+from trainer.flower.metric import register_metric_handlers
 from trainer.flower.settings import NODE_GROUP, NodeSettings, split_run_config
+from trainer.flower.silo import register_silo_handlers
 from trainer.run.directory import fingerprint
 from trainer.secagg import Client, ProtocolError
 
@@ -304,4 +306,8 @@ def build_client_app(bundle_dir: Path, node_client: NodeClient | None = None) ->
     app.train(messages.SHARES.split(".")[1])(handler(node_client.shares))
     app.train(messages.MASKED.split(".")[1])(handler(node_client.masked))
     app.train(messages.UNMASK.split(".")[1])(handler(node_client.unmask))
+    # silo plans: one node per silo running its own DP-SGD (trainer.flower.silo)
+    register_silo_handlers(app, bundle_dir, handler)
+    # metric plans: a selected client's Laplace release (trainer.flower.metric)
+    register_metric_handlers(app, bundle_dir, handler, node_client)
     return app

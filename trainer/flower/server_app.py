@@ -53,17 +53,16 @@ def run_plan(
     ``FlowerRoundEngine`` built (tests audit what it received).
     """
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
-    from planner.units import load_plan
+    from planner.units import load_plan_document
     from trainer.flower import check_flwr_version
-    from trainer.flower.client_app import plan_fingerprint
-    from trainer.flower.engine import FlowerEngineFactory, Membership
     from trainer.flower.settings import split_run_config, train_config
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
     from trainer.run.reporting import RoundReporter, ServiceLink, fetch_service_plan
-    from trainer.runner import execute_run, prepare_run
+    from trainer.runner import execute_run
 
     check_flwr_version()
-    plan = load_plan(plan_document)
+    plan = load_plan_document(plan_document)
+    prepare = flower_preparation(plan)
     options, _ = split_run_config(run_config)
     config = train_config(run_config)
     out = Path(options.out_dir)
@@ -90,20 +89,84 @@ def run_plan(
                 fetch_service_plan(link, plan_id, (plan, plan_document))
             reporter = RoundReporter(link, plan_id)
 
-        membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log)
-
-        build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
-                                           step_timeout=options.step_timeout, log=log, hook=engine_hook)
-        prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
-                               dataset=dataset, engine_factory=build_engine)
+        prepared, membership = prepare(grid, plan, plan_document, config, out, options, dataset=dataset, log=log,
+                                       engine_hook=engine_hook)
         # everything is validated; now wait for the nodes and meet them
         membership.wait_for(options.min_nodes, options.wait_timeout)
-        log(f"gdpfed: {len(membership.groups)} node(s) joined: "
-            + ", ".join(f"{g.id}={sum(1 for x in membership.groups.values() if x == g.id)}" for g in plan.groups))
+        log(f"gdpfed: {joined_line(plan, membership)}")
         return execute_run(prepared, reporter=reporter, progress=progress, plan_id=plan_id)
     finally:
         if link is not None:
             link.close()
+
+
+def prepare_client_run(grid: Grid, plan: Any, plan_document: dict[str, Any], config: Any, out: Path, options: Any, *,
+                       dataset: Any = None, log: Callable[[str], None] = _stderr,
+                       engine_hook: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """A client-level plan's prepared run with ``FlowerRoundEngine``; the membership to wait for."""
+    # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.flower.engine import FlowerEngineFactory, Membership
+    from trainer.runner import prepare_run
+
+    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log)
+    build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
+                                       step_timeout=options.step_timeout, log=log, hook=engine_hook)
+    prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
+                           dataset=dataset, engine_factory=build_engine)
+    return prepared, membership
+
+
+def prepare_silo_run(grid: Grid, plan: Any, plan_document: dict[str, Any], config: Any, out: Path, options: Any, *,
+                     dataset: Any = None, log: Callable[[str], None] = _stderr,
+                     engine_hook: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """A silo plan's prepared run, each silo's DP-SGD on its node (``trainer.flower.silo``)."""
+    # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.silo import prepare_flower_silo_run
+
+    return prepare_flower_silo_run(grid, plan, plan_document, config, out, options, dataset=dataset, log=log)
+
+
+def prepare_metric_run(grid: Grid, plan: Any, plan_document: dict[str, Any], config: Any, out: Path, options: Any, *,
+                       dataset: Any = None, log: Callable[[str], None] = _stderr,
+                       engine_hook: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """A metric plan's prepared run, each selected client's release on its node (``trainer.flower.metric``)."""
+    # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.metric import prepare_flower_metric_run
+
+    return prepare_flower_metric_run(grid, plan, plan_document, config, out, options, dataset=dataset, log=log)
+
+
+# The training mechanisms (trainer.units.registry) a ServerApp runs, by name: each prepares
+# gdpfed train's run with its rounds on the Grid and returns the membership to wait for.
+FLOWER_MECHANISMS: dict[str, Callable[..., tuple[Any, Any]]] = {
+    "gaussian_secagg": prepare_client_run,
+    "dpsgd_silo": prepare_silo_run,
+    "metric_laplace": prepare_metric_run,
+}
+
+
+def flower_preparation(plan: Any) -> Callable[..., tuple[Any, Any]]:
+    """The preparation of ``plan``'s unit on Flower (found through ``trainer.units.registry.unit_for``),
+    or ``InvalidInputError("privacy_unit")`` for a unit that does not run on Flower yet."""
+    # start-up time: the unit registry is torch-free, but not needed before a run starts
+    from trainer.units.registry import unit_for
+
+    unit = unit_for(plan)
+    prepare = FLOWER_MECHANISMS.get(unit.mechanism)
+    if prepare is None:
+        raise InvalidInputError(
+            "privacy_unit", f"{unit.name} plans ({unit.mechanism}) do not run on Flower yet; train them with gdpfed train"
+        )
+    return prepare
+
+
+def joined_line(plan: Any, membership: Any) -> str:
+    """Who joined: nodes per group of a client plan, the silos met of a silo plan."""
+    if hasattr(membership, "groups"):
+        return f"{len(membership.groups)} node(s) joined: " + ", ".join(
+            f"{g.id}={sum(1 for x in membership.groups.values() if x == g.id)}" for g in plan.groups)
+    return f"{len(membership.nodes)} of {len(plan.silos)} silo(s) joined: " + ", ".join(sorted(membership.nodes))
 
 
 def build_server_app(bundle_dir: Path) -> ServerApp:

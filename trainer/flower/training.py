@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from accounting.errors import InvalidInputError
-from planner.schema import Plan
 from trainer.strategies.base import RoundContext, Strategy
 
 
@@ -26,7 +25,7 @@ from trainer.strategies.base import RoundContext, Strategy
 class Workspace:
     """What a node builds once per process: data, model and the strategy."""
 
-    plan: Plan
+    plan: Any  # a client Plan, or a metric_local MetricPlan (trainer.flower.metric)
     config: Any  # TrainConfig
     strategy: Strategy
     dim: int
@@ -36,14 +35,14 @@ class Workspace:
 @lru_cache(maxsize=4)
 def _workspace(plan_json: str, config_json: str, device: str) -> Workspace:
     # start-up time: a node loads torch and the model only for its first local update
-    from planner.units import load_plan
+    from planner.units import load_plan_document
     from trainer.device import choose_device
     from trainer.engines import LocalTrainingConfig, num_params
     from trainer.run.config import TrainConfig
     from trainer.run.preparation import build_run_model, load_run_data
     from trainer.units.strategies import registered_strategy
 
-    plan = load_plan(json.loads(plan_json))
+    plan: Any = load_plan_document(json.loads(plan_json))  # a client or metric plan (the registry refuses others)
     config = TrainConfig.model_validate_json(config_json)
     chosen = choose_device(device)
     dataset = load_run_data(config, plan.scenario.total_clients)

@@ -84,8 +84,11 @@ class RunOptions:
 
     ``strategy_factory(plan, model, dataset, **options)`` replaces the registry's strategy
     ``config.strategy``, which a unit otherwise selects with ``select_strategy`` (the
-    registry sits above the units: ``prepare_run`` hands it down); ``dataset`` a pre-loaded dataset (tests); ``engine_factory`` the
-    simulator's round engine (e.g. the Flower scale-out's); float32 math is IEEE unless
+    registry sits above the units: ``prepare_run`` hands it down); ``dataset`` a pre-loaded
+    dataset (tests); ``engine_factory`` the simulator's round engine (e.g. the Flower
+    scale-out's); ``silo_engine(dpsgd_engine)`` the DP-SGD engine a silo run's strategy
+    calls, given the one built for the run (the Flower scale-out's runs each silo's pass on
+    its node); float32 math is IEEE unless
     ``allow_tf32`` (docs/trainer.md §Reproducible GPU math).
     """
 
@@ -96,6 +99,7 @@ class RunOptions:
     engine_factory: EngineFactory | None = None
     allow_tf32: bool = False
     select_strategy: StrategySelector = no_strategy_registry
+    silo_engine: Callable[[Any], Any] | None = None
 
 
 @dataclass

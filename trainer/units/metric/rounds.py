@@ -67,6 +67,48 @@ class MetricRoundEngine:
             chosen += [(int(c), group.id) for c in picked.tolist()]
         timing["select"] = time.perf_counter() - started
 
+        answered, rows, nonfinite = self.release(ctx, global_params, chosen, timing)
+
+        tick = time.perf_counter()
+        scenario = self.plan.scenario
+        own = scenario.radius_rule == "own_update"
+        released = torch.from_numpy(np.stack(rows) if rows else np.zeros((0, self.model_dim)))
+        # every selected client counts, released or not (never optimistic)
+        self.tally.record_participations(chosen, radius=None if own else self.radius)
+        if scenario.radius_rule == "previous_round":
+            # r_{t+1} from what this round released and what it broadcast: public data only (§3.1)
+            assert self.radius is not None and scenario.min_radius is not None and scenario.radius is not None
+            self.radius = next_public_radius(
+                released.numpy(), global_params.detach().to("cpu", torch.float64).reshape(-1, self.model_dim).numpy(),
+                np.array([self.noise_multiplier[g] for _, g in answered]), self.radius, scenario.min_radius,
+                scenario.radius,
+            )
+        timing["privatize"] = timing.get("privatize", 0.0) + time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        new_params = self.strategy.aggregate_released(ctx, global_params, released.to(global_params.device))
+        timing["aggregate"] = time.perf_counter() - tick
+        counts = {g.id: sum(1 for _, gid in chosen if gid == g.id) for g in self.plan.groups}
+        outcome = RoundOutcome(
+            global_round=ctx.global_round,
+            sampled=counts,
+            survived={g.id: sum(1 for _, gid in answered if gid == g.id) for g in self.plan.groups},
+            aborted_pools=[],
+            abort_reasons={},
+            dropped_before_masking=0,
+            dropped_after_masking=0,
+            timing=timing,
+            nonfinite_updates=nonfinite,
+            participants={g.id: [c for c, gid in chosen if gid == g.id] for g in self.plan.groups},
+        )
+        return new_params, outcome
+
+    def release(self, ctx: RoundContext, global_params: torch.Tensor, chosen: list[tuple[int, str]],
+                timing: dict[str, float]) -> tuple[list[tuple[int, str]], list[np.ndarray], int]:
+        """The chosen clients' local training and Laplace releases: (the clients that released,
+        their released models ``[n]`` float64 in that order, how many trained models were not
+        finite); ``timing`` gets ``train`` and ``privatize``. Here every chosen client releases
+        (the Flower scale-out's engine releases on the nodes instead, docs/flower.md §10)."""
         tick = time.perf_counter()
         ids = np.array([c for c, _ in chosen], dtype=np.int64)
         release = self.strategy.client_release(ctx, global_params, ids, [g for _, g in chosen])
@@ -80,47 +122,17 @@ class MetricRoundEngine:
         timing["train"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        scenario = self.plan.scenario
         rows = []
         nonfinite = 0
-        own = scenario.radius_rule == "own_update"
         for index, (client, group_id) in enumerate(chosen):
             nonfinite += int(not np.isfinite(trained[index]).all())
-            out = sanitize(
-                trained[index],
-                base[index],
-                self.noise_multiplier[group_id],
-                ctx.rng(PURPOSE_LAPLACE, client),
-                radius_rule="own_update" if own else "public",
-                public_radius=None if own else self.radius,
-            )
-            rows.append(out.released)
-        released = torch.from_numpy(np.stack(rows) if rows else np.zeros((0, self.model_dim)))
-        self.tally.record_participations(chosen, radius=None if own else self.radius)
-        if scenario.radius_rule == "previous_round":
-            # r_{t+1} from what this round released and what it broadcast: public data only (§3.1)
-            assert self.radius is not None and scenario.min_radius is not None and scenario.radius is not None
-            self.radius = next_public_radius(
-                released.numpy(), global_params.detach().to("cpu", torch.float64).reshape(-1, self.model_dim).numpy(),
-                np.array([self.noise_multiplier[g] for _, g in chosen]), self.radius, scenario.min_radius,
-                scenario.radius,
-            )
+            rows.append(self.sanitized(trained[index], base[index], group_id, ctx.rng(PURPOSE_LAPLACE, client)))
         timing["privatize"] = time.perf_counter() - tick
+        return list(chosen), rows, nonfinite
 
-        tick = time.perf_counter()
-        new_params = self.strategy.aggregate_released(ctx, global_params, released.to(global_params.device))
-        timing["aggregate"] = time.perf_counter() - tick
-        counts = {g.id: sum(1 for _, gid in chosen if gid == g.id) for g in self.plan.groups}
-        outcome = RoundOutcome(
-            global_round=ctx.global_round,
-            sampled=counts,
-            survived=dict(counts),
-            aborted_pools=[],
-            abort_reasons={},
-            dropped_before_masking=0,
-            dropped_after_masking=0,
-            timing=timing,
-            nonfinite_updates=nonfinite,
-            participants={g.id: [c for c, gid in chosen if gid == g.id] for g in self.plan.groups},
-        )
-        return new_params, outcome
+    def sanitized(self, trained: np.ndarray, base: np.ndarray, group_id: str, rng: np.random.Generator) -> np.ndarray:
+        """One client's released model under the plan's radius rule (``sanitize``) at this round's radius."""
+        own = self.plan.scenario.radius_rule == "own_update"
+        out = sanitize(trained, base, self.noise_multiplier[group_id], rng,
+                       radius_rule="own_update" if own else "public", public_radius=None if own else self.radius)
+        return out.released

@@ -28,10 +28,18 @@ Randomness: masks from ``ctx.rng(PURPOSE_DPSGD, MASKS, pass, silo)``, noise from
 generator seeded by ``ctx.seed_for(PURPOSE_DPSGD, NOISE, pass)`` drawing ``[K, d]`` per
 step in order, selections from ``ctx.rng(PURPOSE_DPSGD, SELECTION, silo)``: a function of
 the round, so a resumed run draws what an uninterrupted one would.
+
+An engine may train only some of the plan's silos (``silos``: a Flower node trains its
+own silo, docs/flower.md §9): its rows draw the masks, noise rows and selections the
+whole plan's engine draws for those silos, so a node reproduces its row of
+``gdpfed train`` exactly; ``secret`` draws them from ``os.urandom`` instead (a deployed
+silo, whose server knows the run seed: which examples a step sampled and the noise must
+stay the silo's).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +87,18 @@ class SiloMechanism:
             selection_epsilons=tuple(s.selection_epsilon for s in plan.silos),
             selection_rounds=max((s.selection_rounds for s in plan.silos), default=0),
             clusters=int(plan.scenario.clusters),
+        )
+
+    def only(self, silos: Sequence[int]) -> SiloMechanism:
+        """The mechanism of the plan's silos ``silos`` (their indices, in that order)."""
+        def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(values[k] for k in silos) if values else values
+
+        return SiloMechanism(
+            sampling_rates=pick(self.sampling_rates), noise_multipliers=pick(self.noise_multipliers),
+            clip_norm=self.clip_norm, steps_per_pass=pick(self.steps_per_pass), passes=self.passes,
+            num_samples=pick(self.num_samples), selection_epsilons=pick(self.selection_epsilons),
+            selection_rounds=self.selection_rounds, clusters=self.clusters,
         )
 
 
@@ -154,7 +174,10 @@ def clipped_sum(per_example: Mapping[str, torch.Tensor], valid: torch.Tensor, cl
 
 @dataclass
 class DpSgdEngine:
-    """DP-SGD over a plan's silos (row k of every matrix is the plan's silo k)."""
+    """DP-SGD over a plan's silos (row k of every matrix is the plan's silo k, or silo
+    ``silos[k]`` where ``silos`` names the silos this engine trains; ``mechanism`` is the
+    whole plan's and is narrowed to them). ``secret``: masks, noise and selections from
+    ``os.urandom``, not the run seed (module docstring)."""
 
     model: nn.Module
     dataset: FederatedDataset
@@ -164,11 +187,19 @@ class DpSgdEngine:
     prox_inside_clip: bool = False
     max_examples: int | None = None  # per-example gradients computed this many per silo at a time
     ghost_clipping: bool = True  # the fast path for chains of layers (docs/mrmtl.md §4.1); False: torch.func always
+    silos: Sequence[int] | None = None  # the plan's silos this engine trains (default: all, in order)
+    secret: bool = False
     _spent: set[tuple[int, int]] = field(default_factory=set, repr=False)
     _selected: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         check_model(self.model)
+        self._plan_silos = len(self.mechanism.sampling_rates)
+        self._keys = tuple(range(self._plan_silos)) if self.silos is None else tuple(int(k) for k in self.silos)
+        if self.silos is not None:
+            if not set(self._keys) <= set(range(self._plan_silos)) or len(set(self._keys)) != len(self._keys):
+                raise InvalidInputError("silos", f"silos {list(self._keys)} are not distinct silos of the plan's {self._plan_silos}")
+            self.mechanism = self.mechanism.only(self._keys)
         if len(self.silo_clients) != len(self.mechanism.sampling_rates):
             raise InvalidInputError("silos", f"the plan has {len(self.mechanism.sampling_rates)} silos, the data {len(self.silo_clients)}")
         for k, client in enumerate(self.silo_clients):
@@ -195,6 +226,11 @@ class DpSgdEngine:
     def num_silos(self) -> int:
         return len(self.silo_clients)
 
+    def _rng(self, ctx: RoundContext, *keys: int) -> np.random.Generator:
+        if self.secret:
+            return np.random.default_rng(int.from_bytes(os.urandom(32), "big"))
+        return ctx.rng(PURPOSE_DPSGD, *keys)
+
     def _claim(self, key: tuple[int, int], what: str) -> None:
         if key in self._spent:
             raise RuntimeError(f"{what} ran twice in round {key[0]}: that would spend more than the plan")
@@ -208,7 +244,7 @@ class DpSgdEngine:
         steps = max(mech.steps_per_pass)
         chosen: list[list[np.ndarray]] = []
         for k in range(self.num_silos):
-            rng = ctx.rng(PURPOSE_DPSGD, MASKS, pass_index, k)
+            rng = self._rng(ctx, MASKS, pass_index, self._keys[k])
             masks = poisson_masks(rng, mech.num_samples[k], mech.sampling_rates[k], mech.steps_per_pass[k])
             chosen.append([np.flatnonzero(m) for m in masks])
         pad = max([1, *(len(c) for per in chosen for c in per)])
@@ -281,9 +317,15 @@ class DpSgdEngine:
         rows, valid, active = self.sample(ctx, pass_index)
         device, dtype = weights.device, weights.dtype
         generator = torch.Generator(device=device)
-        generator.manual_seed(ctx.seed_for(PURPOSE_DPSGD, NOISE, pass_index))
+        secret_seed = int.from_bytes(os.urandom(8), "big") >> 1
+        generator.manual_seed(secret_seed if self.secret else ctx.seed_for(PURPOSE_DPSGD, NOISE, pass_index))
+        # the whole plan's [K, d] draw per step, this engine's rows taken from it (a node
+        # training one silo draws what gdpfed train draws for it); a secret draw only its own
+        shape = weights.shape if self.secret or self.silos is None else (self._plan_silos, weights.shape[1])
         for step in range(rows.shape[1]):
-            noise = torch.randn(weights.shape, generator=generator, device=device, dtype=dtype)
+            noise = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+            if shape != weights.shape:
+                noise = noise[list(self._keys)]
             live = active[:, step].to(device)
             if not bool(live.any()):
                 continue
@@ -324,7 +366,7 @@ class DpSgdEngine:
             if epsilon is None:
                 raise RuntimeError("the plan has no selection budget for this silo")
             scale = 2.0 * (1.0 / mech.num_samples[k]) / epsilon
-            rng = ctx.rng(PURPOSE_DPSGD, SELECTION, k)
+            rng = self._rng(ctx, SELECTION, self._keys[k])
             chosen[k] = int(np.argmin(errors[k] + rng.gumbel(0.0, scale, size=errors.shape[1])))
         return chosen
 

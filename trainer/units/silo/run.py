@@ -186,7 +186,10 @@ def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict
     engine = DpSgdEngine(model, data.train, list(range(len(sizes))), SiloMechanism.from_plan(plan), lr=config.lr,
                          prox_inside_clip=prox_inside_clip)
     initial = flatten_params(model).to(chosen_device)
-    strategy = STRATEGIES[plan.method](engine, initial, config.rounds, **strategy_options)
+    # the engine the strategy calls: this one, or what options.silo_engine makes of it (on
+    # Flower, each silo's pass runs on its node with the node's copy of the plan)
+    called = engine if options.silo_engine is None else options.silo_engine(engine)
+    strategy = STRATEGIES[plan.method](called, initial, config.rounds, **strategy_options)
     silo_ids = [s.id for s in plan.silos]
 
     def evaluator(params: torch.Tensor) -> dict[str, float]:
