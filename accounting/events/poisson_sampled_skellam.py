@@ -92,9 +92,9 @@ TAIL_LOG_FLOOR = math.log(1e-150)
 # m1 is raised by this relative margin: it covers the rounding of the pmf (scipy's ive, about
 # 1e-14 relative), of the tail sums and of ndtri_exp, which move m1 by < 1e-10 relative.
 DOMINATION_MARGIN = 1e-8
-# Above this variance the pmf's support (about 52 sqrt(mu) points) is not tabulated; pld answers
-# such an event by rdp (docs/accounting.md §13.4).
-MAX_TABULATED_VARIANCE = 1e11
+# Above this variance the pmf is not tabulated and pld answers the event by rdp (docs/accounting.md
+# §11.7, §13.4): scipy's ive (AMOS) returns nan from an argument of 2^30 (about 1.07e9) on.
+MAX_TABULATED_VARIANCE = 1e9
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,9 +112,16 @@ def unit_shift_table(variance: float) -> tuple[float, np.ndarray]:
         js = np.arange(reach + 1, dtype=float)
         with np.errstate(divide="ignore"):
             log_pmf = np.log(ive(js, variance))  # e^-mu I_j(mu): the Skellam pmf at j (and -j)
+        if not np.all(log_pmf < np.inf):  # nan: ive out of its range (MAX_TABULATED_VARIANCE)
+            raise ArithmeticError(f"the Skellam pmf at variance {variance:g} is not computable")
+        underflow = ~(log_pmf > -np.inf)
+        if underflow.any():
+            # the pmf is below 1e-308 from here on: its mass beyond is a relative 1e-150 of
+            # every tail kept (P(X > j) >= 1e-150), inside DOMINATION_MARGIN
+            log_pmf = log_pmf[: int(np.argmax(underflow))]
         log_at_least = np.logaddexp.accumulate(log_pmf[::-1])[::-1]  # log P(j <= X <= reach)
         log_sf = log_at_least[1:]  # log P(j < X <= reach), j = 0 .. reach - 1
-        if log_sf[-1] < TAIL_LOG_FLOOR:
+        if underflow.any() or log_sf[-1] < TAIL_LOG_FLOOR:
             break
         reach *= 2
     log_sf = log_sf[log_sf >= TAIL_LOG_FLOOR]
@@ -183,5 +190,8 @@ class PoissonSampledSkellam(ApproximateDpEvent):
         past the tabulated tail (eta = 1: the sensitivity dwarfs the noise)."""
         if self.variance > MAX_TABULATED_VARIANCE:
             return None
-        sigma, eta = gaussian_domination(self.variance, self.l2_sensitivity, self.l1_sensitivity)
+        try:
+            sigma, eta = gaussian_domination(self.variance, self.l2_sensitivity, self.l1_sensitivity)
+        except ArithmeticError:
+            return None
         return None if eta >= 1.0 else (sigma, min(1.0, self.steps * eta))

@@ -149,6 +149,9 @@ def test_the_tail_mass_is_charged_to_delta_and_a_shift_past_the_table_falls_back
     assert far.dominating_gaussian() is None
     report = accounting.epsilon_of_events([far], delta=1e-5, accountant="pld")
     assert report.fallback and report.accountant_used == "rdp" and "tabulated" in (report.reason or "")
+    huge = PoissonSampledSkellam(sampling_rate=0.1, variance=3e9, l2_sensitivity=9e3, l1_sensitivity=9e5, steps=1)
+    assert huge.dominating_gaussian() is None
+    assert accounting.epsilon_of_events([huge], delta=1e-5, accountant="pld").fallback
 
 
 def test_calibration_with_spent_skellam_rounds_meets_the_target_at_the_reduced_delta() -> None:
