@@ -18,7 +18,8 @@ from scipy import stats
 import accounting
 from accounting.accountants.pld import _pld_delta
 from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
-from accounting.events.poisson_sampled_skellam import gaussian_domination, unit_shift_table
+from accounting.events import poisson_sampled_skellam as skellam
+from accounting.events.poisson_sampled_skellam import gaussian_domination, log_skellam_pmf_large, unit_shift_table
 from planner.discrete import choose_scale, rounded_l1_bound, rounded_l2_bound
 from tests.accounting import test_skellam_event as exact
 
@@ -149,7 +150,7 @@ def test_the_tail_mass_is_charged_to_delta_and_a_shift_past_the_table_falls_back
     assert far.dominating_gaussian() is None
     report = accounting.epsilon_of_events([far], delta=1e-5, accountant="pld")
     assert report.fallback and report.accountant_used == "rdp" and "tabulated" in (report.reason or "")
-    huge = PoissonSampledSkellam(sampling_rate=0.1, variance=3e9, l2_sensitivity=9e3, l1_sensitivity=9e5, steps=1)
+    huge = PoissonSampledSkellam(sampling_rate=0.1, variance=2e10, l2_sensitivity=9e3, l1_sensitivity=9e5, steps=1)
     assert huge.dominating_gaussian() is None
     assert accounting.epsilon_of_events([huge], delta=1e-5, accountant="pld").fallback
 
@@ -161,3 +162,29 @@ def test_calibration_with_spent_skellam_rounds_meets_the_target_at_the_reduced_d
     phase = PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=result.noise_multiplier, steps=40)
     assert result.epsilon <= 3.0
     assert accounting.epsilon_of_events([*spent, phase], delta=1e-5, accountant="pld").epsilon == result.epsilon
+
+
+@pytest.mark.parametrize("variance", [1e4, 1e6, 1e8, 9e8])
+def test_debyes_expansion_matches_scipys_bessel_function_where_both_compute(variance: float) -> None:
+    from scipy.special import ive
+
+    js = np.arange(0, int(28 * math.sqrt(variance)), max(1, int(math.sqrt(variance) / 40)))
+    reference = np.log(ive(js.astype(float), variance))
+    finite = np.isfinite(reference)
+    assert finite.sum() > 100
+    ours = log_skellam_pmf_large(js, variance)[finite]
+    assert np.max(np.abs(ours - reference[finite]) / np.maximum(1.0, np.abs(reference[finite]))) < 5e-12
+
+
+def test_above_scipys_range_the_table_comes_from_debyes_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ive gives nan from 2^30 on: at 2.5e9 (the d = 54,410 grid at sigma 12) the event is tabulated
+    m1, _ = unit_shift_table(2.5e9)
+    assert 0 <= m1 * math.sqrt(2.5e9) - 1 < 2e-8
+    # and at 1e8 both ways give m1 within the margin
+    debye = unit_shift_table(1e8)[0]
+    monkeypatch.setattr(skellam, "DEBYE_VARIANCE", 1e12)
+    unit_shift_table.cache_clear()
+    try:
+        assert abs(unit_shift_table(1e8)[0] / debye - 1) < skellam.DOMINATION_MARGIN / 10
+    finally:
+        unit_shift_table.cache_clear()
