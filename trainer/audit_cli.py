@@ -100,6 +100,7 @@ def _handle(args: argparse.Namespace) -> tuple[dict[str, object], str]:
         "noise_std_factor": args.noise_std_factor,
     }
     if mechanism == "discrete":
+        # each audit's module loads in the handler (start-up time: gdpfed audit --help)
         from trainer.secagg.discrete_audit import audit_discrete
 
         request = AuditRequest.model_validate(

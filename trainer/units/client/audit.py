@@ -16,6 +16,9 @@ import math
 
 import numpy as np
 
+import accounting
+from accounting.accountants import TIGHT_ACCOUNTANT
+from accounting.audit import audit_summary
 from trainer.units.client import noise
 from trainer.units.client.mechanism import PoolMechanism, privatize
 
@@ -56,12 +59,10 @@ def scores(mechanism: PoolMechanism, *, clip_norm: float, dimension: int, runs: 
 def audit_client(*, noise_multiplier: float = 1.0, clip_norm: float = 1.0, threshold: int = 3, dimension: int = 4,
                  delta: float = 1e-3, runs: int = 20_000, seed: int = 1,
                  noise_std_factor: float = 1.0) -> dict[str, object]:
-    """One audit of one round of the client-level Gaussian (q = 1): the pld epsilon of
+    """One audit of one round of the client-level Gaussian (q = 1): the tight accountant's (pld) epsilon of
     (1, sigma, 1) against the lower bound from ``runs`` releases per input."""
-    import accounting
-    from accounting.audit import audit_summary
 
-    accounted = accounting.epsilon(1.0, noise_multiplier, 1, delta, accountant="pld").epsilon
+    accounted = accounting.epsilon(1.0, noise_multiplier, 1, delta, accountant=TIGHT_ACCOUNTANT).epsilon
     mechanism = pool_mechanism(noise_multiplier, clip_norm, threshold, dimension, noise_std_factor)
     without, with_ = scores(mechanism, clip_norm=clip_norm, dimension=dimension, runs=runs, seed=seed)
     return {

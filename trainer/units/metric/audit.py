@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from accounting.audit import audit_summary
+from accounting.events import MetricLeakage
+from accounting.metric import metric_leakage
 from trainer.units.metric.mechanism import sanitize
 
 
@@ -40,9 +43,6 @@ def audit_metric(*, noise_multiplier: float = 0.5, radius: float = 1.0, dimensio
                  runs: int = 20_000, seed: int = 1, noise_std_factor: float = 1.0) -> dict[str, object]:
     """One audit of one metric Laplace release: the accounted leakage n / nu between two models
     at distance r (pure DP: any delta) against the lower bound from ``runs`` releases per input."""
-    from accounting.audit import audit_summary
-    from accounting.events import MetricLeakage
-    from accounting.metric import metric_leakage
 
     accounted = metric_leakage([MetricLeakage.laplace(dimension, noise_multiplier)])
     without, with_ = scores(noise_multiplier=noise_multiplier, radius=radius, dimension=dimension, runs=runs,

@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
+import accounting
+from accounting.accountants import TIGHT_ACCOUNTANT
+from accounting.audit import audit_summary
 from trainer.data.dataset import FederatedDataset
 from trainer.strategies.base import RoundContext
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
@@ -61,11 +64,9 @@ def scores(*, noise_multiplier: float, clip_norm: float, sampling_rate: float, e
 def audit_silo(*, noise_multiplier: float = 1.0, clip_norm: float = 1.0, sampling_rate: float = 1.0,
                examples: int = 4, dimension: int = 4, delta: float = 1e-3, runs: int = 20_000, seed: int = 1,
                noise_std_factor: float = 1.0) -> dict[str, object]:
-    """One audit of one DP-SGD step: the pld epsilon of (q, sigma, 1) against the lower bound."""
-    import accounting
-    from accounting.audit import audit_summary
+    """One audit of one DP-SGD step: the tight accountant's (pld) epsilon of (q, sigma, 1) against the lower bound."""
 
-    accounted = accounting.epsilon(sampling_rate, noise_multiplier, 1, delta, accountant="pld").epsilon
+    accounted = accounting.epsilon(sampling_rate, noise_multiplier, 1, delta, accountant=TIGHT_ACCOUNTANT).epsilon
     without, with_ = scores(
         noise_multiplier=noise_multiplier, clip_norm=clip_norm, sampling_rate=sampling_rate, examples=examples,
         dimension=dimension, runs=runs, seed=seed, noise_std_factor=noise_std_factor,
