@@ -87,3 +87,20 @@ def epsilon_lower_bound(
     fn_u = clopper_pearson_upper(int(fn_e[0]), eval_with.size, alpha)
     value = _bound(fp_u, fn_u, delta) if direction == "with_above" else _bound(fn_u, fp_u, delta)
     return AuditResult(max(0.0, value), tau, direction, fp_u, fn_u, min(eval_without.size, eval_with.size), confidence)
+
+
+def audit_summary(
+    accounted: float, scores_without: np.ndarray, scores_with: np.ndarray, delta: float, confidence: float = 0.95
+) -> dict[str, object]:
+    """The fields every audit reports (docs/secure-aggregation.md §Audit): the accounted epsilon,
+    the lower bound from the two score samples (:func:`epsilon_lower_bound`) and whether the
+    bound exceeds the accounted figure (a violation: the accounting or the mechanism is wrong)."""
+    result = epsilon_lower_bound(scores_without, scores_with, delta, confidence)
+    return {
+        "runs": int(np.asarray(scores_without).size),
+        "delta": delta,
+        "accounted_epsilon": accounted,
+        "epsilon_lower_bound": result.epsilon_lower,
+        "confidence": result.confidence,
+        "violated": result.epsilon_lower > accounted,
+    }

@@ -46,7 +46,7 @@ SUBCOMMAND_MODULES: dict[str, str] = {
     "bench": "bench.cli",
     "experiment": "trainer.experiments.cli",
     "flower": "trainer.flower.cli",
-    "audit": "trainer.secagg.audit_cli",
+    "audit": "trainer.audit_cli",
 }
 
 # The one-line summary ``gdpfed --help`` lists for each subcommand (without importing it).
@@ -58,7 +58,7 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "bench": "run a benchmark suite side by side with its peers",
     "experiment": "run an experiment configuration (methods x datasets x settings x seeds) and report it",
     "flower": "run a plan on Flower (flwr): app bundle, loopback deployment, in-process dry run",
-    "audit": "empirical privacy audit: a Clopper-Pearson lower bound on epsilon of the discrete pipeline",
+    "audit": "empirical privacy audit: a Clopper-Pearson lower bound on epsilon of a release (discrete, client, silo, metric)",
 }
 
 

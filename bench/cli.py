@@ -22,6 +22,7 @@ SUITES: dict[str, str] = {
     "cli": "bench.startup",
     "flower": "bench.flower",
     "dpsgd": "bench.dpsgd",
+    "audit": "bench.audit",
 }
 
 

@@ -9,8 +9,11 @@ per phase and one inverse FFT, and the answer is the larger epsilon of the two. 
 approximation is on the pessimistic side or is added to delta (§13.2). Numpy only at
 import: the normal tail function is taken from scipy when the first question is asked.
 
-Events it cannot represent (zCDP selections) are answered by rdp for the whole history,
-marked ``fallback`` with the reason, as prv does (docs/accounting.md §5.3).
+A Poisson-subsampled Skellam event is composed as the Gaussian phase that dominates it,
+its tail mass added to delta (:meth:`PoissonSampledSkellam.dominating_gaussian`,
+docs/accounting.md §11.7). Events it cannot represent (zCDP selections) are answered by
+rdp for the whole history, marked ``fallback`` with the reason, as prv does
+(docs/accounting.md §5.3).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from accounting.accountants.base import RATE_MIN, ROUNDS_MAX, SIGMA_MAX, SIGMA_M
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
 from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
-from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
+from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.results import Calibration, EpsilonReport
 
 PhaseTuple = tuple[float, float, int]
@@ -228,7 +231,10 @@ ERROR_SHARE_CHECK = 0.05
 def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, str | None]:
     """The PLD epsilon, or rdp's epsilon and the reason: where the discretisation fails
     numerically (noise multipliers near the search floor put single losses beyond e^700,
-    §13.4), or where the error terms added to delta leave rdp's bound the lower one (§13.2)."""
+    §13.4), or where the error terms added to delta leave rdp's bound the lower one (§13.2).
+    A ``delta`` of 0 or below (a Skellam history's tail mass took all of it, §11.7): inf."""
+    if delta <= 0:
+        return math.inf, None
     events: list[ApproximateDpEvent] = [
         PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
     ]
@@ -548,7 +554,7 @@ class PldAccountant(Accountant):
             return _RDP.epsilon(events, delta).model_copy(
                 update={"accountant": self.name, "fallback": True, "reason": reason}
             )
-        value, failed = sound_epsilon(_phases(events), delta)
+        value, failed = sound_epsilon(_phases(events), _pld_delta(events, delta))
         if failed:
             return _RDP.epsilon(events, delta).model_copy(
                 update={"accountant": self.name, "fallback": True, "reason": failed}
@@ -558,7 +564,8 @@ class PldAccountant(Accountant):
     def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
         """:meth:`epsilon` of every history, equal to it bit for bit: the representable ones
         composed together (:func:`sound_epsilons`, docs/accounting.md §13.6)."""
-        together = [i for i, events in enumerate(histories) if not _unrepresented(events)]
+        # a history with a Skellam event composes at its own reduced delta (§11.7): one at a time
+        together = [i for i, events in enumerate(histories) if not _unrepresented(events) and _pld_delta(events, delta) == delta]
         answers = dict(zip(together, sound_epsilons([_phases(histories[i]) for i in together], delta), strict=True))
         reports = []
         for i, events in enumerate(histories):
@@ -586,12 +593,13 @@ class PldAccountant(Accountant):
         if reason:
             return _fell_back(_RDP.noise_multiplier(q, t, target, delta, spent), self.name, reason)
         history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
+        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
+        spent_eps = _spent_epsilon(history, delta_pld, target)
         answers: dict[float, tuple[float, str | None]] = {}  # sigma -> sound_epsilon, each computed once
 
         def answer(sigma: float) -> tuple[float, str | None]:
             if sigma not in answers:
-                answers[sigma] = sound_epsilon([*history, (q, sigma, t)], delta)
+                answers[sigma] = sound_epsilon([*history, (q, sigma, t)], delta_pld)
             return answers[sigma]
 
         def g(x: float) -> float:
@@ -645,10 +653,11 @@ class PldAccountant(Accountant):
         if reason:
             return _fell_back(_RDP.sampling_rate(sigma, t, target, delta, spent), self.name, reason)
         history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
+        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
+        spent_eps = _spent_epsilon(history, delta_pld, target)
 
         def eps_at(rate: float) -> float:
-            return sound_epsilon([*history, (rate, sigma, t)], delta)[0]
+            return sound_epsilon([*history, (rate, sigma, t)], delta_pld)[0]
 
         rate = 1.0
         if eps_at(1.0) > target:
@@ -669,7 +678,7 @@ class PldAccountant(Accountant):
                     f"rounds={t}, delta={delta:g}"
                 ) from None
             rate = min(1.0, math.exp(-found.hi))
-        achieved, failed = sound_epsilon([*history, (rate, sigma, t)], delta)
+        achieved, failed = sound_epsilon([*history, (rate, sigma, t)], delta_pld)
         return Calibration(
             solved_for="sampling_rate",
             sampling_rate=rate,
@@ -701,15 +710,16 @@ class PldAccountant(Accountant):
         if reason:
             return _fell_back(_RDP.rounds(q, sigma, target, delta, spent), self.name, reason)
         history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
+        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
+        spent_eps = _spent_epsilon(history, delta_pld, target)
 
         def eps_at(count: int) -> float:
-            return sound_epsilon([*history, (q, sigma, count)], delta)[0]
+            return sound_epsilon([*history, (q, sigma, count)], delta_pld)[0]
 
         count = search.integer_search(lambda n: eps_at(n) <= target, ROUNDS_MAX)
         failed = None
         if count:
-            achieved, failed = sound_epsilon([*history, (q, sigma, count)], delta)
+            achieved, failed = sound_epsilon([*history, (q, sigma, count)], delta_pld)
         else:
             achieved = spent_eps if spent_eps is not None else 0.0
         result = rounds_result(
@@ -720,10 +730,15 @@ class PldAccountant(Accountant):
 
 def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
     """Why the PLD cannot account for these events (the kinds it does not represent), or None."""
-    kinds = sorted({event.kind for event in events if not isinstance(event, PoissonSampledGaussian)})
-    if not kinds:
-        return None
-    return f"pld represents Poisson-subsampled Gaussian events only, not {', '.join(kinds)}; fell back to rdp"
+    kinds = sorted({event.kind for event in events if not isinstance(event, (PoissonSampledGaussian, PoissonSampledSkellam))})
+    if kinds:
+        return f"pld represents Poisson-subsampled Gaussian and Skellam events only, not {', '.join(kinds)}; fell back to rdp"
+    if any(isinstance(event, PoissonSampledSkellam) and event.dominating_gaussian() is None for event in events):
+        return (
+            "a Skellam event's variance is above the tabulated range or its sensitivity beyond the tabulated "
+            "tail (docs/accounting.md §11.7); fell back to rdp"
+        )
+    return None
 
 
 def _fell_back(answer: Calibration, name: AccountantName, reason: str) -> Calibration:
@@ -731,11 +746,28 @@ def _fell_back(answer: Calibration, name: AccountantName, reason: str) -> Calibr
 
 
 def _phases(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
+    """Each event's Gaussian phase: its own, or the one dominating a Skellam event (§11.7)."""
     out = []
     for event in events:
+        if isinstance(event, PoissonSampledSkellam):
+            dominating = event.dominating_gaussian()
+            assert dominating is not None  # _unrepresented was checked first
+            out.append((event.sampling_rate, dominating[0], event.steps))
+            continue
         assert isinstance(event, PoissonSampledGaussian)  # _unrepresented was checked first
         out.append((event.sampling_rate, event.noise_multiplier, event.steps))
     return out
+
+
+def _pld_delta(events: Sequence[ApproximateDpEvent], delta: float) -> float:
+    """``delta`` less the Skellam events' tail masses (steps * eta each, docs/accounting.md §11.7):
+    the delta the dominating Gaussian phases are composed at."""
+    extra = 0.0
+    for event in events:
+        if isinstance(event, PoissonSampledSkellam):
+            dominating = event.dominating_gaussian()
+            extra += 1.0 if dominating is None else dominating[1]
+    return delta - extra if extra else delta
 
 
 def _spent_epsilon(history: list[PhaseTuple], delta: float, target: float) -> float | None:

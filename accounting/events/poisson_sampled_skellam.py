@@ -19,16 +19,23 @@ Differential Privacy", Thm 6, the general upper bound for integer orders), takin
 smaller of it and e(a). A fractional order takes the value of the next integer order
 (RDP is non-decreasing in the order, so that is an upper bound). ``steps`` releases
 compose by adding curves (docs/accounting.md §4).
+
+The tight accountant (pld) reads the event through :func:`gaussian_domination`: one
+round of the vector Skellam mechanism, for every integer shift within (D1, D2), is
+dominated (in the Blackwell / trade-off sense) by the Gaussian pair N(m, 1) vs N(0, 1)
+with m = m1 D2, m1 read off the exact Skellam pmf, up to a tail mass eta that is added to
+delta (docs/accounting.md §11.7).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
 import numpy as np
 import pydantic
-from scipy.special import gammaln, logsumexp
+from scipy.special import gammaln, ive, logsumexp, ndtri_exp
 
 from accounting.events.base import ApproximateDpEvent
 from accounting.rdp import SMALL_LOG_A, OrderGrid
@@ -79,6 +86,99 @@ def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
     return min(float(base[a]), log_total / (a - 1))
 
 
+# docs/accounting.md §11.7. Vertices of the trade-off curve are checked where the Skellam's
+# tail P(X > j) is at least e^TAIL_LOG_FLOOR; the mass beyond is eta, added to delta.
+TAIL_LOG_FLOOR = math.log(1e-150)
+# m1 is raised by this relative margin: it covers the rounding of the pmf (scipy's ive or Debye's
+# expansion), of the tail sums and of ndtri_exp; the two pmfs' m1 differ by < 1e-9 relative
+# where both compute (4e-10 at mu = 5e8).
+DOMINATION_MARGIN = 1e-8
+# Above this variance the pmf is not tabulated and pld answers the event by rdp (docs/accounting.md
+# §11.7, §13.4): the table would hold more than 2.6e6 points.
+MAX_TABULATED_VARIANCE = 1e10
+# From this variance on the pmf is Debye's expansion (:func:`log_skellam_pmf_large`): scipy's
+# ive (AMOS) returns nan from an argument of 2^30 (about 1.07e9) on.
+DEBYE_VARIANCE = 1e8
+
+
+def log_skellam_pmf_large(js: np.ndarray, variance: float) -> np.ndarray:
+    """log(e^-x I_n(x)), x = ``variance``, n = |``js``|, by Debye's uniform expansion to U_3.
+
+    I_n(n z) ~ e^(n eta) / ((2 pi n)^(1/2) (1 + z^2)^(1/4)) sum_k U_k(p) / n^k, p = 1 / sqrt(1 + z^2)
+    (Abramowitz and Stegun 9.7.7), written with r = sqrt(n^2 + x^2) so that n = 0 is the
+    Hankel expansion 1 + 1/(8x) + 9/(128 x^2) + ...: n eta - x = n^2 / (r + x) - n asinh(n / x),
+    U_k(p) / n^k = r^-k (a polynomial in p = n / r). The first term left out is of order
+    x^-4 (1e-32 at x = 1e8); within 1e-12 of scipy's ive where both compute (1e4 to 1e9).
+    """
+    n = np.abs(np.asarray(js, dtype=float))
+    x = float(variance)
+    r2 = n * n + x * x
+    r = np.sqrt(r2)
+    p2 = n * n / r2
+    a = 1.0 / r
+    u1 = a * (3.0 - 5.0 * p2) / 24.0
+    u2 = a * a * (81.0 - 462.0 * p2 + 385.0 * p2 * p2) / 1152.0
+    u3 = a**3 * (30375.0 - 369603.0 * p2 + 765765.0 * p2 * p2 - 425425.0 * p2**3) / 414720.0
+    lead = n * n / (r + x) - n * np.arcsinh(n / x) - 0.5 * math.log(2.0 * math.pi) - 0.25 * np.log(r2)
+    return lead + np.log1p(u1 + u2 + u3)
+
+
+@functools.lru_cache(maxsize=64)
+def unit_shift_table(variance: float) -> tuple[float, np.ndarray]:
+    """m1 of Sk(``variance``) and log P(X > j) for j = 0 .. J (docs/accounting.md §11.7).
+
+    With Z(j) = Phi^-1(P(X <= j)), the pair (Sk + 1, Sk) is dominated by (N(m, 1), N(0, 1))
+    at every checked vertex iff every step Z(j) - Z(j-1) is <= m; by the Skellam's symmetry
+    Z(-j-1) = -Z(j), so the steps are 2 Z(0) and Z(j) - Z(j-1) for j >= 1, mirrored. m1 is
+    the largest step over j = 0 .. J, J the last j with P(X > j) >= e^TAIL_LOG_FLOOR,
+    raised by DOMINATION_MARGIN. The returned array is read-only (cached).
+    """
+    reach = int(math.ceil(8.0 * math.sqrt(variance) + 40.0))
+    while True:
+        js = np.arange(reach + 1, dtype=float)
+        if variance >= DEBYE_VARIANCE:
+            log_pmf = log_skellam_pmf_large(js, variance)
+        else:
+            with np.errstate(divide="ignore"):
+                log_pmf = np.log(ive(js, variance))  # e^-mu I_j(mu): the Skellam pmf at j (and -j)
+        if not np.all(log_pmf < np.inf):  # nan: ive out of its range (MAX_TABULATED_VARIANCE)
+            raise ArithmeticError(f"the Skellam pmf at variance {variance:g} is not computable")
+        underflow = ~(log_pmf > -np.inf)
+        if underflow.any():
+            # the pmf is below 1e-308 from here on: its mass beyond is a relative 1e-150 of
+            # every tail kept (P(X > j) >= 1e-150), inside DOMINATION_MARGIN
+            log_pmf = log_pmf[: int(np.argmax(underflow))]
+        log_at_least = np.logaddexp.accumulate(log_pmf[::-1])[::-1]  # log P(j <= X <= reach)
+        log_sf = log_at_least[1:]  # log P(j < X <= reach), j = 0 .. reach - 1
+        if underflow.any() or log_sf[-1] < TAIL_LOG_FLOOR:
+            break
+        reach *= 2
+    log_sf = log_sf[log_sf >= TAIL_LOG_FLOOR]
+    z = -ndtri_exp(log_sf)  # Z(j) = Phi^-1(1 - P(X > j)), j = 0 .. J
+    steps = np.concatenate(([2.0 * z[0]], np.diff(z)))
+    log_sf.setflags(write=False)
+    return float(np.max(steps)) * (1.0 + DOMINATION_MARGIN), log_sf
+
+
+def gaussian_domination(variance: float, l2_sensitivity: float, l1_sensitivity: float) -> tuple[float, float]:
+    """(noise multiplier 1/m, eta): one unsampled round is dominated by (N(m,1), N(0,1)) up to eta.
+
+    docs/accounting.md §11.7: a shift k in one coordinate has Z(j) - Z(j-k) <= k m1 (a sum
+    of k steps) at every vertex whose k steps were checked; over the coordinates the pairs
+    tensorise, so an integer shift r with ||r||_2 <= D2 is dominated at m = m1 D2, and the
+    unchecked vertices' mass is at most P(X > J - K) per coordinate (K = floor(min(D1, D2)),
+    the largest |r_i|), over at most floor(min(D1, D2^2)) non-zero coordinates.
+    """
+    m1, log_sf = unit_shift_table(variance)
+    largest = int(math.floor(min(l1_sensitivity, l2_sensitivity)))
+    last = log_sf.size - 1  # J
+    index = last - largest  # P(X > J - K): beyond the vertices a shift of K has checked, either end
+    if index < 0:  # a shift beyond the tabulated tail: no vertex of it is checked
+        return 1.0 / (m1 * l2_sensitivity), 1.0
+    nonzero = math.floor(min(l1_sensitivity, l2_sensitivity**2))
+    return 1.0 / (m1 * l2_sensitivity), min(1.0, nonzero * math.exp(float(log_sf[index])))
+
+
 class PoissonSampledSkellam(ApproximateDpEvent):
     """``steps`` rounds of the Poisson(``sampling_rate``)-subsampled distributed Skellam mechanism.
 
@@ -111,3 +211,16 @@ class PoissonSampledSkellam(ApproximateDpEvent):
             base[a] = skellam_rdp(a, self.variance, self.l2_sensitivity, self.l1_sensitivity)
         values = {a: subsampled_rdp(a, self.sampling_rate, base) for a in np.unique(ceilings).tolist()}
         return self.steps * np.array([values[a] for a in ceilings.tolist()])
+
+    def dominating_gaussian(self) -> tuple[float, float] | None:
+        """(noise multiplier, extra delta) of the Gaussian phase that dominates this event
+        (docs/accounting.md §11.7): ``steps`` rounds at this sampling rate, delta raised by
+        steps * eta. None above MAX_TABULATED_VARIANCE, or where a coordinate's shift reaches
+        past the tabulated tail (eta = 1: the sensitivity dwarfs the noise)."""
+        if self.variance > MAX_TABULATED_VARIANCE:
+            return None
+        try:
+            sigma, eta = gaussian_domination(self.variance, self.l2_sensitivity, self.l1_sensitivity)
+        except ArithmeticError:
+            return None
+        return None if eta >= 1.0 else (sigma, min(1.0, self.steps * eta))

@@ -1,4 +1,4 @@
-"""``gdpfed audit discrete`` (docs/secure-aggregation.md §Audit): the verdict, JSON, and bad input."""
+"""``gdpfed audit MECHANISM`` (docs/secure-aggregation.md §Audit): the verdict, JSON, and bad input."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_every_option_has_help_that_states_its_default() -> None:
     bare names, ``--share-variance SHARE_VARIANCE``, with nothing to tell a user what they are)."""
     import argparse
 
-    from trainer.secagg.audit_cli import AuditRequest, register
+    from trainer.audit_cli import AuditRequest, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
@@ -50,4 +50,34 @@ def test_every_option_has_help_that_states_its_default() -> None:
             assert action.help, action.option_strings
             field = AuditRequest.model_fields.get(action.dest)
             if field is not None and action.dest != "noise_std_factor":
-                assert f"default {action.default}" in action.help or f"default {field.default:g}" in action.help, action.help
+                shown = f"{field.default:g}".replace("e-05", "e-5")
+                assert f"default {action.default}" in action.help or f"default {shown}" in action.help, action.help
+
+
+@pytest.mark.parametrize("mechanism", ["client", "silo", "metric"])
+def test_each_unit_audit_runs_from_the_command_line_and_catches_halved_noise(
+    mechanism: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["audit", mechanism, "--runs", "4000", "--json"]) == 0
+    sound = json.loads(capsys.readouterr().out)
+    assert sound["mechanism"] == mechanism and sound["violated"] is False
+    assert 0 < sound["epsilon_lower_bound"] < sound["accounted_epsilon"]
+    assert run(["audit", mechanism, "--runs", "4000", "--noise-std-factor", "0.3"]) == 0
+    assert "VIOLATED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["client", "--scale", "4"], "--scale"),
+        (["metric", "--unconditioned"], "--unconditioned"),
+        (["silo", "--runs", "3"], "runs"),
+        (["client", "--noise-std-factor", "inf"], "noise_std_factor"),
+    ],
+)
+def test_a_unit_audit_refuses_bad_input_and_discrete_options_in_one_line(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["audit", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gdpfed audit: error: {field}:") and "Traceback" not in err
