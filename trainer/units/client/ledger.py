@@ -16,7 +16,7 @@ from typing import Any
 from accounting.errors import InvalidInputError
 from accounting.events import Phase
 from planner import ledger as plan_ledger
-from planner.ledger import EpsilonFn
+from planner.ledger import EpsilonFn, merge_phases, same_history
 from planner.schema import GroupPlan, Plan
 
 __all__ = ["EpsilonFn", "PrivacyLedger"]
@@ -27,6 +27,7 @@ class PrivacyLedger:
 
     privacy_unit = "client"
     notion = "client-level (epsilon, delta)-DP per group"
+    population_change = "it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)"
 
     def __init__(self, plan: Plan, epsilon_fn: EpsilonFn | None = None) -> None:
         self.plan = plan
@@ -97,3 +98,24 @@ class PrivacyLedger:
                 raise InvalidInputError(
                     "resume", f"the checkpoint's privacy history of group {group.id} does not match the plan"
                 )
+
+    # following a re-plan (trainer.run.replan.FollowingLedger; docs/ledger.md §6)
+
+    @staticmethod
+    def population(plan: Plan) -> list[tuple[str, int]]:
+        """The plan's groups and their client counts."""
+        return [(g.id, g.num_clients) for g in plan.groups]
+
+    def history_problem(self, successor: Plan) -> str | None:
+        """The first group whose spent history in ``successor`` is not what this run spent."""
+        for group in successor.groups:
+            mine = merge_phases(self.phases(group.id))
+            theirs = merge_phases(plan_ledger.group_history(successor, group, 0))
+            if not same_history(mine, theirs):
+                return f"group {group.id}'s spent history {theirs} is not this run's {mine}"
+        return None
+
+    def continued(self, successor: Plan, epsilon_fn: EpsilonFn | None) -> PrivacyLedger:
+        """A fresh ledger of ``successor``: its spent phases are this one's history."""
+        return PrivacyLedger(successor, epsilon_fn)
+

@@ -24,6 +24,7 @@ from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.strategies.base import Population
 from trainer.strategies.registry import registered_strategy
 from trainer.units.base import TrainingUnit
 from trainer.units.metric.ledger import MetricLedger
@@ -71,11 +72,18 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     strategy = build_strategy(plan)
     initial = strategy.initial_params()
     ledger = MetricLedger(plan)
-    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), ledger)
+
+    def engine_factory(for_plan: Any, for_strategy: Any, for_population: Population, dim: int,
+                       run_config: TrainConfig, rounds: int) -> MetricRoundEngine:
+        # one ledger for the whole run: a re-plan the run follows moves the caps on it
+        # (MetricLedger.continued), the releases so far stay counted (docs/metric-privacy.md §4)
+        return MetricRoundEngine(for_plan, for_strategy, for_population, dim, ledger)
+
+    engine = engine_factory(plan, strategy, population, int(initial.numel()), config, config.rounds)
     return PreparedRun(
         plan=plan,
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume,
         dataset=dataset, model=model, device=chosen_device, population=population, initial_params=initial,
         strategy=strategy, engine=engine, warnings=list(plan.warnings), build_strategy=build_strategy,
-        unit=unit, run_start=0,
+        engine_factory=engine_factory, unit=unit, run_start=plan.start_round,
     )
