@@ -280,3 +280,139 @@ def test_a_metric_completion_that_failed_is_delivered_later_with_its_participant
     (group,) = ledger["groups"]
     assert group["leakage_spent"] == pytest.approx(summary["final_metrics"]["metric_leakage_max"], rel=1e-12)
     assert group["leakage_median"] == pytest.approx(summary["final_metrics"]["metric_leakage_median"], rel=1e-12)
+
+
+def test_a_metric_run_whose_last_report_is_undelivered_says_so_and_the_resume_delivers_it(
+        server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last round's completion cannot be delivered (the network): the run exits 3 telling
+    to resume, and summary.json counts the report pending. The metric summary said 0 and
+    the job exited 0, so nothing told the operator the service's ledger lacked the round's
+    participants (it counted the round as a release of every client). The resume delivers it."""
+    from trainer.run.reporting import ServiceLink
+
+    api = _api(server)
+    plan = _plan(api, {**METRIC_SCENARIO, "rounds": 3})
+    request = ServiceLink.request
+
+    def last_completion_lost(self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if body is not None and body.get("round_index") == 2 and body.get("status") == "completed":
+            return "ConnectError: the test's network"
+        return request(self, method, path, body)
+
+    monkeypatch.setattr(ServiceLink, "request", last_completion_lost)
+    out = tmp_path / "run"
+    code = _train(server, plan["id"], METRIC_CLI, out)
+    captured = capsys.readouterr()
+    assert code == 3, captured.err
+    assert "1 round report(s) were not delivered; rerun with" in captured.err
+    assert json.loads((out / "summary.json").read_text())["reports_pending"] == 1
+    assert api.get(f"/v1/plans/{plan['id']}/ledger").json()["rounds_without_participants"] == 1
+
+    monkeypatch.setattr(ServiceLink, "request", request)
+    monkeypatch.setenv("GDPFED_API_KEY", server.token)
+    code = app_cli.run(["train", "--out", str(out), "--resume", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["reports_pending"] == 0 and summary["plan_id"] == plan["id"]
+    ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert ledger["rounds_without_participants"] == 0
+    (group,) = ledger["groups"]
+    assert group["leakage_spent"] == pytest.approx(summary["final_metrics"]["metric_leakage_max"], rel=1e-12)
+    _rounds_once(server, [plan["id"]], 3, out)
+
+
+UNIT_JOBS = {"silo": (SILO_SCENARIO, SILO_CLI), "metric": (METRIC_SCENARIO, METRIC_CLI)}
+
+
+@pytest.mark.parametrize("unit", sorted(UNIT_JOBS))
+def test_a_key_revoked_mid_run_stops_the_job_and_a_resume_with_a_new_key_delivers_what_was_refused(
+        server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        unit: str) -> None:
+    """The operator revokes the job's key after the claim of round 1 was acknowledged: the
+    round's completion is refused (401), the job stops after its checkpoint (exit 3, one
+    line) with the completion (a metric run's with its participants) kept. ``--resume``
+    with a new key delivers it first and finishes; the service's ledger equals summary.json
+    and each round is once in rounds.jsonl and once, completed, in the service's DB."""
+    from trainer.run.reporting import RoundReporter
+
+    scenario, cli = UNIT_JOBS[unit]
+    api = _api(server)
+    plan = _plan(api, {**scenario, "rounds": 3})
+    created = api.post("/v1/keys", json={"name": f"ci-{unit}", "role": "operator"})
+    assert created.status_code == 201, created.text
+    claim = RoundReporter.claim
+
+    def revoked_after_claiming_round_1(self: RoundReporter, index: int) -> Any:
+        answer = claim(self, index)
+        if index == 1:
+            assert api.delete(f"/v1/keys/ci-{unit}").status_code == 200
+        return answer
+
+    monkeypatch.setattr(RoundReporter, "claim", revoked_after_claiming_round_1)
+    out = tmp_path / "run"
+    code = app_cli.run(["train", "--plan-id", plan["id"], "--report-to", server.base_url, "--api-key",
+                        created.json()["token"], *cli, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "refused the report of round 1" in err and "HTTP 401" in err and "Traceback" not in err
+    ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert ledger["rounds_counted"] == 2  # round 1 was claimed: it counts, though its completion was refused
+
+    monkeypatch.setattr(RoundReporter, "claim", claim)
+    second = api.post("/v1/keys", json={"name": f"ci-{unit}-2", "role": "operator"}).json()["token"]
+    monkeypatch.setenv("GDPFED_API_KEY", second)
+    code = app_cli.run(["train", "--out", str(out), "--resume", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["complete"] and summary["reports_pending"] == 0 and summary["plan_id"] == plan["id"]
+    ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert ledger["rounds_counted"] == ledger["rounds_reported"] == 3
+    if unit == "silo":
+        assert {s["id"]: s["epsilon_spent"] for s in ledger["silos"]} == pytest.approx(summary["epsilon_spent"],
+                                                                                        rel=1e-12)
+    else:
+        (group,) = ledger["groups"]
+        assert ledger["rounds_without_participants"] == 0
+        assert group["leakage_spent"] == pytest.approx(summary["final_metrics"]["metric_leakage_max"], rel=1e-12)
+        assert group["leakage_median"] == pytest.approx(summary["final_metrics"]["metric_leakage_median"], rel=1e-12)
+    _rounds_once(server, [plan["id"]], 3, out)
+
+
+@pytest.mark.parametrize("case", ["wrong_key", "planner_key", "re_planned", "trained"])
+@pytest.mark.parametrize("unit", sorted(UNIT_JOBS))
+def test_a_silo_or_metric_job_is_refused_before_round_0(server: Any, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str], unit: str,
+                                                        case: str) -> None:
+    """The client-level preflight's refusals for silo and metric plans: a key the service
+    does not accept, a key without the operator role, a plan that was re-planned (train the
+    re-plan), a plan another job trained (its budget would be spent twice): exit 2, one
+    line naming the field, nothing written."""
+    scenario, cli = UNIT_JOBS[unit]
+    api = _api(server)
+    plan = _plan(api, scenario)
+    key, needles = server.token, []
+    if case == "wrong_key":
+        key, needles = "gdpfed_not-a-key", ["api-key", "does not accept"]
+    elif case == "planner_key":
+        created = api.post("/v1/keys", json={"name": f"planner-{unit}", "role": "planner"})
+        assert created.status_code == 201, created.text
+        key, needles = created.json()["token"], ["api-key", "operator role"]
+    elif case == "re_planned":
+        child = api.post(f"/v1/plans/{plan['id']}/replan", json={})
+        assert child.status_code == 201, child.text
+        needles = ["plan-id", f"re-planned as {child.json()['id']}"]
+    elif case == "trained":
+        claimed = api.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": 0, "status": "started"})
+        assert claimed.status_code in (200, 201), claimed.text
+        needles = ["plan-id", "already counts 1 round(s)"]
+    out = tmp_path / "never"
+    code = app_cli.run(["train", "--plan-id", plan["id"], "--report-to", server.base_url, "--api-key", key, *cli,
+                        "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    assert not out.exists()
