@@ -93,7 +93,7 @@ def _run(client: Any, unit: str, document: dict[str, Any], out: Path, progress: 
     return execute_run(prepared, reporter=_reporter(client, document["id"]), plan_id=document["id"], progress=progress)
 
 
-def _figures(client: Any, summary: RunSummary) -> tuple[dict[str, float], dict[str, float]]:
+def _figures(client: Any, summary: RunSummary) -> tuple[dict[str, Any], dict[str, Any]]:
     """The service's ledger of the plan the run ended on and the run's summary, per silo or
     (the metric plan's one group) its leakage and releases."""
     ledger = client.get(f"/v1/plans/{summary.plan_id}/ledger").json()
