@@ -22,14 +22,13 @@ from accounting.accountants import ACCOUNTANT_NAMES
 from accounting.errors import InvalidInputError
 from planner.loading import (
     load_changes,
-    load_plan_file,
+    load_plan_document_file,
     load_scenario,
     load_scenario_document,
     naming_file,
     read_document,
 )
-from planner.replan import replan
-from planner.report import plan_text, sweep_text
+from planner.report import sweep_text
 from planner.sweep import plot_sweep, sweep
 from planner.units import make_plan, privacy_unit, unit_of
 
@@ -104,11 +103,19 @@ def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
         raise InvalidInputError("--rounds-done", "replan needs --rounds-done N")
     if args.changes is None:
         raise InvalidInputError("--changes", "replan needs --changes CHANGES.json (use {} for none)")
-    plan = load_plan_file(path)
-    changes = load_changes(args.changes)
-    new = replan(plan, args.rounds_done, changes, parent_plan_id=args.parent_plan_id)
+    plan = load_plan_document_file(path)
+    unit = unit_of(plan)
+    if unit.replan is None:
+        raise InvalidInputError(
+            "plan", f"{path}: privacy_unit: {unit.name!r} plans cannot be re-planned (their unit has no re-plan)"
+        )
+    changes = load_changes(args.changes, unit.changes_model)
+    # from a file no run's participations are known: a metric plan's re-plan counts every
+    # client as released in every round done, within its cap (never optimistic;
+    # planner.units.metric_local.replan_metric)
+    new = unit.replan(plan, args.rounds_done, changes, None, args.parent_plan_id)
     _write(new, args.out)
-    return new, plan_text(new)
+    return new, unit.describe(new)
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:

@@ -123,6 +123,30 @@ def merge_phases(phases: Sequence[Phase]) -> list[Phase]:
     return merged
 
 
+def same_history(a: Sequence[PrivacyEvent], b: Sequence[PrivacyEvent], rel_tol: float = 1e-9) -> bool:
+    """Whether two histories are the same events: the phases merged (``merge_phases``),
+    the other events kind by kind in order, every count equal and every other number within
+    ``rel_tol`` (a history read back from a plan document went through decimal text).
+    How a run that follows a re-plan checks that the re-plan's record of what was spent
+    before it is what the run spent (docs/ledger.md §6)."""
+
+    def split(events: Sequence[PrivacyEvent]) -> list[PrivacyEvent]:
+        phases = [e for e in events if isinstance(e, PoissonSampledGaussian)]
+        return [*merge_phases(phases), *(e for e in events if not isinstance(e, PoissonSampledGaussian))]
+
+    def same_value(x: object, y: object) -> bool:
+        if isinstance(x, float) or isinstance(y, float):
+            return isinstance(x, int | float) and isinstance(y, int | float) and math.isclose(x, y, rel_tol=rel_tol)
+        return x == y
+
+    left, right = split(a), split(b)
+    return len(left) == len(right) and all(
+        type(x) is type(y) and x.model_dump().keys() == y.model_dump().keys()
+        and all(same_value(value, y.model_dump()[key]) for key, value in x.model_dump().items())
+        for x, y in zip(left, right)
+    )
+
+
 def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[PoissonSampledGaussian]:
     """The group's full history after ``rounds_run`` rounds of ``plan`` (docs/ledger.md §2).
 

@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from accounting.errors import InvalidInputError, shown, validation_error_line
-from planner.schema import Changes, Plan, Scenario
-from planner.units import load_plan
+from planner.schema import Changes, Plan, PlanDocument, Scenario
+from planner.units import load_plan, load_plan_document
 from planner.units import load_scenario_document as validate_scenario_document
 
 
@@ -362,14 +362,24 @@ def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
     return scenario
 
 
-def load_changes(source: str | Path | dict[str, Any]) -> Changes:
-    """Validated :class:`Changes` (re-planning) from a JSON/YAML file or a dict; a field is
-    named ``changes.<path>``, as a budget conflict of the same re-plan names it."""
+def load_changes(source: str | Path | dict[str, Any], model: type[BaseModel] = Changes) -> Any:
+    """Validated changes of a re-plan from a JSON/YAML file or a dict: a client-level plan's
+    :class:`Changes`, or ``model``, another privacy unit's (``PrivacyUnit.changes_model``:
+    silos' epsilons, metric groups' leakage budgets); a field is named ``changes.<path>``,
+    as a budget conflict of the same re-plan names it."""
     try:
-        return Changes.model_validate(read_document(source, "changes"))
+        return model.model_validate(read_document(source, "changes"))
     except ValidationError as exc:
         field, message = validation_error_line(exc.errors(include_url=False))
         raise InvalidInputError(f"changes.{field}" if field else "changes", message) from None
+
+
+def load_plan_document_file(source: str | Path | dict[str, Any]) -> PlanDocument:
+    """A plan document of any privacy unit (``planner.units.load_plan_document``) from a file
+    or a dict; errors in a file's content name the file (:func:`naming_file`)."""
+    document = read_document(source, "plan")
+    with naming_file("plan", source):
+        return load_plan_document(document)
 
 
 def load_plan_file(source: str | Path | dict[str, Any]) -> Plan:

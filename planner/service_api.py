@@ -73,7 +73,8 @@ class RoundReport(InputModel):
     participants: dict[GroupName, list[ClientId]] | None = Field(
         None, max_length=10_000, exclude_if=lambda value: value is None,
         description="plans whose unit counts participations (metric_local) only: group id -> the run's ids of "
-        "the clients of that group that released a model in this round (each client once, in one group; at most "
+        "the clients of that group that released a model in this round (ids 0 to the plan's total clients - 1; "
+        "each client once, in one group; at most "
         "the group's num_clients distinct clients over the run). Given with the claim or with the completion; once "
         "given it cannot change. A counted round without it counts as one more release of every client (never "
         "optimistic). Other units refuse it (422 naming participants)",

@@ -195,8 +195,9 @@ def follow_replans(state: LoopState, global_round: int, display: Progress) -> No
         return
     while (successor := reporter.claim(global_round)) is not None:
         if not state.prepared.unit.follows_replans:
-            # silo and metric runs do not follow a re-plan yet: stop before the round runs
-            # (nothing of it is spent) and name the plan that now holds these rounds
+            # a unit whose ledger cannot continue on a re-plan (every unit in the registry can:
+            # trainer.run.replan.FollowingTally): stop before the round runs (nothing of it
+            # is spent) and name the plan that now holds these rounds
             raise ReportingStoppedError(
                 f"plan {reporter.plan_id} was re-planned as {successor.plan_id} from round {successor.start_round}; "
                 f"{state.prepared.unit.name} runs do not follow a re-plan yet: train the re-plan in a new job "

@@ -374,11 +374,13 @@ def ledger_rows(plan: MetricPlan, rounds_counted: int, participations: Participa
 
 def check_participants(plan: MetricPlan, participations: Participations, reported: dict[str, list[int]]) -> None:
     """Refuse a round's participants (docs/ledger.md §8), naming ``participants.<group>``: an
-    unknown group or a client listed twice or in two groups (``InvalidInputError``), more
-    distinct clients than the group holds, or a client whose reported releases would pass its
-    group's participation cap (``BudgetConflictError``: the release would exceed the leakage
-    budget)."""
+    unknown group, a client id outside the run's clients ``0 .. total_clients - 1`` (the
+    trainer deals exactly the plan's clients into its groups), a client listed twice or in
+    two groups (``InvalidInputError``), more distinct clients than the group holds, or a
+    client whose reported releases would pass its group's participation cap
+    (``BudgetConflictError``: the release would exceed the leakage budget)."""
     group_of = {c: g for g, counts in participations.counts.items() for c in counts}
+    total = plan.scenario.total_clients
     listed: set[int] = set()
     for group_id, clients in reported.items():
         field = f"participants.{group_id}"
@@ -387,6 +389,10 @@ def check_participants(plan: MetricPlan, participations: Participations, reporte
         except KeyError:
             raise InvalidInputError(field, f"the plan has no group {group_id!r}") from None
         for client in clients:
+            if not 0 <= client < total:
+                raise InvalidInputError(
+                    field, f"client {client} is not one of the run's {total} clients (ids 0 to {total - 1})"
+                )
             if client in listed:
                 raise InvalidInputError(field, f"client {client} is listed twice in this round")
             listed.add(client)

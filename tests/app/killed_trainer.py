@@ -18,6 +18,11 @@ actions
     ``{"patch": PATH, "epsilon": E}``
                         the operator's budget change: ``PATCH $GDPFED_TEST_URL PATH`` with
                         ``{"epsilon": E}`` and the run's key; anything but 200 stops the process
+    ``{"replan": PLAN_ID, "changes": CHANGES}``
+                        the operator's budget change of a plan without a population (a silo or
+                        metric plan): ``POST /v1/plans/LEAF/replan`` with ``{"changes": CHANGES}``,
+                        LEAF the newest plan of PLAN_ID's re-plan lineage (its ``superseded_by``
+                        followed); anything but 201 stops the process
 """
 
 from __future__ import annotations
@@ -43,6 +48,16 @@ def act(action: Any) -> None:
         )
         if response.status_code != 200:
             sys.stderr.write(f"killed_trainer: the budget change failed: HTTP {response.status_code} {response.text}\n")
+            os._exit(99)
+    elif isinstance(action, dict) and "replan" in action:
+        url, headers = os.environ["GDPFED_TEST_URL"], {"Authorization": f"Bearer {os.environ['GDPFED_API_KEY']}"}
+        leaf = action["replan"]
+        while (child := httpx.get(f"{url}/v1/plans/{leaf}/ledger", headers=headers, timeout=60).json()["superseded_by"]):
+            leaf = child
+        response = httpx.post(f"{url}/v1/plans/{leaf}/replan", json={"changes": action["changes"]}, headers=headers,
+                              timeout=60)
+        if response.status_code != 201:
+            sys.stderr.write(f"killed_trainer: the re-plan failed: HTTP {response.status_code} {response.text}\n")
             os._exit(99)
     else:
         raise ValueError(f"unknown action {action!r}")

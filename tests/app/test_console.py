@@ -169,7 +169,7 @@ def test_console_shows_silo_and_metric_plans_under_their_labels(browser: Any, tm
         for index in range(3):
             assert api.post(f"/v1/plans/{silo['id']}/rounds", json={"round_index": index}).status_code == 201
         metric = api.post("/v1/plans", json={"scenario": METRIC_SCENARIO}).json()
-        for index, who in enumerate(({"g": [0, 1], "h": [10]}, {"g": [0]})):
+        for index, who in enumerate(({"g": [0, 1], "h": [5]}, {"g": [0]})):
             report = {"round_index": index, "participants": who}
             assert api.post(f"/v1/plans/{metric['id']}/rounds", json=report).status_code == 201
         silo_ledger = {s["id"]: s for s in api.get(f"/v1/plans/{silo['id']}/ledger").json()["silos"]}

@@ -177,12 +177,12 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
                 counts.setdefault(group, {})[c] = counts.setdefault(group, {}).get(c, 0) + 1
 
     # round 0: participants with the claim; the completion may leave them out
-    r0 = {"g": [0, 1], "h": [10]}
+    r0 = {"g": [0, 1], "h": [5]}
     assert trainer.report(pid, 0, "started", participants=r0).status_code == 201
     assert trainer.report(pid, 0).status_code == 201
     released(r0)
     # round 1: participants with the completion
-    r1 = {"g": [0], "h": [10, 11]}
+    r1 = {"g": [0], "h": [5, 6]}
     assert trainer.report(pid, 1, "started").status_code == 201
     check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), counts, 1)  # claimed: one more release each
     assert trainer.report(pid, 1, participants=r1).status_code == 201
@@ -196,13 +196,16 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
     error(trainer.report(pid, 2, participants={"x": [1]}), 422, "invalid_input", "participants.x")
     error(trainer.report(pid, 2, participants={"g": [3, 3]}), 422, "invalid_input", "participants.g")
     error(trainer.report(pid, 2, participants={"g": [2], "h": [2]}), 422, "invalid_input", "participants.h")
-    error(trainer.report(pid, 2, participants={"g": [2, 3, 4, 5]}), 422, "invalid_input", "participants.g")
+    error(trainer.report(pid, 2, participants={"g": [2, 3, 4, 8]}), 422, "invalid_input", "participants.g")
+    # the run's ids are 0..8, its 9 clients dealt into g and h (nothing else can have released)
+    message = error(trainer.report(pid, 2, participants={"h": [9]}), 422, "invalid_input", "participants.h")
+    assert "not one of the run's 9 clients (ids 0 to 8)" in message
     assert trainer.report(pid, 2, "started", participants={"g": [2]}).status_code == 201
     error(trainer.report(pid, 2, participants={"g": [3]}), 409, "conflict", "participants")
     assert trainer.report(pid, 2, participants={"g": [2]}).status_code == 201
     released({"g": [2]})
     # round 3 is never reported; round 4 is: round 3 counts as one release of every client
-    r4 = {"g": [3], "h": [12]}
+    r4 = {"g": [3], "h": [7]}
     assert trainer.report(pid, 4, participants=r4).status_code == 201
     released(r4)
     check_metric_ledger(client.get(f"/v1/plans/{pid}/ledger").json(), counts, 1)
@@ -225,7 +228,7 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
     assert (kid["start_round"], kid["rounds"], kid["groups"][0]["max_participations"]) == (6, 2, 4)
     assert kid["groups"][0]["noise_multiplier"] == 20.0  # nu kept: released leakage cannot change
     # the new cap counts the run's releases, the parent's included
-    r6 = {"g": [0, 1], "h": [10]}
+    r6 = {"g": [0, 1], "h": [5]}
     assert trainer.report(kid["id"], 6, participants=r6).status_code == 201
     released(r6)
     ledger = client.get(f"/v1/plans/{kid['id']}/ledger").json()
@@ -233,7 +236,7 @@ def test_metric_plan_participations_budget_change_and_ledger(client: TestClient,
 
     def capped4(c: dict[str, dict[int, int]], unknown: int) -> dict[str, tuple[float, float]]:
         g = [min(c["g"].get(k, 0) + unknown, 4) for k in range(5)]  # clients 0-4 of g, cap 4 now
-        h = [c["h"].get(k, 0) + unknown for k in (10, 11, 12)] + [unknown]
+        h = [c["h"].get(k, 0) + unknown for k in (5, 6, 7)] + [unknown]
         leak_g = [metric_leakage([MetricLeakage.laplace(10, 20.0, r)]) if r else 0.0 for r in g]
         leak_h = [metric_leakage([MetricLeakage.laplace(10, 10.0, r)]) if r else 0.0 for r in h]
         return {"g": (max(leak_g), statistics.median(leak_g)), "h": (max(leak_h), statistics.median(leak_h))}
@@ -273,7 +276,7 @@ def test_real_server_kill_and_restart_loses_no_acknowledged_round(backend_url: s
         for r in range(3):
             assert post(link, silo["id"], r, "started").status_code == 201
             assert post(link, silo["id"], r).status_code == 201
-        for r, who in enumerate(({"g": [0], "h": [10]}, {"g": [1], "h": [10]})):
+        for r, who in enumerate(({"g": [0], "h": [5]}, {"g": [1], "h": [5]})):
             assert post(link, metric["id"], r, "started", who).status_code == 201
             for group, clients in who.items():
                 for c in clients:
@@ -301,9 +304,9 @@ def test_real_server_kill_and_restart_loses_no_acknowledged_round(backend_url: s
         for r in range(3, 10):
             assert post(link, silo_child["id"], r).status_code == 201
         for r in range(2, 8):
-            who = {"h": [11 + r % 2]}
+            who = {"h": [6 + r % 2]}
             assert post(link, metric_child["id"], r, participants=who).status_code == 201
-            counts["h"][11 + r % 2] = counts["h"].get(11 + r % 2, 0) + 1
+            counts["h"][6 + r % 2] = counts["h"].get(6 + r % 2, 0) + 1
         final_silo = api.get(f"/v1/plans/{silo_child['id']}/ledger").json()
         final_metric = api.get(f"/v1/plans/{metric_child['id']}/ledger").json()
         link.close()

@@ -58,6 +58,54 @@ def test_replan_through_the_cli(capsys, tmp_path):
     assert [g["id"] for g in data["groups"]][-1] == "late"
 
 
+def test_replan_of_a_silo_plan_through_the_cli(capsys, tmp_path):
+    """``gdpfed plan replan`` takes every unit's plans (it read client plans only and refused
+    a silo plan naming privacy_unit): a silo's epsilon raised, another's lowered, refused
+    below what the silo spent, naming the changes' field."""
+    parent = tmp_path / "silos-plan.json"
+    assert run(["plan", str(ROOT / "examples" / "silos.json"), "--out", str(parent)]) == 0
+    capsys.readouterr()
+    changes = tmp_path / "changes.json"
+    changes.write_text(json.dumps({"silos": [{"id": "bank-c", "epsilon": 6.0}, {"id": "hospital-a", "epsilon": 0.8}]}))
+    argv = ["plan", "replan", str(parent), "--rounds-done", "10", "--changes", str(changes), "--parent-plan-id", "p1"]
+    assert run([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["privacy_unit"], data["start_round"], data["rounds"], data["parent_plan_id"]) == ("silo_sample", 10, 40, "p1")
+    epsilons = {silo["id"]: silo["epsilon"] for silo in data["silos"]}
+    assert epsilons == {"hospital-a": 0.8, "hospital-b": 1.0, "bank-c": 6.0}
+    assert all(silo["spent_phases"] for silo in data["silos"])  # the 10 rounds run, carried
+    assert run(argv) == 0
+    assert "privacy: silo-specific sample-level" in capsys.readouterr().out
+    changes.write_text(json.dumps({"silos": [{"id": "hospital-b", "epsilon": 0.01}]}))
+    err = one_line_error(capsys, argv)
+    assert "changes.silos.0.epsilon" in err and "already spent" in err
+    changes.write_text(json.dumps({"silos": [{"id": "hospital-b", "epsilonn": 2.0}]}))
+    assert "changes.silos.0.epsilonn" in one_line_error(capsys, argv)
+
+
+def test_replan_of_a_metric_plan_through_the_cli(capsys, tmp_path):
+    """A metric group's leakage budget changed from the command line moves its participation
+    cap; without a run's participations every client counts as released in every round
+    done (within the cap), so a budget below 3 releases' leakage after 3 rounds is refused."""
+    parent = tmp_path / "metric-plan.json"
+    assert run(["plan", str(ROOT / "examples" / "metric.json"), "--out", str(parent)]) == 0
+    capsys.readouterr()
+    changes = tmp_path / "changes.json"
+    changes.write_text(json.dumps({"groups": [{"id": "relaxed", "leakage_budget": 3.2}]}))
+    argv = ["plan", "replan", str(parent), "--rounds-done", "3", "--changes", str(changes)]
+    assert run([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["privacy_unit"], data["start_round"], data["rounds"]) == ("metric_local", 3, 97)
+    relaxed = {group["id"]: group for group in data["groups"]}["relaxed"]
+    assert (relaxed["leakage_budget"], relaxed["max_participations"], relaxed["noise_multiplier"]) == (3.2, 8, 5.0)
+    assert run(argv) == 0
+    text = capsys.readouterr().out
+    assert "not an epsilon" in text and "group relaxed: nu = 5, leakage per participation 0.4, cap 8" in text
+    changes.write_text(json.dumps({"groups": [{"id": "relaxed", "leakage_budget": 1.0}]}))
+    err = one_line_error(capsys, argv)
+    assert "changes.groups.0.leakage_budget" in err and "already leaked 1.2" in err
+
+
 def test_sweep_writes_a_png(capsys, tmp_path):
     png = tmp_path / "rates.png"
     assert run(["plan", "sweep", str(EXAMPLE), "--group", "strict", "--epsilons", "0.5,1,4", "--plot", str(png)]) == 0

@@ -151,7 +151,7 @@ def test_a_registered_unit_plugs_in_and_client_paths_refuse_it(tmp_path: Path, c
         path = tmp_path / "plan.json"
         path.write_text(json.dumps(document))
         err = one_line_error(capsys, ["plan", "replan", str(path), "--rounds-done", "1", "--changes", str(CHANGES)])
-        assert "client-level plans only" in err and "'test_silo'" in err
+        assert "cannot be re-planned" in err and "'test_silo'" in err
     with pytest.raises(InvalidInputError):
         load_plan_document(document)  # unregistered again
 

@@ -48,8 +48,10 @@ class TrainingUnit:
     otherwise ``no_reports_reason`` is the refusal. ``reports_participants``: its round
     reports carry the round's participants (``participants``; the metric unit's service
     ledger counts each client's releases, docs/ledger.md §8). ``follows_replans``: a run
-    switches to the service's re-plan at a claim answered ``superseded``; otherwise that
-    answer stops the run naming the re-plan (docs/ledger.md §6).
+    switches to the service's re-plan at a claim answered ``superseded`` (its ledger is then
+    a ``trainer.run.replan.FollowingTally``, and its preparation gives the run an
+    ``engine_factory``); otherwise that answer stops the run naming the re-plan
+    (docs/ledger.md §6).
     """
 
     name: str

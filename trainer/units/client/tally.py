@@ -23,7 +23,7 @@ from accounting.errors import InvalidInputError
 from accounting.events import PrivacyEvent
 from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
-from planner.ledger import EpsilonFn
+from planner.ledger import EpsilonFn, same_history
 from planner.schema import GroupPlan, Plan
 
 __all__ = ["EpsilonFn", "ClientTally"]
@@ -34,6 +34,7 @@ class ClientTally:
 
     privacy_unit = "client"
     notion = "client-level (epsilon, delta)-DP per group"
+    population_change = "it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)"
 
     def __init__(self, plan: Plan, epsilon_fn: EpsilonFn | None = None,
                  mechanism: SecaggMechanism = "gaussian_continuous") -> None:
@@ -133,3 +134,24 @@ class ClientTally:
                 raise InvalidInputError(
                     "resume", f"the checkpoint's privacy history of group {group.id} does not match the plan"
                 )
+
+    # following a re-plan (trainer.run.replan.FollowingTally; docs/ledger.md §6)
+
+    @staticmethod
+    def population(plan: Plan) -> list[tuple[str, int]]:
+        """The plan's groups and their client counts."""
+        return [(g.id, g.num_clients) for g in plan.groups]
+
+    def history_problem(self, successor: Plan) -> str | None:
+        """The first group whose spent history in ``successor`` is not what this run spent."""
+        for group in successor.groups:
+            mine = self.phases(group.id)
+            theirs = plan_ledger.group_history(successor, group, 0)
+            if not same_history(mine, theirs):  # merges the phases of either
+                return f"group {group.id}'s spent history {theirs} is not this run's {mine}"
+        return None
+
+    def continued(self, successor: Plan, epsilon_fn: EpsilonFn | None) -> ClientTally:
+        """A fresh tally of ``successor``: its spent phases are this one's history."""
+        return ClientTally(successor, epsilon_fn)
+

@@ -4,7 +4,7 @@ whose entry in the trainer's unit registry is ``trainer.units.metric.unit.UNIT``
 ``prepare_metric_run`` validates everything (the plan re-derived by its verifier, rounds
 within the plan's, a model whose size is the plan's ``model_dim``, a strategy that
 releases individual models) and builds the metric round engine; the one run loop
-(``trainer.runner``) runs it with the metric steps (``trainer.units.metric.steps``):
+(``trainer.runner``) runs it with the metric phases (``trainer.units.metric.steps``):
 the leakage is written as metric figures (``metric_leakage_*`` in ``rounds.jsonl`` metrics
 and the summary's ``final_metrics``, ``privacy_unit: metric_local``), never as
 ``epsilon_spent``, which stays empty: the notions never mix.
@@ -25,6 +25,7 @@ from trainer.run.directory import RunDirectory
 from trainer.run.preparation import build_population, build_run_model, load_run_data
 from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
+from trainer.strategies.base import Population
 from trainer.units.metric.rounds import MetricRoundEngine
 from trainer.units.metric.tally import MetricTally
 
@@ -70,11 +71,18 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     strategy = build_strategy(plan)
     initial = strategy.initial_params()
     tally = MetricTally(plan)
-    engine = MetricRoundEngine(plan, strategy, population, int(initial.numel()), tally)
+
+    def engine_factory(for_plan: Any, for_strategy: Any, for_population: Population, dim: int,
+                       run_config: TrainConfig, rounds: int) -> MetricRoundEngine:
+        # one tally for the whole run: a re-plan the run follows moves the caps on it
+        # (MetricTally.continued), the releases so far stay counted (docs/metric-privacy.md §4)
+        return MetricRoundEngine(for_plan, for_strategy, for_population, dim, tally)
+
+    engine = engine_factory(plan, strategy, population, int(initial.numel()), config, config.rounds)
     return PreparedRun(
         plan=plan,
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume,
         dataset=dataset, model=model, device=chosen_device, population=population, initial_params=initial,
         strategy=strategy, engine=engine, warnings=list(plan.warnings), build_strategy=build_strategy,
-        unit=unit, run_start=0,
+        engine_factory=engine_factory, unit=unit, run_start=plan.start_round,
     )

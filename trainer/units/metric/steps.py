@@ -76,10 +76,15 @@ class MetricSteps(RoundSteps):
                 plan_id: str | None, reporter: RoundReporter | None, divergence: Divergence | None) -> RunSummary:
         config = prepared.config
         evaluated = [r for r in records if r.loss is not None]
+        # the tally counts the rounds of the plan now executed (a followed re-plan's from its start)
+        rounds_run = prepared.plan.start_round + tally.rounds_run - prepared.run_start
         return RunSummary(
-            run_dir=str(prepared.run_dir.root), method=prepared.plan.method, plan_id=plan_id,
-            complete=tally.rounds_run == config.rounds, rounds_run=tally.rounds_run, rounds=config.rounds,
-            start_round=0, final_accuracy=evaluated[-1].accuracy if evaluated else None,
+            run_dir=str(prepared.run_dir.root), method=prepared.plan.method,
+            plan_id=reporter.plan_id if reporter is not None else plan_id,
+            superseded_plans=list(prepared.plan_history),
+            complete=rounds_run == config.rounds, rounds_run=rounds_run, rounds=config.rounds,
+            start_round=prepared.run_start, reports_pending=len(reporter.pending) if reporter is not None else 0,
+            final_accuracy=evaluated[-1].accuracy if evaluated else None,
             final_loss=evaluated[-1].loss if evaluated else None,
             best_accuracy=max((r.accuracy for r in evaluated if r.accuracy is not None), default=None),
             epsilon_spent={}, epsilon_target={}, aborted_rounds={}, model_dim=prepared.plan.scenario.model_dim,

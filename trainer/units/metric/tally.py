@@ -9,6 +9,7 @@ each group to the largest leakage of any of its clients so far.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from typing import Any
@@ -28,6 +29,7 @@ class MetricTally:
     # the unit's labels, read by the run's summary, round records and plots as silo runs' are
     notion = metric_local.NOTION
     privacy_unit = metric_local.NAME
+    population_change = "it changes the groups or their client counts (the simulator cannot re-deal clients mid-run)"
 
     def __init__(self, plan: MetricPlan, epsilon_fn: Any = None) -> None:
         del epsilon_fn  # no (epsilon, delta) accountant reads a metric plan
@@ -153,3 +155,41 @@ class MetricTally:
             self.group_of[int(client)] = str(group_id)
         self.reference_releases = {int(c): float(v) for c, v in state.get("reference_releases", {}).items()}
         self.last_radius = state.get("last_radius")
+
+    # following a re-plan (trainer.run.replan.FollowingTally; docs/metric-privacy.md §4)
+
+    @staticmethod
+    def population(plan: MetricPlan) -> list[tuple[str, int]]:
+        """The plan's groups and their client counts."""
+        return [(g.id, g.num_clients) for g in plan.groups]
+
+    def history_problem(self, successor: MetricPlan) -> str | None:
+        """Why ``successor`` cannot go on counting this run's releases: a re-plan moves
+        leakage budgets, and with them participation caps, only. Another scenario besides
+        the budgets (model size, clients a round, radius rule), another noise multiplier nu
+        (the leakage ``n / nu`` of every release so far is the plan's), or a client that has
+        already released more often than its group's new cap (its leakage is past the new
+        budget) is refused."""
+        budgets_only = {"groups"}
+        if successor.scenario.model_dump(exclude=budgets_only) != self.plan.scenario.model_dump(exclude=budgets_only):
+            return "it changes the scenario besides the groups' leakage budgets"
+        for group in successor.groups:
+            mine = self.plan.group(group.id).noise_multiplier
+            if not math.isclose(group.noise_multiplier, mine, rel_tol=1e-12):
+                return (f"group {group.id}'s noise multiplier is {group.noise_multiplier:.12g}, this run's "
+                        f"{mine:.12g} (the leakage of the releases so far is this run's)")
+            cap = group.max_participations
+            most = max((p for c, p in self.participations.items() if self.group_of[c] == group.id), default=0)
+            if cap is not None and most > cap:
+                return (f"a client of group {group.id} has released {most} times, more than its new cap of {cap} "
+                        f"(leakage budget {group.leakage_budget:g})")
+        return None
+
+    def continued(self, successor: MetricPlan, epsilon_fn: Any = None) -> MetricTally:
+        """This ledger, on ``successor``: every client's releases so far are the run's (the
+        new caps count them, docs/metric-privacy.md §4), the rounds run count from the
+        successor's start. The same object: the metric engine caps participation on it."""
+        del epsilon_fn  # no (epsilon, delta) accountant reads a metric plan
+        self.plan = successor
+        self.rounds_run = 0
+        return self

@@ -57,4 +57,6 @@ UNIT = TrainingUnit(
     # every client's releases from them (docs/ledger.md §8)
     reports=True,
     reports_participants=True,
+    # a leakage-budget change mid-run moves the caps the run enforces (docs/metric-privacy.md §4)
+    follows_replans=True,
 )

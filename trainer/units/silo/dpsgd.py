@@ -73,6 +73,8 @@ class SiloMechanism:
     selection_epsilons: tuple[float | None, ...] = ()
     selection_rounds: int = 0
     clusters: int = 1
+    # the plan's first global round: selection rounds count from it (a re-plan's from its own start)
+    start_round: int = 0
 
     @classmethod
     def from_plan(cls, plan: Any) -> SiloMechanism:
@@ -87,6 +89,7 @@ class SiloMechanism:
             selection_epsilons=tuple(s.selection_epsilon for s in plan.silos),
             selection_rounds=max((s.selection_rounds for s in plan.silos), default=0),
             clusters=int(plan.scenario.clusters),
+            start_round=int(plan.start_round),
         )
 
     def only(self, silos: Sequence[int]) -> SiloMechanism:

@@ -22,7 +22,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from accounting.errors import InvalidInputError
-from planner.ledger import EpsilonFigures, EpsilonFn, epsilon_figures
+from planner.ledger import EpsilonFigures, EpsilonFn, epsilon_figures, same_history
 from planner.schema import PlanDocument
 from planner.units import silo_sample
 from planner.units.silo_sample import SiloSamplePlan
@@ -47,6 +47,7 @@ class SiloTally:
 
     notion = silo_sample.NOTION
     privacy_unit = silo_sample.NAME
+    population_change = "it changes the silos or their example counts (the simulator cannot re-deal examples mid-run)"
 
     def __init__(self, plan: SiloSamplePlan, epsilon_fn: EpsilonFn | None = None) -> None:
         self.plan = plan
@@ -91,6 +92,30 @@ class SiloTally:
         mine = self.state_dict()["events"]
         if state.get("events", mine) != mine:
             raise InvalidInputError("resume", "the checkpoint's privacy history of the silos does not match the plan")
+
+    # following a re-plan (trainer.run.replan.FollowingTally; docs/mrmtl.md §6)
+
+    @staticmethod
+    def population(plan: SiloSamplePlan) -> list[tuple[str, int]]:
+        """The plan's silos and their example counts."""
+        return [(s.id, s.num_samples) for s in plan.silos]
+
+    def history_problem(self, successor: SiloSamplePlan) -> str | None:
+        """Another method (its DP-SGD passes are the strategy's), or the first silo whose
+        history before ``successor`` (``spent_phases``, ``spent_selections``) is not what this
+        run spent: its DP-SGD steps and cluster selections so far."""
+        if successor.method != self.plan.method:
+            return f"it runs method {successor.method}, this run {self.plan.method} (the strategy's DP-SGD passes)"
+        for silo in successor.silos:
+            mine = silo_sample.silo_history(self.plan, self.plan.silo(silo.id), self.rounds_run)
+            theirs = silo.spent_events()
+            if not same_history(mine, theirs):
+                return f"silo {silo.id}'s spent history {theirs} is not this run's {mine}"
+        return None
+
+    def continued(self, successor: SiloSamplePlan, epsilon_fn: EpsilonFn | None) -> SiloTally:
+        """A fresh tally of ``successor``: its silos' spent events are this one's history."""
+        return SiloTally(successor, epsilon_fn)
 
 
 class SiloRoundEngine:
@@ -196,7 +221,15 @@ def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict
         return evaluate_silos(model, strategy.evaluated_models(params), data, silo_ids)
 
     def build_strategy(for_plan: Any) -> Any:
-        raise InvalidInputError("plan", "silo plans cannot be re-planned mid-run")
+        # a re-plan the run follows (docs/mrmtl.md §6) changes each silo's sigma_k (and what
+        # is left of its cluster selections), never the method: the same strategy goes on,
+        # its schedule in the run's rounds, with the engine on the re-plan's mechanism
+        engine.mechanism = SiloMechanism.from_plan(for_plan)
+        return strategy
+
+    def engine_factory(for_plan: Any, for_strategy: Any, population: Population, dim: int, run_config: TrainConfig,
+                       rounds: int) -> SiloRoundEngine:
+        return SiloRoundEngine(for_strategy, dim)
 
     return PreparedRun(
         plan=plan,
@@ -204,7 +237,7 @@ def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict
         model=model, device=chosen_device, population=Population({"silos": torch.arange(len(sizes)).numpy()}),
         initial_params=initial, strategy=strategy,
         engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
-        unit=unit, run_start=0, evaluator=evaluator,
+        engine_factory=engine_factory, unit=unit, run_start=plan.start_round, evaluator=evaluator,
         chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task, part="silo"),
         gradient_path=engine.gradient_path,
     )

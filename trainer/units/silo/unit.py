@@ -53,4 +53,6 @@ UNIT = TrainingUnit(
     unused_reason="they take batch sizes, steps per round, noise and clipping from the plan, train every silo in "
     "every round with plain DP-SGD and use no secure aggregation (docs/mrmtl.md §1, §6); leave it out",
     reports=True,
+    # a budget change mid-run re-calibrates each silo's sigma_k for the rest (docs/mrmtl.md §6)
+    follows_replans=True,
 )

@@ -41,6 +41,10 @@ class SiloStrategy(ABC):
             )
         self.engine = engine
         self.rounds = rounds
+        # the run's first global round: a schedule over the run's ``rounds`` (finetune_fraction,
+        # fedavg_fraction) counts from it, and a re-plan the run follows (a new mechanism for
+        # the engine, from the re-plan's start) does not restart it (docs/mrmtl.md §6)
+        self.first_round = engine.mechanism.start_round
         weighting = options.get("weighting", "uniform")
         if weighting not in ("uniform", "samples"):
             raise InvalidInputError("strategy-option", f"weighting must be 'uniform' or 'samples', got {weighting!r}")
@@ -56,6 +60,11 @@ class SiloStrategy(ABC):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= float(value) <= high:
             raise InvalidInputError("strategy-option", f"{name} must be a number in [{low}, {high}], got {value!r}")
         return float(value)
+
+    def run_round_index(self, ctx: RoundContext) -> int:
+        """The round's index within the run (``ctx.round_index`` counts within the plan now
+        executed, which a followed re-plan restarts)."""
+        return ctx.global_round - self.first_round
 
     def mean(self, models: torch.Tensor) -> torch.Tensor:
         """The server's mean sum_k a_k w_k of released models ``[K, d]``."""

@@ -24,7 +24,7 @@ class Finetune(SiloStrategy):
         self.federated_rounds = math.ceil(fraction * rounds - 1e-9)
 
     def run_round(self, ctx: RoundContext, global_params: torch.Tensor) -> torch.Tensor:
-        if ctx.round_index < self.federated_rounds:
+        if self.run_round_index(ctx) < self.federated_rounds:
             models = self.engine.train(ctx, global_params.expand(self.engine.num_silos, -1))
             new_global = self.mean(models)
             self.personal = new_global.expand(self.engine.num_silos, -1).clone()

@@ -51,11 +51,12 @@ class IfcaMRMTL(SiloStrategy):
         return centres
 
     def run_round(self, ctx: RoundContext, global_params: torch.Tensor) -> torch.Tensor:
+        # selections count within the plan now executed (a re-plan states its remaining ones)
         if ctx.round_index < self.engine.mechanism.selection_rounds:
             chosen = self.engine.select_clusters(ctx, self.personal, self.centres, ctx.round_index)
             self.assignment = torch.as_tensor(chosen, device=self.centres.device)
         anchors = self.centres[self.assignment]
-        if ctx.round_index < self.fedavg_rounds:
+        if self.run_round_index(ctx) < self.fedavg_rounds:
             models = self.engine.train(ctx, anchors)
             self.personal = models
         else:
