@@ -88,7 +88,7 @@ LAYERS: dict[str, tuple[frozenset[str], ...]] = {
         frozenset({"units.registry"}),
         frozenset({"units.strategies"}),
         frozenset({"runner"}),
-        frozenset({"cli", "experiments", "flower", "__init__"}),
+        frozenset({"cli", "audit_cli", "experiments", "flower", "__init__"}),
     ),
 }
 
