@@ -71,18 +71,6 @@ def register(subparsers: Any) -> None:
     loopback.set_defaults(handler=handle_loopback)
 
 
-def refuse_client_state(strategy: str) -> None:
-    """A strategy that keeps per-client state between rounds (``StrategySpec.keeps_client_state``)
-    cannot run on Flower nodes, which keep no client object between messages (docs/flower.md §2)."""
-    # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.strategies.registry import strategy_spec
-
-    if strategy_spec(strategy).keeps_client_state:
-        raise InvalidInputError(
-            "strategy", f"{strategy} keeps per-client state between rounds (personal models); run it with gdpfed train"
-        )
-
-
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_document
@@ -107,12 +95,11 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
     })
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
-    refuse_client_state(config.strategy)
     if config.strategy_options.get("adaptive_clip"):
-        # imported when the subcommand runs: the flower extra (flwr) and start-up time
-        from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
+        # imported when the subcommand runs: start-up time
+        from trainer.units.client.adaptive_clip import AdaptiveClipping
 
-        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
+        AdaptiveClipping.from_plan(plan)  # refuse a plan without an adaptive_clip block now, not on the SuperLink
     run_config = run_config_of(options, config)
     train_config(run_config)  # what the ServerApp will read back, checked now
     out = write_bundle(args.out, document, run_config)
