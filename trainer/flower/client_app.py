@@ -11,8 +11,14 @@
   noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
 - ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
   ``Context.state``, one protocol round each, refusing any other session.
+- ``PERSONAL``: the node's own model (a personal model kept in its ``Context.state``)
+  scored on its own test rows (docs/flower.md §2, "Per-client state").
 
-Replies carry protocol messages only: no metrics, no example count, no plaintext update.
+With adaptive clipping the ``KEYS`` session names the round's ``S^t``; the node clips at it
+and derives both noise shares (update and count) from its own plan.
+
+Replies carry protocol messages only (no example count, no plaintext update), and the
+personal scores ``PERSONAL`` asks for.
 The noise comes from ``os.urandom`` (the server cannot know it) except on a node
 configured ``gdpfed-simulation = true`` (``trainer.flower.settings``).
 

@@ -14,11 +14,16 @@ message type        server -> node                         node -> server
 ==================  =====================================  ======================================
 
 ``HELLO`` (once per node and run) asks a node for its group and its plan's fingerprint.
+``PERSONAL`` (evaluated rounds, strategies with per-client models) asks a node for its own
+model's scores on its own test rows: the one metric a node sends, in the clear, unless its
+node config says ``gdpfed-personal-metrics = false`` (docs/flower.md §2, "Per-client state").
+With adaptive clipping the ``KEYS`` session names the round's clip ``S^t``.
 
 A reply never names its sender: the server takes it from the message's source node (which
 Flower authenticates), so one node cannot answer for another. Nothing here carries a
-plaintext update, a metric or an example count. The client's secrets stay in its
-``Context.state`` (``state_to_records``), which Flower keeps on the node.
+plaintext update or an example count. The client's secrets stay in its
+``Context.state`` (``state_to_records``), which Flower keeps on the node, and so does the
+strategy's state of its client (``record_client_state``: a personal model).
 
 numpy, ``flwr.app`` and ``trainer.secagg`` only: the ClientApp imports this module in
 every message's process.

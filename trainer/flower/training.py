@@ -4,7 +4,10 @@
 ``gdpfed train`` from the run's settings and runs ``strategy.client_update`` for its own
 client index only. With the same seed this is exactly the row the simulator computes for
 that client (minibatches are fixed by ``(seed, round, client)``, docs/trainer.md
-"Minibatches"). Only the ClientApp's ``KEYS`` step imports this module.
+"Minibatches"). A strategy's per-client state (a personal model) comes from and goes
+back to the node's ``Context.state`` around each call (``client_state``), and
+``client_scores`` scores the node's own model on its own test rows. Only the ClientApp's
+``KEYS`` and ``PERSONAL`` steps import this module.
 """
 
 from __future__ import annotations
