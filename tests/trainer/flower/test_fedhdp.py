@@ -125,3 +125,22 @@ def test_the_node_derives_adaptive_noise_from_its_own_plan(plan):
     with pytest.raises(InvalidInputError):
         NodeClient.mechanism(fixed, "P1", 700, 1.0)
     assert np.isfinite(small.value_bound)
+
+
+def test_a_session_with_a_bad_clip_or_another_grid_at_it_is_refused(plan):
+    from trainer.flower.client_app import NodeClient
+    from trainer.secagg import ProtocolError, choose_params
+
+    node_side = NodeClient.mechanism(plan, "P1", 700, 0.5)
+    params = choose_params(2, node_side.threshold, node_side.value_bound, scale=node_side.scale)
+    session = messages.Session("P1", 0, "f", b"s" * 32, (1, 2), params, {0: (1,), 1: (0,)}, clip_norm=0.5)
+    NodeClient.check_params(session, node_side)  # the node's own mechanism at S^t: accepted
+    record = messages.session_record(session)
+    assert messages.session_from_record(record).clip_norm == 0.5
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        record["clip_norm"] = bad
+        with pytest.raises(ProtocolError, match="clip norm"):
+            messages.session_from_record(record)
+    # a grid or bound computed at another clip than the session names is refused
+    with pytest.raises(ProtocolError, match="value bound|grid scale"):
+        NodeClient.check_params(session, NodeClient.mechanism(plan, "P1", 700, 5.0))
