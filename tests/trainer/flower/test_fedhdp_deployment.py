@@ -78,8 +78,6 @@ def test_gdpfed_flower_local_runs_fedhdp_with_the_simulators_ledger(tmp_path: Pa
         assert fl.epsilon_spent == sim.epsilon_spent and fl.sampled == sim.sampled and fl.aborted_pools == sim.aborted_pools
     assert flower_rounds[0].clip_norm == simulated_rounds[0].clip_norm  # S^0, before any count
     assert summary["epsilon_spent"] == simulated.epsilon_spent
-    for group in plan.groups:
-        assert summary["epsilon_spent"][group.id] == pytest.approx(group.epsilon_spent, rel=1e-9)
     # every node answered for its personal model: an accuracy per group, as gdpfed train reports
     assert set(summary["personal_accuracy_by_group"]) == {"private", "out"}
     assert None not in summary["personal_accuracy_by_group"].values()
