@@ -43,7 +43,7 @@ from typing import Any
 STEPS = ("keys", "shares", "masked", "unmask")
 
 
-def _plan(total: int, expected: float, rounds: int) -> Any:
+def _plan(total: int, expected: float, rounds: int, *, adaptive_clip: dict[str, float] | None = None) -> Any:
     from planner import make_plan
     from planner.schema import Scenario
 
@@ -52,6 +52,7 @@ def _plan(total: int, expected: float, rounds: int) -> Any:
         groups=[{"id": "strict", "epsilon": 4.0, "num_clients": half},
                 {"id": "relaxed", "epsilon": 12.0, "num_clients": total - half}],
         delta=1e-4, rounds=rounds, clip_norm=1.0, model_dim=55_210, expected_clients=expected, min_clients_per_pool=2,
+        adaptive_clip=adaptive_clip,
     )
     return make_plan(scenario, "gdpfed_plus", clients_needed=False)
 
@@ -136,7 +137,7 @@ def _cold_nodes() -> None:
     _workspace.cache_clear()
 
 
-def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any]:
+def _loopback(plan: Any, config: Any, dataset: Any, work: Path, executor: str = "flower loopback") -> dict[str, Any]:
     from trainer.flower.cli import simulation_nodes
     from trainer.flower.client_app import build_client_app
     from trainer.flower.server_app import run_plan
@@ -151,8 +152,12 @@ def _loopback(plan: Any, config: Any, dataset: Any, work: Path) -> dict[str, Any
     run_plan(grid, plan.model_dump(mode="json"), run_config, dataset=dataset, progress=_quiet(config.rounds),
              log=lambda _text: None)
     records = read_rounds(work / "run" / "rounds.jsonl")
-    return _row("flower loopback", records, load, {"train_s": grid.client_seconds.get("train.gdpfed_keys", 0.0)
-                                                    / max(1, sum(sum(r.sampled.values()) for r in records))})
+    extra = {"train_s": grid.client_seconds.get("train.gdpfed_keys", 0.0)
+             / max(1, sum(sum(r.sampled.values()) for r in records))}
+    if "evaluate.gdpfed_personal" in grid.client_seconds:
+        # the nodes scoring their personal models, per round (every node, every evaluated round)
+        extra["personal_eval_s"] = grid.client_seconds["evaluate.gdpfed_personal"] / len(records)
+    return _row(executor, records, load, extra)
 
 
 def _processes(plan: Any, config: Any, federation: Any, work: Path, profile: Path) -> dict[str, Any]:
@@ -288,6 +293,33 @@ def measure(total: int, expected: float, rounds: int, *, process_rounds: int | N
     return rows
 
 
+# FedHDP's row: ratio r = 0.3 on the strict pool, Ditto's lambda 0.1, adaptive clipping (its
+# count's noise sigma_b = 2), personal models scored on a quarter of each client's rows held out.
+FEDHDP_OPTIONS = {"ratios": {"P1": 0.3}, "lambdas": 0.1, "adaptive_clip": True}
+
+
+def measure_fedhdp(total: int, expected: float, rounds: int) -> list[dict[str, Any]]:
+    """FedHDP (``--strategy fedhdp``) in ``gdpfed train`` and over ``LoopbackGrid``: the same plan
+    with an ``adaptive_clip`` block, personal models kept on the nodes and scored there every round."""
+    from trainer.data import load_dataset
+    from trainer.runner import TrainConfig
+
+    plan = _plan(total, expected, rounds, adaptive_clip={"count_noise_std": 2.0})
+    config = TrainConfig(dataset="digits", model="mlp", rounds=rounds, local_steps=5, batch_size=32, lr=0.05,
+                         strategy="fedhdp", strategy_options=FEDHDP_OPTIONS,
+                         dataset_options={"client_test_fraction": 0.25}, eval_every=1)
+    dataset = load_dataset("digits", num_clients=total, seed=0, client_test_fraction=0.25)
+    with tempfile.TemporaryDirectory(prefix="gdpfed-bench-flower-fedhdp-") as tmp:
+        work = Path(tmp)
+        simulated = _progress(total, {**_simulator(plan, config, dataset, work / "sim"), "executor": "gdpfed train fedhdp"})
+        loopback = _progress(total, _loopback(plan, config, dataset, work / "loopback", "flower loopback fedhdp"))
+    rows = [simulated, loopback]
+    for row in rows:
+        row["clients"] = total
+        row["vs_train"] = row["round_s"] / simulated["round_s"]
+    return rows
+
+
 def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     # (clients, expected a round, rounds, rounds on real processes): a round on processes is
     # about four process starts a sampled node (and discovery one a node), every round as cold as
@@ -302,4 +334,8 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     # the other units' rounds on Flower, each its own table (bench/flower_units.py)
     from bench import flower_units
 
-    return [(title, rows), *flower_units.run(quick)]
+    total, expected, rounds, _ = sizes[0]
+    fedhdp_title = ("FedHDP on Flower vs gdpfed train: the same plan with adaptive clipping, ratio 0.3, Ditto "
+                    "lambda 0.1, personal models on the nodes scored every round (vs_train = round_s / gdpfed "
+                    "train fedhdp's)")
+    return [(title, rows), (fedhdp_title, measure_fedhdp(total, expected, rounds)), *flower_units.run(quick)]

@@ -66,7 +66,7 @@ def build_client_app(bundle_dir: Path) -> Any:
         space = workspace(document, config, node.device)
         params = message.content.array_records["arrays"].to_numpy_ndarrays()[0].astype(np.float64)
         server_round = int(message.content.config_records["config"]["server-round"])  # type: ignore[arg-type, unused-ignore]
-        update = local_update(space, node.require_partition(), str(node.group), server_round - 1, params)
+        update, _ = local_update(space, node.require_partition(), str(node.group), server_round - 1, params)
         reply = RecordDict({"arrays": ArrayRecord([params + update]), "metrics": MetricRecord({"num-examples": 1})})
         return Message(reply, reply_to=message)
 

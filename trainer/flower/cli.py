@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from accounting.errors import GdpfedError, InvalidInputError
 
@@ -71,18 +71,6 @@ def register(subparsers: Any) -> None:
     loopback.set_defaults(handler=handle_loopback)
 
 
-def refuse_client_state(strategy: str) -> None:
-    """A strategy that keeps per-client state between rounds (``StrategySpec.keeps_client_state``)
-    cannot run on Flower nodes, which keep no client object between messages (docs/flower.md §2)."""
-    # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.units.strategies import strategy_spec
-
-    if strategy_spec(strategy).keeps_client_state:
-        raise InvalidInputError(
-            "strategy", f"{strategy} keeps per-client state between rounds (personal models); run it with gdpfed train"
-        )
-
-
 def check_silo_strategy(plan: Any, config: Any) -> None:
     """A silo plan runs its own method's strategy (as ``gdpfed train``), with options it takes."""
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
@@ -131,12 +119,13 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         check_silo_strategy(plan, config)
     else:
         registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
-        refuse_client_state(config.strategy)
     if config.strategy_options.get("adaptive_clip"):
-        # imported when the subcommand runs: the flower extra (flwr) and start-up time
-        from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY
+        # imported when the subcommand runs: start-up time
+        from planner.schema import Plan
+        from trainer.units.client.adaptive_clip import AdaptiveClipping
 
-        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
+        # only a client plan's strategies take adaptive_clip (registered_strategy refused the others)
+        AdaptiveClipping.from_plan(cast(Plan, plan))  # refuse a plan without an adaptive_clip block now, not on the SuperLink
     run_config = run_config_of(options, config)
     train_config(run_config)  # what the ServerApp will read back, checked now
     out = write_bundle(args.out, document, run_config)

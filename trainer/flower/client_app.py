@@ -11,8 +11,14 @@
   noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
 - ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
   ``Context.state``, one protocol round each, refusing any other session.
+- ``PERSONAL``: the node's own model (a personal model kept in its ``Context.state``)
+  scored on its own test rows (docs/flower.md §2, "Per-client state").
 
-Replies carry protocol messages only: no metrics, no example count, no plaintext update.
+With adaptive clipping the ``KEYS`` session names the round's ``S^t``; the node clips at it
+and derives both noise shares (update and count) from its own plan.
+
+Replies carry protocol messages only (no example count, no plaintext update), and the
+personal scores ``PERSONAL`` asks for.
 The noise comes from ``os.urandom`` (the server cannot know it) except on a node
 configured ``gdpfed-simulation = true`` (``trainer.flower.settings``).
 
@@ -167,7 +173,7 @@ class NodeClient:
         self.check_round(plan, session, context)
         self.timings["round"] = session.global_round
         global_params = messages.global_params_of(content)
-        mechanism = self.mechanism(plan, group.pool, global_params.shape[0])
+        mechanism = self.mechanism(plan, group.pool, global_params.shape[0], session.clip_norm)
         self.check_params(session, mechanism)
 
         # start-up time: a node loads the trainer (torch) only when a message needs it
@@ -185,13 +191,19 @@ class NodeClient:
             space = workspace(document, config, node.device)
             self.timings["setup_s"] = time.time() - training_started  # torch, data, model (once per process)
             training_started = time.time()
-            update = local_update(space, client_index, group_id, session.global_round, global_params)
+            # the strategy's state of this client (a personal model) lives on the node, between rounds
+            update, state = local_update(space, client_index, group_id, session.global_round, global_params,
+                                         messages.client_state_of(context.state))
+            if state:
+                messages.record_client_state(context.state, state)
         self.timings["train_s"] = time.time() - training_started
         # start-up time: a node loads the trainer (torch) only when a message needs it
-        from trainer.units.client.mechanism import privatize
+        from trainer.units.client.mechanism import privatize, privatize_counted
 
         rng = self.noise_rng(node, config, session, client_index)
-        vector, _ = privatize(update, mechanism.clip_norms[group_id], mechanism, rng)
+        # adaptive clipping: the round's S^t, and the count b - 1/2 with its own noise share appended
+        encode = privatize if session.clip_norm is None else privatize_counted
+        vector, _ = encode(update, mechanism.clip_norms[group_id], mechanism, rng)
         if self.observe is not None:
             self.observe(context.node_id, session.pool_id, vector)
         client = Client(index, vector, session.params, session.setup, None)
@@ -199,6 +211,31 @@ class NodeClient:
         self.save(context, session, client)
         messages.record_joined_round(context.state, session.global_round)
         return messages.keys_reply(keys)
+
+    def personal(self, content: RecordDict, context: Context) -> RecordDict:
+        """This node's own model (its personal model; the received global model where it has
+        none) scored on its own test rows: the loss sum, the correct count and the row count.
+
+        These numbers leave the node in the clear, outside the plan's privacy guarantee, as
+        Flower's federated evaluation does; a node configured ``gdpfed-personal-metrics =
+        false`` refuses (docs/flower.md §2, "Per-client state").
+        """
+        node = NodeSettings.from_node_config(context.node_config)
+        if not node.personal_metrics:
+            raise ProtocolError("this node does not report its personal model's scores (gdpfed-personal-metrics = false)")
+        plan, document, plan_print = self.own_plan(node)
+        requested, global_round = messages.personal_request_of(content)
+        if requested != plan_print:
+            raise ProtocolError("the request belongs to another plan than this node's copy")
+        self.timings["round"] = global_round
+        # start-up time: a node loads the trainer (torch) only when a message needs it
+        from trainer.flower.settings import train_config
+        from trainer.flower.training import client_scores, workspace
+
+        space = workspace(document, train_config(context.run_config), node.device)
+        scores = client_scores(space, node.require_partition(), messages.global_params_of(content),
+                               messages.client_state_of(context.state))
+        return messages.personal_reply(scores)
 
     def shares(self, content: RecordDict, context: Context) -> RecordDict:
         session, client = self.load(content, context)
@@ -238,12 +275,18 @@ class NodeClient:
             raise ProtocolError(f"this node already took part in round {last}; it joins each round once, in order")
 
     @staticmethod
-    def mechanism(plan: Plan, pool_id: str, dim: int) -> PoolMechanism:
+    def mechanism(plan: Plan, pool_id: str, dim: int, clip_norm: float | None = None) -> PoolMechanism:
+        """The pool's mechanism from the node's own plan; with adaptive clipping's ``S^t``
+        (``clip_norm``) the update's noise ``sigma_Delta S^t`` and the count's ``sigma_b``,
+        both from the plan, so the server's ``S^t`` scales the noise with the clip and never
+        lowers the noise multiplier (a plan without an ``adaptive_clip`` block is refused)."""
         # start-up time: a node loads the trainer (torch) only when a message needs it
-        from trainer.units.client.mechanism import pool_mechanisms
+        from trainer.units.client.mechanism import at_clip, pool_mechanisms
 
         # plan.rounds sizes the noise tail bound: server and nodes agree without the run's rounds.
-        return next(m for m in pool_mechanisms(plan, dim, plan.rounds) if m.pool_id == pool_id)
+        adaptive = clip_norm is not None
+        mechanism = next(m for m in pool_mechanisms(plan, dim, plan.rounds, adaptive=adaptive) if m.pool_id == pool_id)
+        return mechanism if clip_norm is None else at_clip(mechanism, clip_norm, dim)
 
     @staticmethod
     def check_params(session: messages.Session, mechanism: PoolMechanism) -> None:
@@ -310,4 +353,5 @@ def build_client_app(bundle_dir: Path, node_client: NodeClient | None = None) ->
     register_silo_handlers(app, bundle_dir, handler)
     # metric plans: a selected client's Laplace release (trainer.flower.metric)
     register_metric_handlers(app, bundle_dir, handler, node_client)
+    app.evaluate(messages.PERSONAL.split(".")[1])(handler(node_client.personal))
     return app

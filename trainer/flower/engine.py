@@ -23,7 +23,7 @@ One round:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
+from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
@@ -41,8 +42,9 @@ from trainer.secagg import ProtocolError, Server, choose_params, new_session
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
 from trainer.strategies.base import Population, RoundContext, Strategy
+from trainer.units.client.adaptive_clip import adaptive_controller
 from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms
-from trainer.units.client.release import PoolResults, server_step, too_few_sampled
+from trainer.units.client.release import PoolResults, round_mechanisms, server_step, split_counts, too_few_sampled
 from trainer.units.client.rounds import pool_graph_kinds, session_graph
 
 Log = Callable[[str], None]
@@ -170,8 +172,13 @@ class FlowerRoundEngine:
         self.pool_graphs = pool_graph_kinds(plan, secagg_mode)
         self.step_timeout = step_timeout
         self.log = log
+        # adaptive clipping is the strategy's choice (its controller holds S^t, on this host)
+        self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
         # plan.rounds sizes the noise tail bound, as on the nodes (client_app.NodeClient.mechanism).
-        self.mechanisms = pool_mechanisms(plan, dim, plan.rounds)
+        self.mechanisms = pool_mechanisms(plan, dim, plan.rounds, adaptive=self.adaptive)
+        # per-client models live on the nodes: the strategy's evaluation asks them for their scores
+        strategy.remote_scores = self.node_scores
+        self._round = plan.start_round
         self.failures: list[ClientFailure] = []
         # pool id -> (participants, survivors U3) of the last round, as node ids (audits, logs).
         self.last_sessions: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -181,10 +188,13 @@ class FlowerRoundEngine:
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]:
         timing: dict[str, float] = {}
         started = time.perf_counter()
+        self._round = ctx.global_round
+        controller = adaptive_controller(self.strategy) if self.adaptive else None
+        clip_norm, mechanisms = round_mechanisms(self.strategy, self.mechanisms, self.dim)
         self.membership.refresh()
         selection = self.strategy.configure_round(ctx, self.membership.population())
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
-        sessions, reasons, graphs = self._open_sessions(ctx, selection)
+        sessions, reasons, graphs = self._open_sessions(ctx, selection, mechanisms, clip_norm)
         timing["select"] = time.perf_counter() - started
 
         params_np = global_params.detach().to("cpu").numpy()
@@ -213,14 +223,20 @@ class FlowerRoundEngine:
 
         tick = time.perf_counter()
         results = PoolResults()
-        for mechanism in self.mechanisms:
+        for mechanism in mechanisms:
             done = sessions.get(mechanism.pool_id)
             reason = reasons.get(mechanism.pool_id) if done is None else done.reason
             if done is None or done.total is None:
                 results.abort(mechanism.pool_id, reason or "aborted")
             else:
                 results.release(mechanism, done.total, len(done.survivors))
-        new_params = server_step(self.strategy, ctx, global_params, results.pool_sums, self.dim)
+        pool_sums = results.pool_sums
+        counts: dict[str, float | None] = {}
+        if clip_norm is not None:
+            # the last coordinate of a released sum is the pool's noisy count; the update is the rest
+            pool_sums, counts = split_counts(pool_sums, self.dim)
+        new_params = server_step(self.strategy, ctx, global_params, pool_sums, self.dim)
+        fraction = None if controller is None else controller.update(counts)
         timing["aggregate"] = time.perf_counter() - tick
 
         self.last_sessions = {
@@ -236,19 +252,51 @@ class FlowerRoundEngine:
             dropped_before_masking=dropped["keys"] + dropped["shares"] + dropped["masked"],
             dropped_after_masking=dropped["unmask"],
             timing=timing,
-            pool_sums=results.pool_sums,
+            pool_sums=pool_sums,
             secagg=graphs,
+            clip_norm=clip_norm,
+            unclipped_fraction=fraction,
         )
         return new_params, outcome
 
-    def _open_sessions(self, ctx: RoundContext, selection: dict[str, np.ndarray]
-                       ) -> tuple[dict[str, _PoolSession], dict[str, str], dict[str, str]]:
+    def node_scores(self, nodes: Sequence[int], global_params: torch.Tensor, _dataset: Any) -> ClientScores:
+        """Each node's own model (its personal model, or ``global_params``) scored on its own
+        test rows, asked with ``PERSONAL`` (``Strategy.remote_scores``); a node that does not
+        answer, answers with an error or holds no test rows counts 0 rows (left out of the means)."""
+        order = [int(node) for node in nodes]
+        request = messages.personal_request(self.membership.plan_fingerprint, self._round,
+                                            global_params.detach().to("cpu").numpy())
+        outgoing = [Message(request, node, messages.PERSONAL, ttl=self.step_timeout, group_id=str(self._round))
+                    for node in order]
+        scores: dict[int, tuple[float, int, int]] = {}
+        for reply in self.grid.send_and_receive(outgoing, timeout=self.step_timeout) if outgoing else []:
+            node = int(reply.metadata.src_node_id)
+            if node not in order or node in scores:
+                continue
+            if reply.has_error():
+                self.log(f"round {self._round}: node {node} gave no personal scores: {reply.error.reason}")
+                continue
+            try:
+                answer = messages.personal_from_reply(reply.content)
+            except (ProtocolError, KeyError) as exc:
+                self.log(f"round {self._round}: node {node}'s personal scores refused: {exc}")
+                continue
+            if answer is not None:
+                scores[node] = answer
+        rows = [scores.get(node, (0.0, 0, 0)) for node in order]
+        return ClientScores(torch.tensor([r[0] for r in rows], dtype=torch.float64),
+                            torch.tensor([r[1] for r in rows], dtype=torch.int64),
+                            torch.tensor([r[2] for r in rows], dtype=torch.int64))
+
+    def _open_sessions(self, ctx: RoundContext, selection: dict[str, np.ndarray], mechanisms: list[PoolMechanism],
+                       clip_norm: float | None) -> tuple[dict[str, _PoolSession], dict[str, str], dict[str, str]]:
         """A secure-aggregation session per pool with at least ``m_P`` (and one) nodes sampled;
-        the other pools' abort reasons; each session's graph label."""
+        the other pools' abort reasons; each session's graph label. With adaptive clipping the
+        session names the round's ``S^t`` (``clip_norm``), and ``mechanisms`` are at it."""
         sessions: dict[str, _PoolSession] = {}
         reasons: dict[str, str] = {}
         graphs: dict[str, str] = {}
-        for mechanism in self.mechanisms:
+        for mechanism in mechanisms:
             nodes = sorted(int(node) for g in mechanism.group_ids for node in selection[g].tolist())
             if len(nodes) < max(mechanism.threshold, 1):
                 reasons[mechanism.pool_id] = too_few_sampled(len(nodes), mechanism)
@@ -262,7 +310,7 @@ class FlowerRoundEngine:
             session = messages.Session(
                 pool_id=mechanism.pool_id, global_round=ctx.global_round,
                 plan_fingerprint=self.membership.plan_fingerprint, session_id=setup.session_id,
-                participants=tuple(nodes), params=params, graph=dict(setup.graph),
+                participants=tuple(nodes), params=params, graph=dict(setup.graph), clip_norm=clip_norm,
             )
             sessions[mechanism.pool_id] = _PoolSession(mechanism, session, Server(params, setup))
         return sessions, reasons, graphs

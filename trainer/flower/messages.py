@@ -14,11 +14,16 @@ message type        server -> node                         node -> server
 ==================  =====================================  ======================================
 
 ``HELLO`` (once per node and run) asks a node for its group and its plan's fingerprint.
+``PERSONAL`` (evaluated rounds, strategies with per-client models) asks a node for its own
+model's scores on its own test rows: the one metric a node sends, in the clear, unless its
+node config says ``gdpfed-personal-metrics = false`` (docs/flower.md §2, "Per-client state").
+With adaptive clipping the ``KEYS`` session names the round's clip ``S^t``.
 
 A reply never names its sender: the server takes it from the message's source node (which
 Flower authenticates), so one node cannot answer for another. Nothing here carries a
-plaintext update, a metric or an example count. The client's secrets stay in its
-``Context.state`` (``state_to_records``), which Flower keeps on the node.
+plaintext update or an example count. The client's secrets stay in its
+``Context.state`` (``state_to_records``), which Flower keeps on the node, and so does the
+strategy's state of its client (``record_client_state``: a personal model).
 
 numpy, ``flwr.app`` and ``trainer.secagg`` only: the ClientApp imports this module in
 every message's process.
@@ -26,6 +31,7 @@ every message's process.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -43,6 +49,8 @@ KEYS = "train.gdpfed_keys"
 SHARES = "train.gdpfed_shares"
 MASKED = "train.gdpfed_masked"
 UNMASK = "train.gdpfed_unmask"
+# The server asks a node for its own model's scores on its own test rows (per-client models).
+PERSONAL = "evaluate.gdpfed_personal"
 PROTOCOL_STEPS = (KEYS, SHARES, MASKED, UNMASK)
 
 SESSION = "gdpfed.session"
@@ -52,6 +60,7 @@ MASKED_VECTOR = "gdpfed.masked"
 STATE = "gdpfed.client"
 STATE_INPUT = "gdpfed.client_input"
 JOINED = "gdpfed.joined"  # the last round this node took part in (kept on the node)
+CLIENT_STATE = "gdpfed.client_state"  # the strategy's state of this node's client (kept on the node)
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,9 @@ class Session:
     participants: tuple[int, ...]
     params: SecAggParams
     graph: dict[int, tuple[int, ...]]
+    # adaptive clipping's S^t for this round (None: the plan's fixed clip norms); the node
+    # derives the noise from it and its own plan, so S^t never changes the privacy spent
+    clip_norm: float | None = None
 
     @property
     def setup(self) -> SessionSetup:
@@ -101,6 +113,8 @@ def session_record(session: Session) -> ConfigRecord:
             "share_threshold": params.share_threshold if params.share_threshold is not None else 0,
         }
     )
+    if session.clip_norm is not None:
+        record["clip_norm"] = session.clip_norm
     if params.mode == "sparse":
         # CSR form of the Harary graph: the neighbours of index i are neighbours[offsets[i]:offsets[i+1]].
         offsets: list[int] = [0]
@@ -138,6 +152,9 @@ def session_from_record(record: ConfigRecord) -> Session:
         graph = {i: tuple(flat[offsets[i] : offsets[i + 1]]) for i in range(len(participants))}
     else:
         graph = neighbour_sets(range(len(participants)), None, 0)
+    clip_norm = _float(record, "clip_norm") if "clip_norm" in record else None
+    if clip_norm is not None and not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ProtocolError(f"the session's clip norm {clip_norm!r} is not a positive number")
     return Session(
         pool_id=_str(record, "pool_id"),
         global_round=_int(record, "global_round"),
@@ -146,6 +163,7 @@ def session_from_record(record: ConfigRecord) -> Session:
         participants=participants,
         params=params,
         graph=graph,
+        clip_norm=clip_norm,
     )
 
 
@@ -346,6 +364,49 @@ def state_from_records(record: ConfigRecord, encoded: ArrayRecord) -> tuple[Sess
         masked_sent=bool(record["masked_sent"]),
     )
     return session, state
+
+
+def client_state_of(state: RecordDict) -> dict[str, np.ndarray]:
+    """The strategy's state of the node's client, as the node kept it (empty: none yet)."""
+    record = state.array_records.get(CLIENT_STATE)
+    return {} if record is None else {key: np.asarray(array.numpy()) for key, array in record.items()}
+
+
+def record_client_state(state: RecordDict, values: dict[str, np.ndarray]) -> None:
+    """Keep the client's state on the node for its next message (never sent)."""
+    state[CLIENT_STATE] = ArrayRecord({key: Array(np.ascontiguousarray(value)) for key, value in values.items()})
+
+
+# ---- PERSONAL
+
+
+def personal_request(plan_fingerprint: str, global_round: int, global_params: np.ndarray) -> RecordDict:
+    return RecordDict({
+        SESSION: ConfigRecord({"plan_fingerprint": plan_fingerprint, "global_round": global_round}),
+        GLOBAL: ArrayRecord({"params": Array(np.ascontiguousarray(global_params))}),
+    })
+
+
+def personal_request_of(content: RecordDict) -> tuple[str, int]:
+    record = content.config_records[SESSION]
+    return _str(record, "plan_fingerprint"), _int(record, "global_round")
+
+
+def personal_reply(scores: tuple[float, int, int] | None) -> RecordDict:
+    if scores is None:
+        return RecordDict({REPLY: ConfigRecord({"scored": False})})
+    loss_sum, correct, count = scores
+    return RecordDict({REPLY: ConfigRecord({"scored": True, "loss_sum": loss_sum, "correct": correct, "count": count})})
+
+
+def personal_from_reply(content: RecordDict) -> tuple[float, int, int] | None:
+    record = content.config_records[REPLY]
+    if not record.get("scored", False):
+        return None
+    loss_sum, correct, count = _float(record, "loss_sum"), _int(record, "correct"), _int(record, "count")
+    if not 0 <= correct <= count:
+        raise ProtocolError(f"the node scored {correct} of {count} test rows correct")
+    return loss_sum, correct, count
 
 
 def last_joined_round(state: RecordDict) -> int | None:

@@ -41,6 +41,7 @@ NODE_PARTITION = "partition-id"
 NODE_PLAN = "gdpfed-plan"
 NODE_DEVICE = "gdpfed-device"
 NODE_SIMULATION = "gdpfed-simulation"
+NODE_PERSONAL_METRICS = "gdpfed-personal-metrics"
 
 
 class FlowerOptions(InputModel):
@@ -143,19 +144,21 @@ class NodeSettings(BaseModel):
     plan_path: Path | None = None
     device: str = "cpu"
     simulation: bool = False
+    # answer the server's request for this node's personal model's scores (in the clear)
+    personal_metrics: bool = True
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodeSettings:
-        simulation = node_config.get(NODE_SIMULATION, False)
-        if isinstance(simulation, str):
-            simulation = simulation.strip().lower() in ("1", "true", "yes")
+        simulation = _flag(node_config.get(NODE_SIMULATION, False))
+        personal_metrics = _flag(node_config.get(NODE_PERSONAL_METRICS, True))
         plan = node_config.get(NODE_PLAN)
         return cls(
             group=str(node_config[NODE_GROUP]) if node_config.get(NODE_GROUP) not in (None, "") else None,
             partition_id=node_config.get(NODE_PARTITION),
             plan_path=Path(str(plan)) if plan not in (None, "") else None,
             device=str(node_config.get(NODE_DEVICE, "cpu")),
-            simulation=bool(simulation),
+            simulation=simulation,
+            personal_metrics=personal_metrics,
         )
 
     def require_partition(self) -> int:
@@ -164,3 +167,10 @@ class NodeSettings(BaseModel):
                 NODE_PARTITION, "the node config needs partition-id (this node's client index in the run's dataset)"
             )
         return self.partition_id
+
+
+def _flag(value: Any) -> bool:
+    """A node-config switch: a boolean, or a string (``1``/``true``/``yes`` is true)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return bool(value)

@@ -108,12 +108,6 @@ class TrainConfig(InputModel):
 
 
 # TrainConfig fields a checkpoint fingerprint leaves out while they are at their defaults.
-# The Flower scale-out's round executor clips at the plan's fixed C (docs/flower.md); adaptive
-# clipping's count coordinate and S^t live in the simulator's RoundEngine only.
-ADAPTIVE_CLIP_SIMULATOR_ONLY = (
-    "adaptive clipping runs in gdpfed train's round engine only; the Flower scale-out clips at the plan's fixed C"
-)
-
 LATER_CONFIG_FIELDS = (
     "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
     "secagg_mechanism",

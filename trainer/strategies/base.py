@@ -39,9 +39,9 @@ and must be accounted for differently.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
 from accounting.validation import InputModel
 from planner.schema import Plan, PlanDocument
+
+if TYPE_CHECKING:
+    from trainer.engines.evaluate import ClientScores
 
 # Purposes of the per-round random generators (arbitrary, fixed, distinct constants).
 PURPOSE_SAMPLING = 1
@@ -150,6 +153,30 @@ class Strategy(ABC):
         rows). Printed and kept in ``summary.json``'s ``warnings``; none by default."""
         return []
 
+    # Where clients run apart from the server (Flower nodes), the executor sets this to score
+    # the clients' own models where they live (docs/flower.md §2, "Per-client state"); None:
+    # the strategy scores them itself (``score_clients``).
+    remote_scores: Callable[[Sequence[int], torch.Tensor, Any], ClientScores] | None = None
+
+    def client_state(self, client: int) -> dict[str, torch.Tensor]:
+        """What the strategy keeps for ``client`` between rounds (a personal model, ...).
+
+        Where every client runs in its own process (a Flower node), the client keeps it
+        itself, in its persistent state, and hands it back with ``load_client_state``
+        before the strategy trains or scores it (docs/flower.md §2, "Per-client state").
+        Nothing by default."""
+        return {}
+
+    def load_client_state(self, client: int, state: Mapping[str, torch.Tensor]) -> None:
+        """Make ``state`` (``client_state``'s, or empty: none yet) ``client``'s state."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no per-client state but was handed {sorted(state)}")
+
+    def score_clients(self, clients: Sequence[int], global_params: torch.Tensor, dataset: Any) -> ClientScores | None:
+        """Each of ``clients``' own model (a personal model, the global one where it has none)
+        on its own test rows; ``None`` (the default): the strategy has no per-client models."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state (tensors and plain values only); stateless by default."""
         return {}
@@ -240,8 +267,8 @@ class StrategySpec:
     privacy_unit: str = "client"
     plan_methods: tuple[str, ...] | None = None
     default_plan_method: str = "gdpfed_plus"
-    # keeps per-client state between rounds (personal models): it runs only where one
-    # process holds every client (gdpfed train), not on Flower nodes (docs/flower.md §2)
+    # keeps per-client state between rounds (personal models, ``Strategy.client_state``): on
+    # Flower each node keeps its own client's in its persistent state (docs/flower.md §2)
     keeps_client_state: bool = False
     # the data it trains on: cross-entropy training and evaluation (argmax accuracy) need
     # integer labels, so a regression dataset under a classification strategy would train a

@@ -71,3 +71,13 @@ def test_the_plain_fedavg_peer_trains_the_sampled_nodes_and_averages_their_model
         models.append(reply.content.array_records["arrays"].to_numpy_ndarrays()[0])
     assert released[0] is not None
     assert np.allclose(released[0].to_numpy_ndarrays()[0], np.mean(models, axis=0))
+
+
+def test_the_fedhdp_rows_time_gdpfed_train_and_loopback_with_the_nodes_scoring_their_personal_models():
+    from bench.flower import measure_fedhdp
+
+    simulated, loopback = measure_fedhdp(4, 4.0, 1)
+    assert simulated["executor"] == "gdpfed train fedhdp" and loopback["executor"] == "flower loopback fedhdp"
+    assert simulated["vs_train"] == 1 and loopback["vs_train"] > 0
+    assert simulated["clients_per_round"] == loopback["clients_per_round"] > 0
+    assert loopback["personal_eval_s"] > 0  # every node scored its own model, in this process

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from trainer.strategies.base import RoundContext, Strategy
-from trainer.units.client.mechanism import PoolMechanism
+from trainer.units.client.adaptive_clip import adaptive_controller
+from trainer.units.client.mechanism import PoolMechanism, at_clip
 
 
 @dataclass
@@ -57,3 +58,22 @@ def server_step(strategy: Strategy, ctx: RoundContext, global_params: torch.Tens
                 for pool_id, total in pool_sums.items()}
     update = strategy.aggregate(ctx, released, dim)
     return strategy.server_update(ctx, global_params, update)
+
+
+def round_mechanisms(strategy: Strategy, mechanisms: list[PoolMechanism], dim: int
+                     ) -> tuple[float | None, list[PoolMechanism]]:
+    """The round's clip norm ``S^t`` (``None``: fixed clipping) and the pools' mechanisms at
+    it: the strategy's adaptive-clipping controller, when it runs one, sets the round's
+    clip, noise shares, grid and value bound (docs/trainer.md §Adaptive clipping)."""
+    controller = adaptive_controller(strategy)
+    if controller is None:
+        return None, mechanisms
+    return controller.clip_norm, [at_clip(m, controller.clip_norm, dim) for m in mechanisms]
+
+
+def split_counts(pool_sums: dict[str, np.ndarray | None], dim: int
+                 ) -> tuple[dict[str, np.ndarray | None], dict[str, float | None]]:
+    """Adaptive clipping's released sums split into the update sums (the first ``dim``
+    coordinates) and each pool's noisy count (the last; ``None`` for an aborted pool)."""
+    counts = {pool_id: None if total is None else float(total[-1]) for pool_id, total in pool_sums.items()}
+    return {pool_id: None if total is None else total[:dim] for pool_id, total in pool_sums.items()}, counts

@@ -65,8 +65,8 @@ from trainer.strategies.base import (
 )
 from trainer.units.client.adaptive_clip import adaptive_controller
 from trainer.units.client.discrete import DiscretePool, discrete_pools
-from trainer.units.client.mechanism import PoolMechanism, at_clip, pool_mechanisms, privatize, privatize_counted
-from trainer.units.client.release import PoolResults, server_step, too_few_sampled
+from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms, privatize, privatize_counted
+from trainer.units.client.release import PoolResults, round_mechanisms, server_step, split_counts, too_few_sampled
 
 # Called with (client id, group id, the client's encoded pre-noise update decoded to floats).
 EncodedHook = Callable[[int, str, np.ndarray], None]
@@ -188,8 +188,7 @@ class RoundEngine:
         timing: dict[str, float] = {}
         started = time.perf_counter()
         controller = adaptive_controller(self.strategy) if self.adaptive else None
-        clip_norm = None if controller is None else controller.clip_norm
-        mechanisms = self.mechanisms if clip_norm is None else [at_clip(m, clip_norm, self.dim) for m in self.mechanisms]
+        clip_norm, mechanisms = round_mechanisms(self.strategy, self.mechanisms, self.dim)
         selection = self.strategy.configure_round(ctx, self.population)
         sampled = {group.id: int(selection[group.id].size) for group in self.plan.groups}
         participants, early, late = self._dropouts(ctx, selection, mechanisms)
@@ -218,8 +217,7 @@ class RoundEngine:
         counts: dict[str, float | None] = {}
         if clip_norm is not None:
             # the last coordinate of a released sum is the pool's noisy count; the update is the rest
-            counts = {pool_id: None if total is None else float(total[-1]) for pool_id, total in pool_sums.items()}
-            pool_sums = {pool_id: None if total is None else total[: self.dim] for pool_id, total in pool_sums.items()}
+            pool_sums, counts = split_counts(pool_sums, self.dim)
 
         tick = time.perf_counter()
         new_params = server_step(self.strategy, ctx, global_params, pool_sums, self.dim)

@@ -17,7 +17,7 @@ from planner.schema import Plan, PlanDocument, require_client_plan
 from planner.verify import verify_executable
 from trainer.device import choose_device, configure_float_math
 from trainer.engines import LocalTrainingConfig, flatten_params, num_params
-from trainer.run.config import ADAPTIVE_CLIP_SIMULATOR_ONLY, TrainConfig
+from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
 from trainer.run.preparation import build_population, build_run_model, load_run_data
@@ -68,10 +68,7 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     warnings.extend(strategy.run_warnings(dataset))
     if options.engine_factory is not None and config.secagg_mechanism != "gaussian_continuous":
         raise InvalidInputError("secagg_mechanism", DISCRETE_SIMULATOR_ONLY)
-    if options.engine_factory is not None and adaptive_controller(strategy) is not None:
-        raise InvalidInputError("strategy-option adaptive_clip", ADAPTIVE_CLIP_SIMULATOR_ONLY)
-    unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy,
-                                          simulator=options.engine_factory is None)
+    unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy)
     if unused:
         warnings.append(unused)
     engine_factory = options.engine_factory or build_engine
@@ -130,8 +127,7 @@ def plan_warnings(plan: Plan, config: TrainConfig, dim: int, warnings: list[str]
     return learnability
 
 
-def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: str | None, *,
-                                 simulator: bool = True) -> str | None:
+def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: str | None) -> str | None:
     """The warning for a plan whose scenario has an ``adaptive_clip`` block run with fixed
     clipping (docs/trainer.md §Adaptive clipping): the block is not used, every client is
     clipped at the plan's ``C_g``, and how adaptive clipping is turned on (``strategy_name``
@@ -144,9 +140,7 @@ def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: 
     """
     if plan.scenario.adaptive_clip is None or adaptive_controller(strategy) is not None:
         return None
-    if not simulator:
-        how = ADAPTIVE_CLIP_SIMULATOR_ONLY
-    elif strategy_name is None:
+    if strategy_name is None:
         how = "this strategy does not run it"
     else:
         takes = [name for name, spec in STRATEGY_SPECS.items() if "adaptive_clip" in spec.options.model_fields]

@@ -32,7 +32,7 @@ the default is the plan's fixed ``C_g``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from accounting.errors import InvalidInputError, one_error_for_union
 from accounting.validation import InputModel
 from planner.schema import Plan
 from trainer.engines import evaluate_clients, train_clients
+from trainer.engines.evaluate import ClientScores
 from trainer.strategies.base import Population, RoundContext, StrategySpec
 from trainer.units.client.sparsify import top_k
 from trainer.units.client.strategies.plan import ADAPTIVE_CLIP_DESCRIPTION, PlanStrategy
@@ -208,22 +209,18 @@ class FedHDPStrategy(PlanStrategy):
     def evaluate(self, ctx: RoundContext, global_params: torch.Tensor, dataset: Any) -> dict[str, float] | None:
         """Personal models on each client's own test rows (``personal_accuracy`` overall and
         ``personal_accuracy.<group>``: means over clients); ``None`` without local test
-        data or personalisation."""
+        data or personalisation. The scores come from ``score_clients``, or from the clients
+        themselves where they hold their personal models (``remote_scores``, Flower nodes)."""
         if not self.personalize or not getattr(dataset, "has_client_tests", False) or self._population is None:
             return None
         received = global_params.detach().cpu()
+        score = self.remote_scores or self.score_clients
         metrics: dict[str, float] = {}
         every: list[torch.Tensor] = []
         for group_id, members in self._population.group_clients.items():
-            clients = [int(c) for c in members]
-            accuracies = []
-            for start in range(0, len(clients), EVALUATION_CHUNK):
-                part = clients[start : start + EVALUATION_CHUNK]
-                rows = torch.stack([self.personal.get(c, received) for c in part]).to(global_params.dtype)
-                scores = evaluate_clients(self.model, rows, dataset, part, device=self.device)
-                accuracies.append(scores.accuracy[scores.count > 0])
-            if accuracies:
-                group_accuracy = torch.cat(accuracies)
+            scores = score([int(c) for c in members], received, dataset)
+            if scores is not None:
+                group_accuracy = scores.accuracy[scores.count > 0]
                 if group_accuracy.numel():
                     metrics[f"personal_accuracy.{group_id}"] = float(group_accuracy.mean())
                     every.append(group_accuracy)
@@ -232,6 +229,34 @@ class FedHDPStrategy(PlanStrategy):
             metrics["personal_accuracy"] = float(pooled.mean())
             metrics["personal_accuracy_variance"] = float(pooled.var(unbiased=False))
         return metrics
+
+    def score_clients(self, clients: Sequence[int], global_params: torch.Tensor, dataset: Any) -> ClientScores:
+        """Each client's personal model (the received global model where it has none) on its
+        own test rows, ``EVALUATION_CHUNK`` clients at a time."""
+        received = global_params.detach().cpu()
+        parts: list[ClientScores] = []
+        for start in range(0, len(clients), EVALUATION_CHUNK):
+            part = [int(c) for c in clients[start : start + EVALUATION_CHUNK]]
+            rows = torch.stack([self.personal.get(c, received) for c in part]).to(global_params.dtype)
+            parts.append(evaluate_clients(self.model, rows, dataset, part, device=self.device))
+        if not parts:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return ClientScores(torch.zeros(0, dtype=torch.float64), empty, empty)
+        return ClientScores(*(torch.cat([getattr(p, name) for p in parts]) for name in ("loss_sum", "correct", "count")))
+
+    def client_state(self, client: int) -> dict[str, torch.Tensor]:
+        """The client's personal model, once it has one (docs/flower.md §2, "Per-client state")."""
+        personal = self.personal.get(client)
+        return {} if personal is None else {"personal": personal}
+
+    def load_client_state(self, client: int, state: Mapping[str, torch.Tensor]) -> None:
+        unknown = sorted(set(state) - {"personal"})
+        if unknown:
+            raise ValueError(f"FedHDPStrategy keeps only a personal model per client, not {unknown}")
+        if "personal" in state:
+            self.personal[client] = state["personal"].detach().cpu().clone()
+        else:
+            self.personal.pop(client, None)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
