@@ -29,6 +29,7 @@ from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantN
 from accounting.errors import InvalidInputError
 from accounting.events import MetricLeakage, Phase, PoissonSampledGaussian, PrivacyEvent
 from accounting.metric import metric_leakage
+from planner.calibration import history_key
 from planner.schema import GroupPlan, Plan
 
 EpsilonFn = Callable[[Sequence[PrivacyEvent], float, AccountantName], float]
@@ -256,7 +257,7 @@ def epsilon_figures(
                 out[i] = float(report.epsilon)
         elif todo:
             # each distinct history once, all of them composed together (docs/accounting.md §13.6)
-            keys = [repr([event.model_dump() for event in histories[i]]) for i in todo]
+            keys = [history_key(histories[i]) for i in todo]
             first = {key: i for i, key in reversed(list(zip(todo, keys)))}
             reports = epsilons_of_histories([list(histories[i]) for i in first.values()], delta, name)
             distinct = {key: float(report.epsilon) for key, report in zip(first, reports, strict=True)}
