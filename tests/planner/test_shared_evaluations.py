@@ -130,3 +130,37 @@ def test_a_plans_figures_are_each_historys_own(accountant: str, method: Requeste
         assert (group.epsilon_rdp, group.epsilon_tight) == (alone.rdp, alone.tight)
         recorded = group.epsilon_rdp if accountant == "rdp" else group.epsilon_tight
         assert recorded == group.epsilon_spent
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_a_ledger_row_composes_its_history_once(accountant: str, pld_compositions: Counter) -> None:
+    """The service's ledger rows and the run summary (docs/ledger.md §3): the figure of record
+    is one of the row's two figures, reused, so a pld history is composed once per row."""
+    from app.services.ledger import group_ledgers
+    from trainer.units.client.ledger import PrivacyLedger
+
+    plan = make_plan(_scenario(accountant=accountant), "gdpfed_plus")
+    rounds = 60
+    private = [g for g in plan.groups if not plan_ledger.is_unprotected(plan, g, rounds)]
+    histories = {g.id: _key((p.sampling_rate, p.noise_multiplier, p.steps)
+                            for p in plan_ledger.group_history(plan, g, rounds)) for g in private}
+    alone = {g.id: plan_ledger.epsilon_figures([plan_ledger.group_history(plan, g, rounds)], plan.scenario.delta)[0]
+             for g in private}
+    pld_compositions.clear()
+    rows = {row.id: row for row in group_ledgers(plan, rounds)}
+    for group_id, history in histories.items():
+        assert pld_compositions[history] == 1, (group_id, pld_compositions[history])
+        row = rows[group_id]
+        assert (row.epsilon_rdp, row.epsilon_tight) == (alone[group_id].rdp, alone[group_id].tight)
+        assert row.epsilon_spent == (row.epsilon_tight if accountant == "pld" else row.epsilon_rdp)
+
+    ledger = PrivacyLedger(plan)
+    for _ in range(rounds):
+        ledger.record_round()
+    pld_compositions.clear()
+    figures = ledger.final_figures()
+    spent = ledger.final_spent()
+    for group_id, history in histories.items():
+        assert pld_compositions[history] == 1, (group_id, pld_compositions[history])
+        assert figures[group_id] == alone[group_id]
+        assert spent[group_id] == (alone[group_id].tight if accountant == "pld" else alone[group_id].rdp)

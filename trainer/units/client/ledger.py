@@ -75,7 +75,9 @@ class PrivacyLedger:
     def final_figures(self) -> dict[str, plan_ledger.EpsilonFigures | None]:
         """Each group's rdp and tight epsilon of its history so far (docs/ledger.md §3), beside
         the figure of record (``final_spent``)."""
-        return plan_ledger.figures_by_group(self.plan, self.rounds_run)
+        # the figure of record is one of the two (composed once) unless epsilon_fn is another's
+        default = self.epsilon_fn is plan_ledger.default_epsilon_fn
+        return plan_ledger.figures_by_group(self.plan, self.rounds_run, self.final_spent() if default else None)
 
     def targets(self) -> dict[str, float | None]:
         """Each group's budget, as the plan's scenario fixes it (None: opted out; docs/ledger.md §5)."""
