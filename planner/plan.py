@@ -29,13 +29,19 @@ PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
 COMPARE_ORDER: tuple[str, ...] = tuple(name for name in PLAN_METHODS if METHODS[name].in_comparison)
 
 
-def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True) -> Plan:
+def make_plan(
+    scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True, figures: bool = True
+) -> Plan:
     """Plan ``scenario`` with ``method`` (docs/planning.md §2, §8).
 
     With ``clients_needed`` (the default) ``predicted.clients_needed`` says how large the
     federation must be for the noise-to-signal ratio to reach 1 and 0.1 (docs/planning.md
     §13), derived from this plan's design at scaled populations (a few secure-aggregation
     thresholds, no re-planning); sweeps, experiment cells and the service turn it off.
+    Without ``figures`` a single method's plan leaves ``epsilon_rdp`` / ``epsilon_tight``
+    null (an rdp plan's tight figure is a PLD composition per group): for callers that read
+    only the design, as sweeps do (docs/planning.md §11); a plan that is shown, stored or
+    trained keeps them.
 
     ``compare`` returns the recommended plan (the feasible private method with the
     smallest objective, ``recommendation`` says why) with ``comparison`` filled: one row
@@ -49,7 +55,7 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, cl
         plan = compare(scenario)
     else:
         check_method(method, allow_compare=True)
-        plan = plan_problem(build_problem(scenario), method)
+        plan = plan_problem(build_problem(scenario), method, figures=figures)
     return with_clients_needed(plan) if clients_needed else plan
 
 
@@ -110,9 +116,12 @@ def check_method(method: str, *, allow_compare: bool = False) -> None:
     raise InvalidInputError("method", f"must be one of {', '.join(known)}, got {method!r}")
 
 
-def plan_problem(problem: Problem, method: str, history: History | None = None) -> Plan:
-    """Design and finalise one method on a prepared problem (the method's own: ``method_problem``)."""
+def plan_problem(problem: Problem, method: str, history: History | None = None, *, figures: bool = True) -> Plan:
+    """Design and finalise one method on a prepared problem (the method's own: ``method_problem``);
+    without ``figures``, ``epsilon_rdp`` / ``epsilon_tight`` stay null (``make_plan``)."""
     problem = method_problem(problem, method)
+    if not figures:
+        return finalize_without_figures(problem, design(problem, method), history)[0]
     return finalize(problem, design(problem, method), history)
 
 

@@ -164,3 +164,31 @@ def test_a_ledger_row_composes_its_history_once(accountant: str, pld_composition
         assert pld_compositions[history] == 1, (group_id, pld_compositions[history])
         assert figures[group_id] == alone[group_id]
         assert spent[group_id] == (alone[group_id].tight if accountant == "pld" else alone[group_id].rdp)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_a_sweep_composes_no_figure_and_records_the_same_designs(
+    accountant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from planner.sweep import sweep
+
+    scenario = _scenario(accountant=accountant)
+    values = [0.5, 2.0]
+    expected = []
+    for value in values:
+        groups = [g.model_copy(update={"epsilon": value}) if g.id == "strict" else g for g in scenario.groups]
+        plan = make_plan(scenario.model_copy(update={"groups": groups}), "gdpfed_plus", clients_needed=False)
+        expected.append(({g.id: g.sampling_rate for g in plan.groups}, plan.predicted.objective))
+    calls: list[int] = []
+    figures = plan_ledger.epsilon_figures
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return figures(*args, **kwargs)
+
+    monkeypatch.setattr(plan_ledger, "epsilon_figures", counted)
+    result = sweep(scenario, "strict", values)
+    assert calls == []
+    for i, (rates, objective) in enumerate(expected):
+        assert {g: result.sampling_rates[g][i] for g in rates} == rates
+        assert result.objective[i] == objective
