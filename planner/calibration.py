@@ -18,7 +18,7 @@ import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 import accounting
-from accounting.accountants import AccountantName, get_accountant
+from accounting.accountants import TIGHT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.accountants.prv import PrvAccountant
 from accounting.calibration import SIGMA_MAX as SIGMA_CAP
 from accounting.errors import InfeasibleError
@@ -40,6 +40,19 @@ class GroupCalibration:
     fallback: bool = False  # prv failed; the rdp answer was used
     reason: str | None = None
     warning: str | None = None  # for the plan's warnings: another accountant calibrated this group
+    # epsilon of (spent + (q, noise_multiplier, T)) as the plan's verifier computes it, kept
+    # from the calibration's last evaluation where that is the verifier's own answer bit for
+    # bit (``reusable_epsilon``); None where verification must compute it
+    epsilon: float | None = None
+
+
+# Accountants whose answer for one history is the same bit for bit alone, in any batch and
+# in a calibration's evaluation (pld: docs/accounting.md §13.5-§13.6). For them a history is
+# composed once however many groups have it, and a calibration's last evaluation is the
+# verification of a group that runs at that sigma. prv calibrates on another discretisation
+# than it verifies with (§5); rdp's batch calibration keeps no epsilon and its vectorised
+# epsilons are not promised to be batch-independent in the last bit.
+SAME_ALONE_AS_BATCHED: frozenset[AccountantName] = frozenset({TIGHT_ACCOUNTANT})
 
 
 def table_accountant(accountant: AccountantName) -> AccountantName:
@@ -219,9 +232,25 @@ def calibrate_groups(
             fallback=bool(cal.fallback),
             reason=warning or cal.reason,
             warning=warning,
+            epsilon=reusable_epsilon(cal, chosen.verified_by),
         )
 
     return fenced_map(one, list(range(len(q))), chosen.runs_in_child)
+
+
+def history_key(events: Sequence[PrivacyEvent]) -> str:
+    """A key equal for two histories exactly when their events are (kind and every field, bit
+    for bit): what lets one composition answer every group with that history."""
+    return repr([event.model_dump() for event in events])
+
+
+def reusable_epsilon(cal: accounting.Calibration, verifier: AccountantName) -> float | None:
+    """The calibration's achieved epsilon where it is the verifier's answer for the same history
+    bit for bit (docs/planning.md §8): computed by the verifier itself, not by a fallback, and
+    the verifier is one whose single answers equal its batched ones (pld); else None."""
+    if verifier not in SAME_ALONE_AS_BATCHED or cal.accountant_used != verifier or cal.fallback:
+        return None
+    return float(cal.epsilon)
 
 
 T = TypeVar("T")
@@ -261,6 +290,13 @@ def verify_groups(
     overlapped (:func:`fenced_map`)."""
     jobs = list(zip(histories, accountants))
     verifiers = {get_accountant(a).verified_by for a in accountants}
+    if len(verifiers) == 1 and next(iter(verifiers)) in SAME_ALONE_AS_BATCHED:
+        # each distinct history once (groups of one pool at one rate share it), in one batch
+        keys = [history_key(h) for h in histories]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}
+        answers = accounting.epsilons_of_histories([list(histories[i]) for i in first.values()], delta, next(iter(verifiers)))
+        by_key = dict(zip(first, answers, strict=True))
+        return [by_key[key] for key in keys]
     if len(verifiers) == 1 and not get_accountant(next(iter(verifiers))).runs_in_child:
         # one verifier for every group: one call, vectorised by rdp (bit for bit the same)
         return accounting.epsilons_of_histories([list(h) for h in histories], delta, next(iter(verifiers)))

@@ -49,8 +49,43 @@ class History:
     parent_plan_id: str | None = None
 
 
+@dataclass(frozen=True)
+class PendingFigures:
+    """What a plan's ``epsilon_rdp`` / ``epsilon_tight`` are computed from (docs/ledger.md §3):
+    the verified groups' histories and the figures their verification already gave
+    (``known[accountant][i]``), so a plan can be finalised first and given its figures only
+    if it is kept (``compare`` ranks every method and keeps one; docs/planning.md §10)."""
+
+    group_ids: tuple[str, ...]
+    histories: tuple[tuple[Phase, ...], ...]
+    delta: float
+    known: dict[AccountantName, list[float | None]]
+
+    def apply(self, plan: Plan) -> Plan:
+        """``plan`` with both figures of every verified group (``planner.ledger.epsilon_figures``)."""
+        if not self.group_ids:
+            return plan
+        figures = dict(zip(self.group_ids, plan_ledger.epsilon_figures(self.histories, self.delta, self.known), strict=True))
+        groups = [
+            g.model_copy(update={"epsilon_rdp": figures[g.id].rdp, "epsilon_tight": figures[g.id].tight})
+            if g.id in figures else g
+            for g in plan.groups
+        ]
+        return plan.model_copy(update={"groups": groups})
+
+
 def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:
     """The plan of ``design``: calibrate, verify, add secure aggregation and J (docs/planning.md §8)."""
+    plan, figures = finalize_without_figures(problem, design, history)
+    return figures.apply(plan)
+
+
+def finalize_without_figures(
+    problem: Problem, design: Design, history: History | None = None
+) -> tuple[Plan, PendingFigures]:
+    """:func:`finalize`'s plan with ``epsilon_rdp`` / ``epsilon_tight`` still null, and what
+    they are computed from (``PendingFigures.apply``): the tight figure of an rdp plan is
+    one PLD composition per group, which a plan that is only ranked never shows."""
     s = problem.scenario
     n = problem.n_groups
     hist = history or History(statuses=tuple("active" for _ in range(n)), unprotected_rounds=tuple(0 for _ in range(n)))
@@ -66,7 +101,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
     for attempt in range(_PRV_ATTEMPTS + 1):
         _calibrate(problem, rates, idx, accountants, required, labels)
         pool_std, clip = _pool_noise(problem, design, rates, required)
-        phases, reports = _verify(problem, design, rates, pool_std, clip, accountants)
+        phases, reports = _verify(problem, design, rates, pool_std, clip, accountants, required)
         # An accountant with a fallback (prv) can fail, or disagree slightly between calibration
         # and verification; the others cannot, and a miss of theirs is a bug (raised below).
         retry = [g for g, (_, ok) in reports.items() if not ok and g in accountants and _fallback(accountants[g])]
@@ -90,7 +125,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             # can differ by a fraction of a per cent. Raise sigma, never lower it, and re-verify.
             effective = float(pool_std[_pool_index(design, g)] / clip[g])
             bump = 1.0 + 1.5 * (verified / float(problem.epsilons[g]) - 1.0) + 1e-4
-            required[g] = replace(required[g], noise_multiplier=effective * bump)
+            required[g] = replace(required[g], noise_multiplier=effective * bump, epsilon=None)
             warnings.append(
                 f"{labels[g]}: {failing} verification of its history gave epsilon {verified:.6g} above its target; "
                 f"sigma raised by {100 * (bump - 1):.2g}% and re-verified"
@@ -116,6 +151,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             warnings.append(f"{labels[g]}: {cal.warning}")
 
     group_plans = _group_plans(problem, design, rates, pool_std, clip, required, phases, reports, hist, warnings)
+    figures = _pending_figures(problem, design, reports, phases)
     pool_plans, pool_expected = _pool_plans(problem, design, rates, pool_std, warnings)
     # adaptive clipping: each pool's sigma_Delta and sigma_b for its z_eff (docs/planning.md §15)
     pool_plans = adaptive_pools(s, pool_plans, {g.id: g.clip_norm for g in group_plans if g.sampling_rate > 0})
@@ -138,7 +174,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
             "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
         )
     # report_discrete adds each noised pool's Skellam calibration (docs/secure-aggregation.md §Discrete noise).
-    return with_discrete(Plan(
+    plan = with_discrete(Plan(
         method=design.method,
         accountant=s.accountant,
         scenario=s,
@@ -157,6 +193,7 @@ def finalize(problem: Problem, design: Design, history: History | None = None) -
         ),
         warnings=_unique(warnings),
     ))
+    return plan, figures
 
 
 def _fallback(accountant: AccountantName) -> AccountantName | None:
@@ -226,25 +263,49 @@ def _verify(
     pool_std: np.ndarray,
     clip: np.ndarray,
     accountants: dict[int, AccountantName],
+    required: dict[int, GroupCalibration],
 ) -> tuple[dict[int, list[Phase]], dict[int, tuple[object, bool]]]:
-    """Each private group's full history and its verified epsilon (docs/planning.md §8)."""
+    """Each private group's full history and its verified epsilon (docs/planning.md §8).
+
+    A group that runs at exactly the sigma its calibration evaluated last (a pool of one, or
+    the member that sets the pool's noise) has that evaluation's epsilon as its verified
+    one where it is the verifier's own answer for the same history bit for bit
+    (``GroupCalibration.epsilon``, pld), and so has every group with the same history: each
+    distinct history is composed once (``calibration.verify_groups`` dedupes the rest).
+    """
     s = problem.scenario
     pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
     phases: dict[int, list[Phase]] = {}
     checked: list[int] = []
+    known: dict[int, EpsilonReport] = {}
+    delta = float(s.delta)
     for g in range(problem.n_groups):
         history = list(problem.spent[g])
         if g in accountants:
-            effective = pool_std[pool_of[g]] / clip[g]
-            history.append(Phase(sampling_rate=float(rates[g]), noise_multiplier=float(effective), steps=problem.rounds))
+            effective = float(pool_std[pool_of[g]] / clip[g])
+            history.append(Phase(sampling_rate=float(rates[g]), noise_multiplier=effective, steps=problem.rounds))
+            cal = required.get(g)
+            verifier = get_accountant(accountants[g]).verified_by
+            if cal is not None and cal.epsilon is not None and cal.noise_multiplier == effective:
+                known[g] = EpsilonReport(epsilon=cal.epsilon, delta=delta, accountant=verifier, accountant_used=verifier)
         phases[g] = history
         if problem.private[g] and history:
             checked.append(g)
-    verified = calibration.verify_groups(
-        [phases[g] for g in checked], s.delta, [accountants.get(g, s.accountant) for g in checked]
-    )
+    # a group of the same pool at the same rate has the same history: that answer too
+    shared = {(k.accountant, calibration.history_key(phases[g])): k for g, k in known.items()}
+    for g in checked:
+        if g in accountants and g not in known:
+            verifier = get_accountant(accountants[g]).verified_by
+            report = shared.get((verifier, calibration.history_key(phases[g])))
+            if report is not None:
+                known[g] = report
+    todo = [g for g in checked if g not in known]
+    verified = dict(zip(todo, calibration.verify_groups(
+        [phases[g] for g in todo], s.delta, [accountants.get(g, s.accountant) for g in todo]
+    ) if todo else [], strict=True))
     reports: dict[int, tuple[object, bool]] = {}
-    for g, report in zip(checked, verified):
+    for g in checked:
+        report = known.get(g) or verified[g]
         reports[g] = (report, report.epsilon <= float(problem.epsilons[g]) * (1 + _VERIFY_SLACK))
     return phases, reports
 
@@ -263,7 +324,6 @@ def _group_plans(
 ) -> list[GroupPlan]:
     pool_of = {g: p for p, members in enumerate(design.pools) for g in members}
     prv_upper_of = _prv_report(problem, design, reports, phases, warnings)
-    figures_of = _figures(problem, design, reports, phases)
     plans = []
     for g in range(problem.n_groups):
         p = pool_of[g]
@@ -300,8 +360,6 @@ def _group_plans(
                     float(pool_std[p] / clip[g]) if cal is not None else (0.0 if rates[g] > 0 else None)
                 ),
                 epsilon_spent=eps_spent,
-                epsilon_rdp=figures_of[g].rdp if g in figures_of and eps_spent is not None else None,
-                epsilon_tight=figures_of[g].tight if g in figures_of and eps_spent is not None else None,
                 epsilon_spent_prv_upper=prv_upper,
                 sound=sound,
                 phases=phases[g],
@@ -313,23 +371,27 @@ def _group_plans(
     return plans
 
 
-def _figures(
+def _pending_figures(
     problem: Problem,
     design: Design,
     reports: dict[int, tuple[object, bool]],
     phases: dict[int, list[Phase]],
-) -> dict[int, plan_ledger.EpsilonFigures]:
-    """Every verified group's rdp and tight epsilon (docs/ledger.md §3), reusing its verified
-    figure where the verifying accountant is one of the two."""
-    if design.noise_rule == "none":
-        return {}
-    wanted = [g for g in range(problem.n_groups) if problem.private[g] and g in reports and phases[g]]
+) -> PendingFigures:
+    """Every verified group's history for its rdp and tight epsilon (docs/ledger.md §3), with
+    its verified figure where the verifying accountant is one of the two (reused, not recomputed)."""
+    wanted = [] if design.noise_rule == "none" else [
+        g for g in range(problem.n_groups) if problem.private[g] and g in reports and phases[g]
+    ]
     known: dict[AccountantName, list[float | None]] = {}
     for i, g in enumerate(wanted):
         report: EpsilonReport = reports[g][0]  # type: ignore[assignment]
         known.setdefault(report.accountant, [None] * len(wanted))[i] = float(report.epsilon)
-    figures = plan_ledger.epsilon_figures([phases[g] for g in wanted], problem.scenario.delta, known)
-    return dict(zip(wanted, figures, strict=True))
+    return PendingFigures(
+        group_ids=tuple(problem.ids[g] for g in wanted),
+        histories=tuple(tuple(phases[g]) for g in wanted),
+        delta=float(problem.scenario.delta),
+        known=known,
+    )
 
 
 def _prv_report(

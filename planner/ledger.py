@@ -29,6 +29,7 @@ from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantN
 from accounting.errors import InvalidInputError
 from accounting.events import MetricLeakage, Phase, PoissonSampledGaussian, PrivacyEvent
 from accounting.metric import metric_leakage
+from planner.calibration import history_key
 from planner.schema import GroupPlan, Plan
 
 EpsilonFn = Callable[[Sequence[PrivacyEvent], float, AccountantName], float]
@@ -280,7 +281,7 @@ def epsilon_figures(
                 out[i] = float(report.epsilon)
         elif todo:
             # each distinct history once, all of them composed together (docs/accounting.md §13.6)
-            keys = [repr([event.model_dump() for event in histories[i]]) for i in todo]
+            keys = [history_key(histories[i]) for i in todo]
             first = {key: i for i, key in reversed(list(zip(todo, keys)))}
             reports = epsilons_of_histories([list(histories[i]) for i in first.values()], delta, name)
             distinct = {key: float(report.epsilon) for key, report in zip(first, reports, strict=True)}
@@ -290,11 +291,20 @@ def epsilon_figures(
     return [EpsilonFigures(r, t) for r, t in zip(values[RDP_ACCOUNTANT], values[TIGHT_ACCOUNTANT], strict=True)]
 
 
-def figures_by_group(plan: Plan, rounds_run: int) -> dict[str, EpsilonFigures | None]:
+def figures_by_group(
+    plan: Plan, rounds_run: int, spent: Mapping[str, float | None] | None = None
+) -> dict[str, EpsilonFigures | None]:
     """``EpsilonFigures`` of every group's history after ``rounds_run`` rounds of ``plan``, in the
-    plan's order; ``None`` where the group has no finite epsilon (as ``epsilon_spent``)."""
+    plan's order; ``None`` where the group has no finite epsilon (as ``epsilon_spent``).
+
+    ``spent``: each group's figure of record already computed (``epsilon_spent`` with the
+    default ``epsilon_fn``): it is the figure under ``ledger_accountant`` and is used as such
+    (a ledger row states the same number twice, docs/ledger.md §3) instead of composing the
+    history again.
+    """
     private = [g for g in plan.groups if not is_unprotected(plan, g, rounds_run)]
-    figures = epsilon_figures([group_history(plan, g, rounds_run) for g in private], plan.scenario.delta)
+    known = None if spent is None else {ledger_accountant(plan.accountant): [spent[g.id] for g in private]}
+    figures = epsilon_figures([group_history(plan, g, rounds_run) for g in private], plan.scenario.delta, known)
     by_id = dict(zip((g.id for g in private), figures, strict=True))
     return {g.id: by_id.get(g.id) for g in plan.groups}
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from accounting.accountants import get_accountant
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner import learnability
-from planner.finalize import History, finalize
+from planner.finalize import History, PendingFigures, finalize, finalize_without_figures
 from planner.methods import METHODS, Design, design, method_problem
 from planner.problem import Problem, build_problem
 from planner.schema import (
@@ -29,13 +29,19 @@ PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
 COMPARE_ORDER: tuple[str, ...] = tuple(name for name in PLAN_METHODS if METHODS[name].in_comparison)
 
 
-def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True) -> Plan:
+def make_plan(
+    scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, clients_needed: bool = True, figures: bool = True
+) -> Plan:
     """Plan ``scenario`` with ``method`` (docs/planning.md §2, §8).
 
     With ``clients_needed`` (the default) ``predicted.clients_needed`` says how large the
     federation must be for the noise-to-signal ratio to reach 1 and 0.1 (docs/planning.md
     §13), derived from this plan's design at scaled populations (a few secure-aggregation
     thresholds, no re-planning); sweeps, experiment cells and the service turn it off.
+    Without ``figures`` a single method's plan leaves ``epsilon_rdp`` / ``epsilon_tight``
+    null (an rdp plan's tight figure is a PLD composition per group): for callers that read
+    only the design, as sweeps do (docs/planning.md §11); a plan that is shown, stored or
+    trained keeps them.
 
     ``compare`` returns the recommended plan (the feasible private method with the
     smallest objective, ``recommendation`` says why) with ``comparison`` filled: one row
@@ -49,7 +55,7 @@ def make_plan(scenario: Scenario, method: RequestedMethod = "gdpfed_plus", *, cl
         plan = compare(scenario)
     else:
         check_method(method, allow_compare=True)
-        plan = plan_problem(build_problem(scenario), method)
+        plan = plan_problem(build_problem(scenario), method, figures=figures)
     return with_clients_needed(plan) if clients_needed else plan
 
 
@@ -110,9 +116,12 @@ def check_method(method: str, *, allow_compare: bool = False) -> None:
     raise InvalidInputError("method", f"must be one of {', '.join(known)}, got {method!r}")
 
 
-def plan_problem(problem: Problem, method: str, history: History | None = None) -> Plan:
-    """Design and finalise one method on a prepared problem (the method's own: ``method_problem``)."""
+def plan_problem(problem: Problem, method: str, history: History | None = None, *, figures: bool = True) -> Plan:
+    """Design and finalise one method on a prepared problem (the method's own: ``method_problem``);
+    without ``figures``, ``epsilon_rdp`` / ``epsilon_tight`` stay null (``make_plan``)."""
     problem = method_problem(problem, method)
+    if not figures:
+        return finalize_without_figures(problem, design(problem, method), history)[0]
     return finalize(problem, design(problem, method), history)
 
 
@@ -130,16 +139,19 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
     A prv scenario is ranked on rdp calibrations (an upper bound with nearly the same
     shape; the designs are the same, since prv plans are optimised on rdp tables anyway)
     and only the recommended design is calibrated and verified with prv, once per group:
-    every method calibrated with prv took about 20 s for three groups.
+    every method calibrated with prv took about 20 s for three groups. The ranked plans get
+    their ``epsilon_rdp`` / ``epsilon_tight`` only if one of them is returned (a row states
+    neither; an rdp plan's tight figure is a PLD composition per group).
     """
     ranking = _ranking_problem(problem)
     designs: dict[str, Design] = {}
     plans: dict[str, Plan] = {}
+    figures: dict[str, PendingFigures] = {}
     errors: dict[str, GdpfedError] = {}
     for method in COMPARE_ORDER:
         try:
             designs[method] = design(ranking, method)
-            plans[method] = finalize(ranking, designs[method], history)
+            plans[method], figures[method] = finalize_without_figures(ranking, designs[method], history)
         except GdpfedError as exc:
             errors[method] = exc
     candidates = sorted(
@@ -149,7 +161,7 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
     main: Plan | None = None
     for method in candidates:
         if ranking is problem:
-            main = plans[method]
+            main = figures[method].apply(plans[method])
             break
         try:
             main = finalize(problem, designs[method], history)
@@ -169,7 +181,10 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
     recommendation = Recommendation(
         method=main.method,
         objective=main.predicted.objective,
-        reason=_reason(main, plans[main.method], [plans[m] for m in candidates if m != main.method], errors),
+        reason=_reason(
+            main, plans[main.method], [plans[m] for m in candidates if m != main.method], errors,
+            recalibrated=ranking is not problem,
+        ),
     )
     warnings = list(main.warnings)
     if ranking is not problem:
@@ -202,11 +217,14 @@ def _row_order(row: ComparisonRow, recommended: ComparisonRow) -> tuple[int, flo
     return rank, row.objective if row.objective is not None else float("inf"), COMPARE_ORDER.index(row.method)
 
 
-def _reason(main: Plan, ranked: Plan, others: list[Plan], errors: dict[str, GdpfedError]) -> str:
+def _reason(
+    main: Plan, ranked: Plan, others: list[Plan], errors: dict[str, GdpfedError], *, recalibrated: bool
+) -> str:
     """Why ``main`` is recommended, in numbers a user can check against the rows.
 
     ``ranked`` is the recommended method's plan as ranked (rdp for a prv scenario), so every
-    ratio compares objectives computed with the same accountant.
+    ratio compares objectives computed with the same accountant; ``recalibrated``: ``main``
+    is that design calibrated again with the plan's own accountant.
     """
     best = ranked.predicted.objective
     parts = [f"{main.method} has the lowest objective J = {best:.4g} of the {len(others) + 1} feasible "
@@ -228,7 +246,7 @@ def _reason(main: Plan, ranked: Plan, others: list[Plan], errors: dict[str, Gdpf
     if infeasible:
         parts.append(f"infeasible: {', '.join(infeasible)}")
     parts.append("nonprivate (no differential privacy) is a baseline, never recommended")
-    if ranked is not main:
+    if recalibrated:
         parts.append(f"calibrated and verified with {main.accountant}, its J is {main.predicted.objective:.4g}")
     return "; ".join(parts)
 

@@ -52,7 +52,8 @@ def sweep(
         groups = [g.model_copy(update={"epsilon": value}) if g.id == group_id else g for g in scenario.groups]
         point = scenario.model_copy(update={"groups": groups})
         try:
-            plan = make_plan(point, method, clients_needed=False)
+            # a sweep reads the design only: no clients_needed, no epsilon_rdp / epsilon_tight
+            plan = make_plan(point, method, clients_needed=False, figures=False)
         except GdpfedError as exc:
             for i in ids:
                 rates[i].append(None)

@@ -79,16 +79,10 @@ def _plan_from_args(
     from planner.units import load_plan_document
 
     if args.plan is not None:
-        if args.method is not None:
-            raise InvalidInputError("method", "--method goes with --scenario, not --plan")
         document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON, like every document
         with naming_file("plan", args.plan):
             return load_plan_document(document), document, None
     if args.scenario is not None:
-        if not args.method:
-            raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
-        if args.method == "compare":
-            raise InvalidInputError("method", "compare plans every method side by side; train one method")
         from planner.loading import load_scenario_document
         from planner.units import make_plan, privacy_unit
 
@@ -214,8 +208,26 @@ def require_trainer_extra() -> None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what the command line alone gets wrong, before the planner is imported (issue 26
+    §3; docs/trainer.md §CLI): --method without --scenario or missing beside it, and, for a
+    new run, every run option (``config_from_args`` with the plan's rounds still unknown: no
+    option's check depends on them; --rounds against the plan's is checked once it is read).
+    A resumed run's options are compared with its stored ones later, in ``_resolve``."""
+    if args.plan is not None and args.method is not None:
+        raise InvalidInputError("method", "--method goes with --scenario, not --plan")
+    if args.scenario is not None:
+        if not args.method:
+            raise InvalidInputError("method", "--scenario needs --method (e.g. gdpfed_plus)")
+        if args.method == "compare":
+            raise InvalidInputError("method", "compare plans every method side by side; train one method")
+    if not args.resume:
+        config_from_args(args, None, 1)
+
+
 def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     require_trainer_extra()
+    check_arguments(args)
     # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError

@@ -304,9 +304,11 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
 def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
     """Each group's row of the ledger after ``rounds`` counted rounds of ``plan``."""
     result = []
-    figures = plan_ledger.figures_by_group(plan, rounds)
+    spent_by_id = plan_ledger.spent_by_group(plan, rounds)
+    # the figure of record is one of the row's two figures: each history composed once
+    figures = plan_ledger.figures_by_group(plan, rounds, spent_by_id)
     for group in plan.groups:
-        spent = plan_ledger.epsilon_spent(plan, group, rounds)
+        spent = spent_by_id[group.id]
         both = figures[group.id]
         phases: list[Phase] = plan_ledger.merge_phases(plan_ledger.group_history(plan, group, rounds))
         budget = plan.scenario.group(group.id).epsilon  # the budget the plan's scenario fixes

@@ -108,3 +108,7 @@ def test_refused_train_exits_before_importing_torch(tmp_path: Path, argv: list[s
     if field is not None:
         assert f"error: {field}:" in completed.stderr
     assert loaded(set(result["modules"]), "torch") == []
+    if field not in (None, "plan"):
+        # a run option the command line alone gets wrong is refused before the planner (and
+        # scipy's interpolation and optimisation) is imported, even beside a scenario to plan
+        assert loaded(set(result["modules"]), "planner") == [], field

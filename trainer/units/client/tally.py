@@ -108,9 +108,12 @@ class ClientTally:
     def final_figures(self) -> dict[str, plan_ledger.EpsilonFigures | None]:
         """Each group's rdp and tight epsilon of its history so far (docs/ledger.md §3), beside
         the figure of record (``final_spent``)."""
-        figures = plan_ledger.figures_by_group(self.plan, self.rounds_run)
+        # the figure of record is one of the two (composed once) unless epsilon_fn is another's
+        default = self.epsilon_fn is plan_ledger.default_epsilon_fn
+        figures = plan_ledger.figures_by_group(self.plan, self.rounds_run, self.final_spent() if default else None)
         for group in self.plan.groups:
             if self._discrete(group) and figures.get(group.id) is not None:
+                # the discrete mechanism's events, at its delta less the wrap-around share
                 figures[group.id] = plan_ledger.epsilon_figures([self.phases(group.id)], self.group_delta(group))[0]
         return figures
 
