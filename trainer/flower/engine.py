@@ -385,6 +385,20 @@ class FlowerRoundEngine:
         self.log(f"round {ctx.global_round}: node {node} dropped out at {step}: {reason}")
 
 
+def refuse_successor_plan(plan: Any, for_plan: Any) -> None:
+    """Stop the run (``ReportingStoppedError``) when a round engine is asked for ``for_plan``,
+    a plan other than the run's ``plan``: the service re-planned (``trainer.run.replan.switch_plan``).
+    The nodes hold ``plan`` in their app bundle and would refuse another plan's rounds, and the
+    server cannot hand them another (a node's noise must come from its own copy); the
+    simulator's engine would train on the server's copy of the nodes' data. Every unit's
+    Flower run asks this (docs/flower.md §8)."""
+    if for_plan is not plan:
+        raise ReportingStoppedError(
+            "the service re-planned this plan; the nodes carry the old plan in their app bundle: build a "
+            "bundle for the new plan (gdpfed flower app --plan NEW.json ...) and start it with flwr run"
+        )
+
+
 @dataclass
 class FlowerEngineFactory:
     """``prepare_run``'s engine factory for one plan on one grid (``trainer.runner.EngineFactory``).
@@ -404,11 +418,7 @@ class FlowerEngineFactory:
 
     def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, _config: object,
                  _rounds: int) -> FlowerRoundEngine:
-        if for_plan is not self.plan:
-            raise ReportingStoppedError(
-                "the service re-planned this plan; the nodes carry the old plan in their app bundle: build a "
-                "bundle for the new plan (gdpfed flower app --plan NEW.json ...) and start it with flwr run"
-            )
+        refuse_successor_plan(self.plan, for_plan)
         engine = FlowerRoundEngine(self.grid, self.membership, for_plan, strategy, dim, secagg_mode=self.secagg_mode,
                                    step_timeout=self.step_timeout, log=self.log)
         if self.hook is not None:

@@ -281,6 +281,7 @@ def prepare_flower_metric_run(grid: Grid, plan: Any, plan_document: dict[str, An
                               options: Any, *, dataset: Any = None, log: Any = print) -> tuple[Any, MetricMembership]:
     """``gdpfed train``'s preparation of the metric plan with each release on its node; the membership."""
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.engine import refuse_successor_plan
     from trainer.runner import prepare_run
 
     membership = MetricMembership(grid, plan, fingerprint(plan.model_dump(mode="json")), timeout=options.step_timeout,
@@ -288,4 +289,16 @@ def prepare_flower_metric_run(grid: Grid, plan: Any, plan_document: dict[str, An
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
                            dataset=dataset)
     prepared.engine = flower_metric_engine(prepared.engine, grid, membership, timeout=options.step_timeout, log=log)
+    local_factory = prepared.engine_factory
+    assert local_factory is not None  # the metric unit's prepare_run sets it (trainer.units.metric.run)
+
+    def engine_factory(for_plan: Any, for_strategy: Any, population: Any, dim: int, run_config: Any,
+                       rounds: int) -> Any:
+        # a re-plan stops the run: the simulator's engine would release from the server's copy
+        # of the clients' data, not on their nodes
+        refuse_successor_plan(plan, for_plan)
+        return flower_metric_engine(local_factory(for_plan, for_strategy, population, dim, run_config, rounds), grid,
+                                    membership, timeout=options.step_timeout, log=log)
+
+    prepared.engine_factory = engine_factory
     return prepared, membership

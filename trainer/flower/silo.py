@@ -386,6 +386,7 @@ def prepare_flower_silo_run(grid: Grid, plan: SiloSamplePlan, plan_document: dic
     """``gdpfed train``'s preparation of the silo plan (``trainer.units.silo.run.prepare_silo_run``,
     through ``prepare_run``) with each silo's DP-SGD on its node; the membership to wait for."""
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
+    from trainer.flower.engine import refuse_successor_plan
     from trainer.runner import prepare_run
 
     membership = SiloMembership(grid, plan, fingerprint(plan.model_dump(mode="json")), timeout=options.step_timeout, log=log)
@@ -400,4 +401,13 @@ def prepare_flower_silo_run(grid: Grid, plan: SiloSamplePlan, plan_document: dic
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
                            dataset=dataset, silo_engine=remote)
     prepared.engine = silo_round_engine(prepared.strategy, prepared.engine.dim, remotes[-1])
+
+    def engine_factory(for_plan: Any, for_strategy: Any, _population: Any, dim: int, _config: Any,
+                       _rounds: int) -> Any:
+        # a re-plan stops the run: the silos' nodes run their passes with the old plan's sigma_k
+        # while the successor's ledger would count the new one
+        refuse_successor_plan(plan, for_plan)
+        return silo_round_engine(for_strategy, dim, remotes[-1])
+
+    prepared.engine_factory = engine_factory
     return prepared, membership

@@ -121,3 +121,25 @@ def test_the_participation_cap_holds_on_the_server_and_on_the_node(tmp_path: Pat
     context.state[RELEASES] = ConfigRecord({"round": 0, "count": 0})
     released = node.release(request, context).array_records[ARRAYS]["released"].numpy()
     assert released.shape == (2,)
+
+
+def test_a_re_plan_stops_a_flower_metric_run_instead_of_releasing_from_the_servers_copy(tmp_path: Path) -> None:
+    """``switch_plan`` (the service re-planned) rebuilds the run's engine for the successor: on
+    Flower that stops the run as a client run's does, rather than building the simulator's
+    engine, which would release from the server's copy of the clients' data."""
+    from trainer.flower.server_app import prepare_metric_run
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+
+    plan = metric_plan("public")
+    document = plan.model_dump(mode="json")
+    options = FlowerOptions.model_validate({"out-dir": str(tmp_path / "run")})
+    run_config = run_config_of(options, metric_config())
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), simulation_nodes(), run_config)
+    prepared, _ = prepare_metric_run(grid, plan, document, metric_config(), tmp_path / "run", options,
+                                     dataset=load_metric_synthetic(num_clients=CLIENTS, seed=0))
+    engine = prepared.engine
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    with pytest.raises(ReportingStoppedError, match="carry the old plan in their app bundle"):
+        switch_plan(prepared, tally, {**document, "id": "successor"}, 0)
+    assert prepared.engine is engine and prepared.plan is plan  # nothing of the successor's was taken up

@@ -152,3 +152,25 @@ def test_a_unit_without_flower_support_is_refused_by_name_before_anything_is_wri
         run_plan(grid, json.loads(json.dumps(plan.model_dump(mode="json"))), run_config)
     assert error.value.field == "privacy_unit" and "silo_sample" in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_re_plan_stops_a_flower_silo_run_instead_of_training_on_the_servers_copy(tmp_path: Path) -> None:
+    """``switch_plan`` (the service re-planned) rebuilds the run's engine for the successor: on
+    Flower that stops the run as a client run's does, since the silos' nodes hold the old plan
+    (their passes would use the old sigma_k while the ledger counts the successor's)."""
+    from trainer.flower.server_app import prepare_silo_run
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+
+    plan = silo_plan("mrmtl", [20, 20])
+    document = json.loads(json.dumps(plan.model_dump(mode="json")))
+    options = FlowerOptions.model_validate({"out-dir": str(tmp_path / "run")})
+    run_config = run_config_of(options, silo_config())
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), simulation_nodes(plan), run_config)
+    prepared, _ = prepare_silo_run(grid, plan, document, silo_config(), tmp_path / "run", options,
+                                   dataset=load_silo_data("rotated_digits", [20, 20], seed=0))
+    engine = prepared.engine
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    with pytest.raises(ReportingStoppedError, match="carry the old plan in their app bundle"):
+        switch_plan(prepared, tally, {**document, "id": "successor"}, 0)
+    assert prepared.engine is engine and prepared.plan is plan  # nothing of the successor's was taken up
