@@ -71,41 +71,22 @@ def register(subparsers: Any) -> None:
     loopback.set_defaults(handler=handle_loopback)
 
 
-def check_silo_strategy(plan: Any, config: Any) -> None:
-    """A silo plan runs its own method's strategy (as ``gdpfed train``), with options it takes."""
-    # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.units.silo.strategies import STRATEGIES
-
-    if config.strategy not in ("plan", plan.method):
-        raise InvalidInputError(
-            "strategy", f"a silo plan runs its own method's strategy ({plan.method}); --strategy {config.strategy} would "
-            "run DP-SGD passes the plan did not count"
-        )
-    takes = (*STRATEGIES[plan.method].option_names, "prox_inside_clip")
-    unknown = sorted(set(config.strategy_options) - set(takes))
-    if unknown:
-        raise InvalidInputError(
-            "strategy-option", f"{plan.method} takes no option {unknown[0]!r} (it takes: {', '.join(takes)})"
-        )
-
-
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_document
     from planner.units import load_plan_document, unit_of
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
-    from trainer.flower.server_app import flower_preparation
+    from trainer.flower.server_app import flower_unit
     from trainer.flower.settings import FlowerOptions, run_config_of, train_config
     from trainer.run.options import config_from_args, refuse_unused_options
     from trainer.units.registry import unit_for
-    from trainer.units.strategies import registered_strategy
 
     check_flwr_version()
     document = read_document(args.plan, "plan")  # .yaml/.yml as YAML, else JSON (the bundle holds it as JSON)
     with naming_file("plan", args.plan):
         plan = load_plan_document(document)
-    flower_preparation(plan)  # a unit that does not run on Flower is refused now, by name
+    flower = flower_unit(plan)  # a unit that does not run on Flower is refused now, by name
     unit_of(plan).verify(plan)
     refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
@@ -115,16 +96,13 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "out-dir": str(args.run_dir.resolve()), "report-to": args.report_to, "plan-id": args.plan_id,
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
     })
-    if plan.privacy_unit == "silo_sample":
-        check_silo_strategy(plan, config)
-    else:
-        registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
+    flower.check_strategy(plan, config)  # refuse an unknown strategy, a bad option or another unit now
     if config.strategy_options.get("adaptive_clip"):
         # imported when the subcommand runs: start-up time
         from planner.schema import Plan
         from trainer.units.client.adaptive_clip import AdaptiveClipping
 
-        # only a client plan's strategies take adaptive_clip (registered_strategy refused the others)
+        # only a client plan's strategies take adaptive_clip (flower.check_strategy refused the others)
         AdaptiveClipping.from_plan(cast(Plan, plan))  # refuse a plan without an adaptive_clip block now, not on the SuperLink
     run_config = run_config_of(options, config)
     train_config(run_config)  # what the ServerApp will read back, checked now
@@ -163,86 +141,24 @@ def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
 
 
 def simulation_nodes(plan: Any, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
-    """Node configs for ``count`` nodes (default the plan's population): node i is client i of the
-    dataset, in the group ``gdpfed train`` deals it into, with real (secret) noise."""
+    """Node configs for ``count`` nodes (default the plan's population): as ``gdpfed train``
+    deals clients (node i is client i of the dataset, in its group, with real (secret)
+    noise) or one node per silo, as the plan's unit deals them (``trainer.flower.units``)."""
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.data.groups import assign_groups
+    from trainer.flower.server_app import flower_unit
 
-    if plan.privacy_unit == "silo_sample":  # one node per silo: node k is silo k and holds the dataset's silo k
-        silos = len(plan.silos)
-        count = silos if count is None else count
-        if not 1 <= count <= silos:
-            raise InvalidInputError("nodes", f"must be in [1, {silos}] (one node per silo of the plan), got {count}")
-        return [{"gdpfed-silo": silo.id, "partition-id": k} for k, silo in enumerate(plan.silos[:count])]
-    total = plan.scenario.total_clients
-    count = total if count is None else count
-    if not 1 <= count <= total:
-        raise InvalidInputError("nodes", f"must be in [1, {total}] (the plan's population), got {count}")
-    labels = assign_groups([g.num_clients for g in plan.groups], total, seed)
-    nodes: list[dict[str, str | int | bool]] = []
-    for client in range(total):
-        if labels[client] >= 0 and len(nodes) < count:
-            nodes.append({"gdpfed-group": plan.groups[labels[client]].id, "partition-id": client})
-    return nodes
-
-
-def nodes_for_thresholds(plan: Any, seed: int) -> dict[str, int]:
-    """Per pool that samples anyone: the smallest ``--nodes`` whose nodes (dealt as
-    ``simulation_nodes`` deals them, in client order) put ``m_P`` of them in the pool's
-    groups. With fewer the pool can never gather ``m_P`` sampled nodes, so it aborts every
-    round (docs/flower.md §2 step 3)."""
-    # imported when the subcommand runs: the flower extra (flwr) and start-up time
-    from trainer.data.groups import assign_groups
-
-    total = plan.scenario.total_clients
-    labels = assign_groups([g.num_clients for g in plan.groups], total, seed)
-    pool_of = {group.id: group.pool for group in plan.groups}
-    needed: dict[str, int] = {}
-    seen: dict[str, int] = {}
-    dealt = 0
-    live = {pool.id: pool.secagg_threshold for pool in plan.pools if pool.expected_clients > 0}
-    for label in labels:
-        if label < 0:
-            continue
-        dealt += 1
-        pool = pool_of[plan.groups[label].id]
-        seen[pool] = seen.get(pool, 0) + 1
-        if pool in live and pool not in needed and seen[pool] >= live[pool]:
-            needed[pool] = dealt
-    return needed
+    return flower_unit(plan).simulation_nodes(plan, count, seed)
 
 
 def check_node_count(plan: Any, count: int | None, seed: int) -> str | None:
-    """Refuse ``--nodes`` below what any pool needs to reach its threshold (every round
-    would abort: ``InvalidInputError("nodes")``); a warning line when only some pools are
-    short (their groups' nodes train in no round); ``None`` when every pool can release.
-    A silo plan: a warning when some silos have no node (their models never train); a
-    metric plan (no pools, no threshold): ``None``."""
-    if plan.privacy_unit == "metric_local":
-        return None
-    if plan.privacy_unit == "silo_sample":
-        if count is None or count >= len(plan.silos):
-            return None
-        return (f"warning: with --nodes {count} silo(s) {', '.join(s.id for s in plan.silos[count:])} have no node; "
-                "their models never train (the ledger counts every round for every silo)")
-    needed = nodes_for_thresholds(plan, seed)
-    if count is None or not needed or count >= max(needed.values()):
-        return None
-    short = sorted((pool for pool, n in needed.items() if count < n), key=lambda pool: needed[pool])
-    detail = ", ".join(f"{pool} needs {needed[pool]} nodes" for pool in short)
-    if len(short) == len(needed):
-        raise InvalidInputError(
-            "nodes",
-            f"--nodes {count} gives no pool its secure-aggregation threshold m_P ({detail}), so every round "
-            f"would abort and nothing would train: with --nodes {min(needed.values())} or more a pool can release, "
-            "but with exactly m_P of its nodes present only in rounds that sample all of them; "
-            f"{max(needed.values())} for every pool (default: the plan's population, {plan.scenario.total_clients})",
-        )
-    return (
-        f"warning: with --nodes {count} pool(s) {', '.join(short)} can never reach m_P ({detail}) and abort "
-        f"every round, so their groups' nodes train in none; with --nodes {max(needed.values())} every pool "
-        "can release, but only in rounds that sample at least m_P of its nodes"
-    )
+    """Refuse a ``--nodes`` with which nothing would train (``InvalidInputError("nodes")``:
+    no pool of a client plan reaches its threshold); a warning line when some of the plan's
+    groups or silos would never train; ``None`` otherwise (docs/flower.md §3; each unit's
+    rule in ``trainer.flower.units``)."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
+    from trainer.flower.server_app import flower_unit
+
+    return flower_unit(plan).check_node_count(plan, count, seed)
 
 
 def handle_local(args: argparse.Namespace) -> tuple[Any, str]:

@@ -29,6 +29,16 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from accounting.errors import GdpfedError, InvalidInputError
+from trainer.flower.units import (
+    FlowerUnit,
+    check_client_node_count,
+    check_metric_node_count,
+    check_registered_strategy,
+    check_silo_node_count,
+    check_silo_strategy,
+    client_nodes,
+    silo_nodes,
+)
 
 
 def _stderr(text: str) -> None:
@@ -62,7 +72,7 @@ def run_plan(
 
     check_flwr_version()
     plan = load_plan_document(plan_document)
-    prepare = flower_preparation(plan)
+    prepare = flower_unit(plan).prepare
     options, _ = split_run_config(run_config)
     config = train_config(run_config)
     out = Path(options.out_dir)
@@ -138,27 +148,32 @@ def prepare_metric_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
 
 
 # The training mechanisms (trainer.units.registry) a ServerApp runs, by name: each prepares
-# gdpfed train's run with its rounds on the Grid and returns the membership to wait for.
-FLOWER_MECHANISMS: dict[str, Callable[..., tuple[Any, Any]]] = {
-    "gaussian_secagg": prepare_client_run,
-    "dpsgd_silo": prepare_silo_run,
-    "metric_laplace": prepare_metric_run,
+# gdpfed train's run with its rounds on the Grid and returns the membership to wait for, and
+# says how gdpfed flower checks its strategy and deals and counts its nodes (trainer.flower.units).
+FLOWER_MECHANISMS: dict[str, FlowerUnit] = {
+    "gaussian_secagg": FlowerUnit(prepare=prepare_client_run, check_strategy=check_registered_strategy,
+                                  simulation_nodes=client_nodes, check_node_count=check_client_node_count),
+    "dpsgd_silo": FlowerUnit(prepare=prepare_silo_run, check_strategy=check_silo_strategy,
+                             simulation_nodes=silo_nodes, check_node_count=check_silo_node_count),
+    "metric_laplace": FlowerUnit(prepare=prepare_metric_run, check_strategy=check_registered_strategy,
+                                 simulation_nodes=client_nodes, check_node_count=check_metric_node_count),
 }
 
 
-def flower_preparation(plan: Any) -> Callable[..., tuple[Any, Any]]:
-    """The preparation of ``plan``'s unit on Flower (found through ``trainer.units.registry.unit_for``),
-    or ``InvalidInputError("privacy_unit")`` for a unit that does not run on Flower yet."""
+def flower_unit(plan: Any) -> FlowerUnit:
+    """How ``plan``'s unit runs on Flower, by its mechanism (found through
+    ``trainer.units.registry.unit_for``), or ``InvalidInputError("privacy_unit")`` for a unit
+    that does not run on Flower yet."""
     # start-up time: the unit registry is torch-free, but not needed before a run starts
     from trainer.units.registry import unit_for
 
     unit = unit_for(plan)
-    prepare = FLOWER_MECHANISMS.get(unit.mechanism)
-    if prepare is None:
+    flower = FLOWER_MECHANISMS.get(unit.mechanism)
+    if flower is None:
         raise InvalidInputError(
             "privacy_unit", f"{unit.name} plans ({unit.mechanism}) do not run on Flower yet; train them with gdpfed train"
         )
-    return prepare
+    return flower
 
 
 def joined_line(plan: Any, membership: Any) -> str:

@@ -145,3 +145,33 @@ def test_app_takes_a_yaml_plan(plan_file: Path, tmp_path: Path, capsys) -> None:
                         "--run-dir", str(tmp_path / "run")])
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "app" / "plan.json").read_text()) == document
+
+
+def test_gdpfed_flower_asks_the_units_flower_record_not_its_name(plan_file: Path, monkeypatch) -> None:
+    """The strategy check, the nodes and their count come from the plan's ``FlowerUnit``
+    (``FLOWER_MECHANISMS`` by the unit's mechanism): a unit on Flower is one record, with no
+    branch on its name in ``trainer.flower.cli`` (issue 28)."""
+    from dataclasses import replace
+
+    from planner.units import load_plan
+    from trainer.flower import server_app
+    from trainer.flower.cli import check_node_count, simulation_nodes
+    from trainer.units.registry import unit_for
+
+    plan = load_plan(json.loads(plan_file.read_text()))
+    mechanism = unit_for(plan).mechanism
+    asked: list[str] = []
+
+    def nodes(plan: object, count: int | None, seed: int) -> list[dict[str, str | int | bool]]:
+        asked.append("nodes")
+        return [{"partition-id": 0}]
+
+    def counted(plan: object, count: int | None, seed: int) -> str | None:
+        asked.append("count")
+        return "warning: the record's"
+
+    record = replace(server_app.FLOWER_MECHANISMS[mechanism], simulation_nodes=nodes, check_node_count=counted)
+    monkeypatch.setitem(server_app.FLOWER_MECHANISMS, mechanism, record)
+    assert simulation_nodes(plan, 1, 0) == [{"partition-id": 0}]
+    assert check_node_count(plan, 1, 0) == "warning: the record's"
+    assert asked == ["nodes", "count"]
