@@ -57,7 +57,13 @@ def update_noise_multiplier(effective: float, count_noise_std: float, *, field: 
             "count_noise_std (default 0.05 K) or plan without adaptive_clip (docs/planning.md §15)",
         )
     remainder = effective**-2 - (2.0 * count_noise_std) ** -2
-    return float(remainder**-0.5)
+    update = float(remainder**-0.5)
+    # The ledger composes z_eff itself, so the released pair must be at least that noisy: the
+    # closed form can land an ulp low (z_eff(sigma_Delta, sigma_b) < z_eff for about one pair in
+    # ten), which would make the ledger optimistic by that ulp; step up until it is not.
+    while effective_noise_multiplier(update, count_noise_std) < effective:
+        update = math.nextafter(update, math.inf)
+    return update
 
 
 def count_noise_std(settings: AdaptiveClip, scenario: Scenario) -> float:

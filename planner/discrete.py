@@ -296,7 +296,8 @@ def pool_mechanisms(
     One grid per pool (the scale s of its smallest clip norm), one Skellam noise for
     all its groups: the largest total variance any member group needs at its own
     sampling rate, clip norm and epsilon, with t = the pool's secure-aggregation
-    threshold and c = ``colluding_clients``; b covers all the pool's clients. The
+    threshold and c = ``colluding_clients``; b covers all the pool's clients at the largest
+    clip norm of any of its groups (the block's ``clip_norm`` is the binding group's). The
     dimension is the whole model's (a sparsified pool sends fewer coordinates, which
     only lowers its rounding bound). Plans with spent phases (re-plans) are refused:
     their calibration must compose the spent history (not done yet). With ``time_limit_s``,
@@ -335,7 +336,13 @@ def pool_mechanisms(
                 scale=scale,
             )
         binding = max(options, key=lambda gid: options[gid].total_variance)
+        # The binding group's b covers vectors of its own clip norm only; every client of the
+        # pool sends on this grid (idp_scale and per-group clip norms give some a larger C_g), so
+        # b must keep the wrap-around charged to delta for the largest of them.
+        widest = max(g.clip_norm for g in plan.groups if g.pool == pool.id)
         chosen = options[binding]
+        bits, _ = bits_for(chosen.wrap_probability_per_round, chosen.max_clients, widest, scale, d, chosen.share_variance)
+        chosen = chosen.model_copy(update={"bits": max(bits, chosen.bits)})
         epsilons = {
             g.id: _skellam_epsilon(
                 g.sampling_rate,

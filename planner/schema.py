@@ -337,7 +337,10 @@ class DiscreteMechanism(NumbersModel):
     share_variance: float = Field(description="each client's Skellam share: Poisson(v/2) - Poisson(v/2), v = this")
     equivalent_noise_multiplier: float = Field(description="sqrt(mu) / (C s): the continuous sigma of equal noise")
     max_clients: int = Field(description="n: most vectors one round sums (the bit width covers them)")
-    bits: int = Field(description="b: shares are encoded mod 2^b")
+    bits: int = Field(
+        description="b: shares are encoded mod 2^b; the wrap bound holds for max_clients vectors at the pool's "
+        "largest clip norm"
+    )
     wrap_probability_per_round: float = Field(description="bound on P(some coordinate wraps) in one round")
     wrap_probability_run: float = Field(description="rounds * the per-round bound: counted in delta")
     sampling_rate: float

@@ -52,6 +52,19 @@ def test_z_eff_round_trips_and_sigma_b_to_infinity_is_fixed_clipping() -> None:
     assert caught.value.field == "adaptive_clip.count_noise_std"
 
 
+def test_the_released_pair_is_never_less_noisy_than_the_z_eff_the_ledger_composes() -> None:
+    """The ledger charges z_eff (the pool's noise multiplier); the clients run sigma_Delta and
+    sigma_b. Their composition must be >= z_eff exactly, not within rounding: before, about one
+    pair in ten came back an ulp below (an optimistic ledger by that ulp)."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        z = float(rng.uniform(0.3, 5))
+        sigma_b = z / 2 * float(rng.uniform(1.01, 50))
+        sigma_delta = update_noise_multiplier(z, sigma_b)
+        assert effective_noise_multiplier(sigma_delta, sigma_b) >= z, (z, sigma_b)
+        assert sigma_delta == pytest.approx((z**-2 - (2 * sigma_b) ** -2) ** -0.5, rel=1e-15)
+
+
 @pytest.mark.parametrize(("q", "z", "sigma_b"), [(1.0, 1.5, 2.0), (1.0, 4.0, 2.5), (1.0, 0.7, 10.0)])
 def test_z_eff_is_the_composition_of_the_two_gaussians_by_dp_accounting(q: float, z: float, sigma_b: float) -> None:
     """Independent check: Google dp-accounting composes the update's Gaussian (multiplier

@@ -190,3 +190,35 @@ def test_report_discrete_stops_at_its_time_limit_and_keeps_the_plan(monkeypatch:
     asked = make_plan(load_scenario({**json.loads((EXAMPLES / "scenario.json").read_text()), "report_discrete": True}))
     assert all(p.discrete is None for p in asked.pools)
     assert any(w.startswith("report_discrete: stopped after") for w in asked.warnings)
+
+
+def test_a_pool_mixing_clip_norms_gets_a_bit_width_covering_its_largest_clip_norm() -> None:
+    """b must keep the wrap-around below the charged per-round bound for every client of the pool,
+    not only for the binding group's: idp_scale gives the relaxed group a larger clip norm than the
+    binding strict group's, so b from the binding clip norm alone wrapped with probability ~3e-4
+    per round against the 2e-9 charged to delta."""
+    from planner import load_scenario, make_plan
+
+    scenario = load_scenario(
+        {
+            "groups": [
+                {"id": "strict", "epsilon": 1.0, "num_clients": 300},
+                {"id": "relaxed", "epsilon": 4.0, "num_clients": 300},
+            ],
+            "delta": 1e-4,
+            "rounds": 50,
+            "model_dim": 1000,
+            "expected_clients": 60,
+            "min_clients_per_pool": 1,
+        }
+    )
+    plan = make_plan(scenario, "idp_scale")
+    (pool,) = discrete.pool_mechanisms(plan, colluding_clients=0)
+    block = pool.mechanism
+    clips = {g.id: g.clip_norm for g in plan.groups}
+    assert pool.binding_group == "strict" and block.clip_norm == clips["strict"] < clips["relaxed"]
+    for group in plan.groups:
+        chance = discrete.wrap_probability(
+            block.bits, block.max_clients, group.clip_norm, block.scale, block.dimension, block.share_variance
+        )
+        assert chance <= block.wrap_probability_per_round, group.id

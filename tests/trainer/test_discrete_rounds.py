@@ -227,3 +227,28 @@ def test_the_console_names_the_mechanism_and_labels_the_continuous_one_approxima
     assert "secagg_mechanism" not in RunSummary(**base).model_dump_json()  # the continuous summaries keep their bytes
     discrete = format_summary(RunSummary(**base, secagg_mechanism="skellam")).splitlines()
     assert f"noise mechanism: {MECHANISM_LABELS['skellam']}" in discrete
+
+
+def test_the_bit_width_the_clients_encode_with_covers_every_group_of_the_pool():
+    """idp_scale gives a pool's groups their own clip norms: the clients of every group encode
+    with a b whose wrap-around bound at that group's C_g is the per-round bound the ledger
+    charges to delta (run_delta), not only the binding group's."""
+    from planner import load_scenario, make_plan
+    from planner.discrete import run_delta, wrap_probability
+    from trainer.units.client.discrete import discrete_pools
+
+    scenario = load_scenario({
+        "groups": [{"id": "strict", "epsilon": 1.0, "num_clients": 300}, {"id": "relaxed", "epsilon": 4.0, "num_clients": 300}],
+        "delta": 1e-4, "rounds": 50, "model_dim": 1000, "expected_clients": 60, "min_clients_per_pool": 1,
+        "report_discrete": True,
+    })
+    plan = make_plan(scenario, "idp_scale")
+    (pool,) = discrete_pools(plan, 1000).values()
+    block = pool.mechanism
+    assert len({plan.group(g).clip_norm for g in pool.group_params}) == 2
+    for group_id, params in pool.group_params.items():
+        group = plan.group(group_id)
+        chance = wrap_probability(params.bits, block.max_clients, group.clip_norm, block.scale, block.dimension,
+                                  block.share_variance)
+        assert chance <= block.wrap_probability_per_round, group_id
+        assert run_delta(plan, group, 3) == plan.scenario.delta - 3 * block.wrap_probability_per_round

@@ -32,7 +32,10 @@ def hand_plan(
     uses its effective multiplier ``noise_std_P / C_g``, and a budget the mechanism would
     overspend is raised to what it spends, in the scenario as in the group (these tests
     exercise the mechanism, not the calibration; ``tests/planner/test_verify.py`` covers
-    refusing overspending plans).
+    refusing overspending plans). Raised by a relative 1e-6 margin, which the group's
+    ``epsilon_spent`` states too: a run's ledger (the exact rdp composition of the same
+    phases) then reads 1e-6 below the plan, e.g. 4.728507067217623 against the stated
+    4.72851179572469; the ledger's is the true spend, the plan's figure is the margin.
     """
     from planner.ledger import default_epsilon_fn
 
