@@ -137,7 +137,7 @@ def test_a_ledger_row_composes_its_history_once(accountant: str, pld_composition
     """The service's ledger rows and the run summary (docs/ledger.md §3): the figure of record
     is one of the row's two figures, reused, so a pld history is composed once per row."""
     from app.services.ledger import group_ledgers
-    from trainer.units.client.ledger import PrivacyLedger
+    from trainer.units.client.tally import ClientTally
 
     plan = make_plan(_scenario(accountant=accountant), "gdpfed_plus")
     rounds = 60
@@ -154,7 +154,7 @@ def test_a_ledger_row_composes_its_history_once(accountant: str, pld_composition
         assert (row.epsilon_rdp, row.epsilon_tight) == (alone[group_id].rdp, alone[group_id].tight)
         assert row.epsilon_spent == (row.epsilon_tight if accountant == "pld" else row.epsilon_rdp)
 
-    ledger = PrivacyLedger(plan)
+    ledger = ClientTally(plan)
     for _ in range(rounds):
         ledger.record_round()
     pld_compositions.clear()
