@@ -16,20 +16,28 @@ marked ``fallback`` with the reason, as prv does (docs/accounting.md §5.3).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from accounting import search
-from accounting.accountants.base import RATE_MIN, ROUNDS_MAX, SIGMA_MAX, SIGMA_MIN, Accountant, rounds_result
+from accounting.accountants.base import (
+    RATE_MIN,
+    ROUNDS_MAX,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    Accountant,
+    History,
+    PhaseTuple,
+    phase_tuples,
+    rounds_result,
+)
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
 from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
-
-PhaseTuple = tuple[float, float, int]
 
 _RDP = RdpAccountant()
 
@@ -229,16 +237,13 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
     """The PLD epsilon, or rdp's epsilon and the reason: where the discretisation fails
     numerically (noise multipliers near the search floor put single losses beyond e^700,
     §13.4), or where the error terms added to delta leave rdp's bound the lower one (§13.2)."""
-    events: list[ApproximateDpEvent] = [
-        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
-    ]
     try:
         with np.errstate(all="ignore"):
             value, share = _epsilon_and_error(phases, delta)
         if value >= 0 and share <= ERROR_SHARE_CHECK:  # inf is a sound answer; nan is not an answer
             return value, None
         if value >= 0:
-            rdp = _RDP.epsilon(events, delta).epsilon
+            rdp = _rdp_epsilon(phases, delta)
             if rdp < value:
                 return rdp, (
                     f"pld's error terms take {min(share, 1.0):.0%} of delta (FFT rounding bound and tails, "
@@ -248,7 +253,15 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
         failure = f"epsilon {value}"
     except (ArithmeticError, ValueError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    return _RDP.epsilon(events, delta).epsilon, f"pld failed numerically ({failure}); fell back to rdp"
+    return _rdp_epsilon(phases, delta), f"pld failed numerically ({failure}); fell back to rdp"
+
+
+def _rdp_epsilon(phases: Sequence[PhaseTuple], delta: float) -> float:
+    """rdp's epsilon of the phases (the fallback and the comparison of :func:`sound_epsilon`)."""
+    events: list[ApproximateDpEvent] = [
+        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
+    ]
+    return _RDP.epsilon(events, delta).epsilon
 
 
 # --------------------------------------------------------------------------- many histories at once
@@ -539,27 +552,30 @@ class PldAccountant(Accountant):
     fallback: ClassVar[AccountantName | None] = _RDP.name
     supports: ClassVar[tuple[type[ApproximateDpEvent], ...]] = (ApproximateDpEvent,)
 
+    def unrepresented(self, events: Sequence[ApproximateDpEvent]) -> str | None:
+        """Why the PLD cannot account for these events (the kinds it does not represent, §13.4), or None."""
+        kinds = sorted({event.kind for event in events if not isinstance(event, PoissonSampledGaussian)})
+        if not kinds:
+            return None
+        return f"pld represents Poisson-subsampled Gaussian events only, not {', '.join(kinds)}; fell back to rdp"
+
     def epsilon(
         self, events: list[ApproximateDpEvent], delta: float, *, time_limit_s: float | None = None
     ) -> EpsilonReport:
         """The connect-the-dots PLD upper bound (docs/accounting.md §13), or rdp's answer marked ``fallback``."""
-        reason = _unrepresented(events)
+        reason = self.unrepresented(events)
         if reason:
-            return _RDP.epsilon(events, delta).model_copy(
-                update={"accountant": self.name, "fallback": True, "reason": reason}
-            )
-        value, failed = sound_epsilon(_phases(events), delta)
+            return self._rdp_report(events, delta, reason)
+        value, failed = sound_epsilon(phase_tuples(events), delta)
         if failed:
-            return _RDP.epsilon(events, delta).model_copy(
-                update={"accountant": self.name, "fallback": True, "reason": failed}
-            )
+            return self._rdp_report(events, delta, failed)
         return EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name)
 
     def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
         """:meth:`epsilon` of every history, equal to it bit for bit: the representable ones
         composed together (:func:`sound_epsilons`, docs/accounting.md §13.6)."""
-        together = [i for i, events in enumerate(histories) if not _unrepresented(events)]
-        answers = dict(zip(together, sound_epsilons([_phases(histories[i]) for i in together], delta), strict=True))
+        together = [i for i, events in enumerate(histories) if not self.unrepresented(events)]
+        answers = dict(zip(together, sound_epsilons([phase_tuples(histories[i]) for i in together], delta), strict=True))
         reports = []
         for i, events in enumerate(histories):
             value, failed = answers.get(i, (math.nan, "unrepresented"))
@@ -568,6 +584,15 @@ class PldAccountant(Accountant):
             else:
                 reports.append(EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name))
         return reports
+
+    def _rdp_report(self, events: list[ApproximateDpEvent], delta: float, reason: str) -> EpsilonReport:
+        return _RDP.epsilon(events, delta).model_copy(update={"accountant": self.name, "fallback": True, "reason": reason})
+
+    def _history(
+        self, spent: list[ApproximateDpEvent], delta: float, target: float, fallback: Callable[[], Calibration]
+    ) -> History | Calibration:
+        """:meth:`Accountant.history_or_fallback` with the spent phases' PLD epsilon."""
+        return self.history_or_fallback(spent, delta, target, fallback, lambda phases: sound_epsilon(phases, delta)[0])
 
     def noise_multiplier(
         self,
@@ -582,52 +607,48 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §13.5: a proven bracket on log sigma (§7.1's search) on the PLD epsilon."""
         q, t = sampling_rate, rounds
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.noise_multiplier(q, t, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
-        answers: dict[float, tuple[float, str | None]] = {}  # sigma -> sound_epsilon, each computed once
-
-        def answer(sigma: float) -> tuple[float, str | None]:
-            if sigma not in answers:
-                answers[sigma] = sound_epsilon([*history, (q, sigma, t)], delta)
-            return answers[sigma]
-
-        def g(x: float) -> float:
-            return search.log_ratio(answer(math.exp(x))[0], target)
-
-        remaining = max(target - (spent_eps or 0.0), 0.05 * target)
-        guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
-        try:
-            # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
-            # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
-            start = search.bracket(
-                g, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE
-            )
-            found = search.refine(g, start, XTOL)
-        except search.NoFeasiblePoint:
-            raise InfeasibleError(
-                f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
-                f"rounds={t}, delta={delta:g}"
-            ) from None
-        sigma = math.exp(found.hi)
-        achieved, failed = answer(sigma)
-        return Calibration(
-            solved_for="noise_multiplier",
-            sampling_rate=q,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=achieved,
-            accountant=self.name,
-            accountant_used=_RDP.name if failed else self.name,
-            fallback=failed is not None,
-            reason=failed
-            or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
-            spent_epsilon=spent_eps,
+        prior = self._history(spent, delta, target, lambda: _RDP.noise_multiplier(q, t, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
+        return search.drive(
+            _sigma_search(q, t, target, delta, history), lambda sigma: sound_epsilon(history.plus(q, sigma, t), delta)
         )
+
+    def noise_multipliers(
+        self, questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]], delta: float
+    ) -> list[Calibration | InfeasibleError]:
+        """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), equal to it
+        answer for answer, bit for bit (docs/accounting.md §13.7): the searches run in lockstep
+        (:func:`search.lockstep`) and each round's sigmas are composed together
+        (:func:`sound_epsilons`)."""
+        out: list[Calibration | InfeasibleError | None] = [None] * len(questions)
+        searches: list[Generator[float, tuple[float, str | None], Calibration]] = []
+        asked: list[tuple[int, float, int, History]] = []  # (question, q, T, history) of each search
+        for i, (q, t, target, spent) in enumerate(questions):
+            try:
+                prior = self._history(
+                    spent, delta, target, lambda q=q, t=t, target=target, spent=spent: _RDP.noise_multiplier(  # type: ignore[misc]
+                        q, t, target, delta, spent
+                    )
+                )
+            except InfeasibleError as exc:
+                out[i] = exc
+                continue
+            if isinstance(prior, Calibration):
+                out[i] = prior
+            else:
+                searches.append(_sigma_search(q, t, target, delta, prior))
+                asked.append((i, q, t, prior))
+
+        def answer_many(points: list[tuple[int, float]]) -> list[tuple[float, str | None]]:
+            return sound_epsilons([asked[k][3].plus(asked[k][1], sigma, asked[k][2]) for k, sigma in points], delta)
+
+        for (i, *_), result in zip(asked, search.lockstep(searches, answer_many), strict=True):
+            if isinstance(result, Exception) and not isinstance(result, InfeasibleError):
+                raise result
+            out[i] = result
+        return [answer for answer in out if answer is not None]
 
     def sampling_rate(
         self,
@@ -641,14 +662,13 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §7.3 on the PLD epsilon: q = 1 if it fits, else a bracket on -log q."""
         sigma, t = noise_multiplier, rounds
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.sampling_rate(sigma, t, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
+        prior = self._history(spent, delta, target, lambda: _RDP.sampling_rate(sigma, t, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
 
         def eps_at(rate: float) -> float:
-            return sound_epsilon([*history, (rate, sigma, t)], delta)[0]
+            return sound_epsilon(history.plus(rate, sigma, t), delta)[0]
 
         rate = 1.0
         if eps_at(1.0) > target:
@@ -669,7 +689,7 @@ class PldAccountant(Accountant):
                     f"rounds={t}, delta={delta:g}"
                 ) from None
             rate = min(1.0, math.exp(-found.hi))
-        achieved, failed = sound_epsilon([*history, (rate, sigma, t)], delta)
+        achieved, failed = sound_epsilon(history.plus(rate, sigma, t), delta)
         return Calibration(
             solved_for="sampling_rate",
             sampling_rate=rate,
@@ -682,7 +702,7 @@ class PldAccountant(Accountant):
             accountant_used=_RDP.name if failed else self.name,
             fallback=failed is not None,
             reason=failed or ("every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None),
-            spent_epsilon=spent_eps,
+            spent_epsilon=history.spent_epsilon,
         )
 
     def rounds(
@@ -697,54 +717,85 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §7.4 on the PLD epsilon: an exponential, then a binary integer search."""
         q, sigma = sampling_rate, noise_multiplier
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.rounds(q, sigma, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        spent_eps = _spent_epsilon(history, delta, target)
+        prior = self._history(spent, delta, target, lambda: _RDP.rounds(q, sigma, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
 
         def eps_at(count: int) -> float:
-            return sound_epsilon([*history, (q, sigma, count)], delta)[0]
+            return sound_epsilon(history.plus(q, sigma, count), delta)[0]
 
         count = search.integer_search(lambda n: eps_at(n) <= target, ROUNDS_MAX)
         failed = None
         if count:
-            achieved, failed = sound_epsilon([*history, (q, sigma, count)], delta)
+            achieved, failed = sound_epsilon(history.plus(q, sigma, count), delta)
         else:
-            achieved = spent_eps if spent_eps is not None else 0.0
+            achieved = history.spent_epsilon if history.spent_epsilon is not None else 0.0
         result = rounds_result(
-            count, q, sigma, delta, target, achieved, self.name, _RDP.name if failed else self.name, spent_eps
+            count, q, sigma, delta, target, achieved, self.name, _RDP.name if failed else self.name,
+            history.spent_epsilon,
         )
         return result.model_copy(update={"fallback": True, "reason": failed}) if failed else result
 
 
-def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
-    """Why the PLD cannot account for these events (the kinds it does not represent), or None."""
-    kinds = sorted({event.kind for event in events if not isinstance(event, PoissonSampledGaussian)})
-    if not kinds:
-        return None
-    return f"pld represents Poisson-subsampled Gaussian events only, not {', '.join(kinds)}; fell back to rdp"
+# Each point's answer: (the PLD epsilon, or rdp's, and the reason rdp answered, or None).
+Answer = tuple[float, str | None]
 
 
-def _fell_back(answer: Calibration, name: AccountantName, reason: str) -> Calibration:
-    return answer.model_copy(update={"accountant": name, "fallback": True, "reason": reason})
-
-
-def _phases(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
-    out = []
-    for event in events:
-        assert isinstance(event, PoissonSampledGaussian)  # _unrepresented was checked first
-        out.append((event.sampling_rate, event.noise_multiplier, event.steps))
-    return out
-
-
-def _spent_epsilon(history: list[PhaseTuple], delta: float, target: float) -> float | None:
-    """The PLD epsilon of the spent phases alone; InfeasibleError when they exceed the target (§7.5)."""
-    if not history:
-        return None
-    value = sound_epsilon(history, delta)[0]
-    if value > target:
-        raise InfeasibleError(
-            f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"
+def _sigma_search(q: float, t: int, target: float, delta: float, history: History) -> Generator[float, Answer, Calibration]:
+    """The noise-multiplier search of docs/accounting.md §13.5 as a generator: it yields each
+    sigma it needs the answer of :func:`sound_epsilon` for (``history.plus(q, sigma, t)``) and
+    returns the Calibration, so that one question (:func:`search.drive`) and many in lockstep
+    (:func:`search.lockstep`) run the same steps."""
+    answers: dict[float, Answer] = {}  # sigma -> its answer, each asked once
+    remaining = max(target - (history.spent_epsilon or 0.0), 0.05 * target)
+    guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
+    try:
+        # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
+        # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
+        start = yield from _on_log_sigma(
+            search.bracket_steps(math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE),
+            answers,
+            target,
         )
-    return value
+        found = yield from _on_log_sigma(search.refine_steps(start, XTOL), answers, target)
+    except search.NoFeasiblePoint:
+        raise InfeasibleError(
+            f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
+            f"rounds={t}, delta={delta:g}"
+        ) from None
+    sigma = math.exp(found.hi)
+    if sigma not in answers:  # hi is always an evaluated point; asked again only if it were not
+        answers[sigma] = yield sigma
+    achieved, failed = answers[sigma]
+    return Calibration(
+        solved_for="noise_multiplier",
+        sampling_rate=q,
+        noise_multiplier=sigma,
+        rounds=t,
+        delta=delta,
+        target_epsilon=target,
+        epsilon=achieved,
+        accountant=PldAccountant.name,
+        accountant_used=_RDP.name if failed else PldAccountant.name,
+        fallback=failed is not None,
+        reason=failed
+        or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
+        spent_epsilon=history.spent_epsilon,
+    )
+
+
+def _on_log_sigma(
+    steps: search.Steps[search.Bracket], answers: dict[float, Answer], target: float
+) -> Generator[float, Answer, search.Bracket]:
+    """Run a search on x = log sigma (g(x) = log(epsilon / target)), asking for the answer at
+    each sigma = e^x once (``answers`` keeps them)."""
+    try:
+        x = next(steps)
+        while True:
+            sigma = math.exp(x)
+            if sigma not in answers:
+                answers[sigma] = yield sigma
+            x = steps.send(search.log_ratio(answers[sigma][0], target))
+    except StopIteration as stop:
+        return stop.value
