@@ -292,8 +292,9 @@ class _Pmfs:
         cell = (index < spread(length) - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
         p_cell = np.where(cell, np.maximum(p_tail[:-1] - p_tail[1:], 0.0), 0.0)
         q_cell = np.where(cell, np.maximum(q_tail[:-1] - q_tail[1:], 0.0), 0.0)
-        e_lo = np.exp(grid[:-1])
-        e_hi = np.exp(grid[1:])
+        e_grid = np.exp(grid)  # exp acts element by element: the same values as exp of each slice
+        e_lo = e_grid[:-1]
+        e_hi = e_grid[1:]
         down, up = spread(np.expm1(h)), spread(-np.expm1(-h))
         if not np.isscalar(down):
             down, up = down[:-1], up[:-1]
@@ -303,7 +304,7 @@ class _Pmfs:
         mass[:-1] += to_lower
         mass[1:] += to_upper
         self.tops = top = self.starts + length - 1
-        top_q = q_tail[top] * np.exp(grid[top])
+        top_q = q_tail[top] * e_grid[top]
         self.inf_mass = np.maximum(p_tail[top] - top_q, 0.0)
         mass[top] += np.minimum(top_q, p_tail[top])
         mass[self.starts] += np.maximum(1.0 - p_tail[self.starts], 0.0)
