@@ -192,9 +192,7 @@ class Accountant(abc.ABC):
             return History(phases, None)
         value = epsilon_of(phases)
         if value > target:
-            raise InfeasibleError(
-                f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"
-            )
+            raise spent_exceeds(value, target)
         return History(phases, value)
 
     def accepted_events(self, events: Sequence[Any] | ComposedEvent, field: str) -> list[ApproximateDpEvent]:
@@ -220,6 +218,13 @@ class Accountant(abc.ABC):
                 )
             accepted.append(event)
         return accepted
+
+
+def spent_exceeds(value: float, target: float) -> InfeasibleError:
+    """The refusal of a question whose spent events alone exceed its target (docs/accounting.md §7.5)."""
+    return InfeasibleError(
+        f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"
+    )
 
 
 def phase_tuples(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
