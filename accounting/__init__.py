@@ -11,6 +11,7 @@ from accounting.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, AccountantName
 from accounting.calibration import (
     closed_form_noise_multiplier,
     noise_multiplier,
+    noise_multipliers,
     noise_multipliers_batch,
     noise_multipliers_rdp,
     rounds,
@@ -52,6 +53,7 @@ __all__ = [
     "get_accountant",
     "metric_leakage",
     "noise_multiplier",
+    "noise_multipliers",
     "noise_multipliers_batch",
     "noise_multipliers_rdp",
     "rounds",

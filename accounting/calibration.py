@@ -19,7 +19,7 @@ import numpy as np
 from accounting import closed_form
 from accounting.accountants import ACCOUNTANTS, AccountantName, RdpAccountant, get_accountant
 from accounting.accountants.base import RATE_MIN, REL_TOL, ROUNDS_MAX, SIGMA_MAX, SIGMA_MIN, Accountant
-from accounting.errors import InvalidInputError
+from accounting.errors import InfeasibleError, InvalidInputError
 from accounting.events import ApproximateDpEvent, ComposedEvent
 from accounting.results import Calibration
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
@@ -32,6 +32,7 @@ __all__ = [
     "SIGMA_MIN",
     "closed_form_noise_multiplier",
     "noise_multiplier",
+    "noise_multipliers",
     "noise_multipliers_batch",
     "noise_multipliers_rdp",
     "rounds",
@@ -83,6 +84,48 @@ def noise_multiplier(
         raise InvalidInputError("raw", f"only applies to {names}")
     events = _spent(chosen, spent)
     return chosen.noise_multiplier(q, t, eps, delta, events, raw=raw, time_limit_s=time_limit_s)
+
+
+def noise_multipliers(
+    questions: Sequence[tuple[float, int, float, float]],
+    accountant: AccountantName = "rdp",
+    *,
+    spent: Sequence[Spent] | None = None,
+) -> list[Calibration | InfeasibleError]:
+    """:func:`noise_multiplier` of every (sampling_rate, rounds, epsilon, delta) in ``questions``
+    (each with ``spent[i]`` events, if given), in one call: entry i is the Calibration that
+    ``noise_multiplier(*questions[i], accountant, spent=spent[i])`` returns, or the
+    InfeasibleError it raises, the same answer bit for bit (docs/accounting.md §7.7).
+
+    pld runs the searches in lockstep and composes each round's candidate sigmas together
+    (one batched FFT composition per round instead of one per question, §13.7); the other
+    accountants answer one question at a time. An invalid value is refused naming it, e.g.
+    ``questions[2].epsilon``.
+    """
+    chosen = get_accountant(accountant)
+    if isinstance(questions, (str, bytes)) or not isinstance(questions, Sequence):
+        raise InvalidInputError("questions", "must be a list of (sampling_rate, rounds, epsilon, delta)")
+    if spent is not None and (not isinstance(spent, Sequence) or len(spent) != len(questions)):
+        raise InvalidInputError("spent", f"must be a list of one event list per question ({len(questions)})")
+    by_delta: dict[float, list[int]] = {}
+    checked: list[tuple[float, int, float, list[ApproximateDpEvent]]] = []
+    for i, question in enumerate(questions):
+        name = f"questions[{i}]"
+        if not isinstance(question, Sequence) or len(question) != 4:
+            raise InvalidInputError(name, "must be (sampling_rate, rounds, epsilon, delta)")
+        q = validate_sampling_rate(question[0], f"{name}.sampling_rate")
+        t = validate_count(f"{name}.rounds", question[1])
+        eps = validate_positive(f"{name}.epsilon", question[2])
+        delta = validate_delta(question[3], f"{name}.delta")
+        events = _spent(chosen, spent[i] if spent is not None else (), f"spent[{i}]")
+        checked.append((q, t, eps, events))
+        by_delta.setdefault(delta, []).append(i)
+    out: list[Calibration | InfeasibleError | None] = [None] * len(checked)
+    for delta, members in by_delta.items():
+        answers = chosen.noise_multipliers([checked[i] for i in members], delta)
+        for i, answer in zip(members, answers, strict=True):
+            out[i] = answer
+    return [answer for answer in out if answer is not None]
 
 
 def sampling_rate(
@@ -169,11 +212,11 @@ def noise_multipliers_rdp(
 _RDP = RdpAccountant()
 
 
-def _spent(chosen: Accountant, spent: Spent) -> list[ApproximateDpEvent]:
-    events = chosen.accepted_events(spent, "spent")
+def _spent(chosen: Accountant, spent: Spent, field: str = "spent") -> list[ApproximateDpEvent]:
+    events = chosen.accepted_events(spent, field)
     if events and not chosen.composes:
         composing = " or ".join(name for name, a in ACCOUNTANTS.items() if a.composes)
-        raise InvalidInputError("spent", f"{chosen.name} cannot account for spent events; use {composing}")
+        raise InvalidInputError(field, f"{chosen.name} cannot account for spent events; use {composing}")
     return events
 
 

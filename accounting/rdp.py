@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special
 
 # Fractional-order series (docs/accounting.md §2.2): terms are summed in chunks of
 # _CHUNK for every order still running; an order stops when its remaining terms are
@@ -83,6 +82,9 @@ def _default_grid() -> OrderGrid:
 
 
 def _build_grid(grid: np.ndarray) -> OrderGrid:
+    # start-up time: scipy.special (its array-API layer) costs a command ~0.1 s, paid by the first curve
+    from scipy import special
+
     if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 1) or not np.all(np.isfinite(grid)):
         raise ValueError("orders must be a non-empty list of finite numbers > 1")
     is_integer = grid == np.round(grid)
@@ -186,6 +188,9 @@ def log_a_fractional(
     added to the sum) or when its terms are negligible (< e^-30 of the total and
     decreasing). An entry that does neither within ``_MAX_TERMS`` terms returns inf.
     """
+    # start-up time: scipy.special (its array-API layer) costs a command ~0.1 s, paid by the first curve
+    from scipy import special
+
     q, sigma, alpha = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (sampling_rates, noise_multipliers, alphas))
     zero = np.zeros(np.broadcast(q, sigma, alpha).shape)
     q, sigma, alpha = q + zero, sigma + zero, alpha + zero  # broadcast copies

@@ -8,15 +8,17 @@ Both return the evaluated, feasible end ``hi``: the answer never depends on an
 extrapolation, so the result meets the target under the function that was evaluated.
 :func:`guided` places the evaluations with a cheap model, :func:`vector_search` runs
 bracket and refinement for many points at once, and :func:`integer_search` finds the
-largest integer that fits (rounds). The accountants (:mod:`accounting.accountants`) use
+largest integer that fits (rounds). :func:`bracket_steps` and :func:`refine_steps` are
+bracket and refine as generators that yield each point they need, so that :func:`lockstep`
+can run many searches side by side and answer each round's points in one call. The accountants (:mod:`accounting.accountants`) use
 these; nothing here knows about privacy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Generator, Sequence
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -28,6 +30,13 @@ class Bracket(NamedTuple):
     g_hi: float
     evaluations: int
     at_floor: bool  # the floor itself is feasible: hi == floor, lo is meaningless
+
+
+X = TypeVar("X")
+V = TypeVar("V")
+R = TypeVar("R")
+# A search written as a generator: it yields the x it needs g at, is sent g(x), and returns its result.
+Steps = Generator[float, float, R]
 
 
 class NoFeasiblePoint(Exception):
@@ -53,17 +62,25 @@ def bracket(
     direction that g's sign asks for; the first step is g(x0)/slope when that is larger
     than ``first_step`` (slope: a typical |dg/dx|), so a good guess brackets in 2 calls.
     Raises :class:`NoFeasiblePoint` if g(x_max) > 0. If g(x_min) <= 0 the result has
-    ``at_floor`` set and hi = x_min.
+    ``at_floor`` set and hi = x_min. :func:`bracket_steps` driven by ``g``.
     """
+    return drive(bracket_steps(x0, x_min, x_max, first_step, slope), g)
+
+
+def bracket_steps(
+    x0: float, x_min: float, x_max: float, first_step: float = 0.05, slope: float = 1.0
+) -> Steps[Bracket]:
+    """:func:`bracket` as a generator: it yields each x it needs g at and is sent g(x), so
+    that many searches can run in lockstep (:func:`lockstep`)."""
     x0 = min(max(x0, x_min), x_max)
-    g0 = g(x0)
+    g0 = yield x0
     evaluations = 1
     step = max(first_step, abs(g0) / slope * 1.25) if math.isfinite(g0) else first_step
     if g0 > 0:
         lo, g_lo = x0, g0
         while True:
             x = min(lo + step, x_max)
-            gx = g(x)
+            gx = yield x
             evaluations += 1
             if gx <= 0:
                 return Bracket(lo, x, g_lo, gx, evaluations, False)
@@ -74,7 +91,7 @@ def bracket(
     hi, g_hi = x0, g0
     while True:
         x = max(hi - step, x_min)
-        gx = g(x)
+        gx = yield x
         evaluations += 1
         if gx > 0:
             return Bracket(x, hi, gx, g_hi, evaluations, False)
@@ -103,8 +120,14 @@ def refine(g: Callable[[float], float], start: Bracket, xtol: float, max_evaluat
     feasible, r - xtol/2: an accurate estimate finishes in two calls. An estimate
     outside the bracket is replaced by the regula falsi point, and a round that fails to
     halve the bracket makes the next estimate the midpoint, so the number of calls is at
-    most about 2 log2(width / xtol) + 2 even for a badly shaped g.
+    most about 2 log2(width / xtol) + 2 even for a badly shaped g. :func:`refine_steps`
+    driven by ``g``.
     """
+    return drive(refine_steps(start, xtol, max_evaluations), g)
+
+
+def refine_steps(start: Bracket, xtol: float, max_evaluations: int = 200) -> Steps[Bracket]:
+    """:func:`refine` as a generator (as :func:`bracket_steps`)."""
     lo, hi, g_lo, g_hi = start.lo, start.hi, start.g_lo, start.g_hi
     evaluations = start.evaluations
     if start.at_floor:
@@ -115,7 +138,7 @@ def refine(g: Callable[[float], float], start: Bracket, xtol: float, max_evaluat
         width = hi - lo
         estimate = _estimate(lo, hi, g_lo, g_hi, extra, bisect_next)
         up = min(max(estimate + 0.5 * xtol, lo + 0.25 * xtol), hi - 0.25 * xtol)
-        g_up = g(up)
+        g_up = yield up
         evaluations += 1
         if g_up > 0:
             extra = (lo, g_lo)
@@ -125,7 +148,7 @@ def refine(g: Callable[[float], float], start: Bracket, xtol: float, max_evaluat
             hi, g_hi = up, g_up
             down = max(up - xtol, lo + 0.25 * xtol)
             if down < hi and hi - lo > xtol:
-                g_down = g(down)
+                g_down = yield down
                 evaluations += 1
                 if g_down > 0:
                     lo, g_lo = down, g_down
@@ -134,6 +157,49 @@ def refine(g: Callable[[float], float], start: Bracket, xtol: float, max_evaluat
                     hi, g_hi = down, g_down
         bisect_next = (hi - lo) > 0.5 * width
     return Bracket(lo, hi, g_lo, g_hi, evaluations, False)
+
+
+def drive(steps: Generator[X, V, R], answer: Callable[[X], V]) -> R:
+    """Run a search written as a generator (:func:`bracket_steps`, :func:`refine_steps`),
+    answering each point it yields with ``answer``; its return value (or its exception)."""
+    try:
+        point = next(steps)
+        while True:
+            point = steps.send(answer(point))
+    except StopIteration as stop:
+        return stop.value
+
+
+def lockstep(
+    searches: Sequence[Generator[X, V, R]], answer_many: Callable[[list[tuple[int, X]]], Sequence[V]]
+) -> list[R | Exception]:
+    """Run many searches written as generators side by side (docs/accounting.md §7.7): each
+    round collects the point every unfinished search asks for, as (its index, the point), and
+    answers them all with one call of ``answer_many``. Each search takes exactly the steps it
+    would take alone (:func:`drive`), so where ``answer_many`` answers every point as the
+    one-point answer would, bit for bit, each result is the one-at-a-time result. A search
+    that raises an :class:`Exception` has it as its result."""
+    results: list[R | Exception | None] = [None] * len(searches)
+    asking: dict[int, X] = {}
+
+    def advance(index: int, value: V | None, first: bool) -> None:
+        try:
+            asking[index] = next(searches[index]) if first else searches[index].send(value)  # type: ignore[arg-type]
+        except StopIteration as stop:
+            asking.pop(index, None)
+            results[index] = stop.value
+        except Exception as exc:  # the search's own refusal (e.g. no feasible point), kept as its result
+            asking.pop(index, None)
+            results[index] = exc
+
+    for index in range(len(searches)):
+        advance(index, None, True)
+    while asking:
+        order = list(asking)
+        values = answer_many([(index, asking[index]) for index in order])
+        for index, value in zip(order, values, strict=True):
+            advance(index, value, False)
+    return results  # type: ignore[return-value]
 
 
 def _estimate(

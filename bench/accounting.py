@@ -9,7 +9,9 @@ Same inputs, one process, side by side:
 - the cost of the child-process fence around PRV, and the vectorised batch calibration;
 - gdpfed ``noise_multiplier(accountant="pld")`` vs dp-accounting's PLD calibration on a fine
   grid (``calibrate_dp_mechanism`` with ``PLDAccountant(value_discretization_interval=1e-4)``),
-  Opacus' PRV calibration and gdpfed rdp (docs/benchmarks.md §Issue 26).
+  Opacus' PRV and RDP calibrations, prv_accountant and gdpfed rdp, each peer's time over pld's
+  printed as ``x_vs_*``, and all cases in one lockstep ``noise_multipliers`` call against one
+  call each (docs/benchmarks.md §Issue 26).
 docs/benchmarks.md "## Accounting" holds a full run.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.report import median, time_calls
+from bench.startup import load_average
 
 CASES: list[tuple[float, int, float, float]] = [  # (sampling_rate, rounds, epsilon, delta)
     (0.01, 1000, 1.0, 1e-5),
@@ -49,7 +52,9 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     for q, t, eps, delta in cases:
         prv_rows.append(_prv_row(q, t, eps, delta, quick))
 
-    pld_rows = pld_table(cases, repeats, prv_rows)
+    load_before = load_average()
+    pld_rows = pld_table(cases, repeats, prv_rows, rdp_rows)
+    together_ms, alone_ms = lockstep_ms(cases, 1 if quick else 5)
 
     rdp_median_ms = median([r["gdpfed_ms"] for r in rdp_rows])
     summary = [
@@ -75,13 +80,28 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
          "value": median([r["pld_epsilon_ms"] for r in pld_rows]), "target": "<= 5"},
         {"metric": "pld speedup vs Opacus prv calibration, median x",
          "value": median([r["speedup_vs_opacus_prv"] for r in pld_rows]), "target": ">= 50"},
+        {"metric": "pld speedup vs Opacus prv calibration, worst case x",
+         "value": min(r["speedup_vs_opacus_prv"] for r in pld_rows), "target": ">= 50"},
+        {"metric": "pld speedup vs dp-accounting PLD calibration, median x",
+         "value": median([r["x_vs_dp_pld"] for r in pld_rows]), "target": "-"},
+        {"metric": "pld speedup vs prv_accountant find_noise_multiplier, median x",
+         "value": median([r["x_vs_prv_accountant"] for r in pld_rows]), "target": "-"},
+        {"metric": "pld speedup vs Opacus rdp calibration, median x",
+         "value": median([r["x_vs_opacus_rdp"] for r in pld_rows]), "target": "-"},
+        {"metric": f"pld, all {len(cases)} cases in one noise_multipliers call (lockstep), ms",
+         "value": together_ms, "target": "-"},
+        {"metric": f"pld, the same {len(cases)} cases one call each, ms", "value": alone_ms, "target": "-"},
         {"metric": "pld |sigma diff| vs dp-accounting PLD (1e-4 grid), max %",
          "value": max(abs(r["diff_vs_dp_pld_%"]) for r in pld_rows), "target": "<= 0.5"},
     ]
     return [
         ("RDP calibration: gdpfed vs Opacus get_noise_multiplier(accountant='rdp')", rdp_rows),
         ("PRV calibration: gdpfed vs Opacus (prv) vs prv_accountant.dpsgd.find_noise_multiplier", prv_rows),
-        ("PLD calibration: gdpfed pld vs dp-accounting PLD (1e-4 grid), Opacus prv and gdpfed rdp", pld_rows),
+        (
+            "PLD calibration: gdpfed pld vs dp-accounting PLD (1e-4 grid), Opacus prv and rdp, prv_accountant "
+            f"(load average {load_before} before, {load_average()} after)",
+            pld_rows,
+        ),
         ("Accounting summary", summary),
     ]
 
@@ -124,14 +144,18 @@ def rdp_table(
 
 
 def pld_table(
-    cases: list[tuple[float, int, float, float]], repeats: int, prv_rows: list[dict[str, Any]]
+    cases: list[tuple[float, int, float, float]],
+    repeats: int,
+    prv_rows: list[dict[str, Any]],
+    rdp_rows: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """gdpfed pld calibration and epsilon vs dp-accounting's PLD calibration on the same inputs;
-    Opacus' prv time comes from ``prv_rows`` (same run), rdp's sigma is computed here."""
+    Opacus' prv and prv_accountant's times come from ``prv_rows`` and Opacus' rdp time from
+    ``rdp_rows`` (same run; ``x_vs_*``: the peer's time over pld's), rdp's sigma is computed here."""
     import accounting
 
     rows = []
-    for (q, t, eps, delta), prv_row in zip(cases, prv_rows):
+    for k, ((q, t, eps, delta), prv_row) in enumerate(zip(cases, prv_rows)):
         ours = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
         our_s = time_calls(lambda: accounting.noise_multiplier(q, t, eps, delta, accountant="pld"), repeats)
         sigma = ours.noise_multiplier
@@ -148,6 +172,9 @@ def pld_table(
                 "dp_pld_s": dp_s,
                 "opacus_prv_s": prv_row["opacus_s"],
                 "speedup_vs_opacus_prv": prv_row["opacus_s"] / median(our_s),
+                "x_vs_dp_pld": dp_s / median(our_s),
+                "x_vs_prv_accountant": prv_row["find_nm_s"] / median(our_s),
+                "x_vs_opacus_rdp": None if rdp_rows is None else 1e-3 * rdp_rows[k]["opacus_ms"] / median(our_s),
                 "sigma_pld": sigma,
                 "sigma_dp_pld": dp_sigma,
                 "diff_vs_dp_pld_%": _diff(sigma, dp_sigma),
@@ -157,6 +184,23 @@ def pld_table(
             }
         )
     return rows
+
+
+def lockstep_ms(cases: list[tuple[float, int, float, float]], repeats: int) -> tuple[float, float]:
+    """Median ms of every case calibrated by one ``accounting.noise_multipliers`` call (pld's
+    lockstep searches, docs/accounting.md §13.7) and of the same cases one call each, timed
+    alternately; the answers are checked equal."""
+    import accounting
+
+    together = accounting.noise_multipliers(cases, "pld")
+    alone = [accounting.noise_multiplier(*case, accountant="pld") for case in cases]
+    if together != alone:
+        raise RuntimeError("noise_multipliers differs from noise_multiplier one at a time")
+    many, single = [], []
+    for _ in range(repeats):
+        many += time_calls(lambda: accounting.noise_multipliers(cases, "pld"), 1, warmup=0)
+        single += time_calls(lambda: [accounting.noise_multiplier(*case, accountant="pld") for case in cases], 1, warmup=0)
+    return 1e3 * median(many), 1e3 * median(single)
 
 
 def _dp_pld_sigma(q: float, t: int, eps: float, delta: float, rdp_sigma: float) -> float:

@@ -31,14 +31,22 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from accounting.choices import AccountantName
-from accounting.errors import InvalidInputError
-from accounting.events import EVENT_KINDS, NOTION_LABELS, ApproximateDpEvent, ComposedEvent, validate_events
+from accounting.errors import InfeasibleError, InvalidInputError
+from accounting.events import (
+    EVENT_KINDS,
+    NOTION_LABELS,
+    ApproximateDpEvent,
+    ComposedEvent,
+    PoissonSampledGaussian,
+    validate_events,
+)
 from accounting.results import Calibration, EpsilonReport
 
 # Search limits (docs/accounting.md §7.1): answers outside them are reported, never clamped silently.
@@ -48,6 +56,30 @@ RATE_MIN = 1e-12
 ROUNDS_MAX = 10**9
 REL_TOL = 1e-4  # relative tolerance of sigma and q
 XTOL = math.log1p(REL_TOL)  # the same tolerance on log sigma and -log q
+
+# (sampling_rate, noise_multiplier, steps) of one Poisson-subsampled Gaussian phase
+PhaseTuple = tuple[float, float, int]
+
+
+@dataclass(frozen=True)
+class History:
+    """The spent phases an inverse question composes its new phase after (docs/accounting.md
+    §7.5), their epsilon alone (None without any) and ``delta``, the delta they and every new
+    phase compose at where it is not the question's: the question's less what the spent events
+    add to it (pld's Skellam tail masses, §11.7; 0 or below when they take all of it, and every
+    epsilon is then inf). None: the question's delta (:meth:`composed_at`)."""
+
+    phases: list[PhaseTuple]
+    spent_epsilon: float | None
+    delta: float | None = None
+
+    def composed_at(self, delta: float) -> float:
+        """The delta the phases of a question at ``delta`` are composed at."""
+        return delta if self.delta is None else self.delta
+
+    def plus(self, sampling_rate: float, noise_multiplier: float, steps: int) -> list[PhaseTuple]:
+        """The spent phases followed by the new one."""
+        return [*self.phases, (sampling_rate, noise_multiplier, steps)]
 
 
 class Accountant(abc.ABC):
@@ -114,6 +146,21 @@ class Accountant(abc.ABC):
     ) -> Calibration:
         """Most rounds T (0 allowed) meeting the target (docs/accounting.md §7.4)."""
 
+    def noise_multipliers(
+        self, questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]], delta: float
+    ) -> list[Calibration | InfeasibleError]:
+        """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), each entry
+        the Calibration or the InfeasibleError that call raises; an accountant that can search
+        many at once (pld, docs/accounting.md §13.7) overrides this with a lockstep
+        equivalent, answer for answer the same."""
+        out: list[Calibration | InfeasibleError] = []
+        for q, t, target, spent in questions:
+            try:
+                out.append(self.noise_multiplier(q, t, target, delta, spent))
+            except InfeasibleError as exc:
+                out.append(exc)
+        return out
+
     def noise_multipliers_batch(
         self, sampling_rates: np.ndarray, rounds: int, epsilons: np.ndarray, delta: float
     ) -> np.ndarray | None:
@@ -125,6 +172,50 @@ class Accountant(abc.ABC):
         """sigma / q per epsilon when this accountant's sigma is exactly linear in q (the
         closed form), for optimisation tables; None otherwise."""
         return None
+
+    def unrepresented(self, events: Sequence[ApproximateDpEvent]) -> str | None:
+        """Why this accountant's own method cannot account for ``events`` (its ``fallback``
+        answers them, :meth:`history_or_fallback`), or None: an accountant with a fallback
+        that represents only some of the kinds it ``supports`` (pld) says which."""
+        return None
+
+    def phases(self, events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
+        """The Gaussian phases this accountant composes for ``events`` (already accepted and
+        not :meth:`unrepresented`): their own (:func:`phase_tuples`); pld overrides this with
+        the phase dominating each Skellam event (docs/accounting.md §11.7)."""
+        return phase_tuples(events)
+
+    def composition_delta(self, events: Sequence[ApproximateDpEvent], delta: float) -> float:
+        """The delta :meth:`phases` of ``events`` are composed at for a question at ``delta``:
+        ``delta`` itself; pld overrides this to take the Skellam events' tail masses out (§11.7)."""
+        return delta
+
+    def history_or_fallback(
+        self,
+        spent: Sequence[ApproximateDpEvent],
+        delta: float,
+        target: float,
+        fallback: Callable[[], Calibration],
+        epsilon_of: Callable[[list[PhaseTuple]], float],
+    ) -> History | Calibration:
+        """The first step every inverse question of an accountant with a fallback takes, so that
+        each question keeps only its search (docs/accounting.md §7.5, §12): the ``fallback``
+        accountant's answer to the same question (``fallback()``), marked ``fallback`` with the
+        reason, when :meth:`unrepresented` refuses the spent events; else the spent phases
+        (:meth:`phases`), the delta they compose at where it is not ``delta``
+        (:meth:`composition_delta`) and their epsilon (``epsilon_of``, at that delta), raising
+        InfeasibleError when they alone exceed the target."""
+        reason = self.unrepresented(spent)
+        if reason:
+            return fallback().model_copy(update={"accountant": self.name, "fallback": True, "reason": reason})
+        phases = self.phases(spent)
+        if not phases:
+            return History(phases, None)
+        composed_at = self.composition_delta(spent, delta)
+        value = epsilon_of(phases)
+        if value > target:
+            raise spent_exceeds(value, target)
+        return History(phases, value, None if composed_at == delta else composed_at)
 
     def accepted_events(self, events: Sequence[Any] | ComposedEvent, field: str) -> list[ApproximateDpEvent]:
         """Validated events this accountant can account for; a clear error naming the element otherwise.
@@ -149,6 +240,23 @@ class Accountant(abc.ABC):
                 )
             accepted.append(event)
         return accepted
+
+
+def spent_exceeds(value: float, target: float) -> InfeasibleError:
+    """The refusal of a question whose spent events alone exceed its target (docs/accounting.md §7.5)."""
+    return InfeasibleError(
+        f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"
+    )
+
+
+def phase_tuples(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
+    """(q, sigma, steps) of Poisson-subsampled Gaussian events (checked by the caller: the
+    accountant's ``supports`` or :meth:`Accountant.unrepresented`)."""
+    out = []
+    for event in events:
+        assert isinstance(event, PoissonSampledGaussian)
+        out.append((event.sampling_rate, event.noise_multiplier, event.steps))
+    return out
 
 
 def rounds_result(

@@ -19,20 +19,27 @@ rdp for the whole history, marked ``fallback`` with the reason, as prv does
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from accounting import search
-from accounting.accountants.base import RATE_MIN, ROUNDS_MAX, SIGMA_MAX, SIGMA_MIN, Accountant, rounds_result
+from accounting.accountants.base import (
+    RATE_MIN,
+    ROUNDS_MAX,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    Accountant,
+    History,
+    PhaseTuple,
+    rounds_result,
+)
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
 from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.results import Calibration, EpsilonReport
-
-PhaseTuple = tuple[float, float, int]
 
 _RDP = RdpAccountant()
 
@@ -235,16 +242,13 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
     A ``delta`` of 0 or below (a Skellam history's tail mass took all of it, §11.7): inf."""
     if delta <= 0:
         return math.inf, None
-    events: list[ApproximateDpEvent] = [
-        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
-    ]
     try:
         with np.errstate(all="ignore"):
             value, share = _epsilon_and_error(phases, delta)
         if value >= 0 and share <= ERROR_SHARE_CHECK:  # inf is a sound answer; nan is not an answer
             return value, None
         if value >= 0:
-            rdp = _RDP.epsilon(events, delta).epsilon
+            rdp = _rdp_epsilon(phases, delta)
             if rdp < value:
                 return rdp, (
                     f"pld's error terms take {min(share, 1.0):.0%} of delta (FFT rounding bound and tails, "
@@ -254,7 +258,15 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
         failure = f"epsilon {value}"
     except (ArithmeticError, ValueError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    return _RDP.epsilon(events, delta).epsilon, f"pld failed numerically ({failure}); fell back to rdp"
+    return _rdp_epsilon(phases, delta), f"pld failed numerically ({failure}); fell back to rdp"
+
+
+def _rdp_epsilon(phases: Sequence[PhaseTuple], delta: float) -> float:
+    """rdp's epsilon of the phases (the fallback and the comparison of :func:`sound_epsilon`)."""
+    events: list[ApproximateDpEvent] = [
+        PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases
+    ]
+    return _RDP.epsilon(events, delta).epsilon
 
 
 # --------------------------------------------------------------------------- many histories at once
@@ -285,8 +297,9 @@ class _Pmfs:
         cell = (index < spread(length) - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
         p_cell = np.where(cell, np.maximum(p_tail[:-1] - p_tail[1:], 0.0), 0.0)
         q_cell = np.where(cell, np.maximum(q_tail[:-1] - q_tail[1:], 0.0), 0.0)
-        e_lo = np.exp(grid[:-1])
-        e_hi = np.exp(grid[1:])
+        e_grid = np.exp(grid)  # exp acts element by element: the same values as exp of each slice
+        e_lo = e_grid[:-1]
+        e_hi = e_grid[1:]
         down, up = spread(np.expm1(h)), spread(-np.expm1(-h))
         if not np.isscalar(down):
             down, up = down[:-1], up[:-1]
@@ -296,7 +309,7 @@ class _Pmfs:
         mass[:-1] += to_lower
         mass[1:] += to_upper
         self.tops = top = self.starts + length - 1
-        top_q = q_tail[top] * np.exp(grid[top])
+        top_q = q_tail[top] * e_grid[top]
         self.inf_mass = np.maximum(p_tail[top] - top_q, 0.0)
         mass[top] += np.minimum(top_q, p_tail[top])
         mass[self.starts] += np.maximum(1.0 - p_tail[self.starts], 0.0)
@@ -522,6 +535,8 @@ def sound_epsilons(histories: Sequence[Sequence[PhaseTuple]], delta: float) -> l
     and fallbacks per history where one needs them."""
     if not histories:
         return []
+    if delta <= 0:  # as sound_epsilon: a Skellam history's tail mass took all of delta (§11.7)
+        return [(math.inf, None) for _ in histories]
     try:
         with np.errstate(all="ignore"):
             answers = _epsilons_and_errors(histories, delta)
@@ -545,28 +560,38 @@ class PldAccountant(Accountant):
     fallback: ClassVar[AccountantName | None] = _RDP.name
     supports: ClassVar[tuple[type[ApproximateDpEvent], ...]] = (ApproximateDpEvent,)
 
+    def unrepresented(self, events: Sequence[ApproximateDpEvent]) -> str | None:
+        """Why the PLD cannot account for these events (the kinds it does not represent, §13.4,
+        or a Skellam event without a tabulated dominating Gaussian, §11.7), or None."""
+        return _unrepresented(events)
+
+    def phases(self, events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
+        """Each event's Gaussian phase: its own, or the one dominating a Skellam event (§11.7)."""
+        return _phases(events)
+
+    def composition_delta(self, events: Sequence[ApproximateDpEvent], delta: float) -> float:
+        """``delta`` less the Skellam events' tail masses (:func:`_pld_delta`, §11.7)."""
+        return _pld_delta(events, delta)
+
     def epsilon(
         self, events: list[ApproximateDpEvent], delta: float, *, time_limit_s: float | None = None
     ) -> EpsilonReport:
         """The connect-the-dots PLD upper bound (docs/accounting.md §13), or rdp's answer marked ``fallback``."""
-        reason = _unrepresented(events)
+        reason = self.unrepresented(events)
         if reason:
-            return _RDP.epsilon(events, delta).model_copy(
-                update={"accountant": self.name, "fallback": True, "reason": reason}
-            )
+            return self._rdp_report(events, delta, reason)
         value, failed = sound_epsilon(_phases(events), _pld_delta(events, delta))
         if failed:
-            return _RDP.epsilon(events, delta).model_copy(
-                update={"accountant": self.name, "fallback": True, "reason": failed}
-            )
+            return self._rdp_report(events, delta, failed)
         return EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name)
 
     def epsilons(self, histories: list[list[ApproximateDpEvent]], delta: float) -> list[EpsilonReport]:
         """:meth:`epsilon` of every history, equal to it bit for bit: the representable ones
-        composed together (:func:`sound_epsilons`, docs/accounting.md §13.6)."""
-        # a history with a Skellam event composes at its own reduced delta (§11.7): one at a time
-        together = [i for i, events in enumerate(histories) if not _unrepresented(events) and _pld_delta(events, delta) == delta]
-        answers = dict(zip(together, sound_epsilons([_phases(histories[i]) for i in together], delta), strict=True))
+        composed together (:func:`sound_epsilons`, docs/accounting.md §13.6), those with Skellam
+        events grouped by the reduced delta they compose at (§11.7)."""
+        together = [i for i, events in enumerate(histories) if not self.unrepresented(events)]
+        composed = _sound_answers([(_phases(histories[i]), _pld_delta(histories[i], delta)) for i in together])
+        answers = dict(zip(together, composed, strict=True))
         reports = []
         for i, events in enumerate(histories):
             value, failed = answers.get(i, (math.nan, "unrepresented"))
@@ -575,6 +600,18 @@ class PldAccountant(Accountant):
             else:
                 reports.append(EpsilonReport(epsilon=value, delta=delta, accountant=self.name, accountant_used=self.name))
         return reports
+
+    def _rdp_report(self, events: list[ApproximateDpEvent], delta: float, reason: str) -> EpsilonReport:
+        return _RDP.epsilon(events, delta).model_copy(update={"accountant": self.name, "fallback": True, "reason": reason})
+
+    def _history(
+        self, spent: list[ApproximateDpEvent], delta: float, target: float, fallback: Callable[[], Calibration]
+    ) -> History | Calibration:
+        """:meth:`Accountant.history_or_fallback` with the spent phases' PLD epsilon at the delta
+        they compose at (``delta`` less the spent Skellam tail masses, §11.7; ``History.delta``)."""
+        return self.history_or_fallback(
+            spent, delta, target, fallback, lambda phases: sound_epsilon(phases, self.composition_delta(spent, delta))[0]
+        )
 
     def noise_multiplier(
         self,
@@ -589,53 +626,52 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §13.5: a proven bracket on log sigma (§7.1's search) on the PLD epsilon."""
         q, t = sampling_rate, rounds
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.noise_multiplier(q, t, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
-        spent_eps = _spent_epsilon(history, delta_pld, target)
-        answers: dict[float, tuple[float, str | None]] = {}  # sigma -> sound_epsilon, each computed once
-
-        def answer(sigma: float) -> tuple[float, str | None]:
-            if sigma not in answers:
-                answers[sigma] = sound_epsilon([*history, (q, sigma, t)], delta_pld)
-            return answers[sigma]
-
-        def g(x: float) -> float:
-            return search.log_ratio(answer(math.exp(x))[0], target)
-
-        remaining = max(target - (spent_eps or 0.0), 0.05 * target)
-        guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
-        try:
-            # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
-            # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
-            start = search.bracket(
-                g, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE
-            )
-            found = search.refine(g, start, XTOL)
-        except search.NoFeasiblePoint:
-            raise InfeasibleError(
-                f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
-                f"rounds={t}, delta={delta:g}"
-            ) from None
-        sigma = math.exp(found.hi)
-        achieved, failed = answer(sigma)
-        return Calibration(
-            solved_for="noise_multiplier",
-            sampling_rate=q,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=achieved,
-            accountant=self.name,
-            accountant_used=_RDP.name if failed else self.name,
-            fallback=failed is not None,
-            reason=failed
-            or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
-            spent_epsilon=spent_eps,
+        prior = self._history(spent, delta, target, lambda: _RDP.noise_multiplier(q, t, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
+        return search.drive(
+            _sigma_search(q, t, target, delta, history),
+            lambda sigma: sound_epsilon(history.plus(q, sigma, t), history.composed_at(delta)),
         )
+
+    def noise_multipliers(
+        self, questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]], delta: float
+    ) -> list[Calibration | InfeasibleError]:
+        """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), equal to it
+        answer for answer, bit for bit (docs/accounting.md §13.7): the searches run in lockstep
+        (:func:`search.lockstep`) and each round's sigmas are composed together
+        (:func:`sound_epsilons`)."""
+        out: list[Calibration | InfeasibleError | None] = [None] * len(questions)
+        searches: list[Generator[float, tuple[float, str | None], Calibration]] = []
+        asked: list[tuple[int, float, int, History]] = []  # (question, q, T, history) of each search
+        for i, (q, t, target, spent) in enumerate(questions):
+            try:
+                prior = self._history(
+                    spent, delta, target, lambda q=q, t=t, target=target, spent=spent: _RDP.noise_multiplier(  # type: ignore[misc]
+                        q, t, target, delta, spent
+                    )
+                )
+            except InfeasibleError as exc:
+                out[i] = exc
+                continue
+            if isinstance(prior, Calibration):
+                out[i] = prior
+            else:
+                searches.append(_sigma_search(q, t, target, delta, prior))
+                asked.append((i, q, t, prior))
+
+        def answer_many(points: list[tuple[int, float]]) -> list[tuple[float, str | None]]:
+            # each search's history composes at its own delta (less its spent Skellam tail masses, §11.7)
+            return _sound_answers(
+                [(asked[k][3].plus(asked[k][1], sigma, asked[k][2]), asked[k][3].composed_at(delta)) for k, sigma in points]
+            )
+
+        for (i, *_), result in zip(asked, search.lockstep(searches, answer_many), strict=True):
+            if isinstance(result, Exception) and not isinstance(result, InfeasibleError):
+                raise result
+            out[i] = result
+        return [answer for answer in out if answer is not None]
 
     def sampling_rate(
         self,
@@ -649,15 +685,13 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §7.3 on the PLD epsilon: q = 1 if it fits, else a bracket on -log q."""
         sigma, t = noise_multiplier, rounds
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.sampling_rate(sigma, t, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
-        spent_eps = _spent_epsilon(history, delta_pld, target)
+        prior = self._history(spent, delta, target, lambda: _RDP.sampling_rate(sigma, t, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
 
         def eps_at(rate: float) -> float:
-            return sound_epsilon([*history, (rate, sigma, t)], delta_pld)[0]
+            return sound_epsilon(history.plus(rate, sigma, t), history.composed_at(delta))[0]
 
         rate = 1.0
         if eps_at(1.0) > target:
@@ -678,7 +712,7 @@ class PldAccountant(Accountant):
                     f"rounds={t}, delta={delta:g}"
                 ) from None
             rate = min(1.0, math.exp(-found.hi))
-        achieved, failed = sound_epsilon([*history, (rate, sigma, t)], delta_pld)
+        achieved, failed = sound_epsilon(history.plus(rate, sigma, t), history.composed_at(delta))
         return Calibration(
             solved_for="sampling_rate",
             sampling_rate=rate,
@@ -691,7 +725,7 @@ class PldAccountant(Accountant):
             accountant_used=_RDP.name if failed else self.name,
             fallback=failed is not None,
             reason=failed or ("every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None),
-            spent_epsilon=spent_eps,
+            spent_epsilon=history.spent_epsilon,
         )
 
     def rounds(
@@ -706,26 +740,42 @@ class PldAccountant(Accountant):
     ) -> Calibration:
         """docs/accounting.md §7.4 on the PLD epsilon: an exponential, then a binary integer search."""
         q, sigma = sampling_rate, noise_multiplier
-        reason = _unrepresented(spent)
-        if reason:
-            return _fell_back(_RDP.rounds(q, sigma, target, delta, spent), self.name, reason)
-        history = _phases(spent)
-        delta_pld = _pld_delta(spent, delta)  # the spent Skellam events' tail mass taken out (§11.7)
-        spent_eps = _spent_epsilon(history, delta_pld, target)
+        prior = self._history(spent, delta, target, lambda: _RDP.rounds(q, sigma, target, delta, spent))
+        if isinstance(prior, Calibration):
+            return prior
+        history = prior
 
         def eps_at(count: int) -> float:
-            return sound_epsilon([*history, (q, sigma, count)], delta_pld)[0]
+            return sound_epsilon(history.plus(q, sigma, count), history.composed_at(delta))[0]
 
         count = search.integer_search(lambda n: eps_at(n) <= target, ROUNDS_MAX)
         failed = None
         if count:
-            achieved, failed = sound_epsilon([*history, (q, sigma, count)], delta_pld)
+            achieved, failed = sound_epsilon(history.plus(q, sigma, count), history.composed_at(delta))
         else:
-            achieved = spent_eps if spent_eps is not None else 0.0
+            achieved = history.spent_epsilon if history.spent_epsilon is not None else 0.0
         result = rounds_result(
-            count, q, sigma, delta, target, achieved, self.name, _RDP.name if failed else self.name, spent_eps
+            count, q, sigma, delta, target, achieved, self.name, _RDP.name if failed else self.name,
+            history.spent_epsilon,
         )
         return result.model_copy(update={"fallback": True, "reason": failed}) if failed else result
+
+
+# Each point's answer: (the PLD epsilon, or rdp's, and the reason rdp answered, or None).
+Answer = tuple[float, str | None]
+
+
+def _sound_answers(items: Sequence[tuple[list[PhaseTuple], float]]) -> list[Answer]:
+    """:func:`sound_epsilon` of every (phases, delta), bit for bit: those at one delta composed
+    together (:func:`sound_epsilons`); a Skellam history composes at its own reduced delta (§11.7)."""
+    by_delta: dict[float, list[int]] = {}
+    for k, (_, at) in enumerate(items):
+        by_delta.setdefault(at, []).append(k)
+    out: list[Answer] = [(math.nan, None)] * len(items)
+    for at, members in by_delta.items():
+        for k, answer in zip(members, sound_epsilons([items[k][0] for k in members], at), strict=True):
+            out[k] = answer
+    return out
 
 
 def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
@@ -739,10 +789,6 @@ def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
             "tail (docs/accounting.md §11.7); fell back to rdp"
         )
     return None
-
-
-def _fell_back(answer: Calibration, name: AccountantName, reason: str) -> Calibration:
-    return answer.model_copy(update={"accountant": name, "fallback": True, "reason": reason})
 
 
 def _phases(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
@@ -770,13 +816,60 @@ def _pld_delta(events: Sequence[ApproximateDpEvent], delta: float) -> float:
     return delta - extra if extra else delta
 
 
-def _spent_epsilon(history: list[PhaseTuple], delta: float, target: float) -> float | None:
-    """The PLD epsilon of the spent phases alone; InfeasibleError when they exceed the target (§7.5)."""
-    if not history:
-        return None
-    value = sound_epsilon(history, delta)[0]
-    if value > target:
-        raise InfeasibleError(
-            f"the spent events alone have epsilon {value:.6g} > target epsilon {target:g}; nothing is left"
+def _sigma_search(q: float, t: int, target: float, delta: float, history: History) -> Generator[float, Answer, Calibration]:
+    """The noise-multiplier search of docs/accounting.md §13.5 as a generator: it yields each
+    sigma it needs the answer of :func:`sound_epsilon` for (``history.plus(q, sigma, t)``) and
+    returns the Calibration, so that one question (:func:`search.drive`) and many in lockstep
+    (:func:`search.lockstep`) run the same steps."""
+    answers: dict[float, Answer] = {}  # sigma -> its answer, each asked once
+    remaining = max(target - (history.spent_epsilon or 0.0), 0.05 * target)
+    guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
+    try:
+        # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
+        # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
+        start = yield from _on_log_sigma(
+            search.bracket_steps(math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE),
+            answers,
+            target,
         )
-    return value
+        found = yield from _on_log_sigma(search.refine_steps(start, XTOL), answers, target)
+    except search.NoFeasiblePoint:
+        raise InfeasibleError(
+            f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
+            f"rounds={t}, delta={delta:g}"
+        ) from None
+    sigma = math.exp(found.hi)
+    if sigma not in answers:  # hi is always an evaluated point; asked again only if it were not
+        answers[sigma] = yield sigma
+    achieved, failed = answers[sigma]
+    return Calibration(
+        solved_for="noise_multiplier",
+        sampling_rate=q,
+        noise_multiplier=sigma,
+        rounds=t,
+        delta=delta,
+        target_epsilon=target,
+        epsilon=achieved,
+        accountant=PldAccountant.name,
+        accountant_used=_RDP.name if failed else PldAccountant.name,
+        fallback=failed is not None,
+        reason=failed
+        or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
+        spent_epsilon=history.spent_epsilon,
+    )
+
+
+def _on_log_sigma(
+    steps: search.Steps[search.Bracket], answers: dict[float, Answer], target: float
+) -> Generator[float, Answer, search.Bracket]:
+    """Run a search on x = log sigma (g(x) = log(epsilon / target)), asking for the answer at
+    each sigma = e^x once (``answers`` keeps them)."""
+    try:
+        x = next(steps)
+        while True:
+            sigma = math.exp(x)
+            if sigma not in answers:
+                answers[sigma] = yield sigma
+            x = steps.send(search.log_ratio(answers[sigma][0], target))
+    except StopIteration as stop:
+        return stop.value

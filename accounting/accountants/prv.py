@@ -15,7 +15,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from accounting import prv as fenced
-from accounting.accountants.base import RATE_MIN, ROUNDS_MAX, SIGMA_MAX, SIGMA_MIN, XTOL, Accountant, rounds_result
+from accounting.accountants.base import (
+    RATE_MIN,
+    ROUNDS_MAX,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    XTOL,
+    Accountant,
+    phase_tuples,
+    rounds_result,
+)
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
 from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
@@ -205,15 +214,6 @@ def _rdp_answer(
         return question(*args), None
     except InfeasibleError as exc:
         return None, exc
-
-
-def phase_tuples(events: Sequence[ApproximateDpEvent]) -> PhaseTuples:
-    """(q, sigma, steps) of Poisson-subsampled Gaussian events, the form the PRV child takes."""
-    out = []
-    for event in events:
-        assert isinstance(event, PoissonSampledGaussian)  # PrvAccountant.supports, checked by the caller
-        out.append((event.sampling_rate, event.noise_multiplier, event.steps))
-    return out
 
 
 # --------------------------------------------------------------------------- jobs run in the PRV child

@@ -25,6 +25,7 @@ from accounting.accountants.base import (
     XTOL,
     Accountant,
     rounds_result,
+    spent_exceeds,
 )
 from accounting.choices import AccountantName
 from accounting.errors import InfeasibleError
@@ -221,9 +222,7 @@ def _spent_rdp(
     curve = composed_rdp(events, grid)
     spent_eps = rdp.epsilon_from_rdp(grid.orders, curve, delta)[0]
     if spent_eps > target:
-        raise InfeasibleError(
-            f"the spent events alone have epsilon {spent_eps:.6g} > target epsilon {target:g}; nothing is left"
-        )
+        raise spent_exceeds(spent_eps, target)
     return curve, spent_eps
 
 

@@ -35,7 +35,6 @@ from typing import Literal
 
 import numpy as np
 import pydantic
-from scipy.special import gammaln, ive, logsumexp, ndtri_exp
 
 from accounting.events.base import ApproximateDpEvent
 from accounting.rdp import SMALL_LOG_A, OrderGrid
@@ -62,6 +61,10 @@ def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
 
     and the smaller of it and ``base[order]`` is returned (docs/accounting.md §11.6).
     """
+    # start-up time: importing scipy.special costs every command ~0.1 s (accounting.events is
+    # imported by every accountant), so the Skellam bound imports it when it is first computed
+    from scipy.special import gammaln, logsumexp
+
     a, q = order, sampling_rate
     if q >= 1.0:
         return float(base[a])
@@ -133,6 +136,10 @@ def unit_shift_table(variance: float) -> tuple[float, np.ndarray]:
     the largest step over j = 0 .. J, J the last j with P(X > j) >= e^TAIL_LOG_FLOOR,
     raised by DOMINATION_MARGIN. The returned array is read-only (cached).
     """
+    # start-up time: scipy.special is imported where the table is first computed (as in
+    # subsampled_rdp), not when accounting.events is imported
+    from scipy.special import ive, ndtri_exp
+
     reach = int(math.ceil(8.0 * math.sqrt(variance) + 40.0))
     while True:
         js = np.arange(reach + 1, dtype=float)

@@ -123,3 +123,31 @@ def test_request_models_for_the_service() -> None:
     assert error.value.errors()[0]["loc"] == ("raw",)
     with pytest.raises(pydantic.ValidationError):
         EpsilonRequest.model_validate({"sampling_rate": 0.05, "noise_multiplier": 1.5, "rounds": 500, "delta": 1e-4, "oops": 1})
+
+
+# What a subprocess imported, as the last line of its stdout (the import graph, not a timing).
+_MODULES_AFTER = """
+import json, sys
+from app.cli import run
+try:
+    code = run(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "scipy": sorted(m for m in sys.modules if m.split(".")[0] == "scipy")}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["account", "--help"],
+        ["account", "epsilon", "--sampling-rate", "abc", "--noise-multiplier", "1", "--rounds", "10", "--delta", "1e-5"],
+    ],
+)
+def test_account_without_a_computation_imports_no_scipy(argv: list[str]) -> None:
+    """Issue 26 §3 start-up: scipy.special (about 0.1 s, its array-API layer) is imported by the
+    first RDP curve or PLD tail that needs it, not by importing the accountants and events;
+    the help and a question refused before any computation never load it."""
+    completed = subprocess.run([sys.executable, "-c", _MODULES_AFTER, *argv], capture_output=True, text=True, timeout=60)
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["code"] in (0, 2) and result["scipy"] == [], result

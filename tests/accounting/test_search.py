@@ -106,3 +106,36 @@ def test_noise_multiplier_uses_few_objective_evaluations(monkeypatch: pytest.Mon
     assert len(counts) == len(cases)
     assert max(counts) <= 4
     assert sum(counts) <= 3 * len(cases)
+
+
+def _bracketed_root(root: float, x0: float) -> search.Steps[search.Bracket]:
+    """bracket then refine on g(x) = root - x written as one generator search (as pld's)."""
+    start = yield from search.bracket_steps(x0, -10.0, 10.0)
+    return (yield from search.refine_steps(start, XTOL))
+
+
+def test_lockstep_searches_take_each_its_own_steps_and_keep_refusals() -> None:
+    """docs/accounting.md §7.7: searches run side by side get exactly the bracket each gets
+    alone, one answer_many call a round carries every unfinished search's point, and a search
+    that raises (no feasible point below the cap) has the exception as its result."""
+    roots = [-3.0, 0.2, 0.21, 4.5, 9.0]
+    alone = []
+    for root in roots:
+
+        def g(x: float, root: float = root) -> float:
+            return math.tanh(root - x) ** 3
+
+        alone.append(search.refine(g, search.bracket(g, 1.0, -10.0, 10.0), XTOL))
+    rounds: list[list[int]] = []
+
+    def answer_many(points: list[tuple[int, float]]) -> list[float]:
+        rounds.append([index for index, _ in points])
+        return [math.tanh(roots[index] - x) ** 3 if index < len(roots) else 1.0 for index, x in points]
+
+    searches = [_bracketed_root(r, 1.0) for r in roots] + [_bracketed_root(0.0, 1.0)]
+    together = search.lockstep(searches, answer_many)
+    assert together[: len(roots)] == alone
+    assert isinstance(together[-1], search.NoFeasiblePoint)
+    assert rounds[0] == list(range(len(roots) + 1)) and len(rounds) == max(b.evaluations for b in alone)
+    failing = sum(len(roots) in r for r in rounds)  # the refused search's evaluations
+    assert failing >= 2 and sum(len(r) for r in rounds) == sum(b.evaluations for b in alone) + failing
