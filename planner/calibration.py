@@ -210,6 +210,24 @@ def calibrate_groups(
         if batch is not None and np.all(np.isfinite(batch) & (batch > 0)):
             return [GroupCalibration(float(s)) for s in batch]
 
+    def infeasible(g: int, exc: InfeasibleError) -> InfeasibleError:
+        return InfeasibleError(
+            f"{labels[g]} needs a noise multiplier above the calibration cap at sampling rate "
+            f"{q[g]:.4g} over {rounds} rounds ({exc.message})"
+        )
+
+    if chosen.calibrates_in_lockstep and chosen.composes:
+        # every group in one call: the searches run in lockstep, each answer the one
+        # noise_multiplier gives alone, bit for bit (docs/accounting.md §13.7)
+        answers = accounting.noise_multipliers(
+            [(float(q[g]), rounds, float(eps[g]), delta) for g in range(len(q))], chosen.name,
+            spent=[list(s) for s in spent],
+        )
+        for g, answer in enumerate(answers):
+            if isinstance(answer, InfeasibleError):
+                raise infeasible(g, answer) from None
+        return [_group_calibration(answer, chosen.verified_by, None) for answer in answers if not isinstance(answer, InfeasibleError)]
+
     def one(g: int) -> GroupCalibration:
         used, warning = chosen, None
         if spent[g] and not chosen.composes:
@@ -221,21 +239,23 @@ def calibrate_groups(
                 raw=raw_closed_form and used.raw_formula,
             )
         except InfeasibleError as exc:
-            raise InfeasibleError(
-                f"{labels[g]} needs a noise multiplier above the calibration cap at sampling rate "
-                f"{q[g]:.4g} over {rounds} rounds ({exc.message})"
-            ) from None
-        return GroupCalibration(
-            float(cal.noise_multiplier),
-            sound=bool(cal.sound),
-            replaced=bool(cal.replaced),
-            fallback=bool(cal.fallback),
-            reason=warning or cal.reason,
-            warning=warning,
-            epsilon=reusable_epsilon(cal, chosen.verified_by),
-        )
+            raise infeasible(g, exc) from None
+        return _group_calibration(cal, chosen.verified_by, warning)
 
     return fenced_map(one, list(range(len(q))), chosen.runs_in_child)
+
+
+def _group_calibration(cal: accounting.Calibration, verifier: AccountantName, warning: str | None) -> GroupCalibration:
+    """A group's calibration from the accountant's answer (``warning``: why another accountant answered)."""
+    return GroupCalibration(
+        float(cal.noise_multiplier),
+        sound=bool(cal.sound),
+        replaced=bool(cal.replaced),
+        fallback=bool(cal.fallback),
+        reason=warning or cal.reason,
+        warning=warning,
+        epsilon=reusable_epsilon(cal, verifier),
+    )
 
 
 def history_key(events: Sequence[PrivacyEvent]) -> str:

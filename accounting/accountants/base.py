@@ -23,6 +23,8 @@ outside ``accounting/`` branches on accountant names:
 - ``runs_in_child``: its work runs in fenced child processes (prv), so a caller may
   overlap several of its questions in threads without contending for the GIL;
 - ``raw_formula``: ``noise_multiplier(..., raw=True)`` returns an unchecked formula;
+- ``calibrates_in_lockstep``: its ``noise_multipliers`` answers many questions together,
+  cheaper than one at a time and the same answers bit for bit (pld, docs/accounting.md §13.7);
 - ``supports``: the event classes it can account for (a base class covers every kind
   derived from it: rdp takes every :class:`ApproximateDpEvent`).
 """
@@ -93,6 +95,7 @@ class Accountant(abc.ABC):
     composes: ClassVar[bool] = True
     runs_in_child: ClassVar[bool] = False
     raw_formula: ClassVar[bool] = False
+    calibrates_in_lockstep: ClassVar[bool] = False
     supports: ClassVar[tuple[type[ApproximateDpEvent], ...]]
 
     @abc.abstractmethod

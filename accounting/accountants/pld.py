@@ -558,6 +558,7 @@ class PldAccountant(Accountant):
     tabulated_by: ClassVar[AccountantName] = _RDP.name
     # a history with an event the PLD does not represent (zCDP) is answered by rdp, marked (§13.4)
     fallback: ClassVar[AccountantName | None] = _RDP.name
+    calibrates_in_lockstep: ClassVar[bool] = True
     supports: ClassVar[tuple[type[ApproximateDpEvent], ...]] = (ApproximateDpEvent,)
 
     def unrepresented(self, events: Sequence[ApproximateDpEvent]) -> str | None:

@@ -192,3 +192,25 @@ def test_a_sweep_composes_no_figure_and_records_the_same_designs(
     for i, (rates, objective) in enumerate(expected):
         assert {g: result.sampling_rates[g][i] for g in rates} == rates
         assert result.objective[i] == objective
+
+
+def test_a_pld_plan_calibrates_its_groups_in_one_lockstep_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pld answers every group's calibration together (accounting.noise_multipliers, the
+    searches in lockstep); the sigmas are the ones each question gives alone, bit for bit."""
+    scenario = _scenario(accountant="pld")
+    alone = make_plan(scenario, "gdpfed_plus", clients_needed=False)
+    calls: list[int] = []
+    real = accounting.noise_multipliers
+
+    def counted(questions: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(questions))
+        return real(questions, *args, **kwargs)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a pld group was calibrated on its own")
+
+    monkeypatch.setattr(accounting, "noise_multipliers", counted)
+    monkeypatch.setattr(accounting, "noise_multiplier", refused)
+    together = make_plan(scenario, "gdpfed_plus", clients_needed=False)
+    assert calls and max(calls) > 1  # several groups in one call
+    assert [p.noise_multiplier for p in together.pools] == [p.noise_multiplier for p in alone.pools]
