@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
 from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
+from trainer.flower.roster import NodeRoster
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
@@ -51,50 +52,22 @@ Log = Callable[[str], None]
 
 
 @dataclass
-class Membership:
-    """Which node is in which group: learnt with ``HELLO``, refreshed when new nodes appear."""
+class Membership(NodeRoster[Plan]):
+    """Which node is in which group: learnt with ``HELLO``, refreshed when new nodes appear (``NodeRoster``)."""
 
-    grid: Grid
-    plan: Plan
-    plan_fingerprint: str
-    timeout: float
-    log: Log = print
     groups: dict[int, str] = field(default_factory=dict)
-    excluded: dict[int, str] = field(default_factory=dict)
-    online: frozenset[int] = frozenset()
 
-    def refresh(self) -> None:
-        """Meet the listed nodes not met yet (those that do not answer are asked again next round)."""
-        listed = frozenset(int(node) for node in self.grid.get_node_ids())
-        self.online = listed
-        new = sorted(listed - set(self.groups) - set(self.excluded))
-        if not new:
-            return
-        request = RecordDict({messages.REPLY: ConfigRecord({"plan_fingerprint": self.plan_fingerprint})})
-        outgoing = [Message(request, node, messages.HELLO, ttl=self.timeout) for node in new]
-        known = {g.id for g in self.plan.groups}
-        for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout):
-            node = int(reply.metadata.src_node_id)
-            if reply.has_error():
-                self.excluded[node] = f"error: {reply.error.reason}"
-            else:
-                record = reply.content.config_records[messages.REPLY]
-                group = str(record["group"])
-                if str(record["plan_fingerprint"]) != self.plan_fingerprint:
-                    self.excluded[node] = "holds another plan"
-                elif group not in known:
-                    self.excluded[node] = f"declares group {group!r}, not in the plan"
-                else:
-                    self.groups[node] = group
-                    continue
-            self.log(f"node {node} left out: {self.excluded[node]}")
+    hello: ClassVar[str] = messages.HELLO
 
-    def wait_for(self, count: int, timeout: float) -> None:
-        """Block until ``count`` nodes are listed (or ``timeout`` seconds passed), then meet them."""
-        deadline = time.monotonic() + timeout
-        while len(list(self.grid.get_node_ids())) < count and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.refresh()
+    def met(self) -> set[int]:
+        return set(self.groups)
+
+    def admit(self, node: int, record: ConfigRecord) -> str | None:
+        group = str(record["group"])
+        if group not in {g.id for g in self.plan.groups}:
+            return f"declares group {group!r}, not in the plan"
+        self.groups[node] = group
+        return None
 
     def population(self) -> Population:
         return Population(

@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
+from trainer.flower.roster import NodeRoster
 from trainer.flower.settings import NodeSettings
 from trainer.run.directory import fingerprint
 from trainer.secagg import ProtocolError
@@ -159,54 +160,26 @@ def register_metric_handlers(app: Any, bundle_dir: Path, handler: Any, node_clie
 
 
 @dataclass
-class MetricMembership:
-    """Which node is which client (its ``partition-id``) of which group, learnt with ``METRIC_HELLO``."""
+class MetricMembership(NodeRoster[Any]):
+    """Which node is which client (its ``partition-id``) of which group, learnt with ``METRIC_HELLO`` (``NodeRoster``)."""
 
-    grid: Grid
-    plan: Any
-    plan_fingerprint: str
-    timeout: float
-    log: Any = print
     clients: dict[int, tuple[int, str]] = field(default_factory=dict)  # client -> (node, group)
-    excluded: dict[int, str] = field(default_factory=dict)
-    online: frozenset[int] = frozenset()
 
-    def refresh(self) -> None:
-        listed = sorted(int(node) for node in self.grid.get_node_ids())
-        self.online = frozenset(listed)
-        met = {node for node, _ in self.clients.values()}
-        new = [n for n in listed if n not in met and n not in self.excluded]
-        if not new:
-            return
-        request = RecordDict({messages.REPLY: ConfigRecord({"plan_fingerprint": self.plan_fingerprint})})
-        outgoing = [Message(request, node, METRIC_HELLO, ttl=self.timeout) for node in new]
-        known = {g.id for g in self.plan.groups}
-        replies = sorted(self.grid.send_and_receive(outgoing, timeout=self.timeout), key=lambda r: int(r.metadata.src_node_id))
-        for reply in replies:
-            node = int(reply.metadata.src_node_id)
-            if reply.has_error():
-                self.excluded[node] = f"error: {reply.error.reason}"
-            else:
-                record = reply.content.config_records[messages.REPLY]
-                group, client = str(record["group"]), record["client"]
-                if str(record["plan_fingerprint"]) != self.plan_fingerprint:
-                    self.excluded[node] = "holds another plan"
-                elif group not in known:
-                    self.excluded[node] = f"declares group {group!r}, not in the plan"
-                elif not isinstance(client, int) or not 0 <= client < self.plan.scenario.total_clients:
-                    self.excluded[node] = f"declares client {client!r}, not one of the plan's population"
-                elif client in self.clients:
-                    self.excluded[node] = f"declares client {client}, which node {self.clients[client][0]} is"
-                else:
-                    self.clients[client] = (node, group)
-                    continue
-            self.log(f"node {node} left out: {self.excluded[node]}")
+    hello: ClassVar[str] = METRIC_HELLO
 
-    def wait_for(self, count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while len(list(self.grid.get_node_ids())) < count and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.refresh()
+    def met(self) -> set[int]:
+        return {node for node, _ in self.clients.values()}
+
+    def admit(self, node: int, record: ConfigRecord) -> str | None:
+        group, client = str(record["group"]), record["client"]
+        if group not in {g.id for g in self.plan.groups}:
+            return f"declares group {group!r}, not in the plan"
+        if not isinstance(client, int) or not 0 <= client < self.plan.scenario.total_clients:
+            return f"declares client {client!r}, not one of the plan's population"
+        if client in self.clients:
+            return f"declares client {client}, which node {self.clients[client][0]} is"
+        self.clients[client] = (node, group)
+        return None
 
     @property
     def groups(self) -> dict[int, str]:

@@ -28,12 +28,11 @@ from ``os.urandom``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -41,6 +40,7 @@ from flwr.serverapp import Grid
 
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
+from trainer.flower.roster import NodeRoster
 from trainer.flower.settings import NODE_PARTITION, NodeSettings
 from trainer.run.directory import fingerprint
 from trainer.secagg import ProtocolError
@@ -211,50 +211,24 @@ def register_silo_handlers(app: Any, bundle_dir: Path, handler: Callable[[Callab
 
 
 @dataclass
-class SiloMembership:
-    """Which node is which silo: learnt with ``SILO_HELLO`` (the first node to claim a silo holds it)."""
+class SiloMembership(NodeRoster["SiloSamplePlan"]):
+    """Which node is which silo: learnt with ``SILO_HELLO`` (the first node to claim a silo holds it; ``NodeRoster``)."""
 
-    grid: Grid
-    plan: SiloSamplePlan
-    plan_fingerprint: str
-    timeout: float
-    log: Log = print
     nodes: dict[str, int] = field(default_factory=dict)  # silo id -> node id
-    excluded: dict[int, str] = field(default_factory=dict)
 
-    def refresh(self) -> None:
-        listed = sorted(int(node) for node in self.grid.get_node_ids())
-        new = [n for n in listed if n not in self.nodes.values() and n not in self.excluded]
-        if not new:
-            return
-        request = RecordDict({messages.REPLY: ConfigRecord({"plan_fingerprint": self.plan_fingerprint})})
-        outgoing = [Message(request, node, SILO_HELLO, ttl=self.timeout) for node in new]
-        ids = {s.id for s in self.plan.silos}
-        replies = sorted(self.grid.send_and_receive(outgoing, timeout=self.timeout), key=lambda r: int(r.metadata.src_node_id))
-        for reply in replies:
-            node = int(reply.metadata.src_node_id)
-            if reply.has_error():
-                self.excluded[node] = f"error: {reply.error.reason}"
-            else:
-                record = reply.content.config_records[messages.REPLY]
-                silo = str(record["silo"])
-                if str(record["plan_fingerprint"]) != self.plan_fingerprint:
-                    self.excluded[node] = "holds another plan"
-                elif silo not in ids:
-                    self.excluded[node] = f"declares silo {silo!r}, not in the plan"
-                elif silo in self.nodes:
-                    self.excluded[node] = f"declares silo {silo!r}, which node {self.nodes[silo]} is"
-                else:
-                    self.nodes[silo] = node
-                    continue
-            self.log(f"node {node} left out: {self.excluded[node]}")
+    hello: ClassVar[str] = SILO_HELLO
 
-    def wait_for(self, count: int, timeout: float) -> None:
-        """Block until ``count`` nodes are listed (or ``timeout`` seconds passed), then meet them."""
-        deadline = time.monotonic() + timeout
-        while len(list(self.grid.get_node_ids())) < count and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.refresh()
+    def met(self) -> set[int]:
+        return set(self.nodes.values())
+
+    def admit(self, node: int, record: ConfigRecord) -> str | None:
+        silo = str(record["silo"])
+        if silo not in {s.id for s in self.plan.silos}:
+            return f"declares silo {silo!r}, not in the plan"
+        if silo in self.nodes:
+            return f"declares silo {silo!r}, which node {self.nodes[silo]} is"
+        self.nodes[silo] = node
+        return None
 
 
 class RemoteSiloEngine:
