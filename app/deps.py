@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.dependencies.utils import get_flat_dependant
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine, select
@@ -117,6 +117,15 @@ PlannerKey = Annotated[Principal, Depends(require("planner"))]
 OperatorKey = Annotated[Principal, Depends(require("operator"))]
 
 
+def _query_parameter_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route takes, its dependencies' included, by alias (walked here:
+    FastAPI's own flattening helper is not public and went away in newer releases)."""
+    names = {param.alias for param in dependant.query_params}
+    for dependency in dependant.dependencies:
+        names |= _query_parameter_names(dependency)
+    return names
+
+
 def refuse_unknown_query_parameters(request: Request) -> None:
     """Answer 422 naming a query parameter the route does not take (docs/service.md §Errors).
 
@@ -126,8 +135,7 @@ def refuse_unknown_query_parameters(request: Request) -> None:
     route = request.scope.get("route")
     if not request.query_params or not isinstance(route, APIRoute):
         return
-    # the route's own query parameters and its dependencies', by alias
-    known = {param.alias for param in get_flat_dependant(route.dependant).query_params}
+    known = _query_parameter_names(route.dependant)
     for name in request.query_params:
         if name not in known:
             takes = ", ".join(sorted(known)) if known else "none"
