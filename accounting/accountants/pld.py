@@ -786,7 +786,7 @@ def _unrepresented(events: Sequence[ApproximateDpEvent]) -> str | None:
         return f"pld represents Poisson-subsampled Gaussian and Skellam events only, not {', '.join(kinds)}; fell back to rdp"
     if any(isinstance(event, PoissonSampledSkellam) and event.dominating_gaussian() is None for event in events):
         return (
-            "a Skellam event's variance is above the tabulated range or its sensitivity beyond the tabulated "
+            "a Skellam event's variance is outside the tabulated range or its sensitivity beyond the tabulated "
             "tail (docs/accounting.md §11.7); fell back to rdp"
         )
     return None

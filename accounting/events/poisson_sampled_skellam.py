@@ -47,7 +47,9 @@ _Positive = NoiseMultiplier
 def skellam_rdp(order: int, variance: float, l2_sensitivity: float, l1_sensitivity: float) -> float:
     """The Skellam mechanism's RDP at an integer order >= 2 (Agarwal et al. 2021; docs/accounting.md §11.6)."""
     a, mu, d2sq, d1 = float(order), variance, l2_sensitivity**2, l1_sensitivity
-    return a * d2sq / (2.0 * mu) + min(((2.0 * a - 1.0) * d2sq + 6.0 * d1) / (4.0 * mu * mu), 3.0 * d1 / (2.0 * mu))
+    square = 4.0 * mu * mu  # 0 where mu^2 underflows (mu below 1e-154): that term is then unbounded
+    second = ((2.0 * a - 1.0) * d2sq + 6.0 * d1) / square if square > 0 else math.inf
+    return a * d2sq / (2.0 * mu) + min(second, 3.0 * d1 / (2.0 * mu))
 
 
 def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
@@ -161,6 +163,8 @@ def unit_shift_table(variance: float) -> tuple[float, np.ndarray]:
             break
         reach *= 2
     log_sf = log_sf[log_sf >= TAIL_LOG_FLOOR]
+    if log_sf.size == 0:  # P(X > 0) below the floor: next to no noise, no vertex to dominate
+        raise ArithmeticError(f"the Skellam variance {variance:g} is too small to tabulate")
     z = -ndtri_exp(log_sf)  # Z(j) = Phi^-1(1 - P(X > j)), j = 0 .. J
     steps = np.concatenate(([2.0 * z[0]], np.diff(z)))
     log_sf.setflags(write=False)
