@@ -252,3 +252,10 @@ def test_the_bit_width_the_clients_encode_with_covers_every_group_of_the_pool():
                                   block.share_variance)
         assert chance <= block.wrap_probability_per_round, group_id
         assert run_delta(plan, group, 3) == plan.scenario.delta - 3 * block.wrap_probability_per_round
+
+
+def test_a_tally_that_follows_a_re_plan_keeps_counting_the_discrete_mechanism(plan):
+    # the engine keeps running Skellam shares after a re-plan, so the tally must keep
+    # charging the wrap-around share of delta (reviewer F3; refused today by --report-to)
+    tally = ClientTally(plan, mechanism="skellam")
+    assert tally.continued(plan, None).mechanism == "skellam"

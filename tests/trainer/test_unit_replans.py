@@ -190,3 +190,21 @@ def test_a_silo_methods_schedule_counts_the_runs_rounds_across_a_replan(
     assert selected == ([0, 1] if method == "ifca_mrmtl" else [])
     service, run = _figures(client, summary)
     assert service == pytest.approx(run, rel=1e-12)
+
+
+def test_a_new_run_on_a_metric_re_plan_is_refused(tmp_path: Path) -> None:
+    """A metric re-plan's caps count the releases of the run before it, which the plan does
+    not carry: a new run on it would start every client at zero and let them release past
+    their leakage budget (reviewer F1), so it is refused naming the plan."""
+    from accounting.errors import InvalidInputError
+    from planner.units import load_scenario_document, make_plan
+    from planner.units.metric_local import replan_metric
+
+    scenario, _, options, _ = UNITS["metric"]
+    parent = make_plan(load_scenario_document(scenario))
+    child = replan_metric(parent, 2, {}, parent_plan_id="parent-plan")
+    assert child.start_round == 2
+    config = TrainConfig.model_validate({**options, "rounds": child.rounds})
+    with pytest.raises(InvalidInputError) as caught:
+        prepare_run(child, child.model_dump(mode="json"), config, tmp_path / "fresh")
+    assert caught.value.field == "plan" and "re-plan" in caught.value.reason

@@ -155,6 +155,7 @@ class ClientTally:
         return None
 
     def continued(self, successor: Plan, epsilon_fn: EpsilonFn | None) -> ClientTally:
-        """A fresh tally of ``successor``: its spent phases are this one's history."""
-        return ClientTally(successor, epsilon_fn)
+        """A fresh tally of ``successor``: its spent phases are this one's history, counted for
+        the same mechanism (the engine keeps running it)."""
+        return ClientTally(successor, epsilon_fn, mechanism=self.mechanism)
 

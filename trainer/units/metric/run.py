@@ -42,6 +42,15 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     if options.engine_factory is not None:
         raise InvalidInputError("engine", "metric_local plans run on the simulator's metric engine only")
     verify_metric(plan)
+    if plan.start_round > 0:
+        # a re-plan's caps count every release of the runs before it (docs/metric-privacy.md
+        # §4), which the plan does not carry and a new run cannot know: it would start every
+        # client at zero releases and let them release past their leakage budget
+        raise InvalidInputError(
+            "plan", f"this metric plan is a re-plan starting at round {plan.start_round}: its participation caps "
+            "count the releases of the run before it, which a new run cannot know; continue that run instead "
+            "(it follows the re-plan, or resume it with --resume)"
+        )
     if config.rounds > plan.rounds:
         raise InvalidInputError(
             "rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would leak more than planned"
