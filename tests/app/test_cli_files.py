@@ -24,7 +24,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("command", [["experiment"], ["plan"], ["train", "--method", "gdpfed_plus", "--scenario"]])
+@pytest.mark.parametrize("command", [["experiment"], ["plan"], ["train", "--dataset", "synthetic", "--model", "logreg", "--method", "gdpfed_plus", "--scenario"]])
 def test_malformed_yaml_is_one_line_with_file_and_position(capsys, tmp_path, command):
     bad = tmp_path / "bad.yaml"
     bad.write_text(BROKEN_YAML)
@@ -44,7 +44,7 @@ def test_yaml_control_character_names_its_position(capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv",
     [["plan", "{bad}"], ["plan", "replan", "{plan}", "--changes", "{bad}", "--rounds-done", "1"],
-     ["train", "--plan", "{bad}"], ["flower", "app", "--plan", "{bad}", "--dataset", "synthetic", "--model",
+     ["train", "--dataset", "synthetic", "--model", "logreg", "--plan", "{bad}"], ["flower", "app", "--plan", "{bad}", "--dataset", "synthetic", "--model",
                                      "logreg", "--out", "{tmp}/app", "--run-dir", "{tmp}/run"]],
 )
 def test_malformed_json_is_one_line_with_file_and_position(capsys, tmp_path, argv):
@@ -99,7 +99,7 @@ def test_a_duplicate_yaml_key_is_refused_not_resolved_to_the_last(capsys, tmp_pa
     assert run(["plan", str(merged), "--out", str(tmp_path / "plan.json")]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["plan", "{dup}"], ["train", "--plan", "{dup}"]])
+@pytest.mark.parametrize("argv", [["plan", "{dup}"], ["train", "--dataset", "synthetic", "--model", "logreg", "--plan", "{dup}"]])
 def test_a_duplicate_json_key_is_refused_not_resolved_to_the_last(capsys, tmp_path, argv):
     dup = tmp_path / "dup.json"
     dup.write_text('{"groups": [{"id": "strict", "epsilon": 1, "num_clients": 100, "epsilon": 8}],\n'

@@ -66,7 +66,7 @@ def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 @pytest.mark.parametrize("name, text", [("deep.json", DEEP_OBJECT), ("deep.yaml", DEEP_LIST),
                                         ("block.yaml", "".join("  " * i + f"k{i}:\n" for i in range(1000)) + "  " * 1000 + "x: 1\n")])
-@pytest.mark.parametrize("command", [["plan"], ["experiment"], ["train", "--plan"]])
+@pytest.mark.parametrize("command", [["plan"], ["experiment"], ["train", "--dataset", "synthetic", "--model", "logreg", "--plan"]])
 def test_a_deeply_nested_file_is_one_line_exit_2(capsys, tmp_path, name, text, command) -> None:
     path = tmp_path / name
     path.write_text(text)

@@ -109,9 +109,9 @@ def test_clients_needed_plans_once(method: RequestedMethod, monkeypatch: pytest.
     calls: list[str] = []
     real = planner.plan.plan_problem
 
-    def counted(problem: Any, method: str, history: Any = None) -> Plan:
+    def counted(problem: Any, method: str, history: Any = None, **options: Any) -> Plan:
         calls.append(method)
-        return real(problem, method, history)
+        return real(problem, method, history, **options)
 
     monkeypatch.setattr(planner.plan, "plan_problem", counted)
     plan = make_plan(worked_scenario(model_dim=20_000), method)
