@@ -15,6 +15,7 @@ ServerApps import it at start-up.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
@@ -31,7 +32,7 @@ Log = Callable[[str], None]
 
 
 @dataclass
-class NodeRoster(Generic[PlanT]):
+class NodeRoster(ABC, Generic[PlanT]):
     """The hello exchange and the nodes left out; a unit adds what it learns from a node (``admit``)."""
 
     grid: Grid
@@ -44,13 +45,13 @@ class NodeRoster(Generic[PlanT]):
 
     hello: ClassVar[str]  # the unit's hello message type
 
+    @abstractmethod
     def met(self) -> set[int]:
         """The nodes admitted so far."""
-        raise NotImplementedError
 
+    @abstractmethod
     def admit(self, node: int, record: ConfigRecord) -> str | None:
         """Record ``node`` from its reply (its plan's fingerprint already checked); else why it is left out."""
-        raise NotImplementedError
 
     def refresh(self) -> None:
         """Meet the listed nodes not met yet (those that do not answer are asked again next round)."""
