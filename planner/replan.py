@@ -33,15 +33,10 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
     """
     if not isinstance(changes, Changes):
         changes = Changes.model_validate(changes)
-    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
-        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
-    start = plan.start_round + rounds_done
     total_rounds = changes.rounds if changes.rounds is not None else plan.scenario.rounds
-    remaining = total_rounds - start
-    if remaining < 1:
-        raise InvalidInputError(
-            "changes.rounds", f"no rounds remain: {start} of {total_rounds} have run (raise rounds to continue)"
-        )
+    start, remaining = plan.remaining_rounds(
+        rounds_done, total_rounds, field="changes.rounds", advice=" (raise rounds to continue)"
+    )
 
     history, unprotected, statuses = _histories(plan, rounds_done)
     _refuse_budgets_below_spent(plan, changes, history, unprotected)

@@ -563,6 +563,23 @@ class PlanDocument(NumbersModel):
         (docs/ledger.md §4); plans of units without pools have none."""
         return set()
 
+    def remaining_rounds(self, rounds_done: int, total_rounds: int, *, field: str = "rounds_done",
+                         advice: str = "") -> tuple[int, int]:
+        """``(start, remaining)`` of a re-plan after ``rounds_done`` of this plan's rounds, for
+        every privacy unit (docs/planning.md §9): the child starts at the global round ``start =
+        start_round + rounds_done`` and covers ``remaining = total_rounds - start`` rounds.
+
+        ``rounds_done`` must be an integer (not a bool) from 0 to ``rounds``, else
+        ``InvalidInputError("rounds_done")``. No round remaining is ``InvalidInputError(field)``,
+        its message ending in ``advice``: a client plan's changes may raise the total
+        (``changes.rounds``), a silo or metric plan's cannot, so theirs names ``rounds_done``."""
+        if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= self.rounds:
+            raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {self.rounds} rounds")
+        start = self.start_round + rounds_done
+        if total_rounds - start < 1:
+            raise InvalidInputError(field, f"no rounds remain: {start} of {total_rounds} have run{advice}")
+        return start, total_rounds - start
+
 
 class Plan(PlanDocument):
     """A client-level plan document: what the trainer executes and the service stores.

@@ -432,14 +432,10 @@ def replan_metric(
     (``BudgetConflictError`` naming ``changes.groups.<i>.leakage_budget``)."""
     if not isinstance(changes, MetricChanges):
         changes = MetricChanges.model_validate(changes)
-    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
-        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
-    start = plan.start_round + rounds_done
-    if plan.scenario.rounds - start < 1:
-        raise InvalidInputError("rounds_done", f"no rounds remain: {start} of {plan.scenario.rounds} have run")
+    start, remaining = plan.remaining_rounds(rounds_done, plan.scenario.rounds)
     worst = (
         most_participations(plan, participations) if participations is not None
-        else {g.id: ledger.metric_participations_bound(plan.start_round + rounds_done, g.max_participations)
+        else {g.id: ledger.metric_participations_bound(start, g.max_participations)
               for g in plan.groups}
     )
     budgets = {g.id: g.leakage_budget for g in plan.groups}
@@ -469,7 +465,7 @@ def replan_metric(
     ]
     child = plan_metric(plan.scenario.model_copy(update={"groups": groups}))
     return child.model_copy(update={
-        "start_round": start, "rounds": plan.scenario.rounds - start, "parent_plan_id": parent_plan_id,
+        "start_round": start, "rounds": remaining, "parent_plan_id": parent_plan_id,
     })
 
 

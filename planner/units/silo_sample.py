@@ -497,11 +497,7 @@ def replan(
     del participations  # a silo's ledger counts rounds: every silo takes part in every one
     if not isinstance(changes, SiloChanges):
         changes = SiloChanges.model_validate(changes)
-    if isinstance(rounds_done, bool) or not isinstance(rounds_done, int) or not 0 <= rounds_done <= plan.rounds:
-        raise InvalidInputError("rounds_done", f"must be an integer from 0 to the plan's {plan.rounds} rounds")
-    start = plan.start_round + rounds_done
-    if plan.scenario.rounds - start < 1:
-        raise InvalidInputError("rounds_done", f"no rounds remain: {start} of {plan.scenario.rounds} have run")
+    start, _ = plan.remaining_rounds(rounds_done, plan.scenario.rounds)
     budgets = {spec.id: spec.epsilon for spec in plan.scenario.silos}
     for index, change in enumerate(changes.silos):
         if change.id not in budgets:
