@@ -473,7 +473,12 @@ def describe_metric(plan: MetricPlan) -> str:
     s = plan.scenario
     lines = [
         f"metric_local plan ({NOTION})",
-        f"  {s.rounds} rounds, {s.clients_per_round} of {s.total_clients} clients a round (q = {plan.sampling_rate:.4g}), "
+        # a re-plan covers the rounds after its parents' (plan.rounds), while each group's
+        # figures below count the whole run's (docs/metric-privacy.md §4)
+        f"  {plan.rounds} rounds"
+        + (f" (rounds {plan.start_round} .. {s.rounds - 1} of the run's {s.rounds}; the group figures count all "
+           f"{s.rounds})" if plan.start_round else "")
+        + f", {s.clients_per_round} of {s.total_clients} clients a round (q = {plan.sampling_rate:.4g}), "
         f"k = {s.hypotheses} hypotheses of n = {s.model_dim}, radius rule {s.radius_rule}"
         + (f" (r = {s.radius:g})" if s.radius is not None and s.radius_rule == "public" else "")
         + (f" (r_0 = {s.radius:g}, then from the previous round's releases, within [{s.min_radius:g}, {s.radius:g}])"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -183,3 +184,22 @@ def test_cli_accountant_option_on_a_metric_scenario_names_the_option(capsys: pyt
     assert run(["plan", str(example), "--accountant", "rdp"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--accountant: metric_local plans have no accountant" in err[0], err
+
+
+def test_cli_replan_of_a_metric_plan_prints_the_rounds_the_child_covers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``gdpfed plan replan`` on a metric plan after 10 of 100 rounds: the description's
+    rounds are the child's 90 (its ``rounds``), with where they sit in the run, not the
+    run's total 100; a plan from round 0 still reads ``100 rounds``."""
+    from app.cli import run
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "metric.json"
+    parent, changes = tmp_path / "plan.json", tmp_path / "changes.json"
+    changes.write_text("{}", encoding="utf-8")
+    assert run(["plan", str(example), "--out", str(parent)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("  100 rounds, 7 of 100 clients a round")
+    assert run(["plan", "replan", str(parent), "--rounds-done", "10", "--changes", str(changes)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("  90 rounds (rounds 10 .. 99 of the run's 100; the group figures count all 100), "
+                           "7 of 100 clients a round"), line
