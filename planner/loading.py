@@ -366,7 +366,9 @@ def load_changes(source: str | Path | dict[str, Any], model: type[BaseModel] = C
     """Validated changes of a re-plan from a JSON/YAML file or a dict: a client-level plan's
     :class:`Changes`, or ``model``, another privacy unit's (``PrivacyUnit.changes_model``:
     silos' epsilons, metric groups' leakage budgets); a field is named ``changes.<path>``,
-    as a budget conflict of the same re-plan names it."""
+    as a budget conflict of the same re-plan names it. The one reader of a re-plan's
+    changes: ``gdpfed plan replan`` reads its file with it, the service its request's
+    ``changes`` (``POST /v1/plans/{id}/replan``)."""
     try:
         return model.model_validate(read_document(source, "changes"))
     except ValidationError as exc:

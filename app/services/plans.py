@@ -15,13 +15,13 @@ import binascii
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from accounting.errors import InvalidInputError, validation_error_location, validation_error_message
+from accounting.errors import InvalidInputError
 from app.db import get_or_404, with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import conflict
@@ -29,6 +29,7 @@ from app.models import PlanRecord
 from app.schemas import AnyStoredPlan, PlanPage, PlanSummary, ReplanRequest, StoredPlan, stored_model
 from app.services import ledger as ledger_service
 from planner import make_plan
+from planner.loading import load_changes
 from planner.schema import Plan, PlanDocument, RequestedMethod, Scenario
 from planner.units import UNITS, PrivacyUnit, load_plan, load_plan_document, privacy_unit, scenario_unit_name, unit_of
 from planner.units.base import Participations
@@ -237,18 +238,6 @@ def summary(record: PlanRecord) -> PlanSummary:
     )
 
 
-def unit_changes(unit: PrivacyUnit, changes: dict[str, Any]) -> BaseModel:
-    """``changes`` read as ``unit``'s budget change (``PrivacyUnit.changes_model``); an error
-    names its field below ``changes`` (``changes.silos.0.epsilon``)."""
-    try:
-        return unit.changes_model.model_validate(changes)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        field = ".".join(["changes", *validation_error_location(first.get("loc", ()))])
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise InvalidInputError(field, f"{validation_error_message(first)}{more}") from None
-
-
 def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Principal,
                 attempts: int = 3) -> AnyStoredPlan:
     """Re-plan a stored plan for its remaining rounds and store the child.
@@ -266,7 +255,8 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
             record = load_record(session, plan_id)
             _check_replannable(session, record)
         unit = privacy_unit(record.privacy_unit)
-        changes = unit_changes(unit, body.changes)
+        # the one reader of a re-plan's changes, gdpfed plan replan's too
+        changes = load_changes(body.changes, unit.changes_model)
         # new rounds wait while the re-plan is computed (docs/ledger.md §4)
         with ledger_service.replan_fence(state, plan_id):
             with state.sessions() as session:

@@ -89,3 +89,26 @@ def test_a_silo_plans_replan_names_the_changes_field(client: TestClient) -> None
     error(client.post(replan, json={"changes": {"silos": [{"id": "nope", "epsilon": 1.0}]}}), 422, "invalid_input",
           "changes.silos.0.id")
     error(client.post(replan, json={"changes": []}), 422, "invalid_input", "changes")
+
+
+@pytest.mark.parametrize("changes", [
+    {"silos": [{"id": "a", "epsilon": "much"}]},
+    {"silos": [{"id": "a", "epsilon": -1}, {"id": "b"}]},  # the first error, "(and 1 more)"
+    {"silos": [{"id": "a", "epsilon": 1.0}], "rounds": 5},
+    {"nothing": True},
+])
+def test_a_replans_changes_read_by_the_service_as_by_the_cli(client: TestClient, changes: dict[str, object]) -> None:
+    """The service reads a re-plan's ``changes`` with ``gdpfed plan replan``'s reader
+    (``planner.loading.load_changes``): the same field and the same message for the same
+    document."""
+    from accounting.errors import InvalidInputError
+    from planner.loading import load_changes
+    from planner.units import UNITS
+
+    with pytest.raises(InvalidInputError) as cli:
+        load_changes(changes, UNITS["silo_sample"].changes_model)
+    silo = client.post("/v1/plans", json={"scenario": json.loads((ROOT / "examples" / "silos.json").read_text())})
+    assert silo.status_code == 201, silo.text
+    message = error(client.post(f"/v1/plans/{silo.json()['id']}/replan", json={"changes": changes}), 422,
+                    "invalid_input", cli.value.field)
+    assert message == cli.value.message
