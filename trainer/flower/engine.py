@@ -36,7 +36,7 @@ from planner.schema import Plan, RequestedSecagg
 from planner.secagg import graph_label
 from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
-from trainer.flower.roster import NodeRoster
+from trainer.flower.roster import NodeRoster, nodes_per_group
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, choose_params, new_session
@@ -68,6 +68,9 @@ class Membership(NodeRoster[Plan]):
             return f"declares group {group!r}, not in the plan"
         self.groups[node] = group
         return None
+
+    def joined_line(self) -> str:
+        return nodes_per_group(self.groups, (g.id for g in self.plan.groups))
 
     def population(self) -> Population:
         return Population(

@@ -34,7 +34,7 @@ from flwr.serverapp import Grid
 
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
-from trainer.flower.roster import NodeRoster
+from trainer.flower.roster import NodeRoster, nodes_per_group
 from trainer.flower.settings import NodeSettings
 from trainer.run.directory import fingerprint
 from trainer.secagg import ProtocolError
@@ -183,8 +183,11 @@ class MetricMembership(NodeRoster[Any]):
 
     @property
     def groups(self) -> dict[int, str]:
-        """Node -> group of the nodes met (the ServerApp's joined line)."""
+        """Node -> group of the nodes met."""
         return {node: group for node, group in self.clients.values()}
+
+    def joined_line(self) -> str:
+        return nodes_per_group(self.groups, (g.id for g in self.plan.groups))
 
     def population(self) -> Population:
         # start-up time: the strategies' base imports torch

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
@@ -53,6 +53,10 @@ class NodeRoster(ABC, Generic[PlanT]):
     def admit(self, node: int, record: ConfigRecord) -> str | None:
         """Record ``node`` from its reply (its plan's fingerprint already checked); else why it is left out."""
 
+    @abstractmethod
+    def joined_line(self) -> str:
+        """Who joined, as the ServerApp logs it once it has met the nodes."""
+
     def refresh(self) -> None:
         """Meet the listed nodes not met yet (those that do not answer are asked again next round)."""
         listed = sorted(int(node) for node in self.grid.get_node_ids())
@@ -86,3 +90,9 @@ class NodeRoster(ABC, Generic[PlanT]):
         while len(list(self.grid.get_node_ids())) < count and time.monotonic() < deadline:
             time.sleep(0.5)
         self.refresh()
+
+
+def nodes_per_group(groups: Mapping[int, str], group_ids: Iterable[str]) -> str:
+    """``3 node(s) joined: g=2, h=1``: the nodes met (node -> group) counted per group, in ``group_ids``' order."""
+    return f"{len(groups)} node(s) joined: " + ", ".join(
+        f"{g}={sum(1 for x in groups.values() if x == g)}" for g in group_ids)

@@ -103,7 +103,7 @@ def run_plan(
                                        engine_hook=engine_hook)
         # everything is validated; now wait for the nodes and meet them
         membership.wait_for(options.min_nodes, options.wait_timeout)
-        log(f"gdpfed: {joined_line(plan, membership)}")
+        log(f"gdpfed: {membership.joined_line()}")
         return execute_run(prepared, reporter=reporter, progress=progress, plan_id=plan_id)
     finally:
         if link is not None:
@@ -174,14 +174,6 @@ def flower_unit(plan: Any) -> FlowerUnit:
             "privacy_unit", f"{unit.name} plans ({unit.mechanism}) do not run on Flower yet; train them with gdpfed train"
         )
     return flower
-
-
-def joined_line(plan: Any, membership: Any) -> str:
-    """Who joined: nodes per group of a client plan, the silos met of a silo plan."""
-    if hasattr(membership, "groups"):
-        return f"{len(membership.groups)} node(s) joined: " + ", ".join(
-            f"{g.id}={sum(1 for x in membership.groups.values() if x == g.id)}" for g in plan.groups)
-    return f"{len(membership.nodes)} of {len(plan.silos)} silo(s) joined: " + ", ".join(sorted(membership.nodes))
 
 
 def build_server_app(bundle_dir: Path) -> ServerApp:

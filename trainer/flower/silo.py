@@ -230,6 +230,9 @@ class SiloMembership(NodeRoster["SiloSamplePlan"]):
         self.nodes[silo] = node
         return None
 
+    def joined_line(self) -> str:
+        return f"{len(self.nodes)} of {len(self.plan.silos)} silo(s) joined: " + ", ".join(sorted(self.nodes))
+
 
 class RemoteSiloEngine:
     """``DpSgdEngine``'s interface for the silo strategies, each silo's pass and selection run by its node.

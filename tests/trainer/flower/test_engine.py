@@ -219,6 +219,7 @@ def test_membership_leaves_out_other_plans_and_unknown_groups_and_meets_late_nod
     grid.offline.clear()
     engine.run(RoundContext(0, 0, seed=3), torch.zeros(dim))
     assert engine.membership.groups[1015] == "loose"
+    assert engine.membership.joined_line() == "14 node(s) joined: strict=6, loose=8"  # the ServerApp's line
 
 
 def test_session_and_state_records_round_trip():

@@ -61,6 +61,7 @@ def test_silo_roster_admits_one_node_per_silo_and_leaves_out_the_rest(tmp_path: 
     roster.refresh()  # only the node that did not answer is asked again
     assert asked.asked == [3, 4, 5, 7, 9, 4]
     assert roster.nodes == {"s1": 3, "s2": 4}
+    assert roster.joined_line() == "2 of 3 silo(s) joined: s1, s2"  # the ServerApp's line
     assert len(lines) == 3
     roster.refresh()
     assert asked.asked == [3, 4, 5, 7, 9, 4]
@@ -102,4 +103,5 @@ def test_metric_roster_admits_one_node_per_client_and_leaves_out_the_rest(tmp_pa
     assert asked.asked == [10, 20, 30, 40, 50, 60, 60]
     assert roster.clients == {2: (10, "all"), 5: (60, "all")}
     assert roster.groups == {10: "all", 60: "all"}
+    assert roster.joined_line() == "2 node(s) joined: all=2"  # the ServerApp's line
     assert len(lines) == 4
