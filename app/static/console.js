@@ -43,6 +43,52 @@ function cell(row, text, className) {
   return td;
 }
 
+// The body of table `tableId`, emptied for new rows.
+function emptyBody(tableId) {
+  const body = $(tableId).querySelector("tbody");
+  body.replaceChildren();
+  return body;
+}
+
+// Every table's row builder: appends to `body` a row of `cells` (each a text, or
+// [text, className]) with the `data` attributes, the row's class and its click handler;
+// returns the row's cells.
+function addRow(body, cells, { data = {}, className, onClick } = {}) {
+  const row = document.createElement("tr");
+  if (className) row.className = className;
+  Object.assign(row.dataset, data);
+  const tds = cells.map((c) => (Array.isArray(c) ? cell(row, c[0], c[1]) : cell(row, c)));
+  if (onClick) row.addEventListener("click", onClick);
+  body.appendChild(row);
+  return tds;
+}
+
+// The budget-change form of a table's "change" cell: a number and a button that submits it.
+function budgetForm(td, label, buttonText, onSubmit, name) {
+  const form = document.createElement("form");
+  const input = document.createElement("input");
+  input.type = "number";
+  input.step = "any";
+  input.min = "0";
+  input.size = 8;
+  if (name) input.name = name;
+  input.setAttribute("aria-label", label);
+  const button = document.createElement("button");
+  button.type = "submit";
+  button.textContent = buttonText;
+  form.append(input, button);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    onSubmit(Number(input.value));
+  });
+  td.appendChild(form);
+}
+
+// The global rounds a plan covers, first .. last.
+function roundsSpan(plan) {
+  return `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`;
+}
+
 async function login(event) {
   event.preventDefault();
   state.key = $("api-key").value.trim();
@@ -71,37 +117,21 @@ function logout() {
 
 async function loadPopulations() {
   const page = await api("GET", "/v1/populations?limit=200");
-  const body = $("populations").querySelector("tbody");
-  body.replaceChildren();
+  const body = emptyBody("populations");
   for (const population of page.items) {
-    const row = document.createElement("tr");
-    row.className = "selectable";
-    row.dataset.id = population.id;
-    cell(row, population.name);
-    cell(row, String(population.scenario.groups.length));
-    cell(row, population.method);
-    cell(row, population.active_plan_id || "none");
-    row.addEventListener("click", () => showPopulation(population.id));
-    body.appendChild(row);
+    addRow(body, [population.name, String(population.scenario.groups.length), population.method,
+                  population.active_plan_id || "none"],
+           { data: { id: population.id }, className: "selectable", onClick: () => showPopulation(population.id) });
   }
   if (page.items.length && !state.population) await showPopulation(page.items[0].id);
 }
 
 async function loadPlans() {
   const page = await api("GET", "/v1/plans?limit=50");
-  const body = $("plans").querySelector("tbody");
-  body.replaceChildren();
+  const body = emptyBody("plans");
   for (const plan of page.items) {
-    const row = document.createElement("tr");
-    row.className = "selectable";
-    row.dataset.id = plan.id;
-    cell(row, plan.id);
-    cell(row, plan.label, "label");
-    cell(row, plan.method);
-    cell(row, `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`);
-    cell(row, plan.parent_plan_id || "-");
-    row.addEventListener("click", () => showPlan(plan.id));
-    body.appendChild(row);
+    addRow(body, [plan.id, [plan.label, "label"], plan.method, roundsSpan(plan), plan.parent_plan_id || "-"],
+           { data: { id: plan.id }, className: "selectable", onClick: () => showPlan(plan.id) });
   }
 }
 
@@ -118,36 +148,16 @@ async function showPlan(id) {
   $("plan-budget").textContent = `${view.figure} budget`;
   $("plan-spent").textContent = `${view.figure} spent`;
   $("plan-remaining").textContent = `${view.figure} remaining`;
-  const body = $("plan-rows").querySelector("tbody");
-  body.replaceChildren();
+  const body = emptyBody("plan-rows");
   const superseded = view.lineage.some((plan) => plan.id === view.plan_id && plan.superseded_by);
   for (const entity of view.rows) {
-    const row = document.createElement("tr");
-    row.dataset.entity = entity.id;
-    cell(row, entity.id);
-    cell(row, fmt(entity.budget), "budget");
-    cell(row, fmt(entity.spent), "spent");
-    cell(row, fmt(entity.remaining), "remaining");
-    const change = cell(row, "", "change");
+    const change = addRow(body, [entity.id, [fmt(entity.budget), "budget"], [fmt(entity.spent), "spent"],
+                                 [fmt(entity.remaining), "remaining"], ["", "change"]],
+                          { data: { entity: entity.id } })[4];
     if (!superseded) {
-      const form = document.createElement("form");
-      const input = document.createElement("input");
-      input.type = "number";
-      input.step = "any";
-      input.min = "0";
-      input.size = 8;
-      input.setAttribute("aria-label", `new ${view.figure} budget of ${entity.id}`);
-      const button = document.createElement("button");
-      button.type = "submit";
-      button.textContent = "Re-plan";
-      form.append(input, button);
-      form.addEventListener("submit", (event) => {
-        event.preventDefault();
-        replanPlan(view, entity.id, Number(input.value));
-      });
-      change.appendChild(form);
+      budgetForm(change, `new ${view.figure} budget of ${entity.id}`, "Re-plan",
+                 (budget) => replanPlan(view, entity.id, budget));
     }
-    body.appendChild(row);
   }
   renderLineage(view, "plan-lineage");
 }
@@ -185,41 +195,18 @@ async function showPopulation(id) {
 }
 
 function renderGroups(view) {
-  const body = $("groups").querySelector("tbody");
-  body.replaceChildren();
+  const body = emptyBody("groups");
   for (const group of view.groups) {
-    const row = document.createElement("tr");
-    row.dataset.group = group.id;
-    cell(row, group.id);
-    cell(row, String(group.num_clients));
-    cell(row, group.epsilon === null ? "opted out" : fmt(group.epsilon), "budget");
-    const spent = cell(row, group.opted_out ? "no DP" : fmt(group.epsilon_spent), "spent");
+    const [, , , spent, , , , change] = addRow(body, [
+      group.id, String(group.num_clients), [group.epsilon === null ? "opted out" : fmt(group.epsilon), "budget"],
+      [group.opted_out ? "no DP" : fmt(group.epsilon_spent), "spent"], [fmt(group.epsilon_remaining), "remaining"],
+      fmt(group.sampling_rate), group.pool || "-", ["", "change"],
+    ], { data: { group: group.id } });
     if (group.epsilon_rdp !== null && group.epsilon_rdp !== undefined) {
       // the ledger row's two figures beside its figure of record (docs/ledger.md §3)
       spent.title = `rdp ${fmt(group.epsilon_rdp)}, tight (pld) ${fmt(group.epsilon_tight)}`;
     }
-    cell(row, fmt(group.epsilon_remaining), "remaining");
-    cell(row, fmt(group.sampling_rate));
-    cell(row, group.pool || "-");
-    const change = cell(row, "", "change");
-    const form = document.createElement("form");
-    const input = document.createElement("input");
-    input.type = "number";
-    input.step = "any";
-    input.min = "0";
-    input.size = 8;
-    input.name = "epsilon";
-    input.setAttribute("aria-label", `new budget of ${group.id}`);
-    const button = document.createElement("button");
-    button.type = "submit";
-    button.textContent = "Change";
-    form.append(input, button);
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      changeBudget(group.id, Number(input.value));
-    });
-    change.appendChild(form);
-    body.appendChild(row);
+    budgetForm(change, `new budget of ${group.id}`, "Change", (epsilon) => changeBudget(group.id, epsilon), "epsilon");
   }
 }
 
@@ -277,20 +264,14 @@ function renderSpent(view) {
 }
 
 function renderLineage(view, tableId = "lineage") {
-  const body = $(tableId).querySelector("tbody");
-  body.replaceChildren();
+  const body = emptyBody(tableId);
   for (const plan of view.lineage.slice().reverse()) {
-    const row = document.createElement("tr");
-    if (plan.active) row.className = "active-plan";
-    cell(row, plan.id + (plan.active ? " (active)" : ""));
-    cell(row, plan.parent_plan_id || "-");
-    cell(row, plan.superseded_by || "-");
-    cell(row, plan.accountant ? `${plan.method} / ${plan.accountant}` : plan.method);
-    cell(row, `${plan.start_round} .. ${plan.start_round + plan.rounds - 1}`);
-    cell(row, String(plan.rounds_counted));
-    cell(row, new Date(plan.created_at).toISOString().replace("T", " ").slice(0, 19));
-    cell(row, plan.created_by || "-");
-    body.appendChild(row);
+    addRow(body, [
+      plan.id + (plan.active ? " (active)" : ""), plan.parent_plan_id || "-", plan.superseded_by || "-",
+      plan.accountant ? `${plan.method} / ${plan.accountant}` : plan.method, roundsSpan(plan),
+      String(plan.rounds_counted), new Date(plan.created_at).toISOString().replace("T", " ").slice(0, 19),
+      plan.created_by || "-",
+    ], { className: plan.active ? "active-plan" : undefined });
   }
 }
 

@@ -128,6 +128,13 @@ def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
         assert _group_cell(browser, "strict", "budget") == "1.500"
         rows = browser.find_elements("css selector", "#lineage tbody tr")
         assert len(rows) == 2 and "(active)" in rows[0].text and plan_id in rows[0].text  # child names its parent
+        # what each table's rows carry besides their text (app/static/console.js addRow)
+        assert [r.get_attribute("class") for r in rows] == ["active-plan", ""]
+        assert rows[1].find_elements("css selector", "td")[4].text == "0 .. 49"  # the parent's 50 rounds
+        spent_cell = browser.find_element("css selector", '#groups tr[data-group="strict"] td.spent')
+        assert (spent_cell.get_attribute("title") or "").startswith("rdp ")
+        assert browser.find_element("css selector", '#groups tr[data-group="strict"] input').get_attribute("name") == "epsilon"
+        assert browser.find_element("css selector", f'#populations tbody tr.selectable[data-id="{population_id}"]')
 
         # the comparison, drawn from the service's rows
         browser.find_element("id", "compare").click()
