@@ -334,3 +334,35 @@ def test_a_tally_that_follows_a_re_plan_keeps_counting_the_discrete_mechanism(pl
     tally = ClientTally(plan, mechanism="skellam")
     assert tally.continued(plan, None).mechanism == "skellam"
 
+
+
+@pytest.mark.parametrize("change", [{"groups": [{"id": "a", "epsilon": 12.0}]},  # a budget raised
+                                    {"groups": [{"id": "c", "epsilon": 5.5}]}],  # a budget lowered (from 6)
+                         ids=["raised", "lowered"])
+def test_a_skellam_run_stops_at_a_re_plan_saying_why(tmp_path, change):
+    """A re-plan records the run's spent history as continuous Gaussian phases and states no
+    discrete blocks (the planner does not calibrate re-plans of the discrete mechanism yet):
+    a run on the plan's blocks stops there naming why, rather than switch to the continuous
+    shares (a Gaussian record of Skellam releases under-states them) or count the successor's
+    rounds on a block its calibration did not compose with the spent history."""
+    from planner.replan import replan
+    from trainer.data import load_dataset
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+    from trainer.runner import TrainConfig, prepare_run
+
+    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    assert tally.mechanism == "skellam"
+    tally.record_round()
+    successor = replan(plan, 1, change, parent_plan_id="parent")
+    assert all(pool.discrete is None for pool in successor.pools)
+    with pytest.raises(ReportingStoppedError) as stopped:
+        switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    message = str(stopped.value)
+    assert "cannot follow the re-plan successor" in message and "Skellam events" in message
+    assert "states no discrete blocks" in message
+    assert prepared.plan is plan  # the run stays on its plan: nothing switched
