@@ -26,10 +26,16 @@ SECAGG_EXECUTION_HELP = (
 # The noise a pool's secure aggregation carries (``gdpfed train --secagg-mechanism``): named once,
 # in accounting.choices (the plan states both), re-exported here beside the other run choices.
 SECAGG_MECHANISMS: tuple[SecaggMechanism, ...] = get_args(SecaggMechanism)
+# What a run may ask for: a mechanism by name, or ``plan`` (the default): the one the plan
+# states, skellam where its noised pools carry discrete blocks, else gaussian_continuous
+# (trainer.units.client.discrete.run_mechanism; docs/secure-aggregation.md §Discrete noise).
+RequestedMechanism = Literal["plan", SecaggMechanism]
+REQUESTED_MECHANISMS: tuple[RequestedMechanism, ...] = get_args(RequestedMechanism)
 SECAGG_MECHANISM_HELP = (
+    "plan: skellam where the plan's noised pools carry discrete blocks, else gaussian_continuous; "
+    "skellam: the plan's calibrated distributed Skellam shares (exact; the plan must carry the blocks); "
     "gaussian_continuous: each client's Gaussian share rounded to the grid (approximate: the rounding "
-    "after noise is not accounted); skellam: the plan's calibrated distributed Skellam shares (exact; "
-    "the plan needs report_discrete: true)"
+    "after noise is not accounted)"
 )
 
 # The models trainer.models.build.build_model builds (docs/trainer.md §Models).

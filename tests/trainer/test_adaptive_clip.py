@@ -221,3 +221,29 @@ def test_experiment_cells_recorded_before_the_option_keep_their_fingerprints() -
     assert "adaptive_clip" not in resolve_method("fedhdp", {}).options
     chosen = resolve_method(MethodEntry(name="ac", plan="gdpfed", strategy="fedhdp", options={"adaptive_clip": True}), {})
     assert chosen.options["adaptive_clip"] is True
+
+
+def test_adaptive_clipping_on_a_plan_with_discrete_blocks_is_refused_saying_why(tmp_path) -> None:
+    """The discrete mechanism (the default on a plan that states its blocks) has no integer
+    share for the count of unclipped clients and no block for a clip that changes each round:
+    the run is refused with the reason and the way on, never run on the continuous shares
+    unsaid; named, the continuous path runs it (approximate)."""
+    from tests.trainer.run_digests import discrete_client_plan
+    from tests.trainer.run_digests import with_adaptive_clip as adaptive
+    from trainer.data import load_dataset
+    from trainer.runner import TrainConfig
+
+    plan = adaptive(discrete_client_plan(), learning_rate=0.5)
+    verify_executable(plan)
+    dataset = load_dataset("digits", num_clients=plan.scenario.total_clients, seed=0)
+
+    def prepare(out: str, **options: object) -> object:
+        config = TrainConfig.model_validate({"dataset": "digits", "model": "mlp", "model_options": {"hidden": [16]},
+                                             "rounds": 1, "strategy_options": {"adaptive_clip": True}, **options})
+        return prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / out, dataset=dataset)
+
+    with pytest.raises(InvalidInputError) as error:
+        prepare("default")
+    assert error.value.field == "secagg_mechanism"
+    assert "count of unclipped clients" in error.value.reason and "gaussian_continuous" in error.value.reason
+    assert prepare("continuous", secagg_mechanism="gaussian_continuous").config.secagg_mechanism == "gaussian_continuous"

@@ -110,6 +110,8 @@ def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_p
         ("bad_device", ["device"]),
         ("pool_noise_edited", ["pools.pa", "noise_share_std", "under-noises"]),
         ("rate_edited", ["groups.a", "above its budget"]),
+        # the plan states no discrete blocks: skellam by name is refused, naming the pool's block
+        ("skellam_without_blocks", ["pools.pa.discrete", "missing", "gaussian_continuous"]),
     ],
 )
 def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file, case, needles, monkeypatch):
@@ -151,6 +153,8 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         plan_args = []
     elif case == "bad_device":
         extra += ["--device", "tpu"]
+    elif case == "skellam_without_blocks":
+        extra += ["--secagg-mechanism", "skellam"]
     elif case in ("pool_noise_edited", "rate_edited"):
         # hand-edited plan files once ran with exit 0 (issue 9 §4)
         document = json.loads(plan_file.read_text())

@@ -175,8 +175,11 @@ def test_a_stated_block_is_re_derived_never_trusted(plan):
     missing = plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": None}), plan.pools[1]]})
     with pytest.raises(InvalidInputError) as error:
         make_engine(missing, DIM, secagg_mechanism="skellam")
-    assert error.value.field == "pools.pa.discrete" and "report_discrete" in error.value.reason
-    make_engine(missing, DIM)  # the continuous path never reads the blocks
+    assert error.value.field == "pools.pa.discrete" and "gaussian_continuous" in error.value.reason
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(missing, DIM)  # the default follows the plan: one block stated means skellam
+    assert error.value.field == "pools.pa.discrete"
+    make_engine(missing, DIM, secagg_mechanism="gaussian_continuous")  # the continuous path never reads the blocks
 
     with pytest.raises(InvalidInputError) as error:
         make_engine(plan, DIM * 2, secagg_mechanism="skellam")
@@ -184,6 +187,77 @@ def test_a_stated_block_is_re_derived_never_trusted(plan):
     with pytest.raises(InvalidInputError) as error:
         make_engine(plan, DIM, secagg_mechanism="laplace")
     assert error.value.field == "secagg_mechanism"
+
+
+def _linear_run(plan: Plan, tmp_path, name: str = "run", **options):
+    """A 2-round run of a linear model on synthetic data (610 parameters), prepared and executed."""
+    from trainer.data import load_dataset
+    from trainer.runner import TrainConfig, execute_run, prepare_run
+
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=2, local_steps=1,
+                         **options)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / name, dataset=dataset)
+    summary = execute_run(prepared, progress=quiet_progress(2))
+    return prepared, summary, json.loads((tmp_path / name / "summary.json").read_text())
+
+
+def test_the_default_mechanism_follows_the_plan():
+    """``plan`` (the default) runs skellam on a plan whose noised pools state discrete blocks and
+    the continuous shares on one without (a plan made before the discrete default); a mechanism
+    named is run as named."""
+    from trainer.run.config import TrainConfig
+    from trainer.units.client.discrete import run_mechanism
+
+    stated = discrete_plan(rounds=2)
+    bare = stated.model_copy(update={"pools": [p.model_copy(update={"discrete": None}) for p in stated.pools]})
+    assert TrainConfig(dataset="synthetic", model="mlp", rounds=1).secagg_mechanism == "plan"
+    assert run_mechanism("plan", stated) == "skellam"
+    assert run_mechanism("plan", bare) == "gaussian_continuous"
+    assert run_mechanism("gaussian_continuous", stated) == "gaussian_continuous"
+    assert run_mechanism("skellam", bare) == "skellam"  # refused by discrete_pools, naming the pool's field
+    assert make_engine(stated, DIM).secagg_mechanism == "skellam"
+    assert make_engine(bare, DIM).secagg_mechanism == "gaussian_continuous" and not make_engine(bare, DIM).discrete
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(bare, DIM, secagg_mechanism="skellam")
+    assert error.value.field == "pools.pa.discrete" and "missing" in error.value.reason
+
+
+def test_a_checkpoint_written_before_the_default_changed_keeps_its_configuration_fingerprint():
+    """A run started before ``plan`` became the default recorded ``secagg_mechanism:
+    gaussian_continuous`` (left out of its fingerprint as the default then); the same
+    configuration, and a new run of the default on a plan without blocks (which records the
+    mechanism it resolves to, gaussian_continuous), must fingerprint as it did, and a skellam
+    run as its did. The values were computed by the code before the change."""
+    from trainer.run.config import TrainConfig
+    from trainer.run.directory import fingerprint
+
+    def printed(mechanism: str) -> str:
+        return fingerprint(TrainConfig(dataset="digits", model="mlp", rounds=3, secagg_mechanism=mechanism).fingerprint_data())
+
+    before = "ff7d475f15310dac673a0ad01e7e5d0295e3ec516c084621aacc6f1cd924a5a7"
+    assert printed("gaussian_continuous") == before and printed("plan") == before
+    assert printed("skellam") == "d0255ae89e73ec7b0ec3da243c24d19d1788251937cb298324c000d6c4687a7c"
+
+
+def test_a_run_on_the_plans_blocks_runs_skellam_by_default_and_the_continuous_one_by_request(tmp_path):
+    plan = discrete_plan(dim=610, rounds=2, dropout_rate=0.1)  # the linear model: 60 x 10 + 10 parameters
+    _, summary, written = _linear_run(plan, tmp_path)
+    assert written["secagg_mechanism"] == "skellam" and summary.rounds_run == 2
+    ledger = ClientTally(plan, mechanism="skellam")
+    ledger.record_round()
+    ledger.record_round()
+    assert written["epsilon_spent"] == ledger.final_spent()
+    # config.json records what the default resolved to: a resume runs the same mechanism
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["secagg_mechanism"] == "skellam"
+
+    _, _, continuous = _linear_run(plan, tmp_path, "continuous", secagg_mechanism="gaussian_continuous")
+    assert continuous["secagg_mechanism"] == "gaussian_continuous"
+    assert any("approximate" in w and "gaussian_continuous" in w for w in continuous["warnings"])
+    gaussian = ClientTally(plan)
+    gaussian.record_round()
+    gaussian.record_round()
+    assert continuous["epsilon_spent"] == gaussian.final_spent() != written["epsilon_spent"]
 
 
 def test_a_run_on_the_discrete_mechanism_records_it_and_refuses_what_does_not_run_it(tmp_path):
@@ -259,3 +333,36 @@ def test_a_tally_that_follows_a_re_plan_keeps_counting_the_discrete_mechanism(pl
     # charging the wrap-around share of delta (reviewer F3; refused today by --report-to)
     tally = ClientTally(plan, mechanism="skellam")
     assert tally.continued(plan, None).mechanism == "skellam"
+
+
+
+@pytest.mark.parametrize("change", [{"groups": [{"id": "a", "epsilon": 12.0}]},  # a budget raised
+                                    {"groups": [{"id": "c", "epsilon": 5.5}]}],  # a budget lowered (from 6)
+                         ids=["raised", "lowered"])
+def test_a_skellam_run_stops_at_a_re_plan_saying_why(tmp_path, change):
+    """A re-plan records the run's spent history as continuous Gaussian phases and states no
+    discrete blocks (the planner does not calibrate re-plans of the discrete mechanism yet):
+    a run on the plan's blocks stops there naming why, rather than switch to the continuous
+    shares (a Gaussian record of Skellam releases under-states them) or count the successor's
+    rounds on a block its calibration did not compose with the spent history."""
+    from planner.replan import replan
+    from trainer.data import load_dataset
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+    from trainer.runner import TrainConfig, prepare_run
+
+    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    assert tally.mechanism == "skellam"
+    tally.record_round()
+    successor = replan(plan, 1, change, parent_plan_id="parent")
+    assert all(pool.discrete is None for pool in successor.pools)
+    with pytest.raises(ReportingStoppedError) as stopped:
+        switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    message = str(stopped.value)
+    assert "cannot follow the re-plan successor" in message and "Skellam events" in message
+    assert "states no discrete blocks" in message
+    assert prepared.plan is plan  # the run stays on its plan: nothing switched

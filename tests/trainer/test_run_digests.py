@@ -22,6 +22,7 @@ import pytest
 from tests.trainer.run_digests import (
     ROUNDS,
     client_plan,
+    discrete_client_plan,
     one_torch_thread,
     opted_out_plan,
     run_digest,
@@ -139,6 +140,11 @@ SCENARIOS: dict[str, Callable[[Path], Path]] = {
     "client/plan/protocol/sparse": (lambda out: client_run(out, secagg_mode="sparse")),
     "client/plan/protocol/full": (lambda out: client_run(out, secagg_mode="full")),
     "client/plan/loop_engine": (lambda out: client_run(out, engine="loop", secagg_execution="exact_sum")),
+    # the discrete mechanism, the default on a plan that states its blocks (issue 27): the same
+    # dropouts before and after masking, the residues through the protocol or its exact sum
+    "client/plan/skellam/protocol": (lambda out: client_run(out, plan=discrete_client_plan())),
+    "client/plan/skellam/exact_sum": (lambda out: client_run(out, plan=discrete_client_plan(),
+                                                             secagg_execution="exact_sum")),
     "client/pfa/exact_sum": (lambda out: client_run(out, strategy="pfa", options={"rank": 2, "history": 2},
                                                     secagg_execution="exact_sum")),
     "client/pfa/protocol": (lambda out: client_run(out, strategy="pfa", options={"rank": 2, "history": 2})),
@@ -191,6 +197,17 @@ EXPECTED: dict[str, dict[str, str]] = {
         "rounds": "26a3633f26feced14bff0787ef44bfdf11d008d076199f61233eb91e115adfd6",
         "summary": "6b4c1785e7df027fef7695581dd188c42e52c7e33da6be80fb1d1b255b7dbdbc",
         "params": "549a3f525efa0c22f454332e9314c7bd9d232d13fef6e4e67a3bf2bf52e123f9",
+    },
+    # recorded on issue 27's code (the default skellam run), not before the move
+    "client/plan/skellam/protocol": {
+        "rounds": "bcd2d3ea8447aedec7442b7b921d847345da95ea6a6849097cf408c16cf8e443",
+        "summary": "0538fd4c12a0feb5254c304372d0d165a2ca4f6c353605df8cd2097498a3fde6",
+        "params": "e827156c5ffdbaf1e02dadcee184b1533a5579f358ce51efc8c22c4a05f56306",
+    },
+    "client/plan/skellam/exact_sum": {
+        "rounds": "bcd2d3ea8447aedec7442b7b921d847345da95ea6a6849097cf408c16cf8e443",
+        "summary": "a04696bdf172b446ed20dfaaf08bb0a1ec01ba50028f63c14a90ab2e1b434666",
+        "params": "e827156c5ffdbaf1e02dadcee184b1533a5579f358ce51efc8c22c4a05f56306",
     },
     "client/pfa/exact_sum": {
         "rounds": "9f3f052e0e1b6798a608694340dc1dfcca65ddf1dd72e73b9fc21b43cdc180d9",

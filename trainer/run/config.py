@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from accounting.choices import RequestedSecagg
 from accounting.validation import InputModel
-from trainer.choices import SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP, SecAggExecution, SecaggMechanism
+from trainer.choices import SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP, RequestedMechanism, SecAggExecution
 
 
 def secagg_worker_count(value: Any) -> int | str:
@@ -67,8 +67,8 @@ class TrainConfig(InputModel):
     secagg_execution: SecAggExecution = Field(
         "protocol", description=f"{SECAGG_EXECUTION_HELP} (docs/secure-aggregation.md §Exact)"
     )
-    secagg_mechanism: SecaggMechanism = Field(
-        "gaussian_continuous", description=f"{SECAGG_MECHANISM_HELP} (docs/secure-aggregation.md §Discrete noise)"
+    secagg_mechanism: RequestedMechanism = Field(
+        "plan", description=f"{SECAGG_MECHANISM_HELP} (docs/secure-aggregation.md §Discrete noise)"
     )
     secagg_workers: int | Literal["auto"] = Field(
         "auto",
@@ -99,10 +99,18 @@ class TrainConfig(InputModel):
         """What a checkpoint's configuration fingerprint covers: every field, except the
         fields added after runs were first checkpointed while they hold their defaults, so
         that a run started before they existed still resumes, and ``secagg_workers``, which
-        changes no result (a resumed run may change it)."""
+        changes no result (a resumed run may change it).
+
+        A field whose default changed keeps the fingerprint of its old default
+        (``FORMER_DEFAULTS``): ``secagg_mechanism`` was ``gaussian_continuous`` until the
+        default became ``plan``, and a client run records the mechanism its plan resolves to
+        (``trainer.units.client.discrete.run_mechanism``), so a run started before the change
+        (continuous) and one started after on a plan without discrete blocks fingerprint alike.
+        """
         data = self.model_dump(mode="json", exclude={"secagg_workers"})
         for name in LATER_CONFIG_FIELDS:
-            if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+            if data[name] in (type(self).model_fields[name].get_default(call_default_factory=True),
+                              *FORMER_DEFAULTS.get(name, ())):
                 del data[name]
         return data
 
@@ -112,3 +120,5 @@ LATER_CONFIG_FIELDS = (
     "strategy", "strategy_options", "dataset_options", "opt_out_assignment", "skewed_label", "secagg_execution",
     "secagg_mechanism",
 )
+# LATER_CONFIG_FIELDS whose default changed: their former defaults, left out of the fingerprint too.
+FORMER_DEFAULTS: dict[str, tuple[Any, ...]] = {"secagg_mechanism": ("gaussian_continuous",)}

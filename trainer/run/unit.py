@@ -93,7 +93,9 @@ class TrainingUnit:
         """Why ``--report-to`` is refused for this unit's runs (of ``config``); ``None`` when its
         rounds are reported. The service's ledger counts a client plan's continuous phases, so a
         run on the discrete mechanism is not reported (docs/secure-aggregation.md §Discrete noise)."""
-        if self.reports and config is not None and config.secagg_mechanism != "gaussian_continuous":
+        # a client run's config holds the mechanism its plan resolved to; other units keep the
+        # default ``plan`` (they run no secure aggregation), which is not refused
+        if self.reports and config is not None and config.secagg_mechanism == "skellam":
             return (
                 "the service's ledger counts the plan's continuous Gaussian phases; a run with "
                 "--secagg-mechanism skellam is not reported to it"

@@ -19,16 +19,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from planner.discrete import padded_dimension
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
 from planner.schema import DiscreteMechanism, Plan
+from trainer.choices import RequestedMechanism
 from trainer.secagg import discrete as dm
 from trainer.secagg.encoding import word_dtype
 from trainer.units.client.mechanism import finite_update
 
 # Floats of a stated block may differ from the re-derivation by JSON rounding only.
 _RELATIVE_TOLERANCE = 1e-9
+
+
+def run_mechanism(requested: RequestedMechanism, plan: Plan) -> SecaggMechanism:
+    """The mechanism a run of ``plan`` executes when it asks for ``requested``
+    (``--secagg-mechanism``; docs/secure-aggregation.md §Discrete noise, "The trainer side").
+
+    ``plan`` (the default) follows the plan: ``skellam`` when any pool carries a ``discrete``
+    block (the planner states them for every noised pool; ``discrete_pools`` then refuses a
+    noised pool without one), ``gaussian_continuous`` for a plan without blocks (one made
+    before the discrete mechanism became the planner's default), whose guarantee is
+    approximate. A mechanism named is run as named: ``skellam`` on a plan without blocks
+    is refused by ``discrete_pools``, ``gaussian_continuous`` on a plan with blocks runs
+    the continuous shares for comparison, labelled approximate.
+    """
+    if requested != "plan":
+        return requested
+    return "skellam" if any(pool.discrete is not None for pool in plan.pools) else "gaussian_continuous"
 
 
 @dataclass(frozen=True)
@@ -91,8 +110,9 @@ def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
         if stated is None:
             raise InvalidInputError(
                 field,
-                "missing: --secagg-mechanism skellam runs the plan's calibrated discrete noise; plan the "
-                "scenario with report_discrete: true (docs/secure-aggregation.md §Discrete noise)",
+                "missing: the skellam mechanism runs the plan's calibrated discrete noise, and this noised pool "
+                "states none; plan the scenario again with the discrete mechanism (the planner's default), or run "
+                "--secagg-mechanism gaussian_continuous (approximate; docs/secure-aggregation.md §Discrete noise)",
             )
         _require_same(stated, expected, field)
         if padded_dimension(dim) != stated.padded_dimension:

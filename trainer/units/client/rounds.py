@@ -46,7 +46,7 @@ import torch
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, RequestedSecagg
 from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_participants, secagg_graph
-from trainer.choices import SECAGG_EXECUTIONS, SECAGG_MECHANISMS, SecAggExecution, SecaggMechanism
+from trainer.choices import REQUESTED_MECHANISMS, SECAGG_EXECUTIONS, RequestedMechanism, SecAggExecution
 from trainer.run.outcome import RoundOutcome
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
 from trainer.secagg import discrete as dm
@@ -64,7 +64,7 @@ from trainer.strategies.base import (
     Strategy,
 )
 from trainer.units.client.adaptive_clip import adaptive_controller
-from trainer.units.client.discrete import DiscretePool, discrete_pools
+from trainer.units.client.discrete import DiscretePool, discrete_pools, run_mechanism
 from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms, privatize, privatize_counted
 from trainer.units.client.release import PoolResults, round_mechanisms, server_step, split_counts, too_few_sampled
 
@@ -109,6 +109,18 @@ def session_graph(plan: Plan, kind: RequestedSecagg, participants: int) -> Secag
     return secagg_graph(participants, float(plan.scenario.dropout_rate), plan.scenario.abort_probability, kind)
 
 
+# Why the discrete mechanism does not run adaptive clipping (docs/secure-aggregation.md
+# §Discrete noise, "What it refuses"): the count of unclipped clients is released with a
+# Gaussian share sigma_b and the clip S^t changes each round, and neither has a sound
+# integer version calibrated yet.
+ADAPTIVE_SKELLAM_REFUSAL = (
+    "skellam (the plan's discrete blocks; the default for a plan that carries them) does not run adaptive "
+    "clipping: its count of unclipped clients carries a continuous Gaussian share, and no integer share of "
+    "it is calibrated, nor the blocks' rounding bound and bit width for a clip S^t that changes each round; "
+    "run --secagg-mechanism gaussian_continuous (approximate) or without --strategy-option adaptive_clip"
+)
+
+
 class RoundEngine:
     """Runs rounds of ``strategy`` over ``population`` with the plan's mechanism."""
 
@@ -124,7 +136,7 @@ class RoundEngine:
         secagg_mode: RequestedSecagg = "auto",
         secagg_execution: SecAggExecution = "protocol",
         secagg_workers: int | None = None,
-        secagg_mechanism: SecaggMechanism = "gaussian_continuous",
+        secagg_mechanism: RequestedMechanism = "plan",
         on_encoded: EncodedHook | None = None,
         keep_pool_sums: bool = False,
     ) -> None:
@@ -133,9 +145,11 @@ class RoundEngine:
         are computed for each session's participants. ``secagg_workers``: the most processes
         a session's clients run in (``None``: every core); a session too small to pay for
         forking runs in one either way (``trainer.secagg.parallel.session_workers``).
-        ``secagg_mechanism``: the noise the pools' sessions carry; ``skellam`` runs each
-        noised pool's stated discrete block, re-derived and checked here
-        (``discrete.discrete_pools``); ``on_encoded`` is called for the continuous path only."""
+        ``secagg_mechanism``: the noise the pools' sessions carry; ``plan`` (the default) is
+        ``skellam`` where the plan's noised pools carry discrete blocks, else
+        ``gaussian_continuous`` (``discrete.run_mechanism``); ``skellam`` runs each noised
+        pool's stated block, re-derived and checked here (``discrete.discrete_pools``);
+        ``on_encoded`` is called for the continuous path only."""
         # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
         # the noise for it (docs/trainer.md §Adaptive clipping)
         self.adaptive = adaptive_controller(strategy) is not None
@@ -158,18 +172,16 @@ class RoundEngine:
         if secagg_workers is not None and (isinstance(secagg_workers, bool) or secagg_workers < 1):
             raise InvalidInputError("secagg_workers", f"must be a positive integer or auto, got {secagg_workers!r}")
         self.secagg_workers = secagg_workers
-        if secagg_mechanism not in SECAGG_MECHANISMS:
+        if secagg_mechanism not in REQUESTED_MECHANISMS:
             raise InvalidInputError(
-                "secagg_mechanism", f"must be {' or '.join(SECAGG_MECHANISMS)}, got {secagg_mechanism!r}"
+                "secagg_mechanism", f"must be {' or '.join(REQUESTED_MECHANISMS)}, got {secagg_mechanism!r}"
             )
-        if secagg_mechanism == "skellam" and self.adaptive:
-            raise InvalidInputError(
-                "secagg_mechanism",
-                "skellam: adaptive clipping's count and per-round clip run the continuous mechanism only",
-            )
-        self.secagg_mechanism = secagg_mechanism
+        mechanism = run_mechanism(secagg_mechanism, plan)
+        if mechanism == "skellam" and self.adaptive:
+            raise InvalidInputError("secagg_mechanism", ADAPTIVE_SKELLAM_REFUSAL)
+        self.secagg_mechanism = mechanism
         # pool id -> its discrete mechanism (noised pools under skellam; none otherwise)
-        self.discrete: dict[str, DiscretePool] = discrete_pools(plan, dim) if secagg_mechanism == "skellam" else {}
+        self.discrete: dict[str, DiscretePool] = discrete_pools(plan, dim) if mechanism == "skellam" else {}
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}

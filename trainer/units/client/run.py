@@ -25,6 +25,7 @@ from trainer.run.prepared import PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
 from trainer.units.client.adaptive_clip import adaptive_controller
+from trainer.units.client.discrete import run_mechanism
 from trainer.units.client.rounds import RoundEngine, full_mode_reasons
 from trainer.units.client.strategies import STRATEGY_SPECS
 
@@ -42,6 +43,9 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     options validated here).
     """
     client_plan = checked_client_plan(plan, config, unit.mechanism)
+    # the mechanism the run executes, resolved once from the plan it starts on and recorded so
+    # (config.json, the fingerprint, the tally): a re-plan it follows keeps it
+    config = config.model_copy(update={"secagg_mechanism": run_mechanism(config.secagg_mechanism, client_plan)})
     factory = options.strategy_factory or options.select_strategy(config, client_plan)
     if options.strategy_factory is not None and (config.strategy != "plan" or config.strategy_options):
         raise InvalidInputError("strategy", "a strategy_factory replaces the config's strategy; give one, not both")
@@ -68,6 +72,8 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     warnings.extend(strategy.run_warnings(dataset))
     if options.engine_factory is not None and config.secagg_mechanism != "gaussian_continuous":
         raise InvalidInputError("secagg_mechanism", DISCRETE_SIMULATOR_ONLY)
+    if config.secagg_mechanism == "gaussian_continuous" and any(pool.discrete is not None for pool in client_plan.pools):
+        warnings.append(CONTINUOUS_ON_DISCRETE_PLAN)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy)
     if unused:
         warnings.append(unused)
@@ -82,9 +88,17 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     )
 
 
+# A plan with discrete blocks run on the continuous shares by request (--secagg-mechanism
+# gaussian_continuous): allowed for comparison, and said.
+CONTINUOUS_ON_DISCRETE_PLAN = (
+    "the plan carries discrete blocks, but this run sends continuous Gaussian shares (--secagg-mechanism "
+    "gaussian_continuous, for comparison): its guarantee is approximate (each client's rounding after the "
+    "noise is not accounted) and its ledger counts the plan's continuous phases"
+)
 # The Flower scale-out's round executor sends the continuous Gaussian shares only (docs/flower.md).
 DISCRETE_SIMULATOR_ONLY = (
-    "skellam runs in gdpfed train's round engine only; the Flower scale-out runs gaussian_continuous"
+    "skellam (the plan's discrete blocks; the default for a plan that carries them) runs in gdpfed train's "
+    "round engine only; the Flower scale-out runs --secagg-mechanism gaussian_continuous (approximate)"
 )
 
 

@@ -146,7 +146,23 @@ class ClientTally:
         return [(g.id, g.num_clients) for g in plan.groups]
 
     def history_problem(self, successor: Plan) -> str | None:
-        """The first group whose spent history in ``successor`` is not what this run spent."""
+        """The first group whose spent history in ``successor`` is not what this run spent.
+
+        A run on the discrete mechanism cannot follow a re-plan yet: the run keeps its
+        mechanism (resolved once, from the plan it started on), so it needs the successor's
+        discrete blocks calibrated on its spent Skellam events, and re-plans record spent
+        continuous Gaussian phases and state no blocks (``planner.discrete.pool_mechanisms``
+        does not calibrate plans with spent phases; docs/secure-aggregation.md §Discrete noise).
+        Switching to the continuous shares instead would compose the successor's budget with
+        a Gaussian record of what were Skellam releases, whose epsilon is larger: optimistic.
+        """
+        if self.mechanism == "skellam":
+            return (
+                "this run executes the skellam mechanism (the plan's discrete blocks), and the re-plan's record of "
+                "what was spent before it is continuous Gaussian phases, not this run's Skellam events: the planner "
+                "does not calibrate re-plans of the discrete mechanism on their spent history yet"
+                + ("" if any(p.discrete is not None for p in successor.pools) else ", and the re-plan states no discrete blocks")
+            )
         for group in successor.groups:
             mine = self.phases(group.id)
             theirs = plan_ledger.group_history(successor, group, 0)
