@@ -25,6 +25,12 @@ from __future__ import annotations
 from typing import Literal
 
 AccountantName = Literal["rdp", "prv", "closed_form", "pld"]
+# The default for calibrating and certifying plans, ledgers, the service and the CLI: the
+# tight accountant (issue 26, docs/accounting.md §13). rdp stays available by name and still
+# tabulates sigma(q) for the optimisation (pld's ``tabulated_by``). It sits here beside the
+# names, re-exported by the registry, so that ``gdpfed account``'s parser offers it without
+# importing the accountants (start-up time, docs/architecture.md "Command line").
+DEFAULT_ACCOUNTANT: AccountantName = "pld"
 
 # A pool's secure-aggregation graph (PoolPlan.secagg_mode; named so the service's OpenAPI
 # document names it, app/openapi.py).

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pydantic
 
-from accounting import calibration
-from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
-from accounting.epsilon import epsilon_of_events
+from accounting.choices import DEFAULT_ACCOUNTANT, AccountantName
 from accounting.events import AnyEvent, PoissonSampledGaussian
 from accounting.results import Calibration, EpsilonReport
 from accounting.validation import Delta, Epsilon, Flag, InputModel, NoiseMultiplier, SamplingRate, Steps
@@ -68,6 +66,12 @@ AccountingRequest = EpsilonRequest | NoiseMultiplierRequest | SamplingRateReques
 
 def answer(request: AccountingRequest) -> EpsilonReport | Calibration:
     """Run a validated request (docs/accounting.md §8, §10)."""
+    # start-up time: the accountants load when a valid request is answered, so a question
+    # refused for a bad value (`gdpfed account epsilon --delta 2`) exits without them
+    from accounting import calibration
+    from accounting.accountants import get_accountant
+    from accounting.epsilon import epsilon_of_events
+
     if isinstance(request, EpsilonRequest):
         get_accountant(request.accountant).accepted_events(request.spent, "spent")  # errors name spent[i]
         events = [

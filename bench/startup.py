@@ -5,13 +5,17 @@ Python, or ``python -m app.cli``), round-robin, so that load on a shared machine
 all of them alike; each row is the median of the repeats and its ratio to the median of
 ``python -c pass`` (the interpreter's own start). Subcommands are timed on ``--help``
 (parsing only: what every call of the subcommand pays before its work),
-``account epsilon`` on a real rdp calculation, ``plan examples/scenario.json`` on a
-whole plan with its predictions and a ``train`` refused for a bad option (exit 2 before
-the trainer loads; issue 26 §3). The load average is printed in the title.
+``account epsilon`` on a real answer of the default accountant (and one refused for a bad
+value, exit 2 before any accountant loads), ``plan examples/scenario.json`` on a whole plan
+with its predictions and a ``train`` refused for a bad option (exit 2 before the trainer
+loads; issue 26 §3). Beside the wall seconds, ``cpu_s`` is the median CPU time (user +
+system) of the command's process, which a machine shared with other work inflates less
+than the wall time. The load average is printed in the title.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +28,8 @@ ACCOUNT_EPSILON = [
     "account", "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1.1", "--rounds", "1000",
     "--delta", "1e-5",
 ]
+# refused by the request model (sampling_rate is not a number): exit 2, one line
+ACCOUNT_REFUSED = ["account", "epsilon", "--sampling-rate", "abc", *ACCOUNT_EPSILON[4:]]
 EXAMPLE_SCENARIO = str(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
 PLAN_EXAMPLE = ["plan", EXAMPLE_SCENARIO]
 # refused by TrainConfig (lr must be > 0): exit 2, one line, no torch
@@ -32,7 +38,7 @@ TRAIN_REFUSED = [
     "--lr", "-1",
 ]
 # commands expected to exit with another status than 0
-EXIT_CODES = {"gdpfed train (refused: --lr -1)": 2}
+EXIT_CODES = {"gdpfed train (refused: --lr -1)": 2, "gdpfed account epsilon (refused: --sampling-rate abc)": 2}
 
 
 def gdpfed_command() -> list[str]:
@@ -47,6 +53,7 @@ def commands() -> list[tuple[str, list[str]]]:
     gdpfed = gdpfed_command()
     rows = [("python -c pass", [sys.executable, "-c", "pass"]), ("gdpfed --help", [*gdpfed, "--help"])]
     rows.append(("gdpfed account epsilon ...", [*gdpfed, *ACCOUNT_EPSILON]))
+    rows.append(("gdpfed account epsilon (refused: --sampling-rate abc)", [*gdpfed, *ACCOUNT_REFUSED]))
     rows.append(("gdpfed plan examples/scenario.json", [*gdpfed, *PLAN_EXAMPLE]))
     rows.append(("gdpfed train (refused: --lr -1)", [*gdpfed, *TRAIN_REFUSED]))
     rows += [(f"gdpfed {name} --help", [*gdpfed, name, "--help"]) for name in SUBCOMMAND_MODULES]
@@ -64,12 +71,16 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     repeats = 1 if quick else 10
     timed = commands()
     seconds: dict[str, list[float]] = {name: [] for name, _ in timed}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in timed}
     load = load_average()
     for _ in range(repeats):
         for name, argv in timed:
             start = time.perf_counter()
-            code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+            child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, status, usage = os.wait4(child.pid, 0)
             seconds[name].append(time.perf_counter() - start)
+            cpu[name].append(usage.ru_utime + usage.ru_stime)
+            code = os.waitstatus_to_exitcode(status)
             if code != EXIT_CODES.get(name, 0):
                 raise RuntimeError(f"{name}: exit {code}, expected {EXIT_CODES.get(name, 0)}")
     baseline = median(seconds["python -c pass"])
@@ -79,6 +90,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
             "median_s": median(values),
             "min_s": min(values),
             "ratio_to_python": median(values) / baseline,
+            "cpu_s": median(cpu[name]),
             "repeats": len(values),
         }
         for name, values in seconds.items()

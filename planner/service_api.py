@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from accounting.accountants import AccountantName
+from accounting.choices import AccountantName
 from accounting.events import Phase
 from accounting.validation import InputModel
 
@@ -26,12 +26,20 @@ MetricName = Annotated[str, Field(min_length=1, max_length=64)]
 RoundStatus = Literal["started", "completed"]
 
 
+# Start-up time: the wire models build their validators on first use (defer_build): every
+# `gdpfed plan` imports this module (the privacy units name their ledgers), and only the
+# service and the trainer's reporting client send or read these bodies.
+_DEFERRED = ConfigDict(defer_build=True)
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
 class ErrorBody(BaseModel):
     """The JSON body of every error response (docs/service.md §Errors)."""
+
+    model_config = _DEFERRED
 
     code: str
     message: str
@@ -45,6 +53,8 @@ class ErrorBody(BaseModel):
 class KeyIdentity(BaseModel):
     """``GET /v1/keys/me``: the calling key's name and role."""
 
+    model_config = _DEFERRED
+
     name: str
     role: str
 
@@ -52,7 +62,7 @@ class KeyIdentity(BaseModel):
 class RoundReport(InputModel):
     """``POST /v1/plans/{plan_id}/rounds``: one round, claimed or completed (docs/ledger.md §6)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     round_index: int = Field(
         ..., ge=0, le=10**9,
@@ -82,6 +92,8 @@ class RoundReport(InputModel):
 
 
 class GroupLedger(BaseModel):
+    model_config = _DEFERRED
+
     id: str
     epsilon: float | None = Field(description="the group's target epsilon in this plan; null = opted out")
     phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
@@ -99,6 +111,8 @@ class GroupLedger(BaseModel):
 
 class LedgerOut(BaseModel):
     """``GET /v1/plans/{plan_id}/ledger``: privacy spent per group (docs/ledger.md §3)."""
+
+    model_config = _DEFERRED
 
     plan_id: str
     privacy_unit: str = Field(description="the notion of every epsilon below: client = client-level DP per group")
@@ -121,6 +135,8 @@ class LedgerOut(BaseModel):
 class LedgerRounds(BaseModel):
     """What every unit's ledger says about the rounds it counts (docs/ledger.md §4)."""
 
+    model_config = _DEFERRED
+
     plan_id: str
     privacy_unit: str
     notion: str = Field(description="the privacy notion of every figure of this ledger (planner.units)")
@@ -137,6 +153,8 @@ class LedgerRounds(BaseModel):
 
 
 class SiloLedger(BaseModel):
+    model_config = _DEFERRED
+
     id: str
     epsilon: float = Field(description="the silo's sample-level budget in this plan")
     epsilon_spent: float = Field(description="sample-level epsilon of the silo's DP-SGD steps and selections so far "
@@ -158,6 +176,8 @@ class SiloLedgerOut(LedgerRounds):
 
 
 class MetricGroupLedger(BaseModel):
+    model_config = _DEFERRED
+
     id: str
     num_clients: int
     noise_multiplier: float = Field(description="nu of the group's releases")

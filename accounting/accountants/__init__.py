@@ -18,7 +18,7 @@ from accounting.accountants.closed_form import ClosedFormAccountant
 from accounting.accountants.pld import PldAccountant
 from accounting.accountants.prv import PrvAccountant
 from accounting.accountants.rdp import RdpAccountant
-from accounting.choices import AccountantName
+from accounting.choices import DEFAULT_ACCOUNTANT, AccountantName
 from accounting.errors import InvalidInputError
 
 # The registry: one stateless instance per accountant, by its ``name``.
@@ -33,10 +33,6 @@ ACCOUNTANTS: dict[AccountantName, Accountant] = {
 }
 
 ACCOUNTANT_NAMES: tuple[AccountantName, ...] = get_args(AccountantName)
-# The default for calibrating and certifying plans, ledgers, the service and the CLI: the
-# tight accountant (issue 26, docs/accounting.md §13). rdp stays available by name and still
-# tabulates sigma(q) for the optimisation (pld's ``tabulated_by``).
-DEFAULT_ACCOUNTANT: AccountantName = "pld"
 # The two figures every plan and ledger row states beside its figure of record
 # (``epsilon_rdp`` and ``epsilon_tight``, docs/ledger.md §3): rdp's and the tight accountant's.
 RDP_ACCOUNTANT: AccountantName = "rdp"

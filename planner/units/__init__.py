@@ -10,6 +10,7 @@ register the trainer unit that runs the mechanism it names in ``trainer/units/re
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter
@@ -76,13 +77,18 @@ if not TYPE_CHECKING:
     ]
 else:
     LedgerDocument = Any
-_LEDGER_ADAPTER: TypeAdapter[Any] = TypeAdapter(LedgerDocument)
+
+
+@functools.cache
+def _ledger_adapter() -> TypeAdapter[Any]:
+    # start-up time: built by the first ledger read, not by every import (`gdpfed plan`)
+    return TypeAdapter(LedgerDocument)
 
 
 def parse_ledger(data: Any) -> BaseModel:
     """A ledger body the service answered (``GET /v1/plans/{id}/ledger``), read as its unit's
     model (``LedgerOut``, ``SiloLedgerOut``, ``MetricLedgerOut``; docs/service.md §Clients)."""
-    result: BaseModel = _LEDGER_ADAPTER.validate_python(data)
+    result: BaseModel = _ledger_adapter().validate_python(data)
     return result
 
 

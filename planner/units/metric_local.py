@@ -39,8 +39,13 @@ Leakage = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 NoiseMultiplier = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 
 
+# Start-up time: this unit's models build their validators on first use (defer_build), so a
+# `gdpfed plan` of a client scenario, which never reads a metric document, does not pay for them.
+_DEFERRED = ConfigDict(defer_build=True)
+
+
 class _Strict(InputModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class MetricGroupSpec(_Strict):
@@ -114,6 +119,8 @@ class MetricScenario(_Strict):
 class MetricGroupPlan(NumbersModel):
     """One group's mechanism and the figures the ledger reports for it."""
 
+    model_config = _DEFERRED
+
     id: str
     num_clients: int
     noise_multiplier: float
@@ -134,6 +141,8 @@ class MetricGroupPlan(NumbersModel):
 
 class MetricPlan(PlanDocument):
     """A ``metric_local`` plan: the trainer's metric mechanism executes it."""
+
+    model_config = _DEFERRED
 
     privacy_unit: Literal["metric_local"] = Field(
         "metric_local", description="local metric privacy: leakages per client, never epsilons"

@@ -56,8 +56,13 @@ Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 Variance = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
 
 
+# Start-up time: this unit's models build their validators on first use (defer_build), so a
+# `gdpfed plan` of a client scenario, which never reads a silo document, does not pay for them.
+_DEFERRED = ConfigDict(defer_build=True)
+
+
 class _Strict(InputModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 # The smallest sampling rate B / n_k a silo plan accepts: below it the RDP curve of
@@ -147,7 +152,7 @@ class SiloScenario(_Strict):
 class SiloPlan(NumbersModel):
     """One silo's mechanism: what the DP-SGD engine runs and the ledger counts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     id: GroupId
     num_samples: int
@@ -189,7 +194,7 @@ class SiloPlan(NumbersModel):
 class MeanEstimationAdvice(NumbersModel):
     """The advisory lambda* of the mean-estimation proxy (docs/mrmtl.md §3.2)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     lambda_star_uniform: float = Field(description="sigma_loc^2 / tau^2 at the silos' mean sigma_loc^2")
     local_variance: dict[str, float] = Field(description="sigma_loc,k^2 per silo")
@@ -199,6 +204,8 @@ class MeanEstimationAdvice(NumbersModel):
 
 class SiloSamplePlan(PlanDocument):
     """A cross-silo plan: every silo's DP-SGD mechanism and its sample-level guarantee."""
+
+    model_config = _DEFERRED
 
     privacy_unit: Literal["silo_sample"] = Field(NAME, description=NOTION)
     method: SiloMethod

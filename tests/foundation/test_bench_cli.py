@@ -15,7 +15,9 @@ def test_cli_benchmark_times_every_subcommand_against_python() -> None:
     # issue 26: a whole plan and a refused train (exit 2, checked by run) are timed too
     assert "gdpfed plan examples/scenario.json" in commands and "gdpfed train (refused: --lr -1)" in commands
     assert {f"gdpfed {name} --help" for name in SUBCOMMAND_MODULES} <= set(commands)
-    assert all(row["median_s"] > 0 and row["repeats"] == 1 for row in rows)
+    # a question refused for a bad value (exit 2, checked by run), and each row's CPU seconds
+    assert "gdpfed account epsilon (refused: --sampling-rate abc)" in commands
+    assert all(row["median_s"] > 0 and row["cpu_s"] > 0 and row["repeats"] == 1 for row in rows)
 
 
 def test_bench_json_keys_do_not_carry_measured_titles(monkeypatch) -> None:

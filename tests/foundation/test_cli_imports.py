@@ -54,6 +54,83 @@ def test_account_epsilon_imports_the_accountant_only(tmp_path: Path) -> None:
         assert loaded(modules, heavy) == [], heavy
 
 
+# What no `gdpfed account` question may load: another command's stack (the planner and
+# scipy's interpolation, optimisation, statistics and signal processing behind it, the
+# trainer and torch, the service's web framework, database and server).
+NOT_FOR_ACCOUNTING = (
+    "planner", "trainer", "torch", "app.main", "fastapi", "starlette", "sqlalchemy", "uvicorn",
+    "scipy.optimize", "scipy.interpolate", "scipy.stats", "scipy.signal", "scipy.linalg",
+)
+ACCOUNT_EPSILON = ["account", "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1.1", "--rounds", "100",
+                   "--delta", "1e-5"]
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_account_epsilon_loads_no_other_commands_stack(tmp_path: Path, accountant: str) -> None:
+    # issue 26 §3: start-up is imports; a question loads the accountants, numpy, pydantic and
+    # scipy.special (the normal tails and gamma functions it computes with), nothing heavier
+    code, modules = imported(tmp_path, *ACCOUNT_EPSILON, "--accountant", accountant)
+    assert code == 0
+    for heavy in NOT_FOR_ACCOUNTING:
+        assert loaded(modules, heavy) == [], heavy
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["account", "--help"],
+        ["account", "epsilon", "--help"],
+        ["account", "epsilon", "--sampling-rate", "0.01"],  # argparse: required options missing
+    ],
+)
+def test_account_parser_loads_no_numerics(tmp_path: Path, argv: list[str]) -> None:
+    # issue 26 §3: the parser's accountant names and default come from accounting.choices and
+    # the package exports load on first use, so parsing loads no accountant, numpy or pydantic
+    code, modules = imported(tmp_path, *argv)
+    assert code in (0, 2)
+    assert "accounting.cli" in modules
+    for heavy in ("numpy", "scipy", "pydantic", "accounting.accountants", "accounting.events", *NOT_FOR_ACCOUNTING):
+        assert loaded(modules, heavy) == [], heavy
+
+
+def test_refused_account_question_loads_no_accountant(tmp_path: Path) -> None:
+    # a value pydantic refuses is reported before any accountant (or scipy) is imported
+    argv = [("abc" if word == "0.01" else word) for word in ACCOUNT_EPSILON]
+    code, modules = imported(tmp_path, *argv)
+    assert code == 2
+    assert "accounting.requests" in modules
+    for heavy in ("scipy", "accounting.accountants", "accounting.calibration", "multiprocessing", *NOT_FOR_ACCOUNTING):
+        assert loaded(modules, heavy) == [], heavy
+
+
+def test_accounting_exports_load_on_first_use() -> None:
+    # accounting/__init__.py's exports are read lazily; `accounting.epsilon` stays the
+    # function even after the submodule accounting/epsilon.py is imported
+    probe = (
+        "import sys, accounting.errors\n"
+        "assert 'numpy' not in sys.modules and 'accounting.accountants' not in sys.modules\n"
+        "import accounting.requests, accounting.epsilon\n"
+        "import accounting\n"
+        "from accounting import InvalidInputError, PoissonSampledGaussian, epsilon, noise_multiplier, rdp\n"
+        "assert callable(accounting.epsilon) and accounting.epsilon is epsilon\n"
+        "assert epsilon.__module__ == 'accounting.epsilon' and rdp.__name__ == 'accounting.rdp'\n"
+        "assert accounting.epsilon(0.01, 1.1, 10, 1e-5).epsilon > 0\n"
+        "assert set(accounting._EXPORTS) == set(accounting.__all__)\n"
+        "assert all(hasattr(accounting, n) for n in accounting.__all__) and set(accounting.__all__) <= set(dir(accounting))\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_train_refused_loads_no_numerics(tmp_path: Path) -> None:
+    # issue 26 §3: a refused `gdpfed train` validates its options with pydantic only (the
+    # accounting package's exports are lazy, so its error types load without numpy)
+    code, modules = imported(tmp_path, "train", "--plan", "plan.json", "--dataset", "digits", "--model", "mlp",
+                             "--lr", "-1")
+    assert code == 2
+    for heavy in ("numpy", "scipy", "torch", "planner", "accounting.accountants"):
+        assert loaded(modules, heavy) == [], heavy
+
+
 def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
     # issue 26 §3: scipy.signal (FFT convolution of very wide survivor supports only) is
     # imported where it is used, not by every gdpfed plan
@@ -63,6 +140,23 @@ def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
     assert "planner.secagg" in modules
     for heavy in ("scipy.signal", "trainer", "torch", "fastapi"):
         assert loaded(modules, heavy) == [], heavy
+
+
+def test_client_plan_builds_no_other_units_validators(tmp_path: Path) -> None:
+    # issue 26 §3: the silo and metric units' models and the service's wire models build
+    # their validators on first use, so planning a client scenario does not pay for them
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenario.json"
+    probe = PROBE.replace(
+        '"modules": sorted(sys.modules)',
+        '"modules": sorted(sys.modules), "built": sorted(f"{m}.{c}" for m in ("planner.units.silo_sample", '
+        '"planner.units.metric_local", "planner.service_api") for c, v in vars(sys.modules[m]).items() '
+        'if isinstance(v, type) and v.__module__ == m and getattr(v, "__pydantic_complete__", False))',
+    )
+    out = tmp_path / "modules.json"
+    subprocess.run([sys.executable, "-c", probe, str(out), "plan", str(scenario)], capture_output=True, check=True)
+    result = json.loads(out.read_text())
+    assert result["code"] == 0
+    assert result["built"] == []
 
 
 @pytest.mark.parametrize("name", sorted(cli.SUBCOMMAND_MODULES))
