@@ -33,6 +33,8 @@ from accounting.accountants.base import (
     Accountant,
     History,
     PhaseTuple,
+    noise_result,
+    rate_result,
     rounds_result,
 )
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
@@ -141,6 +143,12 @@ class Composed:
         # from the top: A_k = sum_{j>=k} p_j, B_k = sum_{j>=k} p_j e^{-l_j} (in logs: e^{-l} overflows
         # at large losses); delta(eps) = A_k - e^eps B_k on (l_{k-1}, l_k]
         a = np.cumsum(pmf[::-1])[::-1]
+        # only the top points can hold the answer: the sums run from the top, so this suffix's
+        # values are the whole array's bit for bit (docs/accounting.md §13.6)
+        skip = _points_below_answer(losses, pmf, a, budget)
+        below = float(losses[skip - 1]) if skip else 0.0  # the loss under the suffix's first point
+        if skip:
+            losses, pmf, a = losses[skip:], pmf[skip:], a[skip:]
         with np.errstate(divide="ignore"):
             log_b = np.logaddexp.accumulate((np.log(pmf) - losses)[::-1])[::-1]
         # delta at each grid loss l_k counts the points above it: A_{k+1} - e^{l_k} B_{k+1} (<= A_{k+1})
@@ -148,14 +156,47 @@ class Composed:
         log_b_next = np.append(log_b[1:], -np.inf)
         at_points = a_next - np.exp(losses + log_b_next)
         k = int(np.nonzero(at_points <= budget)[0][0])  # the last point fits (nothing above it)
-        if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
+        if k == 0 and not skip and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
             return 0.0
         if a[k] <= budget or not math.isfinite(log_b[k]):
             return float(losses[k])
         # on (l_{k-1}, l_k] the points from k up count: A_k - e^eps B_k = budget
         eps = math.log(a[k] - budget) - float(log_b[k])
-        low = float(losses[k - 1]) if k > 0 else 0.0
+        low = float(losses[k - 1]) if k > 0 else below
         return float(min(max(eps, low, 0.0), losses[k]))
+
+
+# Composed.epsilon's suffix (docs/accounting.md §13.6). Below LINEAR_LOSS_MAX, the sums B_k
+# are estimated in linear space (e^{-l} of no point underflows past 1e-130 there); above it,
+# and below SUFFIX_GAP_MIN of grid spacing, the first points are bounded by the spacing alone.
+LINEAR_LOSS_MAX = 300.0
+SUFFIX_GAP_MIN = 1e-5
+
+
+def _points_below_answer(losses: np.ndarray, pmf: np.ndarray, tail: np.ndarray, budget: float) -> int:
+    """How many of the first grid points certainly lie below :meth:`Composed.epsilon`'s answer:
+    points j whose delta, A_{j+1} - e^{l_j} B_{j+1}, its computation in logs puts above the
+    budget whatever its rounding (docs/accounting.md §13.6). ``tail``: A_j (the sums of
+    ``pmf`` from the top), nonincreasing.
+
+    With every loss below ``LINEAR_LOSS_MAX``, delta is estimated with B summed in linear
+    space; the two computations of e^{l_j} B_{j+1} differ by far less than 1e-6 A_{j+1} (the
+    log-space sums' rounding over 2^16 points of |log B| below 1100 is below 1e-7 relative, the
+    linear one's below 1e-11, and underflowed terms add below 1e-150), so an estimate above the budget by that
+    margin is above it in logs too. Otherwise delta is at least A_{j+1} (1 - e^{-gap}), since
+    B_{j+1} <= e^{-l_{j+1}} A_{j+1}, and half of that above the budget suffices."""
+    if losses.size < 2:
+        return 0
+    if float(losses[-1]) < LINEAR_LOSS_MAX:
+        b = np.cumsum((pmf * np.exp(-losses))[::-1])[::-1]
+        estimate = tail[1:] - np.exp(losses[:-1]) * b[1:]
+        fits = estimate <= budget + 1e-6 * tail[1:] + 1e-150
+        return int(np.argmax(fits)) if fits.any() else losses.size - 1
+    gap = float(np.min(np.diff(losses)))
+    if not gap >= SUFFIX_GAP_MIN:
+        return 0
+    threshold = 2.0 * budget / -math.expm1(-gap)
+    return int(np.count_nonzero(tail[1:] > threshold))  # a prefix: A_{j+1} falls with j
 
 
 _LAMBDAS = np.geomspace(1e-2, 1e3, 24)
@@ -221,12 +262,70 @@ def _epsilon_and_error(phases: Sequence[PhaseTuple], delta: float) -> tuple[floa
 
 
 def _epsilons_and_errors(histories: Sequence[Sequence[PhaseTuple]], delta: float) -> list[tuple[float, float]]:
-    """:func:`_epsilon_and_error` of every history, composed together (:func:`compose_many`)."""
-    directions = [compose_many(histories, delta, direction) for direction in ("remove", "add")]
-    return [
-        (max(remove.epsilon(delta), add.epsilon(delta)), max(remove.error, add.error) / delta)
-        for remove, add in zip(*directions, strict=True)
-    ]
+    """:func:`_epsilon_and_error` of every history: those of full participation in closed form
+    (:func:`gaussian_epsilon`, no error terms), the others composed together (:func:`compose_many`)."""
+    out: list[tuple[float, float]] = [(gaussian_epsilon(_gaussian_mu(h), delta), 0.0) if _full(h) else (math.nan, 0.0)
+                                      for h in histories]
+    composed = [i for i, h in enumerate(histories) if not _full(h)]
+    if composed:
+        part = [histories[i] for i in composed]
+        directions = [compose_many(part, delta, direction) for direction in ("remove", "add")]
+        for i, (remove, add) in zip(composed, zip(*directions, strict=True), strict=True):
+            out[i] = (max(remove.epsilon(delta), add.epsilon(delta)), max(remove.error, add.error) / delta)
+    return out
+
+
+# --------------------------------------------------------------------------- full participation
+
+
+def _full(phases: Sequence[PhaseTuple]) -> bool:
+    """Every phase samples every client (q = 1): the history is one Gaussian mechanism (§13.8)."""
+    return bool(phases) and all(q >= 1.0 for q, _, _ in phases)
+
+
+def _gaussian_mu(phases: Sequence[PhaseTuple]) -> float:
+    """mu of the Gaussian mechanism the full-participation phases compose to: sqrt(sum T / sigma^2)
+    (each step is N(0, sigma^2) against N(1, sigma^2)), rounded up (docs/accounting.md §13.8)."""
+    return math.sqrt(math.fsum(t / (sigma * sigma) for _, sigma, t in phases)) * (1 + 1e-14)
+
+
+# The closed form's delta(eps) is computed within about 1e-11 of its first term (log_ndtr and
+# exp at arguments up to a few thousand); GAUSSIAN_SLACK times that term is added to it, so
+# the delta it compares with the budget is never below the exact one (§13.8).
+GAUSSIAN_SLACK = 1e-9
+
+
+def gaussian_delta(eps: float, mu: float) -> float:
+    """An upper bound on the hockey-stick divergence of N(mu, 1) from N(0, 1) at ``eps``
+    (both orders agree): Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) (Balle and Wang 2018,
+    Thm 8; Dong, Roth and Su 2019), plus ``GAUSSIAN_SLACK`` of its first term for rounding."""
+    from scipy.special import log_ndtr
+
+    first = math.exp(float(log_ndtr(mu / 2 - eps / mu)))
+    second = math.exp(eps + float(log_ndtr(-mu / 2 - eps / mu)))
+    return first - second + GAUSSIAN_SLACK * first
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The smallest eps >= 0 found with :func:`gaussian_delta` (an upper bound) at most ``delta``:
+    the exact epsilon of the mu-Gaussian mechanism from above, to 1e-12 relative (§13.8); inf
+    where none up to 1e9 is."""
+    if gaussian_delta(0.0, mu) <= delta:
+        return 0.0
+    hi = mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0  # Gaussian tail: delta(hi) <= delta
+    while gaussian_delta(hi, mu) > delta:
+        hi *= 2
+        if hi > 1e9:
+            return math.inf
+    lo = 0.0
+    # bisection: hi always satisfies the bound
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        if gaussian_delta(mid, mu) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 # Where the error terms take more than this share of delta (tiny delta, many steps of a tiny
@@ -714,19 +813,9 @@ class PldAccountant(Accountant):
                 ) from None
             rate = min(1.0, math.exp(-found.hi))
         achieved, failed = sound_epsilon(history.plus(rate, sigma, t), history.composed_at(delta))
-        return Calibration(
-            solved_for="sampling_rate",
-            sampling_rate=rate,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=achieved,
-            accountant=self.name,
-            accountant_used=_RDP.name if failed else self.name,
-            fallback=failed is not None,
-            reason=failed or ("every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None),
-            spent_epsilon=history.spent_epsilon,
+        return rate_result(
+            rate, sigma, t, delta, target, achieved, self.name, history.spent_epsilon,
+            failed=failed, used=_RDP.name if failed else None,
         )
 
     def rounds(
@@ -843,20 +932,9 @@ def _sigma_search(q: float, t: int, target: float, delta: float, history: Histor
     if sigma not in answers:  # hi is always an evaluated point; asked again only if it were not
         answers[sigma] = yield sigma
     achieved, failed = answers[sigma]
-    return Calibration(
-        solved_for="noise_multiplier",
-        sampling_rate=q,
-        noise_multiplier=sigma,
-        rounds=t,
-        delta=delta,
-        target_epsilon=target,
-        epsilon=achieved,
-        accountant=PldAccountant.name,
-        accountant_used=_RDP.name if failed else PldAccountant.name,
-        fallback=failed is not None,
-        reason=failed
-        or (f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if found.at_floor else None),
-        spent_epsilon=history.spent_epsilon,
+    return noise_result(
+        q, sigma, t, delta, target, achieved, PldAccountant.name, history.spent_epsilon,
+        at_floor=found.at_floor, failed=failed, used=_RDP.name if failed else None,
     )
 
 

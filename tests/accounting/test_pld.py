@@ -236,6 +236,39 @@ def test_full_participation_is_the_exact_gaussian_epsilon_from_above(sigma: floa
     assert ours <= accounting.epsilon(1.0, sigma, steps, delta).epsilon
 
 
+def _gaussian_delta_mp(eps: float, mu: float) -> Any:
+    """delta(eps) of the mu-Gaussian mechanism in 60-digit arithmetic (mpmath), independent of
+    the product's floating-point evaluation."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+        return mpmath.ncdf(m / 2 - e / m) - mpmath.exp(e) * mpmath.ncdf(-m / 2 - e / m)
+
+
+@pytest.mark.parametrize(
+    "phases, delta",
+    [
+        ([(1.0, 3.42, 10)], 1e-5),
+        ([(1.0, 0.88, 4361)], 1.3e-5),
+        ([(1.0, 5.0, 3000)], 1e-8),
+        ([(1.0, 0.5, 1)], 1e-3),
+        ([(1.0, 0.05, 3)], 1e-5),  # epsilon in the hundreds
+        ([(1.0, 2.0, 40), (1.0, 0.9, 7), (1.0, 30.0, 1000)], 1e-6),  # phases of one mu
+    ],
+)
+def test_full_participation_is_answered_exactly_in_closed_form(phases: list[tuple[float, float, int]], delta: float) -> None:
+    """docs/accounting.md §13.8: a history where every phase has q = 1 is one Gaussian mechanism
+    of mu = sqrt(sum T / sigma^2), answered by its exact delta(eps) rather than a grid: the
+    epsilon meets delta in 60-digit arithmetic (sound) and is within 1e-9 of the exact one
+    (a grid's discretisation left it 0.1-0.5% above), in a batch too."""
+    mu = math.sqrt(sum(t / sigma**2 for _, sigma, t in phases))
+    ours = pld_module.epsilon_of_phases(phases, delta)
+    assert _gaussian_delta_mp(ours, mu) <= delta
+    assert _gaussian_delta_mp(ours * (1 - 1e-9), mu) > delta
+    assert pld_module.sound_epsilons([phases, [(0.5, 1.0, 10)]], delta)[0] == (ours, None)
+
+
 def test_large_epsilon_of_a_subsampled_history_is_finite_and_below_rdp() -> None:
     q, sigma, steps, delta = 0.913775685215951, 0.8847838896221095, 4361, 1.2998401795014147e-05
     ours = pld_module.epsilon_of_phases([(q, sigma, steps)], delta)
@@ -256,12 +289,18 @@ def test_noise_near_the_search_floor_is_answered_soundly(q: float, sigma: float,
 
 def test_full_batch_steps_of_tiny_noise_fall_back_to_rdp_instead_of_a_huge_grid() -> None:
     """q = 1, sigma 0.114, 50 steps (a silo plan of full-batch DP-SGD) put one step's pmf at
-    4e14 grid points: numpy raised MemoryError (uncaught). It is answered by rdp, soundly."""
-    phases = [(1.0, 0.11415768711973885, 50)]
+    4e14 grid points: numpy raised MemoryError (uncaught). Beside a subsampled phase it is
+    answered by rdp, soundly; alone it is now one Gaussian mechanism, answered in closed form
+    (§13.8), soundly and below rdp."""
+    tiny = (1.0, 0.11415768711973885, 50)
+    phases = [tiny, (0.5, 1.0, 10)]
     value, reason = pld_module.sound_epsilon(phases, 1e-5)
     assert reason is not None and "rdp" in reason
-    rdp = accounting.epsilon_of_events([PoissonSampledGaussian(sampling_rate=1.0, noise_multiplier=0.11415768711973885, steps=50)], 1e-5, "rdp")
-    assert value == pytest.approx(rdp.epsilon)
+    events = [PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases]
+    assert value == pytest.approx(accounting.epsilon_of_events(events, 1e-5, "rdp").epsilon)
+    alone, reason = pld_module.sound_epsilon([tiny], 1e-5)
+    assert reason is None and _gaussian_delta_mp(alone, math.sqrt(50) / tiny[1]) <= 1e-5
+    assert alone < accounting.epsilon_of_events(events[:1], 1e-5, "rdp").epsilon
 
 
 def _random_histories(count: int, seed: int) -> list[list[tuple[float, float, int]]]:
@@ -335,3 +374,47 @@ def test_binary_powering_is_within_the_counted_rounding_allowance(steps: int) ->
     error = np.max(np.abs(ours.astype(np.clongdouble) - exact))
     assert float(error) <= (steps * (math.pi + 1) + 4) * 2.0**-53
     assert float(error) <= max(steps - 1, 1) * math.sqrt(5) * 2.0**-53 * 1.01
+
+
+def _epsilon_over_every_point(composed: Any, delta: float) -> float:
+    """Composed.epsilon as it was before it read only the top points (issue 26): the sums over
+    every grid point with a positive loss. The reference for the suffix's bit-for-bit test."""
+    budget = delta - composed.inf_mass - composed.error
+    if budget <= 0:
+        return math.inf
+    keep = composed.losses > 0
+    losses, pmf = composed.losses[keep], composed.pmf[keep]
+    if pmf.size == 0:
+        return 0.0
+    a = np.cumsum(pmf[::-1])[::-1]
+    with np.errstate(divide="ignore"):
+        log_b = np.logaddexp.accumulate((np.log(pmf) - losses)[::-1])[::-1]
+    a_next = np.append(a[1:], 0.0)
+    log_b_next = np.append(log_b[1:], -np.inf)
+    at_points = a_next - np.exp(losses + log_b_next)
+    k = int(np.nonzero(at_points <= budget)[0][0])
+    if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:
+        return 0.0
+    if a[k] <= budget or not math.isfinite(log_b[k]):
+        return float(losses[k])
+    eps = math.log(a[k] - budget) - float(log_b[k])
+    low = float(losses[k - 1]) if k > 0 else 0.0
+    return float(min(max(eps, low, 0.0), losses[k]))
+
+
+def test_epsilon_from_the_top_points_is_the_whole_grids_bit_for_bit() -> None:
+    """docs/accounting.md §13.6: Composed.epsilon sums only the points above where its answer can
+    lie; on random histories, both directions and deltas from 1e-12 to 0.5 (epsilon 0 and
+    losses past LINEAR_LOSS_MAX included), it answers exactly as the sums over every point."""
+    top = pld_module.LINEAR_LOSS_MAX
+    cases = _random_histories(40, seed=2626) + [[(0.5, 0.04, 2)], [(0.9, 0.05, 3)], [(1.0, 40.0, 1)]]
+    checked = beyond = 0
+    for history in cases:
+        for direction in ("remove", "add"):
+            with np.errstate(all="ignore"):
+                composed = pld_module.compose(history, 1e-6, direction)
+            for delta in (1e-12, 1e-8, 1e-6, 1e-3, 0.1, 0.5):
+                assert composed.epsilon(delta) == _epsilon_over_every_point(composed, delta), (history, direction, delta)
+                checked += 1
+            beyond += bool(composed.losses[-1] >= top)
+    assert checked == 43 * 2 * 6 and beyond >= 2
