@@ -17,7 +17,7 @@ import pytest
 import accounting
 from accounting.accountants import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from accounting.accountants import pld as pld_module
-from accounting.events import PoissonSampledGaussian, ZeroConcentratedDp
+from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, ZeroConcentratedDp
 
 # issue 26's table: (q, T, epsilon, delta) with dp-accounting's fine-grid sigma
 ISSUE_TABLE = [
@@ -239,7 +239,7 @@ def test_full_participation_is_the_exact_gaussian_epsilon_from_above(sigma: floa
 def _gaussian_delta_mp(eps: float, mu: float) -> Any:
     """delta(eps) of the mu-Gaussian mechanism in 60-digit arithmetic (mpmath), independent of
     the product's floating-point evaluation."""
-    import mpmath
+    import mpmath  # type: ignore[import-untyped]
 
     with mpmath.workdps(60):
         e, m = mpmath.mpf(eps), mpmath.mpf(mu)
@@ -338,7 +338,7 @@ def test_the_accountants_batch_answers_like_one_call_each_fallbacks_included() -
     terms swamp delta (§13.2), in the same batch as ordinary ones."""
     accountant = ACCOUNTANTS["pld"]
     phase = PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.1, steps=200)
-    histories = [
+    histories: list[list[ApproximateDpEvent]] = [
         [phase],
         [phase, ZeroConcentratedDp(rho=0.01, steps=3)],
         [PoissonSampledGaussian(sampling_rate=1e-4, noise_multiplier=0.6, steps=5000)],
