@@ -143,12 +143,6 @@ class Composed:
         # from the top: A_k = sum_{j>=k} p_j, B_k = sum_{j>=k} p_j e^{-l_j} (in logs: e^{-l} overflows
         # at large losses); delta(eps) = A_k - e^eps B_k on (l_{k-1}, l_k]
         a = np.cumsum(pmf[::-1])[::-1]
-        # only the top points can hold the answer: the sums run from the top, so this suffix's
-        # values are the whole array's bit for bit (docs/accounting.md §13.6)
-        skip = _points_below_answer(losses, pmf, a, budget)
-        below = float(losses[skip - 1]) if skip else 0.0  # the loss under the suffix's first point
-        if skip:
-            losses, pmf, a = losses[skip:], pmf[skip:], a[skip:]
         with np.errstate(divide="ignore"):
             log_b = np.logaddexp.accumulate((np.log(pmf) - losses)[::-1])[::-1]
         # delta at each grid loss l_k counts the points above it: A_{k+1} - e^{l_k} B_{k+1} (<= A_{k+1})
@@ -156,47 +150,14 @@ class Composed:
         log_b_next = np.append(log_b[1:], -np.inf)
         at_points = a_next - np.exp(losses + log_b_next)
         k = int(np.nonzero(at_points <= budget)[0][0])  # the last point fits (nothing above it)
-        if k == 0 and not skip and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
+        if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
             return 0.0
         if a[k] <= budget or not math.isfinite(log_b[k]):
             return float(losses[k])
         # on (l_{k-1}, l_k] the points from k up count: A_k - e^eps B_k = budget
         eps = math.log(a[k] - budget) - float(log_b[k])
-        low = float(losses[k - 1]) if k > 0 else below
+        low = float(losses[k - 1]) if k > 0 else 0.0
         return float(min(max(eps, low, 0.0), losses[k]))
-
-
-# Composed.epsilon's suffix (docs/accounting.md §13.6). Below LINEAR_LOSS_MAX, the sums B_k
-# are estimated in linear space (e^{-l} of no point underflows past 1e-130 there); above it,
-# and below SUFFIX_GAP_MIN of grid spacing, the first points are bounded by the spacing alone.
-LINEAR_LOSS_MAX = 300.0
-SUFFIX_GAP_MIN = 1e-5
-
-
-def _points_below_answer(losses: np.ndarray, pmf: np.ndarray, tail: np.ndarray, budget: float) -> int:
-    """How many of the first grid points certainly lie below :meth:`Composed.epsilon`'s answer:
-    points j whose delta, A_{j+1} - e^{l_j} B_{j+1}, its computation in logs puts above the
-    budget whatever its rounding (docs/accounting.md §13.6). ``tail``: A_j (the sums of
-    ``pmf`` from the top), nonincreasing.
-
-    With every loss below ``LINEAR_LOSS_MAX``, delta is estimated with B summed in linear
-    space; the two computations of e^{l_j} B_{j+1} differ by far less than 1e-6 A_{j+1} (the
-    log-space sums' rounding over 2^16 points of |log B| below 1100 is below 1e-7 relative, the
-    linear one's below 1e-11, and underflowed terms add below 1e-150), so an estimate above the budget by that
-    margin is above it in logs too. Otherwise delta is at least A_{j+1} (1 - e^{-gap}), since
-    B_{j+1} <= e^{-l_{j+1}} A_{j+1}, and half of that above the budget suffices."""
-    if losses.size < 2:
-        return 0
-    if float(losses[-1]) < LINEAR_LOSS_MAX:
-        b = np.cumsum((pmf * np.exp(-losses))[::-1])[::-1]
-        estimate = tail[1:] - np.exp(losses[:-1]) * b[1:]
-        fits = estimate <= budget + 1e-6 * tail[1:] + 1e-150
-        return int(np.argmax(fits)) if fits.any() else losses.size - 1
-    gap = float(np.min(np.diff(losses)))
-    if not gap >= SUFFIX_GAP_MIN:
-        return 0
-    threshold = 2.0 * budget / -math.expm1(-gap)
-    return int(np.count_nonzero(tail[1:] > threshold))  # a prefix: A_{j+1} falls with j
 
 
 _LAMBDAS = np.geomspace(1e-2, 1e3, 24)
