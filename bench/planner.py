@@ -13,7 +13,10 @@ previous re-planning search (``planner.plan.replanned_clients_needed``) in the s
 their ratio and both sizes for the target 1 (docs/planning.md §13); ``with_derived_cold_s``
 is the same plan with the noise-table cache emptied before each call (a first request).
 Table 5 sets the issue's in-process targets beside this tree's warm, cold and CPU times and
-the previous tree's recorded ones (``PREVIOUS_PLAN_S``), the 1,000-group pld plan included.
+the previous tree's, with their ratio: timed in the same run, by the same script in a fresh
+interpreter per tree, where ``GDPFED_BENCH_BASELINE`` names a checkout of the previous tree,
+else its recorded times (``PREVIOUS_PLAN_S``); 3 groups as the continuous plan of
+``examples/scenario.json`` and with ``report_discrete``, the 1,000-group pld plan included.
 ``quick`` runs 3 and 100 groups only (tables 3 and 5: 3 groups).
 """
 
@@ -190,54 +193,117 @@ def clients_needed_times(sizes: list[int], quick: bool, accountant: str = "rdp")
 
 
 # issue 26 §2's in-process targets, each beside the previous tree's time for the same call:
-# (groups, accountant) -> (previous seconds, where it was measured). The previous numbers
-# are 6a64f6d's (before each distinct history was composed once per plan and compare stopped
-# composing the ranked plans' tight figures), from its docs/benchmarks.md tables, measured
-# on the shared 2-core machine under the load stated there: compare ratios, not digits.
-PREVIOUS_PLAN_S: dict[tuple[int, str], tuple[float, str]] = {
-    (3, "rdp"): (0.045, "warm, load 9-11"),
-    (3, "pld"): (0.080, "warm, load 9-11"),
-    (100, "pld"): (2.68, "CPU s, load 4.5"),
-    (1000, "rdp"): (3.3, "CPU s, load 4.5"),
+# (groups, accountant, report_discrete) -> (previous seconds, where it was measured), the
+# figures the issue's last session recorded (fe01b0e, on the shared 2-core machine under the
+# load stated). ``GDPFED_BENCH_BASELINE=<a checkout of the previous tree>`` times that tree
+# instead, side by side in the same run (the same timing script, alternately).
+PREVIOUS_PLAN_S: dict[tuple[int, str, bool], tuple[float, str]] = {
+    (3, "rdp", False): (0.021, "warm, load 3-4"),
+    (3, "pld", False): (0.044, "warm, load 3-4"),
+    (3, "pld", True): (0.54, "CPU s, load 6-12"),
+    (100, "pld", False): (2.12, "CPU s, load 3-4"),
+    (1000, "rdp", False): (3.8, "wall s, load 3-4"),
+    (1000, "pld", False): (22.0, "wall s, quiet"),
 }
 PLAN_TARGETS_S = {3: 0.02, 1000: 0.5}
+
+# Times make_plan (gdpfed_plus, every prediction) in a fresh interpreter on whichever tree is
+# first on PYTHONPATH, so this tree and a previous one run the very same timing code. argv[1]:
+# a JSON list of [groups, accountant, report_discrete, repeats]; prints one JSON row per case.
+_TIMING_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from statistics import median
+from bench.planner import big_scenario
+from planner.calibration import _cached_table
+from planner.loading import load_scenario
+from planner.plan import make_plan
+
+root = Path(sys.argv[2])
+for n, accountant, discrete, repeats in json.loads(sys.argv[1]):
+    if n == 3:
+        scenario = load_scenario(root / "examples" / "scenario.json")
+        scenario = scenario.model_copy(update={"accountant": accountant, "report_discrete": discrete})
+    else:
+        scenario = big_scenario(n, accountant=accountant)
+    warm, cold, cpu = [], [], []
+    if n < 1000:
+        make_plan(scenario, "gdpfed_plus")
+    for _ in range(repeats):
+        _cached_table.cache_clear()
+        start = time.perf_counter()
+        make_plan(scenario, "gdpfed_plus")
+        cold.append(time.perf_counter() - start)
+        start, clock = time.perf_counter(), time.process_time()
+        make_plan(scenario, "gdpfed_plus")
+        warm.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - clock)
+    print(json.dumps([median(warm), median(cold), median(cpu)]), flush=True)
+"""
+
+
+def _tree_times(tree: str, cases: list[tuple[int, str, bool, int]]) -> list[tuple[float, float, float]]:
+    """(warm, cold, CPU) median seconds of each case on ``tree`` (:data:`_TIMING_SCRIPT`)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": tree}
+    done = subprocess.run(
+        [sys.executable, "-c", _TIMING_SCRIPT, json.dumps(cases), here],
+        env=env, capture_output=True, text=True, check=True, timeout=3600,
+    )
+    return [tuple(json.loads(line)) for line in done.stdout.splitlines() if line.startswith("[")]
 
 
 def plan_targets(quick: bool) -> list[dict[str, Any]]:
     """make_plan (gdpfed_plus, every prediction) against issue 26 §2's targets: median wall
-    seconds warm (the noise table reused) and cold (emptied first), the CPU seconds of one warm
-    call, and the previous tree's recorded time (``PREVIOUS_PLAN_S``). 3 groups:
-    ``examples/scenario.json``; more: ``big_scenario(n)``. The 1,000-group pld plan (about
-    20 s of per-group pld calibrations) runs in the full suite only."""
+    seconds warm (the noise table reused) and cold (emptied first) and CPU seconds of a warm
+    call, beside the previous tree's: timed in the same run where ``GDPFED_BENCH_BASELINE``
+    names its checkout, else the recorded ``PREVIOUS_PLAN_S``; ``x_faster``: previous over
+    now (warm, or CPU where only that was recorded). 3 groups: ``examples/scenario.json``, the
+    continuous plan and with ``report_discrete``; more: ``big_scenario(n)``. The 1,000-group
+    plans (seconds to tens of seconds each) run in the full suite only."""
+    import os
     from pathlib import Path
 
-    from planner.loading import load_scenario
-    from planner.plan import make_plan
-
-    cases = [(3, "rdp"), (3, "pld")] if quick else [(3, "rdp"), (3, "pld"), (100, "pld"), (1000, "rdp"), (1000, "pld")]
+    cases: list[tuple[int, str, bool]] = [(3, "rdp", False), (3, "pld", False), (3, "pld", True)]
+    if not quick:
+        cases += [(100, "pld", False), (1000, "rdp", False), (1000, "pld", False)]
+    runs = [(n, accountant, discrete, 1 if quick or n >= 1000 else (9 if n <= 3 else 3)) for n, accountant, discrete in cases]
+    here = str(Path(__file__).resolve().parents[1])
+    baseline = os.environ.get("GDPFED_BENCH_BASELINE")
+    now, before = [], []
+    for run in runs:  # case by case, the two trees one after the other (load drifts)
+        now += _tree_times(here, [run])
+        if baseline:
+            before += _tree_times(baseline, [run])
     rows = []
-    for n, accountant in cases:
-        if n == 3:
-            scenario = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
-            scenario = scenario.model_copy(update={"accountant": accountant})
+    for k, (n, accountant, discrete) in enumerate(cases):
+        warm, cold, cpu = now[k]
+        previous: float | None
+        if baseline:  # the ratio of CPU seconds: a shared machine's load moves wall time most
+            previous = before[k][0]
+            measured = f"same run: warm {before[k][0]:.4g}, cold {before[k][1]:.4g}, CPU {before[k][2]:.4g} (ratio: CPU)"
+            ratio: float | None = before[k][2] / cpu
         else:
-            scenario = big_scenario(n, accountant=accountant)
-        repeats = 1 if quick or n >= 1000 else (9 if n <= 3 else 3)
-        warm = median(time_calls(lambda: make_plan(scenario, "gdpfed_plus"), repeats, warmup=0 if n >= 1000 else 1))
-        cold = median(time_calls(lambda: _cold(lambda: make_plan(scenario, "gdpfed_plus")), repeats, warmup=0))
-        start = time.process_time()
-        make_plan(scenario, "gdpfed_plus")
-        cpu = time.process_time() - start
-        previous = PREVIOUS_PLAN_S.get((n, accountant))
+            recorded = PREVIOUS_PLAN_S.get((n, accountant, discrete))
+            previous = recorded[0] if recorded else None
+            measured = recorded[1] if recorded else "-"
+            ratio = (previous / (cpu if "CPU" in measured else warm)) if previous else None
         target = PLAN_TARGETS_S.get(n)
         rows.append({
             "groups": n,
-            "accountant": accountant,
+            "accountant": accountant + (" +discrete" if discrete else ""),
             "warm_s": warm,
             "cold_s": cold,
             "cpu_s": cpu,
-            "previous_s": previous[0] if previous else "-",
-            "previous_measured": previous[1] if previous else "-",
+            "previous_s": previous if previous is not None else "-",
+            "previous_measured": measured,
+            "x_faster": f"{ratio:.2f}x" if ratio else "-",
             "target_s": target if target is not None else "-",
             "meets": (("yes" if cold <= target else "warm only" if warm <= target else "no")
                       if target is not None else "-"),

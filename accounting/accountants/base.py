@@ -262,6 +262,73 @@ def phase_tuples(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
     return out
 
 
+FLOOR_REASON = "the target is met already at the search floor noise_multiplier={floor:g}"
+FULL_RATE_REASON = "every client in every round (sampling_rate=1) meets the target"
+
+
+def noise_result(
+    sampling_rate: float,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    target: float,
+    achieved: float,
+    accountant: AccountantName,
+    spent_epsilon: float | None,
+    *,
+    at_floor: bool,
+    failed: str | None = None,
+    used: AccountantName | None = None,
+) -> Calibration:
+    """The Calibration of a noise-multiplier question (docs/accounting.md §7.1): ``failed``, the
+    reason another accountant (``used``) answered, else why sigma sits at the search floor."""
+    return Calibration(
+        solved_for="noise_multiplier",
+        sampling_rate=sampling_rate,
+        noise_multiplier=noise_multiplier,
+        rounds=rounds,
+        delta=delta,
+        target_epsilon=target,
+        epsilon=achieved,
+        accountant=accountant,
+        accountant_used=used or accountant,
+        fallback=failed is not None,
+        reason=failed or (FLOOR_REASON.format(floor=SIGMA_MIN) if at_floor else None),
+        spent_epsilon=spent_epsilon,
+    )
+
+
+def rate_result(
+    sampling_rate: float,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    target: float,
+    achieved: float,
+    accountant: AccountantName,
+    spent_epsilon: float | None,
+    *,
+    failed: str | None = None,
+    used: AccountantName | None = None,
+) -> Calibration:
+    """The Calibration of a sampling-rate question (docs/accounting.md §7.3): ``failed``, the
+    reason another accountant (``used``) answered, else why q is 1."""
+    return Calibration(
+        solved_for="sampling_rate",
+        sampling_rate=sampling_rate,
+        noise_multiplier=noise_multiplier,
+        rounds=rounds,
+        delta=delta,
+        target_epsilon=target,
+        epsilon=achieved,
+        accountant=accountant,
+        accountant_used=used or accountant,
+        fallback=failed is not None,
+        reason=failed or (FULL_RATE_REASON if sampling_rate == 1.0 else None),
+        spent_epsilon=spent_epsilon,
+    )
+
+
 def rounds_result(
     count: int,
     sampling_rate: float,

@@ -22,7 +22,9 @@ from accounting.accountants.base import (
     SIGMA_MIN,
     XTOL,
     Accountant,
+    noise_result,
     phase_tuples,
+    rate_result,
     rounds_result,
 )
 from accounting.accountants.rdp import RdpAccountant, sigma_guess
@@ -112,19 +114,7 @@ class PrvAccountant(Accountant):
         if isinstance(outcome, Calibration):
             return outcome
         sigma, bounds, spent_upper, at_floor = outcome
-        return Calibration(
-            solved_for="noise_multiplier",
-            sampling_rate=q,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=bounds[2],
-            accountant=self.name,
-            accountant_used=self.name,
-            reason=f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}" if at_floor else None,
-            spent_epsilon=spent_upper,
-        )
+        return noise_result(q, sigma, t, delta, target, bounds[2], self.name, spent_upper, at_floor=at_floor)
 
     def sampling_rate(
         self,
@@ -145,19 +135,7 @@ class PrvAccountant(Accountant):
         if isinstance(outcome, Calibration):
             return outcome
         rate, bounds, spent_upper = outcome
-        return Calibration(
-            solved_for="sampling_rate",
-            sampling_rate=rate,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=bounds[2],
-            accountant=self.name,
-            accountant_used=self.name,
-            reason="every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None,
-            spent_epsilon=spent_upper,
-        )
+        return rate_result(rate, sigma, t, delta, target, bounds[2], self.name, spent_upper)
 
     def rounds(
         self,

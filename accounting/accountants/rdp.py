@@ -24,6 +24,8 @@ from accounting.accountants.base import (
     SIGMA_MIN,
     XTOL,
     Accountant,
+    noise_result,
+    rate_result,
     rounds_result,
     spent_exceeds,
 )
@@ -106,22 +108,7 @@ class RdpAccountant(Accountant):
         grid = rdp.order_grid()
         spent_curve, spent_eps = _spent_rdp(spent, delta, target, grid)
         sigma, at_floor, achieved = _sigma_search(grid, q, t, target, delta, spent_curve, spent_eps)
-        reason = None
-        if at_floor:
-            reason = f"the target is met already at the search floor noise_multiplier={SIGMA_MIN:g}"
-        return Calibration(
-            solved_for="noise_multiplier",
-            sampling_rate=q,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=achieved,
-            accountant=self.name,
-            accountant_used=self.name,
-            reason=reason,
-            spent_epsilon=spent_eps if spent else None,
-        )
+        return noise_result(q, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None, at_floor=at_floor)
 
     def sampling_rate(
         self,
@@ -139,19 +126,7 @@ class RdpAccountant(Accountant):
         spent_curve, spent_eps = _spent_rdp(spent, delta, target, grid)
         rate = _rate_search(grid, sigma, t, target, delta, spent_curve)
         achieved = full_epsilon(grid, spent_curve, rate, sigma, t, delta)
-        return Calibration(
-            solved_for="sampling_rate",
-            sampling_rate=rate,
-            noise_multiplier=sigma,
-            rounds=t,
-            delta=delta,
-            target_epsilon=target,
-            epsilon=achieved,
-            accountant=self.name,
-            accountant_used=self.name,
-            reason="every client in every round (sampling_rate=1) meets the target" if rate == 1.0 else None,
-            spent_epsilon=spent_eps if spent else None,
-        )
+        return rate_result(rate, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None)
 
     def rounds(
         self,

@@ -21,7 +21,7 @@ def test_bench_pld_row_short() -> None:
     rows = suite.pld_table(suite.CASES[1:2], repeats=1, prv_rows=prv_rows)
     assert len(rows) == 1 and rows[0]["pld_ms"] > 0 and rows[0]["dp_pld_s"] > 0
     assert abs(rows[0]["diff_vs_dp_pld_%"]) <= 0.5
-    assert rows[0]["variance_rdp/pld"] > 1 and rows[0]["speedup_vs_opacus_prv"] > 0
+    assert rows[0]["variance_rdp/pld"] > 1 and rows[0]["speedup_vs_opacus_prv"] > 0 and rows[0]["cpu_x_vs_opacus_prv"] > 0
 
 
 @pytest.mark.slow

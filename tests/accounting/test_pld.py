@@ -17,7 +17,7 @@ import pytest
 import accounting
 from accounting.accountants import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from accounting.accountants import pld as pld_module
-from accounting.events import PoissonSampledGaussian, ZeroConcentratedDp
+from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, ZeroConcentratedDp
 
 # issue 26's table: (q, T, epsilon, delta) with dp-accounting's fine-grid sigma
 ISSUE_TABLE = [
@@ -236,6 +236,51 @@ def test_full_participation_is_the_exact_gaussian_epsilon_from_above(sigma: floa
     assert ours <= accounting.epsilon(1.0, sigma, steps, delta).epsilon
 
 
+def _gaussian_delta_mp(eps: float, mu: float) -> Any:
+    """delta(eps) of the mu-Gaussian mechanism in 60-digit arithmetic (mpmath), independent of
+    the product's floating-point evaluation."""
+    import mpmath  # type: ignore[import-untyped]
+
+    with mpmath.workdps(60):
+        e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+        return mpmath.ncdf(m / 2 - e / m) - mpmath.exp(e) * mpmath.ncdf(-m / 2 - e / m)
+
+
+@pytest.mark.parametrize(
+    "phases, delta",
+    [
+        ([(1.0, 3.42, 10)], 1e-5),
+        ([(1.0, 0.88, 4361)], 1.3e-5),
+        ([(1.0, 5.0, 3000)], 1e-8),
+        ([(1.0, 0.5, 1)], 1e-3),
+        ([(1.0, 0.05, 3)], 1e-5),  # epsilon in the hundreds
+        ([(1.0, 2.0, 40), (1.0, 0.9, 7), (1.0, 30.0, 1000)], 1e-6),  # phases of one mu
+    ],
+)
+def test_full_participation_is_answered_exactly_in_closed_form(phases: list[tuple[float, float, int]], delta: float) -> None:
+    """docs/accounting.md §13.8: a history where every phase has q = 1 is one Gaussian mechanism
+    of mu = sqrt(sum T / sigma^2), answered by its exact delta(eps) rather than a grid: the
+    epsilon meets delta in 60-digit arithmetic (sound) and is within 1e-9 of the exact one
+    (a grid's discretisation left it 0.1-0.5% above), in a batch too."""
+    mu = math.sqrt(sum(t / sigma**2 for _, sigma, t in phases))
+    ours = pld_module.epsilon_of_phases(phases, delta)
+    assert _gaussian_delta_mp(ours, mu) <= delta
+    assert _gaussian_delta_mp(ours * (1 - 1e-9), mu) > delta
+    assert pld_module.sound_epsilons([phases, [(0.5, 1.0, 10)]], delta)[0] == (ours, None)
+
+
+def test_the_closed_form_is_sound_and_tight_on_random_mu_and_delta() -> None:
+    """§13.8 on 200 seeded (mu, delta), mu in [1e-3, 1e3] and delta in [1e-14, 0.1]
+    (epsilons from 0 to about 5e5): every answer meets delta in 60-digit arithmetic, and one
+    smaller by 1e-8 of it (1e-9 near 0, where delta is flat in eps) does not."""
+    rng = np.random.default_rng(2608)
+    for _ in range(200):
+        mu, delta = float(10 ** rng.uniform(-3, 3)), float(10 ** rng.uniform(-14, -1))
+        ours = pld_module.gaussian_epsilon(mu, delta)
+        assert math.isfinite(ours) and _gaussian_delta_mp(ours, mu) <= delta, (mu, delta)
+        assert ours == 0.0 or _gaussian_delta_mp(ours - max(1e-8 * ours, 1e-9), mu) > delta, (mu, delta)
+
+
 def test_large_epsilon_of_a_subsampled_history_is_finite_and_below_rdp() -> None:
     q, sigma, steps, delta = 0.913775685215951, 0.8847838896221095, 4361, 1.2998401795014147e-05
     ours = pld_module.epsilon_of_phases([(q, sigma, steps)], delta)
@@ -256,12 +301,18 @@ def test_noise_near_the_search_floor_is_answered_soundly(q: float, sigma: float,
 
 def test_full_batch_steps_of_tiny_noise_fall_back_to_rdp_instead_of_a_huge_grid() -> None:
     """q = 1, sigma 0.114, 50 steps (a silo plan of full-batch DP-SGD) put one step's pmf at
-    4e14 grid points: numpy raised MemoryError (uncaught). It is answered by rdp, soundly."""
-    phases = [(1.0, 0.11415768711973885, 50)]
+    4e14 grid points: numpy raised MemoryError (uncaught). Beside a subsampled phase it is
+    answered by rdp, soundly; alone it is now one Gaussian mechanism, answered in closed form
+    (§13.8), soundly and below rdp."""
+    tiny = (1.0, 0.11415768711973885, 50)
+    phases = [tiny, (0.5, 1.0, 10)]
     value, reason = pld_module.sound_epsilon(phases, 1e-5)
     assert reason is not None and "rdp" in reason
-    rdp = accounting.epsilon_of_events([PoissonSampledGaussian(sampling_rate=1.0, noise_multiplier=0.11415768711973885, steps=50)], 1e-5, "rdp")
-    assert value == pytest.approx(rdp.epsilon)
+    events = [PoissonSampledGaussian(sampling_rate=q, noise_multiplier=z, steps=t) for q, z, t in phases]
+    assert value == pytest.approx(accounting.epsilon_of_events(events, 1e-5, "rdp").epsilon)
+    alone, reason = pld_module.sound_epsilon([tiny], 1e-5)
+    assert reason is None and _gaussian_delta_mp(alone, math.sqrt(50) / tiny[1]) <= 1e-5
+    assert alone < accounting.epsilon_of_events(events[:1], 1e-5, "rdp").epsilon
 
 
 def _random_histories(count: int, seed: int) -> list[list[tuple[float, float, int]]]:
@@ -299,7 +350,7 @@ def test_the_accountants_batch_answers_like_one_call_each_fallbacks_included() -
     terms swamp delta (§13.2), in the same batch as ordinary ones."""
     accountant = ACCOUNTANTS["pld"]
     phase = PoissonSampledGaussian(sampling_rate=0.05, noise_multiplier=1.1, steps=200)
-    histories = [
+    histories: list[list[ApproximateDpEvent]] = [
         [phase],
         [phase, ZeroConcentratedDp(rho=0.01, steps=3)],
         [PoissonSampledGaussian(sampling_rate=1e-4, noise_multiplier=0.6, steps=5000)],

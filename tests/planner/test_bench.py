@@ -21,7 +21,9 @@ def test_planner_bench_quick_runs():
     needed_rows = tables[2][1]
     assert [r["groups"] for r in needed_rows] == [3]
     assert needed_rows[0]["K_rho1_derived"] == pytest.approx(needed_rows[0]["K_rho1_replanned"], rel=0.025)
-    # issue 26 §2: the targets table, each row beside the previous tree's recorded time
+    # issue 26 §2: the targets table (the continuous plan, and with report_discrete), each row
+    # beside the previous tree's recorded time and the ratio of the two
     target_rows = tables[4][1]
-    assert [(r["groups"], r["accountant"]) for r in target_rows] == [(3, "rdp"), (3, "pld")]
+    assert [(r["groups"], r["accountant"]) for r in target_rows] == [(3, "rdp"), (3, "pld"), (3, "pld +discrete")]
     assert all(r["target_s"] == 0.02 and r["previous_s"] != "-" and r["warm_s"] > 0 for r in target_rows)
+    assert all(r["x_faster"].endswith("x") for r in target_rows)
