@@ -456,3 +456,44 @@ def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
     message = str(stopped.value)
     assert "cannot follow the re-plan successor" in message and "states no discrete block for pool" in message
     assert prepared.plan is plan  # the run stays on its plan: nothing switched
+
+
+def test_a_skellam_run_that_followed_a_re_plan_resumes_on_it(tmp_path, monkeypatch):
+    """Interrupted after round 2 (on the re-plan since round 1) and resumed: the checkpoint's
+    ledger (both plans' Skellam events) loads into the tally rebuilt on the re-plan, and the
+    run ends with the uninterrupted run's figures and parameters."""
+    from planner.replan import replan
+    from tests.trainer.test_reporting import BetweenRounds
+    from tests.trainer.trainer_plans import quiet_progress
+    from trainer.data import load_dataset
+    from trainer.run.checkpoint import load_checkpoint
+    from trainer.run.unit import TrainingUnit
+    from trainer.runner import TrainConfig, execute_run, prepare_run
+
+    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
+    successor = replan(plan, 1, {"groups": [{"id": "a", "epsilon": 12.0}]}, parent_plan_id="parent")
+    document = {**successor.model_dump(mode="json"), "id": "successor"}
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
+    monkeypatch.setattr(TrainingUnit, "reporting_refusal", lambda self, config=None: None)
+
+    def run(out, reporter, progress, resume=False):
+        prepared = prepare_run(plan, plan.model_dump(mode="json"), config, out, dataset=dataset, resume=resume)
+        return execute_run(prepared, reporter=reporter, plan_id="parent", progress=progress)  # type: ignore[arg-type]
+
+    whole = run(tmp_path / "whole", FollowingReporter("parent", 1, document), quiet_progress(4))
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "run", FollowingReporter("parent", 1, document), BetweenRounds(4, {2: interrupt}))
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert state["next_round"] == 3 and state["current_plan"]["id"] == "successor"
+    resumed = run(tmp_path / "run", FollowingReporter("successor", 1, document), quiet_progress(4), resume=True)
+    assert resumed.complete and resumed.epsilon_spent == whole.epsilon_spent
+    assert all(whole.epsilon_spent[g.id] > 0 for g in successor.groups)
+    import torch
+
+    assert torch.equal(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["global_params"])
