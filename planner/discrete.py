@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -166,11 +167,15 @@ def threat_model_line(min_survivors: int, colluding_clients: int) -> str:
     )
 
 
-def _skellam_epsilon(sampling_rate: float, variance: float, l2: float, l1: float, rounds: int, delta: float) -> float:
+def _skellam_epsilon(
+    sampling_rate: float, variance: float, l2: float, l1: float, rounds: int, delta: float,
+    spent: Sequence[PoissonSampledSkellam] = (),
+) -> float:
+    """Epsilon of ``spent`` then ``rounds`` releases of this Skellam event, composed at ``delta``."""
     event = PoissonSampledSkellam(
         sampling_rate=sampling_rate, variance=variance, l2_sensitivity=l2, l1_sensitivity=l1, steps=rounds
     )
-    return accounting.epsilon_of_events([event], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
+    return accounting.epsilon_of_events([*spent, event], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
 
 
 def calibrate_skellam(
@@ -185,6 +190,8 @@ def calibrate_skellam(
     max_clients: int,
     colluding_clients: int = 0,
     scale: float | None = None,
+    spent: Sequence[PoissonSampledSkellam] = (),
+    spent_wrap: float = 0.0,
 ) -> DiscreteMechanism:
     """The least Skellam noise meeting (epsilon, delta) with t - c honest survivors, and its b.
 
@@ -193,6 +200,12 @@ def calibrate_skellam(
     releases at delta - rounds * w is <= ``epsilon``, w = delta / (1000 rounds) the
     per-round wrap-around bound; each client's share is mu / (t - c). The bit width b is
     the smallest with wrap_probability <= w for ``max_clients`` summed vectors.
+
+    A re-plan (docs/planning.md §9) passes the Skellam events its group already ``spent``
+    and the wrap-around probability ``spent_wrap`` those rounds charged to delta: the
+    epsilon is then of the spent events composed with the new rounds, at delta less both
+    wrap charges, and the block's ``epsilon`` is that composed figure (its overhead figures
+    compare this plan's own rounds alone).
     """
     q = validate_sampling_rate(sampling_rate)
     steps = validate_count("rounds", rounds)
@@ -210,12 +223,15 @@ def calibrate_skellam(
     s = choose_scale(clip, d) if scale is None else validate_positive("scale", scale)
     l2 = rounded_l2_bound(clip, s, d)
     l1 = rounded_l1_bound(l2, d)
+    spent = list(spent)
+    if not 0.0 <= spent_wrap < delta / 2.0:
+        raise InvalidInputError("spent_wrap", f"must be from 0 to below half of delta ({delta:g})")
     wrap_round = delta / (WRAP_SHARE_OF_DELTA * steps)
     wrap_run = wrap_round * steps
-    mech_delta = delta - wrap_run
+    mech_delta = delta - spent_wrap - wrap_run
 
     def eps_at(log_sigma: float) -> float:
-        return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta)
+        return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta, spent)
 
     lo, hi = math.log(1e-3), math.log(1e4)
     if eps_at(hi) > target:
@@ -233,7 +249,8 @@ def calibrate_skellam(
     honest = t - c
     share = total / honest
     bits, _ = bits_for(wrap_round, n, clip, s, d, share)
-    eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta)
+    eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, spent)
+    own = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta) if spent else eps
     same_bound = gaussian_epsilon_same_bound(q, sigma, steps, mech_delta)
     gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
     continuous = accounting.epsilon_of_events([gaussian], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
@@ -261,9 +278,9 @@ def calibrate_skellam(
         delta=delta,
         epsilon=eps,
         gaussian_epsilon_same_bound=same_bound,
-        discretisation_overhead=eps / same_bound - 1.0,
+        discretisation_overhead=own / same_bound - 1.0,
         gaussian_epsilon=continuous,
-        overhead_vs_continuous=eps / continuous - 1.0,
+        overhead_vs_continuous=own / continuous - 1.0,
         threat_model=threat_model_line(t, c),
     )
 
@@ -299,8 +316,10 @@ def pool_mechanisms(
     threshold and c = ``colluding_clients``; b covers all the pool's clients at the largest
     clip norm of any of its groups (the block's ``clip_norm`` is the binding group's). The
     dimension is the whole model's (a sparsified pool sends fewer coordinates, which
-    only lowers its rounding bound). Plans with spent phases (re-plans) are refused:
-    their calibration must compose the spent history (not done yet). With ``time_limit_s``,
+    only lowers its rounding bound). A re-plan's member group composes its spent Skellam
+    events (``spent_discrete``) with the plan's rounds, at delta less its spent wrap-around
+    charge too (docs/planning.md §9); a member whose spent phases no Skellam events record
+    (the re-plan of a continuous run) is refused. With ``time_limit_s``,
     DiscreteReportTimeout once that many seconds have passed before a group's calibration.
     """
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
@@ -312,10 +331,14 @@ def pool_mechanisms(
         members = [g for g in plan.groups if g.pool == pool.id and g.epsilon is not None and g.sampling_rate > 0]
         if pool.noise_multiplier <= 0 or not members:
             continue
-        if any(g.spent_phase_count for g in members):
-            raise InvalidInputError(
-                "plan", f"pool {pool.id} has spent phases: re-plans are not calibrated discretely yet"
-            )
+        for g in members:
+            if not spent_as_discrete(g):
+                raise InvalidInputError(
+                    f"groups.{g.id}.spent_discrete",
+                    f"pool {pool.id}'s group {g.id} has spent continuous Gaussian phases that no Skellam events "
+                    "record (a re-plan of a run on the continuous mechanism): its discrete noise cannot be "
+                    "composed with that history",
+                )
         scale = choose_scale(min(g.clip_norm for g in members), d)
         clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
         options: dict[str, DiscreteMechanism] = {}
@@ -334,6 +357,8 @@ def pool_mechanisms(
                 max_clients=max(clients, pool.secagg_threshold),
                 colluding_clients=c,
                 scale=scale,
+                spent=g.spent_discrete,
+                spent_wrap=g.spent_wrap_probability,
             )
         binding = max(options, key=lambda gid: options[gid].total_variance)
         # The binding group's b covers vectors of its own clip norm only; every client of the
@@ -350,7 +375,8 @@ def pool_mechanisms(
                 options[g.id].l2_sensitivity,
                 options[g.id].l1_sensitivity,
                 plan.rounds,
-                delta - chosen.wrap_probability_run,
+                delta - g.spent_wrap_probability - chosen.wrap_probability_run,
+                g.spent_discrete,
             )
             for g in members
         }
@@ -363,8 +389,10 @@ def with_discrete(plan: Plan) -> Plan:
 
     The groups' phases and epsilons stay the continuous mechanism's, which the trainer runs
     by default; ``gdpfed train --secagg-mechanism skellam`` runs the blocks
-    (docs/secure-aggregation.md §Discrete noise, "The trainer side"). ``colluding_clients`` comes from the scenario. A plan with spent
-    phases keeps no block and says why in ``warnings``.
+    (docs/secure-aggregation.md §Discrete noise, "The trainer side"). ``colluding_clients`` comes from the scenario. A
+    re-plan's blocks compose its groups' spent Skellam events (docs/planning.md §9); one whose spent
+    phases no Skellam events record (the re-plan of a continuous run) keeps no block and says why in
+    ``warnings``.
     """
     if not plan.scenario.report_discrete:
         return plan
@@ -401,8 +429,45 @@ def group_event(plan: Plan, group: GroupPlan, steps: int) -> PoissonSampledSkell
 def run_delta(plan: Plan, group: GroupPlan, rounds_run: int) -> float:
     """The delta ``group``'s discrete event is accounted at after ``rounds_run`` rounds: the plan's
     delta less the wrap-around bound of each round run (docs/secure-aggregation.md §Discrete
-    noise, proof step 4); the plan's delta where the group's pool states no block."""
+    noise, proof step 4) and less what the group's spent rounds under parent plans charged
+    (``spent_wrap_probability``, docs/planning.md §9); without a block in its pool, the plan's
+    delta less that spent charge."""
     mechanism = plan.pool(group.pool).discrete
+    spent = float(plan.scenario.delta) - group.spent_wrap_probability
     if mechanism is None:
-        return float(plan.scenario.delta)
-    return float(plan.scenario.delta) - rounds_run * mechanism.wrap_probability_per_round
+        return spent
+    return spent - rounds_run * mechanism.wrap_probability_per_round
+
+
+def spent_as_discrete(group: GroupPlan) -> bool:
+    """Whether ``group``'s spent history under parent plans is recorded as Skellam events: as many
+    rounds in ``spent_discrete`` as in its noised spent phases (none in a plan without parents).
+    A re-plan of a continuous run records phases only, so its groups answer False."""
+    phases = sum(p.steps for p in group.phases[: group.spent_phase_count] if p.noise_multiplier > 0)
+    return phases == sum(e.steps for e in group.spent_discrete)
+
+
+def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[PoissonSampledSkellam]:
+    """What a run on the discrete mechanism has spent for ``group`` after ``rounds_run`` rounds of
+    ``plan``: the Skellam events of its parents (``spent_discrete``), then :func:`group_event`
+    of the rounds run (docs/planning.md §9); accounted at :func:`run_delta`."""
+    event = group_event(plan, group, rounds_run)
+    return [*group.spent_discrete, *([] if event is None else [event])]
+
+
+def counts_discrete(plan: Plan, group: GroupPlan) -> bool:
+    """Whether a skellam run prices ``group`` by its Skellam events (:func:`group_history`): its
+    pool states a block, or it spent Skellam events under a parent (an exhausted or removed
+    group of a re-plan, sampled at rate 0 now, keeps that history)."""
+    return plan.pool(group.pool).discrete is not None or bool(group.spent_discrete)
+
+
+def spent_record(plan: Plan, group: GroupPlan, rounds_run: int) -> tuple[list[PoissonSampledSkellam], float] | None:
+    """What a re-plan after ``rounds_run`` rounds of ``plan`` records as ``group``'s spent history when
+    ``plan``'s run executes the discrete mechanism (docs/planning.md §9): its Skellam events
+    (:func:`group_history`) and the wrap-around probability charged to delta so far (delta less
+    :func:`run_delta`). ``None`` when ``plan`` states no discrete block (its run is continuous)
+    or the group's own spent history is not recorded as Skellam events."""
+    if all(pool.discrete is None for pool in plan.pools) or not spent_as_discrete(group):
+        return None
+    return group_history(plan, group, rounds_run), float(plan.scenario.delta) - run_delta(plan, group, rounds_run)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from accounting.accountants import AccountantName, get_accountant
-from accounting.events import Phase
+from accounting.events import Phase, PoissonSampledSkellam
 from accounting.results import EpsilonReport
 from planner import calibration
 from planner import ledger as plan_ledger
@@ -47,6 +47,11 @@ class History:
     unprotected_rounds: tuple[int, ...]
     start_round: int = 0
     parent_plan_id: str | None = None
+    # the parent's run executed the discrete mechanism: each group's spent Skellam events and
+    # the wrap-around probability they charged to delta (planner.discrete.spent_record); empty
+    # for a continuous parent
+    spent_discrete: tuple[tuple[PoissonSampledSkellam, ...], ...] = ()
+    spent_wrap: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -366,6 +371,8 @@ def _group_plans(
                 spent_phase_count=len(problem.spent[g]),
                 unprotected_rounds=hist.unprotected_rounds[g],
                 status=hist.statuses[g],
+                spent_discrete=list(hist.spent_discrete[g]) if hist.spent_discrete else [],
+                spent_wrap_probability=hist.spent_wrap[g] if hist.spent_wrap else 0.0,
             )
         )
     return plans

@@ -5,6 +5,12 @@ phase that actually ran (``rounds_done`` rounds). The new plan covers the remain
 and is calibrated with ``spent=`` so that history + new phase <= each group's (new) epsilon.
 A group whose budget is used up is sampled at rate 0 with a warning, never given a negative
 remainder.
+
+When the parent's run executes the discrete mechanism (its pools state ``discrete``
+blocks), the spent history is also recorded as what that run spent: each group's
+Poisson-subsampled Skellam events and the wrap-around probability charged to delta
+(``GroupPlan.spent_discrete``, ``spent_wrap_probability``); budgets are checked against it
+and the successor's blocks are calibrated on it (``planner.discrete.pool_mechanisms``).
 """
 
 from __future__ import annotations
@@ -12,14 +18,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accounting import noise_multiplier
+from accounting.accountants import AccountantName
 from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInputError
-from accounting.events import Phase
+from accounting.events import Phase, PoissonSampledSkellam, PrivacyEvent
+from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
 from planner.calibration import verify_group
 from planner.finalize import History
 from planner.plan import compare_problem, plan_problem
 from planner.problem import Problem, build_problem
 from planner.schema import Changes, GroupSpec, Plan, Scenario
+
+# Each group's spent Skellam events and the wrap-around probability they charged to delta.
+SkellamHistories = dict[str, tuple[list[PoissonSampledSkellam], float]]
 
 # A budget within this relative margin of what is spent counts as used up.
 _EXHAUSTED_MARGIN = 1e-6
@@ -39,11 +50,14 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
     )
 
     history, unprotected, statuses = _histories(plan, rounds_done)
-    _refuse_budgets_below_spent(plan, changes, history, unprotected)
+    skellam = _discrete_histories(plan, rounds_done)
+    _refuse_budgets_below_spent(plan, changes, history, unprotected, skellam)
     specs, statuses, notes = _apply_changes(plan, changes, statuses)
     for spec in specs:
         history.setdefault(spec.id, [])
         unprotected.setdefault(spec.id, 0)
+        if skellam is not None:
+            skellam.setdefault(spec.id, ([], 0.0))
     scenario_data = plan.scenario.model_dump()
     scenario_data.update(
         groups=[spec.model_dump() for spec in specs],
@@ -59,7 +73,10 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
     for spec in specs:
         status = statuses[spec.id]
         if status == "active" and spec.epsilon is not None:
-            status, note = _budget_status(spec, history[spec.id], unprotected[spec.id], remaining, scenario)
+            status, note = _budget_status(
+                spec, history[spec.id], unprotected[spec.id], remaining, scenario,
+                None if skellam is None else skellam[spec.id],
+            )
             if note:
                 notes.append(note)
         statuses[spec.id] = status
@@ -76,6 +93,8 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
         unprotected_rounds=tuple(unprotected[spec.id] for spec in specs),
         start_round=start,
         parent_plan_id=parent_plan_id,
+        spent_discrete=() if skellam is None else tuple(tuple(skellam[spec.id][0]) for spec in specs),
+        spent_wrap=() if skellam is None else tuple(skellam[spec.id][1] for spec in specs),
     )
     if plan.comparison is not None:
         return compare_problem(problem, hist)
@@ -99,8 +118,26 @@ def _histories(plan: Plan, rounds_done: int) -> tuple[dict[str, list[Phase]], di
     return history, unprotected, statuses
 
 
+def _discrete_histories(plan: Plan, rounds_done: int) -> SkellamHistories | None:
+    """Each group's spent Skellam events and wrap-around charge after ``rounds_done`` rounds of
+    ``plan`` when its run executes the discrete mechanism (its pools state ``discrete`` blocks;
+    ``planner.discrete.spent_record``, what the run's ledger counts); ``None`` for a continuous
+    parent, or one whose own spent history is not recorded as Skellam events (the successor
+    then states no blocks: nothing is calibrated on a history that is not the one run)."""
+    record = {g.id: plan_discrete.spent_record(plan, g, rounds_done) for g in plan.groups}
+    if any(value is None for value in record.values()):
+        return None
+    return {gid: value for gid, value in record.items() if value is not None}
+
+
+def _skellam_spent(events: list[PoissonSampledSkellam], wrap: float, delta: float, accountant: AccountantName) -> float:
+    """Epsilon of a skellam run's spent events at delta less their wrap-around charge, as its ledger."""
+    return float(verify_group(events, delta - wrap, accountant).epsilon) if events else 0.0
+
+
 def _refuse_budgets_below_spent(
-    plan: Plan, changes: Changes, history: dict[str, list[Phase]], unprotected: dict[str, int]
+    plan: Plan, changes: Changes, history: dict[str, list[Phase]], unprotected: dict[str, int],
+    skellam: SkellamHistories | None = None,
 ) -> None:
     """One rule for every budget change (docs/planning.md §9, docs/ledger.md §4).
 
@@ -110,6 +147,10 @@ def _refuse_budgets_below_spent(
     rather than silently turned into "exhausted". An epsilon equal to the spent one within
     ``_EXHAUSTED_MARGIN`` is accepted and the group is exhausted. A group that was sampled
     without noise (opted out) has no finite epsilon, so no budget can be given back to it.
+    When the parent's run executes the discrete mechanism (``skellam``), what the group spent
+    is its Skellam events at delta less their wrap-around charge (larger than the continuous
+    record's figure: the continuous phases under-count a skellam run), and the larger of the two
+    is the one a budget is checked against.
     """
     groups = {g.id: g for g in plan.groups}
     accountant = plan_ledger.ledger_accountant(plan.accountant)
@@ -123,13 +164,18 @@ def _refuse_budgets_below_spent(
                 f"group {change.id!r} was sampled without noise in {unprotected[change.id]} rounds (opted out); "
                 "its epsilon is unbounded and no budget can be given back to it",
             )
-        if not history[change.id]:
+        events, wrap = skellam[change.id] if skellam is not None else ([], 0.0)
+        if not history[change.id] and not events:
             continue
-        spent = float(verify_group(history[change.id], plan.scenario.delta, accountant).epsilon)
+        spent = float(verify_group(history[change.id], plan.scenario.delta, accountant).epsilon) if history[
+            change.id] else 0.0
+        discrete = _skellam_spent(events, wrap, plan.scenario.delta, accountant)
+        which = " (its Skellam events: the run executes the discrete mechanism)" if discrete > spent else ""
+        spent = max(spent, discrete)
         if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
             raise BudgetConflictError(
                 field,
-                f"group {change.id!r} has already spent epsilon {spent:.6g}; its budget cannot be "
+                f"group {change.id!r} has already spent epsilon {spent:.6g}{which}; its budget cannot be "
                 f"lowered to {change.epsilon:g} (the ledger would already exceed it)",
             )
 
@@ -179,18 +225,28 @@ def _apply_changes(
 
 
 def _budget_status(
-    spec: GroupSpec, spent: list[Phase], unprotected: int, remaining: int, scenario: Scenario
+    spec: GroupSpec, spent: list[Phase], unprotected: int, remaining: int, scenario: Scenario,
+    skellam: tuple[list[PoissonSampledSkellam], float] | None = None,
 ) -> tuple[str, str | None]:
-    """active, or exhausted with the reason (used up, sampled without noise, or no room left)."""
+    """active, or exhausted with the reason (used up, sampled without noise, or no room left).
+
+    ``skellam``: the group's spent Skellam events and their wrap-around charge when the run
+    executes the discrete mechanism; the larger spent figure decides, and the room left is
+    probed after the Skellam events (docs/planning.md §9)."""
     assert spec.epsilon is not None
     if unprotected > 0:
         return "exhausted", (
             f"group {spec.id!r} was sampled without noise in {unprotected} rounds while opted out; no finite "
             "epsilon can be claimed for it, so it is not sampled again"
         )
-    if not spent:
+    events, wrap = skellam if skellam is not None else ([], 0.0)
+    if not spent and not events:
         return "active", None
-    used = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon)
+    used = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon) if spent else 0.0
+    discrete = _skellam_spent(events, wrap, scenario.delta, scenario.accountant)
+    probe_history: list[PrivacyEvent] = list(spent)
+    if discrete > used:
+        used, probe_history = discrete, list(events)
     if used >= spec.epsilon * (1 - _EXHAUSTED_MARGIN):
         return "exhausted", (
             f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
@@ -203,7 +259,9 @@ def _budget_status(
     try:
         for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(scenario.accountant))):
             try:
-                noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, scenario.delta, accountant, spent=spent)
+                noise_multiplier(
+                    min(probe, 1.0), remaining, spec.epsilon, scenario.delta - wrap, accountant, spent=probe_history
+                )
                 break
             except InfeasibleError:
                 if accountant == plan_ledger.ledger_accountant(scenario.accountant):

@@ -293,6 +293,21 @@ class GroupPlan(NumbersModel):
         description="how many leading entries of phases were spent under parent plans "
         "(the rest is this plan's own phase, if the group is sampled)",
     )
+    # A re-plan of a plan whose run executes the discrete mechanism (docs/planning.md §9): what
+    # the run spent, as the ledger prices it. Left out of the JSON when empty, so every other
+    # plan keeps its bytes (and digests).
+    spent_discrete: list[PoissonSampledSkellam] = Field(
+        default_factory=list,
+        exclude_if=lambda value: not value,
+        description="the Poisson-subsampled Skellam events the group spent under parent plans' discrete "
+        "blocks (a skellam run's history; phases keep the continuous record beside it)",
+    )
+    spent_wrap_probability: float = Field(
+        0.0,
+        ge=0,
+        exclude_if=lambda value: value == 0,
+        description="the wrap-around probability those spent rounds charged to delta",
+    )
     unprotected_rounds: int = Field(
         0,
         ge=0,

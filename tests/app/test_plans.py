@@ -128,3 +128,33 @@ def test_the_service_returns_dittos_advisory_lambdas(client: TestClient) -> None
     del scenario["heterogeneity_variance_per_coordinate"]
     refused = client.post("/v1/plans", json={"scenario": scenario})
     assert refused.status_code == 422 and "heterogeneity_variance_per_coordinate" in refused.json()["message"]
+
+
+def test_replan_of_a_plan_with_discrete_blocks_records_the_skellam_events(client: TestClient) -> None:
+    """A plan whose pools state discrete blocks (its run executes skellam, the default) is
+    re-planned through the service: the child records each group's spent Skellam events and
+    wrap-around charge and states blocks calibrated on them, so a trainer can run it
+    (docs/planning.md §9); a budget below what those events spent is 409 naming the field."""
+    import accounting
+    from planner.discrete import pool_mechanisms, spent_record
+
+    plan = _create(client, scenario={**copy.deepcopy(SMALL_SCENARIO), "report_discrete": True})
+    parent = load_plan(plan)
+    assert all(pool.discrete is not None for pool in parent.pools if pool.noise_multiplier > 0)
+    for index in range(4):
+        client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": index})
+    events, wrap = spent_record(parent, parent.group("strict"), 4)
+    spent = accounting.epsilon_of_events(events, parent.scenario.delta - wrap, parent.accountant).epsilon
+    below = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": {"groups": [
+        {"id": "strict", "epsilon": spent * 0.9}]}})
+    assert below.status_code == 409 and below.json()["field"] == "changes.groups.0.epsilon", below.text
+    raised = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": {"groups": [{"id": "strict", "epsilon": 1.5}]}})
+    assert raised.status_code == 201, raised.text
+    child = load_plan(raised.json())
+    assert child.start_round == 4
+    strict = child.group("strict")
+    assert strict.spent_discrete == events and strict.spent_wrap_probability == wrap
+    assert all(pool.discrete is not None for pool in child.pools if pool.noise_multiplier > 0), child.warnings
+    # the blocks are the ones the trainer derives from the child itself
+    assert {p.pool: p.mechanism for p in pool_mechanisms(child)} == {
+        p.id: p.discrete for p in child.pools if p.discrete is not None}

@@ -119,3 +119,97 @@ def test_a_pld_plans_per_round_figure_is_its_own_never_above_the_budget():
         logged = plan_ledger.epsilon_spent(plan, group, plan.rounds, per_round=True)
         assert logged == plan_ledger.epsilon_spent(plan, group, plan.rounds) <= group.epsilon
 
+
+
+# --- re-plans of a run on the discrete mechanism (docs/planning.md §9) -------------------
+
+
+def skellam_parent():
+    """A plan whose run executes skellam: each noised pool states its discrete block. The pools'
+    continuous noise is larger than the budgets need, so the continuous record of a round (the
+    Gaussian phase) spends less than the Skellam event that ran."""
+    from planner.discrete import with_discrete
+    from tests.trainer.trainer_plans import hand_plan
+
+    plan = hand_plan(
+        [("a", 3.0, 40, 0.5), ("b", 5.0, 30, 0.6)],
+        [("pa", ["a"], 3.0, 6, 1.0), ("pb", ["b"], 3.0, 5, 1.0)],
+        model_dim=610, rounds=4, dropout_rate=0.1,
+    )
+    plan = with_discrete(plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})}))
+    assert all(pool.discrete is not None for pool in plan.pools), plan.warnings
+    return plan
+
+
+def composed_skellam(plan, group):
+    """Independently: the group's spent Skellam events then its block's event for the plan's rounds
+    (its own sensitivities on the pool's grid), at delta less every wrap-around charge."""
+    import accounting
+    from accounting.events import PoissonSampledSkellam
+    from planner.discrete import rounded_l1_bound, rounded_l2_bound
+
+    block = plan.pool(group.pool).discrete
+    l2 = rounded_l2_bound(group.clip_norm, block.scale, block.dimension)
+    own = PoissonSampledSkellam(sampling_rate=group.sampling_rate, variance=block.total_variance, l2_sensitivity=l2,
+                                l1_sensitivity=rounded_l1_bound(l2, block.dimension), steps=plan.rounds)
+    delta = plan.scenario.delta - group.spent_wrap_probability - block.wrap_probability_run
+    return accounting.epsilon_of_events([*group.spent_discrete, own], delta, plan.accountant).epsilon
+
+
+def test_a_replan_of_a_skellam_run_records_its_skellam_events_and_calibrates_the_blocks_on_them():
+    from planner.discrete import spent_record
+
+    parent = skellam_parent()
+    child = replan(parent, 2, {"groups": [{"id": "a", "epsilon": 4.0}]}, parent_plan_id="p")
+    assert all(pool.discrete is not None for pool in child.pools if any(
+        g.sampling_rate > 0 for g in child.groups if g.pool == pool.id)), child.warnings
+    for group in child.groups:
+        events, wrap = spent_record(parent, parent.group(group.id), 2)
+        assert [e.steps for e in group.spent_discrete] == [2] and group.spent_discrete == events
+        assert wrap == pytest.approx(2 * parent.pool(parent.group(group.id).pool).discrete.wrap_probability_per_round)
+        assert group.spent_wrap_probability == wrap
+        composed = composed_skellam(child, group)
+        assert composed <= group.epsilon * (1 + 1e-9)  # never above the new budget
+        assert composed >= group.epsilon * 0.99  # the least noise that meets it, not any noise
+        assert child.pool(group.pool).discrete.epsilon == pytest.approx(composed, rel=1e-9)
+    # a re-plan of the re-plan composes both plans' events, and both plans' wrap charges
+    grandchild = replan(child, 1, {}, parent_plan_id="c")
+    for group in grandchild.groups:
+        assert [e.steps for e in group.spent_discrete] == [2, 1]
+        block = child.pool(child.group(group.id).pool).discrete
+        assert group.spent_wrap_probability == pytest.approx(
+            child.group(group.id).spent_wrap_probability + block.wrap_probability_per_round)
+        assert composed_skellam(grandchild, group) <= group.epsilon * (1 + 1e-9)
+
+
+def test_a_budget_is_checked_against_the_skellam_events_a_skellam_run_spent():
+    """After 2 of 4 rounds group a's Gaussian record says epsilon 1.20, the Skellam events that ran
+    say 1.99: lowering its budget to 1.5 is refused with the Skellam figure (the continuous
+    record under-counts the run)."""
+    import accounting
+    from planner.discrete import spent_record
+
+    parent = skellam_parent()
+    events, wrap = spent_record(parent, parent.group("a"), 2)
+    skellam = accounting.epsilon_of_events(events, parent.scenario.delta - wrap, parent.accountant).epsilon
+    gaussian = plan_ledger.epsilon_spent(parent, parent.group("a"), 2, per_round=False)
+    assert gaussian < 1.5 < skellam
+    with pytest.raises(BudgetConflictError) as refused:
+        replan(parent, 2, {"groups": [{"id": "a", "epsilon": 1.5}]})
+    assert refused.value.field == "changes.groups.0.epsilon"
+    assert f"{skellam:.6g}" in refused.value.reason and "Skellam events" in refused.value.reason
+    # at the Skellam figure itself the budget is accepted and the group is exhausted
+    child = replan(parent, 2, {"groups": [{"id": "a", "epsilon": skellam}], "expected_clients": 15})
+    assert child.group("a").status == "exhausted" and child.group("a").sampling_rate == 0
+
+
+def test_a_replan_of_a_continuous_run_states_no_discrete_block():
+    """A plan without blocks (its run is continuous) records Gaussian phases only: a successor
+    asking for blocks gets none, saying why, rather than blocks calibrated on a record of
+    another mechanism."""
+    parent = skellam_parent()
+    continuous = parent.model_copy(update={"pools": [p.model_copy(update={"discrete": None}) for p in parent.pools]})
+    child = replan(continuous, 2, {}, parent_plan_id="p")
+    assert all(pool.discrete is None for pool in child.pools)
+    assert all(not g.spent_discrete for g in child.groups)
+    assert any("no Skellam events record" in w for w in child.warnings), child.warnings

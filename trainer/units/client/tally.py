@@ -12,10 +12,14 @@ Under the discrete mechanism (``secagg_mechanism="skellam"``) a round costs each
 noised pool the event its pool's stated block describes, the Poisson-subsampled Skellam
 (``planner.discrete.group_event``), accounted at the plan's delta less each round's
 wrap-around bound (``planner.discrete.run_delta``; docs/secure-aggregation.md §Discrete noise).
+A run that followed a re-plan composes, first, the Skellam events its earlier plans spent
+(``GroupPlan.spent_discrete``, ``planner.discrete.group_history``), at delta less their
+wrap-around charge too (docs/planning.md §9).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from accounting.choices import SecaggMechanism
@@ -55,16 +59,16 @@ class ClientTally:
         )
 
     def _discrete(self, group: GroupPlan) -> bool:
-        """Whether the group's rounds are its pool's discrete event (skellam, a stated block)."""
-        return self.mechanism == "skellam" and self.plan.pool(group.pool).discrete is not None
+        """Whether the group's history is Skellam events (skellam, and a stated block or spent
+        Skellam events: ``planner.discrete.counts_discrete``)."""
+        return self.mechanism == "skellam" and plan_discrete.counts_discrete(self.plan, group)
 
     def phases(self, group_id: str) -> list[PrivacyEvent]:
-        """The group's full history after the rounds run so far."""
+        """The group's full history after the rounds run so far: on skellam its parents' spent
+        Skellam events and its pool's event of the rounds run (``planner.discrete.group_history``)."""
         group = self.plan.group(group_id)
         if self._discrete(group):
-            # discrete blocks are calibrated for plans without spent phases (planner.discrete)
-            event = plan_discrete.group_event(self.plan, group, self.rounds_run)
-            return [] if event is None else [event]
+            return list(plan_discrete.group_history(self.plan, group, self.rounds_run))
         return list(plan_ledger.group_history(self.plan, group, self.rounds_run))
 
     def group_delta(self, group: GroupPlan) -> float:
@@ -148,26 +152,48 @@ class ClientTally:
     def history_problem(self, successor: Plan) -> str | None:
         """The first group whose spent history in ``successor`` is not what this run spent.
 
-        A run on the discrete mechanism cannot follow a re-plan yet: the run keeps its
-        mechanism (resolved once, from the plan it started on), so it needs the successor's
-        discrete blocks calibrated on its spent Skellam events, and re-plans record spent
-        continuous Gaussian phases and state no blocks (``planner.discrete.pool_mechanisms``
-        does not calibrate plans with spent phases; docs/secure-aggregation.md §Discrete noise).
-        Switching to the continuous shares instead would compose the successor's budget with
-        a Gaussian record of what were Skellam releases, whose epsilon is larger: optimistic.
+        On the continuous mechanism the successor's spent phases; on skellam (the run keeps
+        the mechanism it resolved once, from the plan it started on) the successor's spent
+        Skellam events and wrap-around charge (``GroupPlan.spent_discrete``,
+        ``spent_wrap_probability``), and a ``discrete`` block on each of its noised pools,
+        calibrated on that history (docs/planning.md §9). A successor without blocks is
+        refused rather than run on the continuous shares: its budgets would be composed with
+        a record of another mechanism.
         """
         if self.mechanism == "skellam":
-            return (
-                "this run executes the skellam mechanism (the plan's discrete blocks), and the re-plan's record of "
-                "what was spent before it is continuous Gaussian phases, not this run's Skellam events: the planner "
-                "does not calibrate re-plans of the discrete mechanism on their spent history yet"
-                + ("" if any(p.discrete is not None for p in successor.pools) else ", and the re-plan states no discrete blocks")
-            )
+            return self._discrete_history_problem(successor)
         for group in successor.groups:
             mine = self.phases(group.id)
             theirs = plan_ledger.group_history(successor, group, 0)
             if not same_history(mine, theirs):  # merges the phases of either
                 return f"group {group.id}'s spent history {theirs} is not this run's {mine}"
+        return None
+
+    def _discrete_history_problem(self, successor: Plan) -> str | None:
+        missing = [
+            pool.id for pool in successor.pools
+            if pool.discrete is None and pool.noise_multiplier > 0
+            and any(g.sampling_rate > 0 and g.epsilon is not None for g in successor.groups if g.pool == pool.id)
+        ]
+        if missing:
+            why = "; ".join(w for w in successor.warnings if w.startswith("report_discrete:"))
+            return (
+                "this run executes the skellam mechanism (the plan's discrete blocks), and the re-plan states no "
+                f"discrete block for pool {', '.join(missing)}" + (f" ({why})" if why else "")
+            )
+        for group in successor.groups:
+            mine = self.phases(group.id)
+            theirs = successor.group(group.id)
+            if not same_history(mine, theirs.spent_discrete):
+                return (
+                    f"group {group.id}'s spent Skellam events {theirs.spent_discrete} are not this run's {mine}"
+                )
+            charged = float(self.delta) - self.group_delta(self.plan.group(group.id))
+            if not math.isclose(charged, theirs.spent_wrap_probability, rel_tol=1e-9, abs_tol=1e-300):
+                return (
+                    f"group {group.id}'s spent wrap-around charge {theirs.spent_wrap_probability:.6g} is not this "
+                    f"run's {charged:.6g}"
+                )
         return None
 
     def continued(self, successor: Plan, epsilon_fn: EpsilonFn | None) -> ClientTally:
