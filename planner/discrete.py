@@ -95,7 +95,8 @@ def skellam_tail(variance: float, k: float) -> float:
 
 
 def wrap_probability(
-    bits: int, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float
+    bits: int, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float,
+    count_factor: int = 0,
 ) -> float:
     """An upper bound on P(some coordinate of one round's integer sum leaves [-2^(b-1), 2^(b-1))).
 
@@ -104,7 +105,10 @@ def wrap_probability(
     and Z_j Skellam of variance n * share_variance. Over the public random signs D,
     Hoeffding gives P(|(H D y)_j| >= a) <= 2 exp(-a^2 d' / (2 (n C s)^2)); the noise
     tail is :func:`skellam_tail`. With a + n + k = 2^(b-1) - 1, a union bound over the d'
-    coordinates and the two tails, minimised over the split of a and k.
+    coordinates and the two tails, minimised over the split of a and k. With adaptive
+    clipping's count coordinate (``count_factor`` m > 0: each client adds +-m, unrotated)
+    one more coordinate: |sum| <= n m plus its Skellam noise, so the union adds
+    P(|Z| >= 2^(b-1) - 1 - n m).
     """
     n, dp = int(clients), padded_dimension(dimension)
     room = 2.0 ** (bits - 1) - 1.0 - n
@@ -117,18 +121,50 @@ def wrap_probability(
         a, k = room * fraction, room * (1.0 - fraction)
         rotated = 2.0 * math.exp(-a * a * dp / (2.0 * signal * signal)) if signal > 0 else 0.0
         best = min(best, dp * (rotated + skellam_tail(variance, k)))
+    if count_factor:
+        count_room = 2.0 ** (bits - 1) - 1.0 - n * count_factor
+        best += skellam_tail(variance, count_room) if count_room > 0 else 1.0
     return min(1.0, best)
 
 
 def bits_for(
-    bound: float, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float
+    bound: float, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float,
+    count_factor: int = 0,
 ) -> tuple[int, float]:
     """The smallest b whose :func:`wrap_probability` is <= ``bound``, with that probability."""
     for bits in range(2, MAX_BITS + 1):
-        chance = wrap_probability(bits, clients, clip_norm, scale, dimension, share_variance)
+        chance = wrap_probability(bits, clients, clip_norm, scale, dimension, share_variance, count_factor)
         if chance <= bound:
             return bits, chance
     raise InfeasibleError(f"no bit width up to {MAX_BITS} keeps the wrap-around probability below {bound:g}")
+
+
+def count_factor_for(l2_bound: float, noise_multiplier: float, count_noise_std: float) -> int:
+    """m, the integer factor of adaptive clipping's count coordinate (docs/secure-aggregation.md
+    §Discrete noise, "Adaptive clipping").
+
+    Each client appends m (2 b - 1) = 2 m (b - 1/2) to its rounded update (L2 norm <= D2), so
+    the released vector's sensitivity is sqrt(D2^2 + m^2). The continuous plan gives the count
+    the share f = z_eff^2 / (2 sigma_b)^2 of the squared sensitivity in noise units
+    (planner/adaptive_clip.py); m = ceil(D2 sqrt(f / (1 - f))) gives it the same share, so the
+    count's noise std sqrt(mu) / (2 m) is about sigma_b (a little below: m is rounded up).
+    Any m >= 1 is sound: the Skellam noise is calibrated for the m stated.
+    """
+    share = noise_multiplier**2 / (4.0 * count_noise_std**2)
+    if not 0.0 < share < 1.0:
+        raise InvalidInputError(
+            "adaptive_clip.count_noise_std",
+            f"{count_noise_std:.6g} must exceed z_eff / 2 = {noise_multiplier / 2:.6g} for the discrete count",
+        )
+    return max(1, math.ceil(l2_bound * math.sqrt(share / (1.0 - share))))
+
+
+def released_sensitivities(l2_bound: float, l1_bound: float, count_factor: int) -> tuple[float, float]:
+    """(L2, L1) of a released vector: the rounded update's (D2, D1) with the count coordinate
+    +-m appended, sqrt(D2^2 + m^2) and D1 + m (the update alone for m = 0). Integers, no rounding."""
+    if not count_factor:
+        return l2_bound, l1_bound
+    return math.sqrt(l2_bound * l2_bound + count_factor * count_factor), l1_bound + count_factor
 
 
 def choose_scale(clip_norm: float, dimension: int, inflation: float = ROUNDING_INFLATION) -> float:
@@ -190,6 +226,7 @@ def calibrate_skellam(
     max_clients: int,
     colluding_clients: int = 0,
     scale: float | None = None,
+    count_factor: int = 0,
     spent: Sequence[PoissonSampledSkellam] = (),
     spent_wrap: float = 0.0,
 ) -> DiscreteMechanism:
@@ -199,7 +236,10 @@ def calibrate_skellam(
     evaluated feasible point) whose rdp epsilon of ``rounds`` Poisson-subsampled Skellam
     releases at delta - rounds * w is <= ``epsilon``, w = delta / (1000 rounds) the
     per-round wrap-around bound; each client's share is mu / (t - c). The bit width b is
-    the smallest with wrap_probability <= w for ``max_clients`` summed vectors.
+    the smallest with wrap_probability <= w for ``max_clients`` summed vectors. With
+    ``count_factor`` m > 0 (adaptive clipping) the released vector also carries the count
+    coordinate +-m: the event's sensitivities are :func:`released_sensitivities` and b covers
+    that coordinate too.
 
     A re-plan (docs/planning.md §9) passes the Skellam events its group already ``spent``
     and the wrap-around probability ``spent_wrap`` those rounds charged to delta: the
@@ -221,8 +261,10 @@ def calibrate_skellam(
     if n < t:
         raise InvalidInputError("max_clients", f"must be at least min_survivors ({t})")
     s = choose_scale(clip, d) if scale is None else validate_positive("scale", scale)
-    l2 = rounded_l2_bound(clip, s, d)
-    l1 = rounded_l1_bound(l2, d)
+    m = validate_count("count_factor", count_factor, minimum=0)
+    rounded_l2 = rounded_l2_bound(clip, s, d)
+    rounded_l1 = rounded_l1_bound(rounded_l2, d)
+    l2, l1 = released_sensitivities(rounded_l2, rounded_l1, m)
     spent = list(spent)
     if not 0.0 <= spent_wrap < delta / 2.0:
         raise InvalidInputError("spent_wrap", f"must be from 0 to below half of delta ({delta:g})")
@@ -248,11 +290,14 @@ def calibrate_skellam(
     total = (sigma * clip * s) ** 2
     honest = t - c
     share = total / honest
-    bits, _ = bits_for(wrap_round, n, clip, s, d, share)
+    bits, _ = bits_for(wrap_round, n, clip, s, d, share, m)
     eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, spent)
     own = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta) if spent else eps
-    same_bound = gaussian_epsilon_same_bound(q, sigma, steps, mech_delta)
-    gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+    # the continuous Gaussian of equal noise releases the same vector: its sensitivity is
+    # sqrt((C s)^2 + m^2) with the count coordinate, C s without
+    compared = sigma * clip * s / math.sqrt((clip * s) ** 2 + m * m) if m else sigma
+    same_bound = gaussian_epsilon_same_bound(q, compared, steps, mech_delta)
+    gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=compared, steps=steps)
     continuous = accounting.epsilon_of_events([gaussian], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
     return DiscreteMechanism(
         clip_norm=clip,
@@ -261,8 +306,8 @@ def calibrate_skellam(
         scale=s,
         gamma=1.0 / s,
         rounding_beta=ROUNDING_BETA,
-        l2_sensitivity=l2,
-        l1_sensitivity=l1,
+        l2_sensitivity=rounded_l2,
+        l1_sensitivity=rounded_l1,
         min_survivors=t,
         colluding_clients=c,
         honest_survivors=honest,
@@ -282,6 +327,8 @@ def calibrate_skellam(
         gaussian_epsilon=continuous,
         overhead_vs_continuous=own / continuous - 1.0,
         threat_model=threat_model_line(t, c),
+        count_factor=m,
+        count_noise_std=math.sqrt(share * honest) / (2.0 * m) if m else None,
     )
 
 
@@ -321,6 +368,10 @@ def pool_mechanisms(
     charge too (docs/planning.md §9); a member whose spent phases no Skellam events record
     (the re-plan of a continuous run) is refused. With ``time_limit_s``,
     DiscreteReportTimeout once that many seconds have passed before a group's calibration.
+    A plan with an ``adaptive_clip`` block gets each noised pool's count coordinate:
+    ``count_factor`` m from the pool's z_eff and the scenario's sigma_b
+    (:func:`count_factor_for` at the pool's grid and smallest clip norm; adaptive clipping
+    clips every client at one norm), the same m for every member group.
     """
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
@@ -339,7 +390,9 @@ def pool_mechanisms(
                     "record (a re-plan of a run on the continuous mechanism): its discrete noise cannot be "
                     "composed with that history",
                 )
-        scale = choose_scale(min(g.clip_norm for g in members), d)
+        smallest_clip = min(g.clip_norm for g in members)
+        scale = choose_scale(smallest_clip, d)
+        m = _count_factor(plan, float(pool.noise_multiplier), rounded_l2_bound(smallest_clip, scale, d))
         clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
         options: dict[str, DiscreteMechanism] = {}
         for g in members:
@@ -357,6 +410,7 @@ def pool_mechanisms(
                 max_clients=max(clients, pool.secagg_threshold),
                 colluding_clients=c,
                 scale=scale,
+                count_factor=m,
                 spent=g.spent_discrete,
                 spent_wrap=g.spent_wrap_probability,
             )
@@ -366,14 +420,14 @@ def pool_mechanisms(
         # b must keep the wrap-around charged to delta for the largest of them.
         widest = max(g.clip_norm for g in plan.groups if g.pool == pool.id)
         chosen = options[binding]
-        bits, _ = bits_for(chosen.wrap_probability_per_round, chosen.max_clients, widest, scale, d, chosen.share_variance)
+        bits, _ = bits_for(chosen.wrap_probability_per_round, chosen.max_clients, widest, scale, d, chosen.share_variance, m)
         chosen = chosen.model_copy(update={"bits": max(bits, chosen.bits)})
         epsilons = {
             g.id: _skellam_epsilon(
                 g.sampling_rate,
                 chosen.total_variance,
-                options[g.id].l2_sensitivity,
-                options[g.id].l1_sensitivity,
+                options[g.id].released_l2_sensitivity,
+                options[g.id].released_l1_sensitivity,
                 plan.rounds,
                 delta - g.spent_wrap_probability - chosen.wrap_probability_run,
                 g.spent_discrete,
@@ -382,6 +436,17 @@ def pool_mechanisms(
         }
         result.append(PoolDiscrete(pool=pool.id, binding_group=binding, mechanism=chosen, group_epsilons=epsilons))
     return result
+
+
+def _count_factor(plan: Plan, noise_multiplier: float, l2_bound: float) -> int:
+    """The pool's count factor m: 0 without adaptive clipping, else :func:`count_factor_for`
+    at sigma_b re-derived from the scenario's block (``planner.adaptive_clip.count_noise_std``)."""
+    settings = plan.scenario.adaptive_clip
+    if settings is None:
+        return 0
+    from planner.adaptive_clip import count_noise_std
+
+    return count_factor_for(l2_bound, noise_multiplier, count_noise_std(settings, plan.scenario))
 
 
 def with_discrete(plan: Plan) -> Plan:
@@ -410,18 +475,20 @@ def group_event(plan: Plan, group: GroupPlan, steps: int) -> PoissonSampledSkell
     Skellam event of its pool's stated block (docs/secure-aggregation.md §Discrete noise).
 
     The pool's total variance mu = share_variance (t - c); the sensitivities are the group's own
-    (its clip norm C_g on the pool's grid), as ``pool_mechanisms`` computes each group's epsilon.
+    (its clip norm C_g on the pool's grid), as ``pool_mechanisms`` computes each group's epsilon,
+    with the block's count coordinate m added (:func:`released_sensitivities`) under adaptive clipping.
     ``None`` when nothing is spent: no block, no rounds, or a group not sampled.
     """
     mechanism = plan.pool(group.pool).discrete
     if mechanism is None or steps <= 0 or group.sampling_rate <= 0:
         return None
-    l2 = rounded_l2_bound(group.clip_norm, mechanism.scale, mechanism.dimension)
+    rounded = rounded_l2_bound(group.clip_norm, mechanism.scale, mechanism.dimension)
+    l2, l1 = released_sensitivities(rounded, rounded_l1_bound(rounded, mechanism.dimension), mechanism.count_factor)
     return PoissonSampledSkellam(
         sampling_rate=group.sampling_rate,
         variance=mechanism.share_variance * mechanism.honest_survivors,
         l2_sensitivity=l2,
-        l1_sensitivity=rounded_l1_bound(l2, mechanism.dimension),
+        l1_sensitivity=l1,
         steps=steps,
     )
 

@@ -226,6 +226,17 @@ def discrete_lines(plan: Plan) -> list[str]:
     ]
     header = ["pool", "scale s", "b", "D2", "t - c", "share var", "sigma eq", "eps", "vs same bound", "vs continuous"]
     c = plan.scenario.colluding_clients
+    # adaptive clipping's count coordinate (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping")
+    counted = [
+        f"{p.id}: m = {m.count_factor}, count noise std {_num(m.count_noise_std)}"
+        for p in pools
+        if (m := p.discrete) is not None and m.count_factor
+    ]
+    count_lines = (
+        [f"adaptive clipping's count coordinate (+-m per client, D2 with it sqrt(D2^2 + m^2)): {'; '.join(counted)}"]
+        if counted
+        else []
+    )
     return [
         "",
         "discrete mechanism (run by gdpfed train --secagg-mechanism skellam; the default, the continuous "
@@ -234,4 +245,5 @@ def discrete_lines(plan: Plan) -> list[str]:
         f"threat model: honest-but-curious server, {c} colluding client(s) (colluding_clients; default 0), each "
         "pool's noise counted from its t - c honest survivors alone; randomized Hadamard rotation, conditional "
         "rounding, wrap-around probability charged to delta",
+        *count_lines,
     ]

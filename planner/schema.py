@@ -19,6 +19,7 @@ as ``privacy_unit: client``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Annotated, Any, Final, Literal
 
@@ -367,14 +368,34 @@ class DiscreteMechanism(NumbersModel):
     gaussian_epsilon: float = Field(description="continuous Gaussian of equal noise under the rdp accountant")
     overhead_vs_continuous: float = Field(description="epsilon / gaussian_epsilon - 1 (includes the subsampling bound)")
     threat_model: str
+    count_factor: int = Field(
+        0,
+        ge=0,
+        description="m: with adaptive clipping each client appends one integer coordinate, m (2 b - 1) for its "
+        "bit b = [norm <= S^t], with its own Skellam share of share_variance; 0: no count coordinate",
+    )
+    count_noise_std: float | None = Field(
+        None, description="sqrt(mu) / (2 m): the released count sum (b - 1/2)'s noise std (None without a count)"
+    )
+
+    @property
+    def released_l2_sensitivity(self) -> float:
+        """The released vector's L2 sensitivity: sqrt(D2^2 + m^2) (D2 alone without a count)."""
+        return math.sqrt(self.l2_sensitivity**2 + self.count_factor**2) if self.count_factor else self.l2_sensitivity
+
+    @property
+    def released_l1_sensitivity(self) -> float:
+        """The released vector's L1 sensitivity: D1 + m."""
+        return self.l1_sensitivity + self.count_factor
 
     def event(self, steps: int | None = None) -> PoissonSampledSkellam:
-        """The ledger's event for ``steps`` rounds (default: the planned rounds)."""
+        """The ledger's event for ``steps`` rounds (default: the planned rounds); with a count
+        coordinate its sensitivities are the released vector's (update and count together)."""
         return PoissonSampledSkellam(
             sampling_rate=self.sampling_rate,
             variance=self.share_variance * self.honest_survivors,
-            l2_sensitivity=self.l2_sensitivity,
-            l1_sensitivity=self.l1_sensitivity,
+            l2_sensitivity=self.released_l2_sensitivity,
+            l1_sensitivity=self.released_l1_sensitivity,
             steps=self.rounds if steps is None else steps,
         )
 

@@ -224,3 +224,37 @@ def test_a_pool_mixing_clip_norms_gets_a_bit_width_covering_its_largest_clip_nor
             block.bits, block.max_clients, group.clip_norm, block.scale, block.dimension, block.share_variance
         )
         assert chance <= block.wrap_probability_per_round, group.id
+
+
+def test_a_count_coordinate_is_calibrated_into_one_event_with_the_released_sensitivities() -> None:
+    """Adaptive clipping's count (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping"):
+    the released vector is the rounded update (L2 <= D2, L1 <= D1) and one integer +-m, so the
+    event's sensitivities are sqrt(D2^2 + m^2) and D1 + m, met by the calibrated noise."""
+    plain = discrete.calibrate_skellam(**CASE)
+    m = discrete.count_factor_for(plain.l2_sensitivity, 1.0, 2.0)
+    share = 1.0 / 16.0  # z_eff^2 / (2 sigma_b)^2
+    assert m == math.ceil(plain.l2_sensitivity * math.sqrt(share / (1 - share)))
+    counted = discrete.calibrate_skellam(**CASE, count_factor=m)
+    assert counted.count_factor == m and plain.count_factor == 0 and plain.count_noise_std is None
+    # the update's rounding bound is the same; the release's sensitivities carry the count
+    assert counted.l2_sensitivity == plain.l2_sensitivity and counted.l1_sensitivity == plain.l1_sensitivity
+    event = counted.event()
+    assert event.l2_sensitivity == math.sqrt(plain.l2_sensitivity**2 + m * m)
+    assert event.l1_sensitivity == plain.l1_sensitivity + m
+    wrap = counted.wrap_probability_run
+    assert counted.epsilon <= CASE["epsilon"]
+    assert accounting.epsilon_of_events([event], delta=CASE["delta"] - wrap).epsilon == counted.epsilon
+    less = event.model_copy(update={"variance": counted.total_variance * 0.998})
+    assert accounting.epsilon_of_events([less], delta=CASE["delta"] - wrap).epsilon > CASE["epsilon"]
+    # the update alone would be under-noised: the count's share of the sensitivity costs noise
+    assert counted.total_variance > plain.total_variance * 1.05
+    assert counted.count_noise_std == pytest.approx(math.sqrt(counted.total_variance) / (2 * m), rel=1e-12)
+    # the bit width covers the count coordinate too: each client adds +-m to it
+    args = (CASE["max_clients"], CASE["clip_norm"], counted.scale, CASE["dimension"], counted.share_variance)
+    assert discrete.wrap_probability(counted.bits, *args, m) <= counted.wrap_probability_per_round
+    assert discrete.wrap_probability(counted.bits, *args, m) > discrete.wrap_probability(counted.bits, *args)
+    # 10 clients of +-13 leave the count coordinate no room in [-2^7, 2^7)
+    assert discrete.wrap_probability(8, 10, 1.0, 1.0, 64, 1.0, 13) == 1.0 > discrete.wrap_probability(8, 10, 1.0, 1.0, 64, 1.0)
+    with pytest.raises(InvalidInputError) as error:
+        discrete.count_factor_for(plain.l2_sensitivity, 1.0, 0.5)  # sigma_b = z_eff / 2
+    assert error.value.field == "adaptive_clip.count_noise_std"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace as dataclasses_replace
 
 import numpy as np
 import pytest
@@ -223,27 +224,118 @@ def test_experiment_cells_recorded_before_the_option_keep_their_fingerprints() -
     assert chosen.options["adaptive_clip"] is True
 
 
-def test_adaptive_clipping_on_a_plan_with_discrete_blocks_is_refused_saying_why(tmp_path) -> None:
-    """The discrete mechanism (the default on a plan that states its blocks) has no integer
-    share for the count of unclipped clients and no block for a clip that changes each round:
-    the run is refused with the reason and the way on, never run on the continuous shares
-    unsaid; named, the continuous path runs it (approximate)."""
-    from tests.trainer.run_digests import discrete_client_plan
+def adaptive_discrete_plan() -> Plan:
+    """run_digests' client plan with an adaptive_clip block and the discrete blocks the planner
+    states for it (planner/finalize.py: adaptive pools first, then the blocks)."""
+    from planner.discrete import with_discrete
+    from tests.trainer.run_digests import client_plan
     from tests.trainer.run_digests import with_adaptive_clip as adaptive
+
+    plan = adaptive(client_plan(), learning_rate=0.5)
+    stated = with_discrete(plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})}))
+    assert all(pool.discrete is not None and pool.discrete.count_factor >= 1 for pool in stated.pools)
+    return stated
+
+
+def test_adaptive_clipping_runs_the_discrete_mechanism_and_the_ledger_counts_its_count(tmp_path) -> None:
+    """The discrete mechanism (the default on a plan that states its blocks) runs adaptive
+    clipping: the clip moves as the released noisy count says, and the ledger is one
+    Poisson-subsampled Skellam event per round whose sensitivities include the count's +-m,
+    recomputed here from the block's public parameters (docs/secure-aggregation.md §Discrete
+    noise, "Adaptive clipping")."""
+    from accounting import epsilon_of_events
+    from accounting.events import PoissonSampledSkellam
+    from planner.discrete import rounded_l1_bound, rounded_l2_bound
+    from planner.report import discrete_lines
     from trainer.data import load_dataset
     from trainer.runner import TrainConfig
 
-    plan = adaptive(discrete_client_plan(), learning_rate=0.5)
+    plan = adaptive_discrete_plan()
     verify_executable(plan)
+    assert any(f"p_loose: m = {plan.pool('p_loose').discrete.count_factor}," in line  # type: ignore[union-attr]
+               for line in discrete_lines(plan))
     dataset = load_dataset("digits", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig.model_validate({"dataset": "digits", "model": "mlp", "model_options": {"hidden": [16]},
+                                         "rounds": 3, "strategy_options": {"adaptive_clip": True},
+                                         "secagg_execution": "exact_sum"})
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    execute_run(prepared, progress=quiet_progress(3))
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["secagg_mechanism"] == "skellam"
+    records = read_rounds(tmp_path / "run" / "rounds.jsonl")
+    clips = [r.clip_norm for r in records]
+    assert clips[0] == plan.scenario.clip_norm and len(set(clips)) == 3  # S^t moves every round
+    for before, after, record in zip(clips, clips[1:], records):
+        assert record.unclipped_fraction is not None
+        assert after == pytest.approx(before * math.exp(-0.5 * (record.unclipped_fraction - 0.5)), rel=1e-12)
+    for group in plan.groups:
+        block = plan.pool(group.pool).discrete
+        assert block is not None
+        d2 = rounded_l2_bound(group.clip_norm, block.scale, plan.scenario.model_dim)
+        d1 = rounded_l1_bound(d2, plan.scenario.model_dim)
+        m = block.count_factor
+        event = PoissonSampledSkellam(sampling_rate=group.sampling_rate, variance=block.share_variance * (
+            block.min_survivors - block.colluding_clients), l2_sensitivity=math.sqrt(d2 * d2 + m * m),
+            l1_sensitivity=d1 + m, steps=3)
+        delta = plan.scenario.delta - 3 * block.wrap_probability_per_round
+        expected = epsilon_of_events([event], delta=delta, accountant=plan.scenario.accountant).epsilon
+        assert written["epsilon_spent"][group.id] == pytest.approx(expected, rel=1e-12)
+        # the count costs: the update alone would have been accounted lower
+        alone = event.model_copy(update={"l2_sensitivity": d2, "l1_sensitivity": d1})
+        assert epsilon_of_events([alone], delta=delta, accountant=plan.scenario.accountant).epsilon < expected
 
-    def prepare(out: str, **options: object) -> object:
-        config = TrainConfig.model_validate({"dataset": "digits", "model": "mlp", "model_options": {"hidden": [16]},
-                                             "rounds": 1, "strategy_options": {"adaptive_clip": True}, **options})
-        return prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / out, dataset=dataset)
 
-    with pytest.raises(InvalidInputError) as error:
-        prepare("default")
-    assert error.value.field == "secagg_mechanism"
-    assert "count of unclipped clients" in error.value.reason and "gaussian_continuous" in error.value.reason
-    assert prepare("continuous", secagg_mechanism="gaussian_continuous").config.secagg_mechanism == "gaussian_continuous"
+def test_the_discrete_count_coordinate_releases_the_count_with_its_planned_skellam_noise() -> None:
+    """Clients of an adaptive plan's discrete pool, through share, the modular sum and decode:
+    the update comes back at S^t (the grid is relative to the clip), and 2 m (count - true
+    count) is Skellam of the survivors' summed share variance (exact pmf, chi-square), over a
+    random number of survivors."""
+    from tests.trainer.test_discrete_rounds import skellam_chi_square
+    from trainer.secagg import discrete as dm
+    from trainer.units.client.discrete import DiscretePool, discrete_pools
+
+    plan = adaptive_discrete_plan()
+    dim = plan.scenario.model_dim
+    pool = discrete_pools(plan, dim)["p_loose"]
+    group = plan.pool("p_loose").groups[0]
+    m, bits, variance = pool.count_factor, pool.bits, pool.mechanism.share_variance
+    assert pool.mechanism.count_noise_std == pytest.approx(math.sqrt(pool.mechanism.total_variance) / (2 * m))
+    rng = np.random.default_rng(11)
+    signs = dm.rotation_signs(7, dim)
+    clip_t = 0.37 * pool.mechanism.clip_norm  # a round's S^t, below the block's C
+    norms = np.array([0.1, 0.3, 0.36, 0.38, 0.5, 2.0, 0.2, 0.9]) * pool.mechanism.clip_norm
+    updates = rng.standard_normal((norms.size, dim))
+    updates *= (norms / np.linalg.norm(updates, axis=1))[:, None]
+    true_count = float(np.sum(np.where(norms <= clip_t, 0.5, -0.5)))
+
+    # without noise the release is the clipped sum at S^t (to the rounding) and the exact count
+    quiet_params = {g: dataclasses_replace(p, share_variance=0.0) for g, p in pool.group_params.items()}
+    quiet = DiscretePool(pool.pool_id, pool.mechanism, quiet_params)
+    total = dm.modular_sum(np.stack([quiet.share(u, group, signs, rng, clip_t) for u in updates]), bits)
+    released = quiet.decode(total, signs, clip_t)
+    assert released.shape == (dim + 1,) and released[-1] == true_count
+    clipped = dm.clip(updates, clip_t).sum(axis=0)
+    scale, padded = pool.mechanism.scale, pool.mechanism.padded_dimension
+    rounding = norms.size * math.sqrt(padded) / scale * clip_t / pool.mechanism.clip_norm
+    assert np.linalg.norm(released[:-1] - clipped) <= rounding
+    assert np.linalg.norm(released[:-1] - clipped) < 0.05 * np.linalg.norm(clipped)
+    # a run without adaptive clipping still sends the count (accounted) and releases the update alone
+    assert quiet.decode(total, signs).shape == (dim,)
+
+    samples = []
+    for _ in range(400):
+        survivors = int(rng.integers(3, norms.size + 1))
+        shares = np.stack([pool.share(u, group, signs, rng, clip_t) for u in updates[:survivors]])
+        count = pool.decode(dm.modular_sum(shares, bits), signs, clip_t)[-1]
+        noise = 2 * m * (count - float(np.sum(np.where(norms[:survivors] <= clip_t, 0.5, -0.5))))
+        assert abs(noise - round(noise)) < 1e-9  # an integer: the count is exact but for its noise
+        samples.append((np.array([int(round(noise))]), survivors * variance))
+    assert skellam_chi_square(samples, bins=10) > 1e-3
+    # the sampler at scale: the count coordinate's shares alone, summed over many rounds
+    bulk = dm.modular_sum(dm.count_share(np.zeros((5, 20_000), dtype=bool), m, variance, bits, rng), bits)
+    noise = 2 * m * (dm.count_decode(bulk, m, bits) + 2.5)
+    assert skellam_chi_square([(np.rint(noise).astype(np.int64), 5 * variance)]) > 1e-3
+    # halved noise is caught by the same test
+    half = dm.modular_sum(dm.count_share(np.zeros((5, 20_000), dtype=bool), m, variance / 2, bits, rng), bits)
+    noise = 2 * m * (dm.count_decode(half, m, bits) + 2.5)
+    assert skellam_chi_square([(np.rint(noise).astype(np.int64), 5 * variance)]) < 1e-6

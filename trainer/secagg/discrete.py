@@ -185,6 +185,27 @@ def client_share(
     return encode(rounded, params.bits)
 
 
+def count_share(
+    unclipped: np.ndarray, factor: int, share_variance: float, bits: int, rng: np.random.Generator,
+    *, noise: bool = True,
+) -> np.ndarray:
+    """Adaptive clipping's count coordinate of each client, encoded mod 2^b: m (2 b - 1) =
+    2 m (b - 1/2) for its bit b (``unclipped``: its update's norm was <= S^t) plus a Skellam
+    share of ``share_variance`` (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping").
+
+    An integer, so nothing is rounded: a client moves the released coordinate by m exactly.
+    """
+    values = np.where(np.asarray(unclipped, dtype=bool), int(factor), -int(factor)).astype(np.int64)
+    if noise:
+        values = values + skellam_share(share_variance, values.shape, rng)
+    return encode(values, bits)
+
+
+def count_decode(residue_sum: np.ndarray, factor: int, bits: int) -> np.ndarray:
+    """The released count sum_i (b_i - 1/2) + Z / (2 m) from the count coordinate's sum mod 2^b."""
+    return decode(residue_sum, bits).astype(np.float64) / (2.0 * int(factor))
+
+
 def server_decode(residue_sum: np.ndarray, params: DiscreteParams, signs: np.ndarray) -> np.ndarray:
     """The released update sum from the modular sum of the survivors' shares."""
     return unrotate(decode(residue_sum, params.bits).astype(np.float64), signs, params.dimension) / params.scale

@@ -69,20 +69,50 @@ class DiscretePool:
         """What the server's decoding reads (bits, dimension, scale: the same for every group)."""
         return next(iter(self.group_params.values()))
 
-    def share(self, update: np.ndarray, group_id: str, signs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    @property
+    def count_factor(self) -> int:
+        """m: the count coordinate's factor (0: the block sends no count; adaptive clipping's blocks do)."""
+        return self.mechanism.count_factor
+
+    def share(self, update: np.ndarray, group_id: str, signs: np.ndarray, rng: np.random.Generator,
+              clip_norm: float | None = None) -> np.ndarray:
         """One client's encoded share of ``update`` (a non-finite update is sent as zeros,
-        ``mechanism.finite_update``), as words of the session's modulus."""
+        ``mechanism.finite_update``), as words of the session's modulus.
+
+        With a count coordinate (adaptive clipping's block) the client clips at the round's
+        ``clip_norm`` S^t (the group's C_g when ``None``), multiplies by C_g / S^t, so the grid
+        stays the block's (the vector's norm is <= C_g s whatever S^t; the server multiplies
+        back), and appends ``trainer.secagg.discrete.count_share`` of its bit
+        [norm <= S^t] (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping")."""
         params = self.group_params[group_id]
-        words = dm.client_share(finite_update(update), params, signs, rng)
-        return words.astype(word_dtype(params.bits))
+        vector = finite_update(update)
+        if not self.count_factor:
+            return dm.client_share(vector, params, signs, rng).astype(word_dtype(params.bits))
+        clip_t = params.clip_norm if clip_norm is None else float(clip_norm)
+        unclipped = bool(np.linalg.norm(vector) <= clip_t)
+        relative = dm.clip(vector, clip_t) * (params.clip_norm / clip_t)
+        words = dm.client_share(relative, params, signs, rng)
+        count = dm.count_share(np.array([unclipped]), self.count_factor, params.share_variance, params.bits, rng)
+        return np.concatenate([words, count]).astype(word_dtype(params.bits))
 
     def absent(self) -> np.ndarray:
         """The placeholder input of a client that drops before masking (never sent)."""
-        return np.zeros(padded_dimension(self.mechanism.dimension), dtype=word_dtype(self.bits))
+        length = padded_dimension(self.mechanism.dimension) + (1 if self.count_factor else 0)
+        return np.zeros(length, dtype=word_dtype(self.bits))
 
-    def decode(self, residues: np.ndarray, signs: np.ndarray) -> np.ndarray:
-        """The released update sum from the session's sum mod 2^b."""
-        return dm.server_decode(residues, self.server_params, signs)
+    def decode(self, residues: np.ndarray, signs: np.ndarray, clip_norm: float | None = None) -> np.ndarray:
+        """The released update sum from the session's sum mod 2^b; with a count coordinate, the
+        update multiplied back by S^t / C (``clip_norm`` S^t) with the released count
+        sum (b - 1/2) + Z / (2 m) appended (what ``release.split_counts`` takes apart), or,
+        in a run without adaptive clipping (``clip_norm`` ``None``), the update alone."""
+        params = self.server_params
+        if not self.count_factor:
+            return dm.server_decode(residues, params, signs)
+        update = dm.server_decode(residues[:-1], params, signs)
+        if clip_norm is None:
+            return update
+        count = dm.count_decode(residues[-1:], self.count_factor, params.bits)
+        return np.append(update * (float(clip_norm) / params.clip_norm), count)
 
 
 def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:

@@ -31,7 +31,11 @@ ClientApp.
 The discrete mechanism (``secagg_mechanism="skellam"``; docs/secure-aggregation.md
 §Discrete noise): in step 2 each noised pool's clients send their Skellam shares mod 2^b
 (``trainer/units/client/discrete.py``), rotated with the round's public signs
-(``PURPOSE_ROTATION``); the session sums residues and the engine decodes the sum.
+(``PURPOSE_ROTATION``); the session sums residues and the engine decodes the sum. With
+adaptive clipping each client clips at ``S^t``, multiplies by ``C / S^t`` (the block's grid
+and bounds hold whatever ``S^t``) and appends its integer count ``m (2 b - 1)`` with its own
+Skellam share; the engine multiplies the update back by ``S^t / C`` and hands the controller
+the decoded count (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping").
 """
 
 from __future__ import annotations
@@ -109,18 +113,6 @@ def session_graph(plan: Plan, kind: RequestedSecagg, participants: int) -> Secag
     return secagg_graph(participants, float(plan.scenario.dropout_rate), plan.scenario.abort_probability, kind)
 
 
-# Why the discrete mechanism does not run adaptive clipping (docs/secure-aggregation.md
-# §Discrete noise, "What it refuses"): the count of unclipped clients is released with a
-# Gaussian share sigma_b and the clip S^t changes each round, and neither has a sound
-# integer version calibrated yet.
-ADAPTIVE_SKELLAM_REFUSAL = (
-    "skellam (the plan's discrete blocks; the default for a plan that carries them) does not run adaptive "
-    "clipping: its count of unclipped clients carries a continuous Gaussian share, and no integer share of "
-    "it is calibrated, nor the blocks' rounding bound and bit width for a clip S^t that changes each round; "
-    "run --secagg-mechanism gaussian_continuous (approximate) or without --strategy-option adaptive_clip"
-)
-
-
 class RoundEngine:
     """Runs rounds of ``strategy`` over ``population`` with the plan's mechanism."""
 
@@ -177,11 +169,13 @@ class RoundEngine:
                 "secagg_mechanism", f"must be {' or '.join(REQUESTED_MECHANISMS)}, got {secagg_mechanism!r}"
             )
         mechanism = run_mechanism(secagg_mechanism, plan)
-        if mechanism == "skellam" and self.adaptive:
-            raise InvalidInputError("secagg_mechanism", ADAPTIVE_SKELLAM_REFUSAL)
         self.secagg_mechanism = mechanism
-        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise)
+        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise); under
+        # adaptive clipping each block carries the count coordinate (its count_factor, re-derived
+        # from the plan's adaptive_clip block: an adaptive strategy needs that block)
         self.discrete: dict[str, DiscretePool] = discrete_pools(plan, dim) if mechanism == "skellam" else {}
+        if self.adaptive and any(not pool.count_factor for pool in self.discrete.values()):
+            raise RuntimeError("an adaptive run's discrete blocks must carry the count coordinate")
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}
@@ -222,7 +216,7 @@ class RoundEngine:
         timing["privatize"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        results, graphs, keystream_bytes = self._secure_sums(ctx, mechanisms, vectors, early, late, signs)
+        results, graphs, keystream_bytes = self._secure_sums(ctx, mechanisms, vectors, early, late, signs, clip_norm)
         timing["secagg"] = time.perf_counter() - tick
 
         pool_sums = results.pool_sums
@@ -295,7 +289,7 @@ class RoundEngine:
         if discrete is not None and signs is not None:
             return {
                 client: discrete.absent() if client in early
-                else discrete.share(rows[row_of[client]], group_id, signs, ctx.rng(PURPOSE_CLIENT, client))
+                else discrete.share(rows[row_of[client]], group_id, signs, ctx.rng(PURPOSE_CLIENT, client), clip_norm)
                 for client, group_id in participants
             }
         width = self.dim if clip_norm is None else self.dim + 1  # the count's coordinate
@@ -316,9 +310,11 @@ class RoundEngine:
 
     def _secure_sums(self, ctx: RoundContext, mechanisms: list[PoolMechanism], vectors: dict[str, dict[int, np.ndarray]],
                      early: set[int], late: set[int],
-                     signs: dict[str, np.ndarray] | None = None) -> tuple[PoolResults, dict[str, str], int]:
+                     signs: dict[str, np.ndarray] | None = None,
+                     clip_norm: float | None = None) -> tuple[PoolResults, dict[str, str], int]:
         """Each pool's secure-aggregation session: what it released (a discrete pool's sum
-        decoded, unrotated with its ``signs`` and rescaled), the graph it ran and the mask
+        decoded, unrotated with its ``signs`` and rescaled; with adaptive clipping's
+        ``clip_norm`` S^t, to S^t and with its count appended), the graph it ran and the mask
         keystream bytes all sessions expanded."""
         results = PoolResults()
         graphs: dict[str, str] = {}
@@ -336,7 +332,7 @@ class RoundEngine:
             if result.aborted:
                 results.abort(mechanism.pool_id, result.reason or "aborted")
             elif discrete is not None and signs is not None and result.sum is not None:
-                results.release(mechanism, discrete.decode(result.sum, signs[mechanism.pool_id]),
+                results.release(mechanism, discrete.decode(result.sum, signs[mechanism.pool_id], clip_norm),
                                 len(result.survivors))
             else:
                 results.release(mechanism, result.sum, len(result.survivors))
