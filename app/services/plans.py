@@ -300,6 +300,7 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
 def _check_replannable(session: Session, record: PlanRecord) -> None:
     if privacy_unit(record.privacy_unit).replan is None:
         raise conflict(f"plan {record.id!r} is a {record.privacy_unit} plan, which is not re-planned")
+    ledger_service.check_replannable_mechanism(session, record)
     if record.population_id is not None:
         raise conflict(
             f"plan {record.id!r} belongs to population {record.population_id!r}: change the "

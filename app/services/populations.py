@@ -311,6 +311,9 @@ def _apply(state: AppState, population_id: str, caller: Principal,
             plan_service.check_size(state, scenario)
             child: Plan | None = None
             if snap.active is not None and edits:
+                with state.sessions() as session:
+                    # a discrete run's rounds cannot be recorded by a re-plan (409 naming secagg_mechanism)
+                    ledger_service.check_replannable_mechanism(session, snap.active)
                 try:
                     with plan_service.in_scenario():
                         child = plan_service.compute_replan(
