@@ -107,9 +107,12 @@ def run_mechanism(session: Session, record: PlanRecord) -> SecaggMechanism | Non
     """The noise mechanism of the run that reports ``record``'s rounds: the plan's stored one,
     else that of its nearest re-planned ancestor with one (a run that followed a re-plan keeps
     its mechanism); ``None`` while no round of the lineage was reported."""
-    for plan in reversed(plan_chain(session, record)):
+    plan: PlanRecord | None = record
+    while plan is not None:
         if plan.secagg_mechanism is not None:
             return plan.secagg_mechanism  # type: ignore[return-value]  # a String column holding a SecaggMechanism
+        parent_id = plan.parent_id
+        plan = None if parent_id is None else session.scalar(select(PlanRecord).where(PlanRecord.id == parent_id))
     return None
 
 

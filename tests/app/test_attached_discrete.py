@@ -180,6 +180,15 @@ def test_mechanism_refusals_and_a_report_without_the_field(server: Any) -> None:
     assert "report_discrete" in refused.json()["message"]
     assert api.get(f"/v1/plans/{plain['id']}/ledger").json()["secagg_mechanism"] is None
 
+    # a plan without a population whose run is on skellam is not re-planned either (POST /replan)
+    discrete = api.post("/v1/plans", json={"scenario": DISCRETE_SCENARIO}).json()
+    report = {"round_index": 0, "secagg_mechanism": "skellam"}
+    assert api.post(f"/v1/plans/{discrete['id']}/rounds", json=report).status_code == 201
+    refused = api.post(f"/v1/plans/{discrete['id']}/replan",
+                       json={"changes": {"groups": [{"id": "strict", "epsilon": 3.0}]}})
+    assert refused.status_code == 409 and refused.json()["field"] == "secagg_mechanism", refused.text
+    assert api.get(f"/v1/plans/{discrete['id']}/ledger").json()["superseded_by"] is None
+
     # a unit without secure-aggregation noise refuses the field; an unknown mechanism is a 422
     silo = api.post("/v1/plans", json={"scenario": SILO_SCENARIO}).json()
     refused = api.post(f"/v1/plans/{silo['id']}/rounds", json={"round_index": 0, "secagg_mechanism": "skellam"})
