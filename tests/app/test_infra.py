@@ -76,7 +76,7 @@ def test_plans_with_rounds_from_before_0006_are_counted_as_the_continuous_mechan
                 "VALUES (:id, 0, '[]', '{}', CURRENT_TIMESTAMP, 'completed')"), {"id": plan_id})
     upgrade_head(engine)
     with engine.connect() as connection:
-        stored = dict(connection.execute(text("SELECT id, secagg_mechanism FROM plans")).fetchall())
+        stored: dict[str, str | None] = dict(connection.execute(text("SELECT id, secagg_mechanism FROM plans")).fetchall())
     assert stored == {"reported": "gaussian_continuous", "fresh": None, "silo": None}
 
 
