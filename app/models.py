@@ -131,6 +131,10 @@ class PlanRecord(Base):
     # While a re-plan of this plan is computed, new rounds wait (503 + Retry-After) so the
     # ledger's count the re-plan starts from cannot move under it (docs/ledger.md §4).
     replan_fence_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The noise mechanism the run reporting this plan's rounds executes (SecaggMechanism), set by
+    # its first round report; a later report naming another is refused (docs/ledger.md §4). Null:
+    # no round reported yet, or a unit without secure-aggregation noise (migration 0006).
+    secagg_mechanism: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class LedgerRound(Base):

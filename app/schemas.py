@@ -350,6 +350,10 @@ class ConsolePopulation(BaseModel):
     rounds_counted: int = 0
     series: SpentSeries | None = None
     lineage: list[ConsoleLineage]
+    mechanism: str | None = Field(
+        None, description="the noise mechanism the active plan's run executes (exact, or the continuous one labelled "
+        "approximate) and, for the discrete one, the threat model; null: no round reported yet"
+    )
 
 
 class ConsolePlanRow(BaseModel):
@@ -372,6 +376,11 @@ class ConsolePlan(BaseModel):
     rounds_counted: int = Field(description="global rounds counted by the service's ledger")
     rows: list[ConsolePlanRow]
     lineage: list[ConsoleLineage] = Field(description="the plan's ancestors, oldest first, then the plan")
+    mechanism: str | None = Field(
+        None, description="client-level plans: the noise mechanism the run executes (exact, or the continuous one "
+        "labelled approximate) and, for the discrete one, the threat model; null: no round reported yet, or a unit "
+        "without secure-aggregation noise"
+    )
 
 
 class ConsoleComparison(BaseModel):

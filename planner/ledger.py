@@ -17,6 +17,13 @@ scenario's; docs/ledger.md §1). A group's history after ``n`` rounds of a plan 
 phases its parents spent (``phases[:spent_phase_count]``) followed by
 ``Phase(q_g, sigma_g, n)``. Every round counts for every group, sampled or not, aborted or
 not: counting can only overstate the loss, never understate it (docs/ledger.md §2).
+
+A run on the discrete mechanism (``secagg_mechanism="skellam"``) spends instead, for each
+group of a pool that states a ``discrete`` block, the block's Poisson-subsampled Skellam
+event (``planner.discrete.group_event``) at the plan's delta less each round's wrap-around
+bound (``planner.discrete.run_delta``). Every function below that prices rounds takes the
+run's ``mechanism``, so the trainer's tally and the service's ledger count a discrete run
+through the same code (docs/ledger.md §3, "Which mechanism").
 """
 
 from __future__ import annotations
@@ -26,11 +33,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantName, get_accountant
+from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from accounting.events import MetricLeakage, Phase, PoissonSampledGaussian, PrivacyEvent
 from accounting.metric import metric_leakage
+from planner import discrete as plan_discrete
 from planner.calibration import history_key
 from planner.schema import GroupPlan, Plan
+
+# The mechanism a run executes unless it says otherwise (the trainer's default, and what a
+# round report that names none means: docs/service.md §Privacy ledger).
+CONTINUOUS: SecaggMechanism = "gaussian_continuous"
 
 EpsilonFn = Callable[[Sequence[PrivacyEvent], float, AccountantName], float]
 
@@ -166,6 +179,59 @@ def group_history(plan: Plan, group: GroupPlan, rounds_run: int) -> list[Poisson
     return phases
 
 
+def counts_discrete(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism) -> bool:
+    """Whether a run of ``mechanism`` prices ``group`` by Skellam events: a run on skellam, and
+    a pool that states a ``discrete`` block (pools without noise state none) or Skellam events
+    the group spent under a parent plan (``planner.discrete.counts_discrete``)."""
+    return mechanism == "skellam" and plan_discrete.counts_discrete(plan, group)
+
+
+def run_history(plan: Plan, group: GroupPlan, rounds_run: int,
+                mechanism: SecaggMechanism = CONTINUOUS) -> list[PrivacyEvent]:
+    """The group's history after ``rounds_run`` rounds of ``plan`` run on ``mechanism``
+    (docs/ledger.md §2-§3): ``group_history`` on the continuous path; on skellam the Skellam
+    events its parents' runs spent (``spent_discrete``), then the pool's Poisson-subsampled
+    Skellam event of the rounds run (``planner.discrete.group_history``, docs/planning.md §9).
+    Spent phases that no Skellam events record (the planner states no block then, so a run
+    cannot reach this) are counted as the Gaussian phases they are, before the events."""
+    if not counts_discrete(plan, group, mechanism):
+        return list(group_history(plan, group, rounds_run))
+    if not 0 <= rounds_run <= plan.rounds:
+        raise InvalidInputError("rounds_run", f"must be from 0 to the plan's {plan.rounds} rounds, got {rounds_run}")
+    events: list[PrivacyEvent] = list(plan_discrete.group_history(plan, group, rounds_run))
+    if plan_discrete.spent_as_discrete(group):
+        return events
+    return [*(p for p in spent_history(plan, group) if p.noise_multiplier > 0), *events]
+
+
+def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
+    """The delta ``run_history`` is accounted at: the plan's, less the wrap-around bound of
+    every round run where the group's rounds are discrete (``planner.discrete.run_delta``;
+    the wrap-around probability is charged to delta, docs/secure-aggregation.md §Discrete noise)."""
+    if counts_discrete(plan, group, mechanism):
+        return plan_discrete.run_delta(plan, group, rounds_run)
+    return float(plan.scenario.delta)
+
+
+def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
+    """Refuse (``InvalidInputError`` naming ``secagg_mechanism``) counting ``plan``'s rounds as
+    ``mechanism`` when the plan does not state what that mechanism runs: on skellam, a pool
+    whose groups are sampled with noise but that states no ``discrete`` block (its rounds
+    would be counted as continuous Gaussian phases under the discrete mechanism's name)."""
+    if mechanism != "skellam":
+        return
+    for pool in plan.pools:
+        noised = pool.noise_multiplier > 0 and any(
+            g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id
+        )
+        if noised and pool.discrete is None:
+            raise InvalidInputError(
+                "secagg_mechanism",
+                f"skellam: pool {pool.id} of the plan states no discrete block, so its rounds cannot be counted as "
+                "the distributed Skellam mechanism (plan the scenario with report_discrete: true)",
+            )
+
+
 def is_unprotected(plan: Plan, group: GroupPlan, rounds_run: int) -> bool:
     """True when the group has no finite epsilon: it opted out, its pool has no noise, or
     it was ever sampled without noise (``unprotected_rounds``, or a noiseless spent phase)."""
@@ -208,17 +274,20 @@ def epsilon_spent(
     *,
     per_round: bool = False,
     epsilon_fn: EpsilonFn | None = None,
+    mechanism: SecaggMechanism = CONTINUOUS,
 ) -> float | None:
-    """Epsilon of the group's history after ``rounds_run`` rounds (``None``: no DP).
+    """Epsilon of the group's history after ``rounds_run`` rounds run on ``mechanism``
+    (``None``: no DP).
 
-    0 when nothing was spent yet; otherwise the epsilon of the events of ``group_history``
-    at the plan's delta under ``ledger_accountant`` (docs/ledger.md §3).
+    0 when nothing was spent yet; otherwise the epsilon of the events of ``run_history``
+    at ``history_delta`` (the plan's delta on the continuous path) under
+    ``ledger_accountant`` (docs/ledger.md §3).
     """
     if is_unprotected(plan, group, rounds_run):
         return None
     return history_epsilon(
-        group_history(plan, group, rounds_run), plan.scenario.delta, plan.accountant,
-        per_round=per_round, epsilon_fn=epsilon_fn,
+        run_history(plan, group, rounds_run, mechanism), history_delta(plan, group, rounds_run, mechanism),
+        plan.accountant, per_round=per_round, epsilon_fn=epsilon_fn,
     )
 
 
@@ -292,29 +361,40 @@ def epsilon_figures(
 
 
 def figures_by_group(
-    plan: Plan, rounds_run: int, spent: Mapping[str, float | None] | None = None
+    plan: Plan, rounds_run: int, spent: Mapping[str, float | None] | None = None,
+    *, mechanism: SecaggMechanism = CONTINUOUS,
 ) -> dict[str, EpsilonFigures | None]:
-    """``EpsilonFigures`` of every group's history after ``rounds_run`` rounds of ``plan``, in the
-    plan's order; ``None`` where the group has no finite epsilon (as ``epsilon_spent``).
+    """``EpsilonFigures`` of every group's history after ``rounds_run`` rounds of ``plan`` run on
+    ``mechanism``, in the plan's order; ``None`` where the group has no finite epsilon (as
+    ``epsilon_spent``). Each history at its ``history_delta``.
 
     ``spent``: each group's figure of record already computed (``epsilon_spent`` with the
-    default ``epsilon_fn``): it is the figure under ``ledger_accountant`` and is used as such
-    (a ledger row states the same number twice, docs/ledger.md §3) instead of composing the
-    history again.
+    default ``epsilon_fn`` and the same ``mechanism``): it is the figure under
+    ``ledger_accountant`` and is used as such (a ledger row states the same number twice,
+    docs/ledger.md §3) instead of composing the history again.
     """
     private = [g for g in plan.groups if not is_unprotected(plan, g, rounds_run)]
-    known = None if spent is None else {ledger_accountant(plan.accountant): [spent[g.id] for g in private]}
-    figures = epsilon_figures([group_history(plan, g, rounds_run) for g in private], plan.scenario.delta, known)
-    by_id = dict(zip((g.id for g in private), figures, strict=True))
+    deltas = {g.id: history_delta(plan, g, rounds_run, mechanism) for g in private}
+    by_id: dict[str, EpsilonFigures] = {}
+    # one call per delta: the continuous path's groups share the plan's; a discrete pool's
+    # groups share their pool's (the wrap-around share differs by pool)
+    for delta in dict.fromkeys(deltas.values()):
+        members = [g for g in private if deltas[g.id] == delta]
+        known = None if spent is None else {ledger_accountant(plan.accountant): [spent[g.id] for g in members]}
+        histories = [run_history(plan, g, rounds_run, mechanism) for g in members]
+        by_id.update(zip((g.id for g in members), epsilon_figures(histories, delta, known), strict=True))
     return {g.id: by_id.get(g.id) for g in plan.groups}
 
 
 def spent_by_group(
-    plan: Plan, rounds_run: int, *, per_round: bool = False, epsilon_fn: EpsilonFn | None = None
+    plan: Plan, rounds_run: int, *, per_round: bool = False, epsilon_fn: EpsilonFn | None = None,
+    mechanism: SecaggMechanism = CONTINUOUS,
 ) -> dict[str, float | None]:
-    """``epsilon_spent`` of every group of the plan, in the plan's order."""
+    """``epsilon_spent`` of every group of the plan after ``rounds_run`` rounds run on
+    ``mechanism``, in the plan's order."""
     return {
-        g.id: epsilon_spent(plan, g, rounds_run, per_round=per_round, epsilon_fn=epsilon_fn) for g in plan.groups
+        g.id: epsilon_spent(plan, g, rounds_run, per_round=per_round, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        for g in plan.groups
     }
 
 

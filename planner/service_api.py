@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from accounting.choices import AccountantName
-from accounting.events import Phase
+from accounting.choices import AccountantName, SecaggMechanism
+from accounting.events import Phase, PoissonSampledSkellam
 from accounting.validation import InputModel
 
 PoolId = Annotated[str, Field(min_length=1, max_length=64)]
@@ -89,6 +89,16 @@ class RoundReport(InputModel):
         "given it cannot change. A counted round without it counts as one more release of every client (never "
         "optimistic). Other units refuse it (422 naming participants)",
     )
+    # left out of a body when absent, so a report of another unit is what it was before
+    secagg_mechanism: SecaggMechanism | None = Field(
+        None, exclude_if=lambda value: value is None,
+        description="client-level plans: the noise mechanism the run's secure aggregation executes, which the "
+        "service's ledger counts (docs/ledger.md §3): skellam (the plan's discrete blocks, exact) or "
+        "gaussian_continuous (approximate); absent means gaussian_continuous (reporters from before this field). "
+        "A run keeps one mechanism: a report naming another than the run's earlier rounds (on this plan or the "
+        "plans it re-planned) is refused 409 naming secagg_mechanism; skellam on a plan without discrete blocks "
+        "is refused 422. Other units refuse it (422)",
+    )
 
 
 class GroupLedger(BaseModel):
@@ -96,7 +106,25 @@ class GroupLedger(BaseModel):
 
     id: str
     epsilon: float | None = Field(description="the group's target epsilon in this plan; null = opted out")
-    phases: list[Phase] = Field(description="phases run so far, parent plans first, identical runs merged")
+    phases: list[Phase] = Field(description="continuous Gaussian phases run so far, parent plans first, identical "
+                                "runs merged (a discrete group's parents' phases only: its rounds are in events)")
+    events: list[PoissonSampledSkellam] = Field(
+        default_factory=list,
+        description="secagg_mechanism skellam: the group's Poisson-subsampled Skellam event of the counted rounds "
+        "(its pool's discrete block, docs/secure-aggregation.md §Discrete noise); empty on the continuous path",
+    )
+    secagg_mechanism: SecaggMechanism | None = Field(
+        None, description="the mechanism the group's figures count: skellam where its pool states a discrete block "
+        "and the run executes it, else gaussian_continuous (approximate)",
+    )
+    threat_model: str | None = Field(
+        None, description="skellam: the threat model the figure holds under, the pool's discrete block's line "
+        "(colluding clients, honest survivors); null on the continuous path, which states none",
+    )
+    delta_accounted: float | None = Field(
+        None, description="the delta the events are accounted at: the ledger's delta, less the wrap-around bound of "
+        "each counted round on skellam (charged to delta, so the figure holds at the ledger's delta)",
+    )
     steps: int = Field(description="rounds this group was sampled with a nonzero rate")
     epsilon_spent: float | None = Field(description="epsilon of the phases; null when a phase had no noise")
     epsilon_rdp: float | None = Field(
@@ -129,6 +157,17 @@ class LedgerOut(BaseModel):
         "or reported (a lost report never hides privacy spent)"
     )
     superseded_by: str | None = None
+    # defaults: a ledger from a service before these fields is read as it was
+    notion: str = Field("client-level (epsilon, delta)-DP per group",
+                        description="the privacy notion of every epsilon below (planner.units)")
+    label: str = Field("client-level", description="the short label every figure is shown under; never added to or "
+                       "compared with another unit's figures")
+    secagg_mechanism: SecaggMechanism | None = Field(
+        None, description="the noise mechanism the run's rounds executed, as its round reports state (this plan's, "
+        "else the nearest re-planned ancestor's): skellam (exact) or gaussian_continuous (approximate); null: no "
+        "round of the run reported yet",
+    )
+    mechanism_label: str | None = Field(None, description="secagg_mechanism in words, saying exact or approximate")
     groups: list[GroupLedger]
 
 

@@ -114,6 +114,9 @@ def execute_run(
     refusal = prepared.unit.reporting_refusal(prepared.config)
     if reporter is not None and refusal is not None:
         raise InvalidInputError("report-to", refusal)
+    if reporter is not None:
+        # every claim and completion states the mechanism the run executes (the service counts it)
+        reporter.secagg_mechanism = prepared.unit.reported_mechanism(prepared.config)
     state = open_run(prepared, reporter, epsilon_fn)
     display = start_display(prepared, progress, state.next_round)
     started = time.perf_counter()

@@ -4,7 +4,9 @@ Every privacy figure on the console comes from here, and here from the service's
 (``app.services.ledger``, which counts rounds) and ``planner.ledger`` (what they cost): the
 page's JavaScript only draws numbers, it never computes one. Each figure is labelled with
 its unit: the privacy notion (client-level DP unless the plan names another), the
-accountant and delta.
+accountant and delta; a client-level plan's with the noise mechanism its run executes (the
+continuous one labelled approximate) and, for the discrete one, the threat model its
+guarantee holds under.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from app.schemas import (
     ConsolePlanRow,
     ConsolePopulation,
     GroupLedger,
+    LedgerOut,
     SpentSeries,
 )
 from app.services import ledger as ledger_service
 from app.services import plans as plan_service
 from app.services import populations as population_service
 from planner import ledger as plan_ledger
-from planner.schema import Plan
+from planner.schema import MECHANISM_LABELS, Plan, SecaggMechanism
 from planner.units import privacy_unit, unit_of
 
 # Points of the epsilon-over-rounds chart: every round up to this many, else evenly spaced.
@@ -44,6 +47,17 @@ def unit_label(plan: Plan) -> str:
     return f"epsilon: {notion}, delta={plan.scenario.delta:g}, accountant {plan_ledger.ledger_accountant(plan.accountant)}"
 
 
+def mechanism_text(mechanism: SecaggMechanism | None, rows: list[GroupLedger]) -> str | None:
+    """The noise mechanism a client-level ledger's figures count, in words (exact or approximate),
+    and for the discrete one the threat model of its rows' pools (``threat_model``: colluding
+    clients, honest survivors); ``None`` while no round of the run was reported."""
+    if mechanism is None:
+        return None
+    lines = list(dict.fromkeys(row.threat_model for row in rows if row.threat_model))
+    threat = f"; threat model: {' | '.join(lines)}" if lines else ""
+    return f"noise mechanism: {MECHANISM_LABELS[mechanism]}{threat}"
+
+
 def population_view(state: AppState, population_id: str) -> ConsolePopulation:
     """The population, its groups' budgets and spending, the spending over rounds, the plans."""
     with state.sessions() as session:
@@ -55,6 +69,7 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
         children = {r.parent_id: r.id for r in records if r.parent_id is not None}
         active = next((r for r in records if r.id == population.active_plan_id), None)
         chain = ledger_service.plan_chain(session, active) if active is not None else []
+        mechanism = ledger_service.run_mechanism(session, active) if active is not None else None
     lineage = [
         ConsoleLineage(id=r.id, parent_plan_id=r.parent_id, superseded_by=children.get(r.id), method=r.method,
                        accountant=r.accountant, start_round=r.start_round, rounds=r.rounds,
@@ -67,7 +82,7 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
         groups = [ConsoleGroup(id=g.id, epsilon=g.epsilon, num_clients=g.num_clients) for g in population.scenario.groups]
         return ConsolePopulation(population=population, unit=None, groups=groups, lineage=lineage, series=None)
     stages = [(plan_service.to_plan(r), r.start_round, counted[r.id]) for r in chain]
-    ledgers, series = state.compute.run(spending, stages)
+    ledgers, series = state.compute.run(spending, stages, mechanism or plan_ledger.CONTINUOUS)
     plan = stages[-1][0]
     groups = [
         ConsoleGroup(id=g.id, epsilon=budgets.get(g.id), num_clients=g.num_clients, epsilon_spent=row.epsilon_spent,
@@ -76,19 +91,22 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
         for g, row in zip(plan.groups, ledgers)
     ]
     return ConsolePopulation(population=population, unit=unit_label(plan), groups=groups, lineage=lineage,
-                             series=series, rounds_counted=counted[chain[-1].id] + chain[-1].start_round)
+                             series=series, rounds_counted=counted[chain[-1].id] + chain[-1].start_round,
+                             mechanism=mechanism_text(mechanism, ledgers))
 
 
-def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], SpentSeries]:
+def spending(stages: list[tuple[Plan, int, int]],
+             mechanism: SecaggMechanism = plan_ledger.CONTINUOUS) -> tuple[list[GroupLedger], SpentSeries]:
     """The active plan's ledger rows and each group's epsilon after every counted round.
 
-    ``stages`` is the plan chain, oldest first: (plan, its start round, rounds it counts).
+    ``stages`` is the plan chain, oldest first: (plan, its start round, rounds it counts);
+    ``mechanism`` the run's (one for the whole chain: a run keeps its mechanism).
     The epsilon after global round r is ``planner.ledger.epsilon_spent`` of the plan that
     covers r, after ``r - start`` of its rounds (its history holds its parents' phases), the
     number the ledger endpoint reports (docs/ledger.md §2-§4). Runs on the compute pool.
     """
     plan, _, rounds = stages[-1]
-    rows = ledger_service.group_ledgers(plan, rounds)
+    rows = ledger_service.group_ledgers(plan, rounds, mechanism)
     total = stages[-1][1] + rounds
     # an accountant whose questions run in child processes (prv) costs about a second a point
     slow = any(get_accountant(stage[0].accountant).runs_in_child for stage in stages)
@@ -106,7 +124,9 @@ def spending(stages: list[tuple[Plan, int, int]]) -> tuple[list[GroupLedger], Sp
                 series[group_id].append(0.0)
                 budgets[group_id].append(None)
                 continue
-            series[group_id].append(plan_ledger.epsilon_spent(stage_plan, group, max(0, global_round - start)))
+            series[group_id].append(
+                plan_ledger.epsilon_spent(stage_plan, group, max(0, global_round - start), mechanism=mechanism)
+            )
             budgets[group_id].append(stage_plan.scenario.group(group_id).epsilon)  # the budget its scenario fixes
     return list(rows), SpentSeries(rounds=wanted, epsilon_spent=series, budget=budgets)
 
@@ -138,9 +158,10 @@ def plan_view(state: AppState, plan_id: str) -> ConsolePlan:
                        active=r.id == record.id and child is None)  # a re-planned plan is superseded
         for r, next_ in zip(chain, [*chain[1:], None])
     ]
+    mechanism = mechanism_text(ledger.secagg_mechanism, ledger.groups) if isinstance(ledger, LedgerOut) else None
     return ConsolePlan(
         plan_id=record.id, privacy_unit=unit.name, label=unit.label, figure=unit.figure, entities=unit.entities,
-        budget_field=unit.budget_field,
+        budget_field=unit.budget_field, mechanism=mechanism,
         unit=", ".join(details), rounds_counted=record.start_round + counted[record.id], rows=rows, lineage=lineage,
     )
 

@@ -19,6 +19,12 @@ count. The rules, all conservative:
   (``participation_reports``: metric plans) takes the clients that released with each
   round; a counted round without them counts as one release of every client
   (docs/ledger.md §8).
+* A client-level run states its secure-aggregation noise mechanism with each report
+  (``secagg_mechanism``; absent: ``gaussian_continuous``). The plan stores it from the
+  first report on; a report naming another than the run's (this plan's, or the nearest
+  re-planned ancestor's) is refused 409, and the ledger counts the rounds as that
+  mechanism through ``planner.ledger`` (the discrete one: each pool's Skellam event, the
+  wrap-around charged to delta), the trainer's tally's own functions (docs/ledger.md §3).
 
 Each report is one write transaction keyed by ``(plan_id, round_index)`` (a unique
 constraint): a repeated claim or report returns the existing record flagged ``duplicate``.
@@ -36,16 +42,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accounting.errors import InvalidInputError
-from accounting.events import Phase
+from accounting.events import Phase, PoissonSampledGaussian, PoissonSampledSkellam
 from app.db import with_busy_retry, write_transaction
 from app.deps import AppState, Principal
 from app.errors import ServiceError, conflict, not_found, superseded
 from app.models import LedgerRound, PlanRecord
 from app.schemas import GroupLedger, LedgerOut, RoundRecord, RoundReport
 from planner import ledger as plan_ledger
-from planner.schema import Plan
-from planner.units import load_plan_document, privacy_unit
-from planner.units.base import Participations
+from planner.schema import MECHANISM_LABELS, Plan, SecaggMechanism
+from planner.units import load_plan, load_plan_document, privacy_unit
+from planner.units.base import Participations, PrivacyUnit
 
 
 def last_round_index(session: Session, plan_id: str) -> int | None:
@@ -92,9 +98,47 @@ def _fenced(record: PlanRecord) -> bool:
     return until > datetime.now(UTC)
 
 
-def spent_by_group(plan: Plan, rounds: int) -> dict[str, float | None]:
-    """Each group's epsilon after ``rounds`` counted rounds of ``plan`` (``planner.ledger``)."""
-    return plan_ledger.spent_by_group(plan, rounds)
+def spent_by_group(plan: Plan, rounds: int, mechanism: SecaggMechanism = plan_ledger.CONTINUOUS) -> dict[str, float | None]:
+    """Each group's epsilon after ``rounds`` counted rounds of ``plan`` run on ``mechanism`` (``planner.ledger``)."""
+    return plan_ledger.spent_by_group(plan, rounds, mechanism=mechanism)
+
+
+def run_mechanism(session: Session, record: PlanRecord) -> SecaggMechanism | None:
+    """The noise mechanism of the run that reports ``record``'s rounds: the plan's stored one,
+    else that of its nearest re-planned ancestor with one (a run that followed a re-plan keeps
+    its mechanism); ``None`` while no round of the lineage was reported."""
+    plan: PlanRecord | None = record
+    while plan is not None:
+        if plan.secagg_mechanism is not None:
+            return plan.secagg_mechanism  # type: ignore[return-value]  # a String column holding a SecaggMechanism
+        parent_id = plan.parent_id
+        plan = None if parent_id is None else session.scalar(select(PlanRecord).where(PlanRecord.id == parent_id))
+    return None
+
+
+def _check_mechanism(session: Session, plan_record: PlanRecord, unit: PrivacyUnit, report: RoundReport) -> None:
+    """The report's ``secagg_mechanism`` against the run's; stored on the plan with its first round.
+
+    Units without secure-aggregation noise refuse the field (422); a mechanism other than the
+    run's is a 409 (a run may not change mechanism mid-run: its rounds would be counted as
+    one mechanism while another ran); skellam on a plan that states no discrete block for a
+    noised pool is a 422 (``planner.ledger.check_mechanism``)."""
+    if not unit.secagg_mechanisms:
+        if report.secagg_mechanism is not None:
+            raise InvalidInputError(
+                "secagg_mechanism", f"{unit.name} plans run no secure-aggregation noise: leave secagg_mechanism out"
+            )
+        return
+    given = report.secagg_mechanism or plan_ledger.CONTINUOUS
+    run = run_mechanism(session, plan_record)
+    if run is not None and run != given:
+        raise conflict(
+            f"the run reporting plan {plan_record.id}'s rounds executes {run}; a report of {given} is refused "
+            "(a run may not change mechanism mid-run)", field="secagg_mechanism",
+        )
+    if plan_record.secagg_mechanism is None:
+        plan_ledger.check_mechanism(load_plan(plan_record.document), given)
+        plan_record.secagg_mechanism = given
 
 
 def report_round(state: AppState, plan_id: str, report: RoundReport, caller: Principal) -> RoundRecord:
@@ -133,6 +177,7 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
         raise InvalidInputError(
             "participants", f"{unit.name} plans count rounds, not who took part: leave participants out"
         )
+    _check_mechanism(session, plan_record, unit, report)
     existing = _existing(session, plan_id, report.round_index)
     if existing is not None:
         if existing.status == "started" and report.status == "completed":
@@ -277,6 +322,7 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
         child = session.scalar(select(PlanRecord.id).where(PlanRecord.parent_id == plan_id))
         counted = rounds_counted(session, record)
         tally = participations(session, record) if unit.participation_reports else Participations()
+        mechanism = run_mechanism(session, record)
     if unit.ledger_rows is not None and unit.ledger_model is not None:
         fields = state.compute.run(unit.ledger_rows, load_plan_document(record.document), counted, tally)
         return unit.ledger_model(
@@ -285,10 +331,14 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
             last_round_index=last, rounds_counted=counted, superseded_by=child, **fields,
         )
     plan = Plan.model_validate(record.document)
-    groups = state.compute.run(group_ledgers, plan, counted)
+    groups = state.compute.run(group_ledgers, plan, counted, mechanism or plan_ledger.CONTINUOUS)
     return LedgerOut(
         plan_id=record.id,
         privacy_unit=plan.privacy_unit,
+        notion=unit.notion,
+        label=unit.label,
+        secagg_mechanism=mechanism,
+        mechanism_label=MECHANISM_LABELS[mechanism] if mechanism is not None else None,
         accountant=plan_ledger.ledger_accountant(plan.accountant),
         delta=plan.scenario.delta,
         start_round=record.start_round,
@@ -301,16 +351,22 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
     )
 
 
-def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
-    """Each group's row of the ledger after ``rounds`` counted rounds of ``plan``."""
+def group_ledgers(plan: Plan, rounds: int,
+                  mechanism: SecaggMechanism = plan_ledger.CONTINUOUS) -> list[GroupLedger]:
+    """Each group's row of the ledger after ``rounds`` counted rounds of ``plan`` run on
+    ``mechanism``: its figures, history and the delta it is accounted at (``planner.ledger``,
+    the functions the trainer's tally uses) and, for a discrete group, its pool's threat model."""
     result = []
-    spent_by_id = plan_ledger.spent_by_group(plan, rounds)
+    spent_by_id = plan_ledger.spent_by_group(plan, rounds, mechanism=mechanism)
     # the figure of record is one of the row's two figures: each history composed once
-    figures = plan_ledger.figures_by_group(plan, rounds, spent_by_id)
+    figures = plan_ledger.figures_by_group(plan, rounds, spent_by_id, mechanism=mechanism)
     for group in plan.groups:
         spent = spent_by_id[group.id]
         both = figures[group.id]
-        phases: list[Phase] = plan_ledger.merge_phases(plan_ledger.group_history(plan, group, rounds))
+        history = plan_ledger.run_history(plan, group, rounds, mechanism)
+        phases: list[Phase] = plan_ledger.merge_phases([e for e in history if isinstance(e, PoissonSampledGaussian)])
+        discrete = plan_ledger.counts_discrete(plan, group, mechanism)
+        block = plan.pool(group.pool).discrete
         budget = plan.scenario.group(group.id).epsilon  # the budget the plan's scenario fixes
         remaining = None
         if spent is not None and budget is not None:
@@ -319,6 +375,10 @@ def group_ledgers(plan: Plan, rounds: int) -> list[GroupLedger]:
             id=group.id,
             epsilon=budget,
             phases=phases,
+            events=[e for e in history if isinstance(e, PoissonSampledSkellam)],
+            secagg_mechanism="skellam" if discrete else plan_ledger.CONTINUOUS,
+            threat_model=block.threat_model if discrete and block is not None else None,
+            delta_accounted=plan_ledger.history_delta(plan, group, rounds, mechanism),
             steps=plan_ledger.rounds_sampled(plan, group, rounds),
             epsilon_spent=spent,
             epsilon_rdp=both.rdp if both is not None else None,

@@ -144,6 +144,7 @@ async function showPlan(id) {
   $("plan").hidden = false;
   $("plan-title").textContent = `Plan ${view.plan_id} (${view.label})`;
   $("plan-unit").textContent = `Privacy figures: ${view.unit}; ${view.rounds_counted} round(s) counted by the service's ledger.`;
+  showMechanism("plan-mechanism", view.mechanism);
   $("plan-entity").textContent = view.entities.replace(/s$/, "");  // silos -> silo, groups -> group
   $("plan-budget").textContent = `${view.figure} budget`;
   $("plan-spent").textContent = `${view.figure} spent`;
@@ -177,6 +178,13 @@ async function replanPlan(view, entityId, budget) {
   }
 }
 
+// The noise mechanism the figures count (the continuous one labelled approximate) and the
+// discrete one's threat model, in the service's words; hidden while no round was reported.
+function showMechanism(elementId, text) {
+  $(elementId).hidden = !text;
+  $(elementId).textContent = text ? `Figures count the ${text}.` : "";
+}
+
 async function showPopulation(id) {
   state.population = id;
   for (const row of $("populations").querySelectorAll("tbody tr")) {
@@ -189,6 +197,7 @@ async function showPopulation(id) {
     ? `Privacy figures: ${view.unit}; ${view.rounds_counted} round(s) counted by the service's ledger.`
     : "No active plan yet: nothing has been spent.";
   $("plan-now").hidden = Boolean(view.population.active_plan_id);
+  showMechanism("mechanism", view.mechanism);
   renderGroups(view);
   renderSpent(view);
   renderLineage(view);

@@ -71,6 +71,10 @@ class PrivacyUnit:
     the service's ledger body of the unit's plans and ``ledger_rows(plan, rounds_counted,
     participations)`` its unit-specific fields; both ``None`` for the client unit, whose
     rows the service computes itself (``app.services.ledger.group_ledgers``).
+    ``secagg_mechanisms``: its rounds run secure aggregation with a choice of noise
+    mechanism (``accounting.choices.SecaggMechanism``), which round reports state and the
+    ledger counts (``planner.ledger``'s ``mechanism``; docs/ledger.md §3); other units'
+    reports leave ``secagg_mechanism`` out.
     """
 
     name: str
@@ -91,6 +95,7 @@ class PrivacyUnit:
     changes_model: type[BaseModel]
     replan: ReplanFn | None = None
     participation_reports: bool = False
+    secagg_mechanisms: bool = False
     check_participants: Callable[[Any, Participations, dict[str, list[int]]], None] | None = None
     ledger_model: type[BaseModel] | None = None
     ledger_rows: LedgerRowsFn | None = None

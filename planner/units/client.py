@@ -57,4 +57,5 @@ UNIT = PrivacyUnit(
     changes_model=Changes,
     replan=_replan,
     service_plan=_service_plan,
+    secagg_mechanisms=True,
 )

@@ -106,6 +106,8 @@ def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
             ledger["strict"]["epsilon_remaining"], rel=1e-3)
         unit = _text(browser, "unit")
         assert "client-level" in unit and "delta=0.001" in unit and "accountant pld" in unit and "10 round(s)" in unit
+        # rounds reported without a mechanism are the continuous one's, labelled approximate
+        assert "continuous Gaussian (approximate" in _text(browser, "mechanism")
         _wait(browser, lambda d: _painted_pixels(d, "spent-chart") > 500)
 
         # below what was spent: the service's own refusal appears on the page
@@ -218,4 +220,36 @@ def test_console_shows_silo_and_metric_plans_under_their_labels(browser: Any, tm
         shots = Path(os.environ.get("GDPFED_CONSOLE_SCREENSHOTS", str(tmp_path)))
         shots.mkdir(parents=True, exist_ok=True)
         (shots / "console-metric-plan.png").write_bytes(browser.get_screenshot_as_png())
+        api.close()
+
+
+def test_console_labels_a_skellam_runs_figures_with_the_mechanism_and_threat_model(browser: Any, tmp_path: Path) -> None:
+    """Issue 27: a run reported on the distributed Skellam mechanism; the population's and the
+    plan's views state the mechanism (exact) and the discrete blocks' threat model, and their
+    figures are the ledger's Skellam figures."""
+    scenario = {**SMALL_SCENARIO, "report_discrete": True}
+    with serve(f"sqlite:///{tmp_path / 'gdpfed.db'}", initial_api_key=OPERATOR_TOKEN) as server:
+        api = httpx.Client(base_url=server.base_url, headers=auth(OPERATOR_TOKEN), timeout=120)
+        population_id = api.post("/v1/populations", json={"name": "discrete", "scenario": scenario}).json()["id"]
+        plan = api.post(f"/v1/populations/{population_id}/plans").json()
+        other = api.post("/v1/plans", json={"scenario": scenario}).json()
+        for plan_id in (plan["id"], other["id"]):
+            for index in range(3):
+                report = {"round_index": index, "secagg_mechanism": "skellam"}
+                assert api.post(f"/v1/plans/{plan_id}/rounds", json=report).status_code == 201
+        ledger = api.get(f"/v1/plans/{plan['id']}/ledger").json()
+        threat = {pool["discrete"]["threat_model"] for pool in plan["pools"] if pool["discrete"]}
+        assert ledger["secagg_mechanism"] == "skellam" and threat
+
+        _log_in(browser, server.base_url, OPERATOR_TOKEN)
+        mechanism = _text(browser, "mechanism")
+        assert "distributed Skellam (exact" in mechanism and "approximate" not in mechanism
+        assert all(line in mechanism for line in threat) and "honest survivors" in mechanism
+        strict = {g["id"]: g for g in ledger["groups"]}["strict"]
+        assert float(_group_cell(browser, "strict", "spent")) == pytest.approx(strict["epsilon_spent"], rel=1e-3)
+        assert "client-level" in _text(browser, "unit")
+
+        browser.find_element("css selector", f'#plans tr[data-id="{other["id"]}"]').click()
+        _wait(browser, lambda d: "distributed Skellam (exact" in _text(d, "plan-mechanism"))
+        assert "threat model" in _text(browser, "plan-mechanism") and "client-level" in _text(browser, "plan-unit")
         api.close()

@@ -51,6 +51,35 @@ def test_downgrade_then_upgrade(backend_url: str) -> None:
     assert "plans" in inspect(engine).get_table_names()
 
 
+def test_plans_with_rounds_from_before_0006_are_counted_as_the_continuous_mechanism(backend_url: str) -> None:
+    """Issue 27: every round reported before revision 0006 came from a trainer that ran the
+    continuous Gaussian; its client plans get that mechanism, plans without rounds none, so a
+    later report of another mechanism on them is refused (tests/app/test_attached_discrete.py)."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from app.migrate import alembic_config
+
+    engine = make_engine(backend_url)
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0005_ledger_round_participants")
+    with engine.begin() as connection:
+        for plan_id, unit in (("reported", "client"), ("fresh", "client"), ("silo", "silo_sample")):
+            connection.execute(text(
+                "INSERT INTO plans (id, created_at, method, privacy_unit, start_round, rounds, document) "
+                "VALUES (:id, CURRENT_TIMESTAMP, 'gdpfed_plus', :unit, 0, 5, '{}')"), {"id": plan_id, "unit": unit})
+        for plan_id in ("reported", "silo"):
+            connection.execute(text(
+                "INSERT INTO ledger_rounds (plan_id, round_index, aborted_pools, metrics, reported_at, status) "
+                "VALUES (:id, 0, '[]', '{}', CURRENT_TIMESTAMP, 'completed')"), {"id": plan_id})
+    upgrade_head(engine)
+    with engine.connect() as connection:
+        stored: dict[str, str | None] = dict(connection.execute(text("SELECT id, secagg_mechanism FROM plans")).fetchall())
+    assert stored == {"reported": "gaussian_continuous", "fresh": None, "silo": None}
+
+
 def test_sqlite_connection_settings(db_url: str) -> None:
     engine = make_engine(db_url, busy_timeout_seconds=7)
     with engine.connect() as connection:

@@ -261,6 +261,7 @@ def test_a_run_on_the_plans_blocks_runs_skellam_by_default_and_the_continuous_on
 
 
 def test_a_run_on_the_discrete_mechanism_records_it_and_refuses_what_does_not_run_it(tmp_path):
+def test_a_run_on_the_discrete_mechanism_records_it_and_is_reported(tmp_path):
     from trainer.data import load_dataset
     from trainer.runner import TrainConfig, execute_run, prepare_run
 
@@ -278,11 +279,9 @@ def test_a_run_on_the_discrete_mechanism_records_it_and_refuses_what_does_not_ru
     assert written["epsilon_spent"] == ledger.final_spent()
     assert json.loads((tmp_path / "run" / "config.json").read_text())["secagg_mechanism"] == "skellam"
 
-    from trainer.run.reporting import RoundReporter
-
-    with pytest.raises(InvalidInputError) as error:
-        execute_run(prepared, progress=quiet_progress(2), reporter=object.__new__(RoundReporter))
-    assert error.value.field == "report-to" and "skellam" in error.value.reason
+    # reported: the reports state skellam and the service counts it (tests/app/test_attached_discrete.py)
+    assert prepared.unit.reporting_refusal(config) is None
+    assert prepared.unit.reported_mechanism(config) == "skellam"
 
 
 def test_the_console_names_the_mechanism_and_labels_the_continuous_one_approximate():
@@ -330,7 +329,8 @@ def test_the_bit_width_the_clients_encode_with_covers_every_group_of_the_pool():
 
 def test_a_tally_that_follows_a_re_plan_keeps_counting_the_discrete_mechanism(plan):
     # the engine keeps running Skellam shares after a re-plan, so the tally must keep
-    # charging the wrap-around share of delta (reviewer F3; refused today by --report-to)
+    # charging the wrap-around share of delta (reviewer F3; the service refuses re-plans of a
+    # discrete run, tests/app/test_attached_discrete.py)
     tally = ClientTally(plan, mechanism="skellam")
     assert tally.continued(plan, None).mechanism == "skellam"
 

@@ -220,15 +220,21 @@ def fetch_service_plan(
 class RoundReporter:
     """Claims and completes rounds of the current plan; queues completions it could not deliver."""
 
-    def __init__(self, link: ServiceLink, plan_id: str) -> None:
+    def __init__(self, link: ServiceLink, plan_id: str, secagg_mechanism: str | None = None) -> None:
         self.link = link
         self.plan_id = plan_id
+        # what every claim and completion states (``RoundReport.secagg_mechanism``): the run's
+        # noise mechanism, which the service's ledger counts; None for units without one
+        # (the run loop sets it from the unit: ``TrainingUnit.reported_mechanism``)
+        self.secagg_mechanism = secagg_mechanism
         self.pending: list[dict[str, Any]] = []  # {"plan_id", "body"}
         self.delivered = 0
 
     def claim(self, round_index: int) -> Superseded | None:
         """Claim ``round_index`` on the current plan; the successor when it was re-planned."""
-        claim = RoundReport(round_index=round_index, status="started")
+        claim = RoundReport.model_validate(
+            {"round_index": round_index, "status": "started", "secagg_mechanism": self.secagg_mechanism}
+        )
         response = self.link.request("POST", f"/v1/plans/{self.plan_id}/rounds", claim.model_dump(mode="json"))
         if isinstance(response, str):
             raise ReportingStoppedError(
@@ -255,8 +261,10 @@ class RoundReporter:
         completion: the round's clients are selected when it runs, after its claim, and the
         service counts a claimed round as one release of every client until they arrive
         (docs/ledger.md §8)."""
-        report = RoundReport(round_index=round_index, status="completed", aborted_pools=list(aborted_pools),
-                             metrics=metrics, participants=participants)
+        report = RoundReport.model_validate({
+            "round_index": round_index, "status": "completed", "aborted_pools": list(aborted_pools),
+            "metrics": metrics, "participants": participants, "secagg_mechanism": self.secagg_mechanism,
+        })
         self.pending.append({"plan_id": self.plan_id, "body": report.model_dump(mode="json")})
         self.flush()
 

@@ -89,17 +89,17 @@ class TrainingUnit:
             return None
         return {group: list(clients) for group, clients in (outcome.participants or {}).items()}
 
+    def reported_mechanism(self, config: TrainConfig) -> str | None:
+        """The ``secagg_mechanism`` this unit's round reports state: ``config``'s, the noise its
+        secure aggregation executes and its tally counts, which the service's ledger counts the
+        rounds as (docs/ledger.md §3); ``None`` for a unit that never reads the option."""
+        return None if "secagg_mechanism" in self.unused_options else str(config.secagg_mechanism)
+
     def reporting_refusal(self, config: TrainConfig | None = None) -> str | None:
         """Why ``--report-to`` is refused for this unit's runs (of ``config``); ``None`` when its
-        rounds are reported. The service's ledger counts a client plan's continuous phases, so a
-        run on the discrete mechanism is not reported (docs/secure-aggregation.md §Discrete noise)."""
-        # a client run's config holds the mechanism its plan resolved to; other units keep the
-        # default ``plan`` (they run no secure aggregation), which is not refused
-        if self.reports and config is not None and config.secagg_mechanism == "skellam":
-            return (
-                "the service's ledger counts the plan's continuous Gaussian phases; a run with "
-                "--secagg-mechanism skellam is not reported to it"
-            )
+        rounds are reported. Every mechanism of a reporting unit is: the reports state it
+        (``reported_mechanism``) and the service's ledger counts it (docs/service.md §Privacy ledger)."""
+        del config  # every secure-aggregation mechanism is reported
         if self.reports:
             return None
         return self.no_reports_reason or (

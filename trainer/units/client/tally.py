@@ -13,8 +13,9 @@ noised pool the event its pool's stated block describes, the Poisson-subsampled 
 (``planner.discrete.group_event``), accounted at the plan's delta less each round's
 wrap-around bound (``planner.discrete.run_delta``; docs/secure-aggregation.md §Discrete noise).
 A run that followed a re-plan composes, first, the Skellam events its earlier plans spent
-(``GroupPlan.spent_discrete``, ``planner.discrete.group_history``), at delta less their
-wrap-around charge too (docs/planning.md §9).
+(``GroupPlan.spent_discrete``), at delta less their wrap-around charge too (docs/planning.md
+§9). ``planner.ledger``'s functions take the run's mechanism, so the service's ledger of a
+reported discrete run composes the very same events.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from accounting.events import PrivacyEvent
-from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
 from planner.ledger import EpsilonFn, same_history
 from planner.schema import GroupPlan, Plan
@@ -58,39 +58,23 @@ class ClientTally:
             plan_ledger.effective_noise_multiplier(self.plan, group) > 0
         )
 
-    def _discrete(self, group: GroupPlan) -> bool:
-        """Whether the group's history is Skellam events (skellam, and a stated block or spent
-        Skellam events: ``planner.discrete.counts_discrete``)."""
-        return self.mechanism == "skellam" and plan_discrete.counts_discrete(self.plan, group)
-
     def phases(self, group_id: str) -> list[PrivacyEvent]:
-        """The group's full history after the rounds run so far: on skellam its parents' spent
-        Skellam events and its pool's event of the rounds run (``planner.discrete.group_history``)."""
-        group = self.plan.group(group_id)
-        if self._discrete(group):
-            return list(plan_discrete.group_history(self.plan, group, self.rounds_run))
-        return list(plan_ledger.group_history(self.plan, group, self.rounds_run))
+        """The group's full history after the rounds run so far, on the run's mechanism
+        (``planner.ledger.run_history``)."""
+        return plan_ledger.run_history(self.plan, self.plan.group(group_id), self.rounds_run, self.mechanism)
 
     def group_delta(self, group: GroupPlan) -> float:
         """The delta the group's history is accounted at: the plan's, less the discrete
-        mechanism's wrap-around bound of every round run."""
-        if self._discrete(group):
-            return plan_discrete.run_delta(self.plan, group, self.rounds_run)
-        return float(self.plan.scenario.delta)
+        mechanism's wrap-around bound of every round run (``planner.ledger.history_delta``)."""
+        return plan_ledger.history_delta(self.plan, group, self.rounds_run, self.mechanism)
 
     def record_round(self) -> None:
         self.rounds_run += 1
 
     def epsilon_spent(self, group_id: str, *, final: bool = False) -> float | None:
-        """Epsilon of the group's history so far (``None``: no DP for this group)."""
+        """Epsilon of the group's history so far (``None``: no DP), through
+        ``planner.ledger.epsilon_spent`` for the run's mechanism, as the service's ledger."""
         key = (group_id, self.rounds_run, final)
-        group = self.plan.group(group_id)
-        if key not in self._cache and self._discrete(group):
-            unprotected = plan_ledger.is_unprotected(self.plan, group, self.rounds_run)
-            self._cache[key] = None if unprotected else plan_ledger.history_epsilon(
-                self.phases(group_id), self.group_delta(group), self.plan.accountant,
-                per_round=not final, epsilon_fn=self.epsilon_fn,
-            )
         if key not in self._cache:
             self._cache[key] = plan_ledger.epsilon_spent(
                 self.plan,
@@ -98,6 +82,7 @@ class ClientTally:
                 self.rounds_run,
                 per_round=not final,
                 epsilon_fn=self.epsilon_fn,
+                mechanism=self.mechanism,
             )
         return self._cache[key]
 
@@ -114,12 +99,8 @@ class ClientTally:
         the figure of record (``final_spent``)."""
         # the figure of record is one of the two (composed once) unless epsilon_fn is another's
         default = self.epsilon_fn is plan_ledger.default_epsilon_fn
-        figures = plan_ledger.figures_by_group(self.plan, self.rounds_run, self.final_spent() if default else None)
-        for group in self.plan.groups:
-            if self._discrete(group) and figures.get(group.id) is not None:
-                # the discrete mechanism's events, at its delta less the wrap-around share
-                figures[group.id] = plan_ledger.epsilon_figures([self.phases(group.id)], self.group_delta(group))[0]
-        return figures
+        return plan_ledger.figures_by_group(self.plan, self.rounds_run, self.final_spent() if default else None,
+                                            mechanism=self.mechanism)
 
     def targets(self) -> dict[str, float | None]:
         """Each group's budget, as the plan's scenario fixes it (None: opted out; docs/ledger.md §5)."""
