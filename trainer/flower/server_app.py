@@ -119,7 +119,9 @@ def prepare_client_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
     from trainer.flower.engine import FlowerEngineFactory, Membership
     from trainer.runner import prepare_run
 
-    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log)
+    # the run's noise mechanism from its configuration, as gdpfed train's (nodes that run another are left out)
+    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log,
+                            mechanism=config.secagg_mechanism)
     build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
                                        step_timeout=options.step_timeout, log=log, hook=engine_hook)
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,

@@ -23,8 +23,10 @@ from accounting.errors import InvalidInputError
 from planner.discrete import padded_dimension
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
 from planner.schema import DiscreteMechanism, Plan
+from trainer.choices import SECAGG_MECHANISMS
 from trainer.secagg import discrete as dm
 from trainer.secagg.encoding import word_dtype
+from trainer.strategies.base import PURPOSE_ROTATION, RoundContext
 from trainer.units.client.mechanism import finite_update
 
 # Floats of a stated block may differ from the re-derivation by JSON rounding only.
@@ -64,6 +66,34 @@ class DiscretePool:
     def decode(self, residues: np.ndarray, signs: np.ndarray) -> np.ndarray:
         """The released update sum from the session's sum mod 2^b."""
         return dm.server_decode(residues, self.server_params, signs)
+
+
+def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool) -> dict[str, DiscretePool]:
+    """Pool id -> its discrete mechanism for a run of ``secagg_mechanism`` (none for
+    ``gaussian_continuous``), the one check the simulator's round engine and the Flower
+    server and nodes make of a run's mechanism (docs/flower.md §2 "The discrete mechanism").
+
+    Refuses (``InvalidInputError("secagg_mechanism")``) an unknown mechanism and skellam with
+    adaptive clipping (its count and per-round clip run the continuous mechanism only);
+    under skellam the blocks are ``discrete_pools``' (re-derived and compared).
+    """
+    if secagg_mechanism not in SECAGG_MECHANISMS:
+        raise InvalidInputError(
+            "secagg_mechanism", f"must be {' or '.join(SECAGG_MECHANISMS)}, got {secagg_mechanism!r}"
+        )
+    if secagg_mechanism == "skellam" and adaptive:
+        raise InvalidInputError(
+            "secagg_mechanism",
+            "skellam: adaptive clipping's count and per-round clip run the continuous mechanism only",
+        )
+    return discrete_pools(plan, dim) if secagg_mechanism == "skellam" else {}
+
+
+def rotation_seed(ctx: RoundContext, pool_index: int) -> int:
+    """The public seed of the rotation signs of pool ``pool_index`` (its place in
+    ``plan.pools``) in the round ``ctx``: from the run seed and the round only, so the
+    server and every client derive it alike (``trainer.secagg.discrete.rotation_signs``)."""
+    return ctx.seed_for(PURPOSE_ROTATION, pool_index)
 
 
 def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:

@@ -66,11 +66,10 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(client_plan)
     warnings.extend(strategy.run_warnings(dataset))
-    if options.engine_factory is not None and config.secagg_mechanism != "gaussian_continuous":
-        raise InvalidInputError("secagg_mechanism", DISCRETE_SIMULATOR_ONLY)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy)
     if unused:
         warnings.append(unused)
+    # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does
     engine_factory = options.engine_factory or build_engine
     return PreparedRun(
         plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
@@ -80,12 +79,6 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
         build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
         run_start=client_plan.start_round,
     )
-
-
-# The Flower scale-out's round executor sends the continuous Gaussian shares only (docs/flower.md).
-DISCRETE_SIMULATOR_ONLY = (
-    "skellam runs in gdpfed train's round engine only; the Flower scale-out runs gaussian_continuous"
-)
 
 
 def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> Plan:
