@@ -51,7 +51,7 @@ from flwr.clientapp import ClientApp
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
 from trainer.flower.metric import register_metric_handlers
-from trainer.flower.settings import NODE_GROUP, NodeSettings, split_run_config
+from trainer.flower.settings import NODE_GROUP, NodeSettings, run_mechanism, split_run_config, train_config
 from trainer.flower.silo import register_silo_handlers
 from trainer.run.directory import fingerprint
 from trainer.secagg import Client, ProtocolError
@@ -151,9 +151,6 @@ class NodeClient:
         return node.group
 
     def hello(self, content: RecordDict, context: Context) -> RecordDict:
-        # start-up time: a node loads the trainer's run configuration only when a message needs it
-        from trainer.flower.settings import train_config
-
         node = NodeSettings.from_node_config(context.node_config)
         plan, _, plan_print = self.own_plan(node)
         return RecordDict(
@@ -165,7 +162,7 @@ class NodeClient:
                         "gdpfed_version": version("gdpfed"),
                         "flwr_version": version("flwr"),
                         "protocol_version": messages.PROTOCOL_VERSION,
-                        "secagg_mechanism": train_config(context.run_config).secagg_mechanism,
+                        "secagg_mechanism": run_mechanism(train_config(context.run_config)),
                     }
                 )
             }
@@ -190,15 +187,12 @@ class NodeClient:
         dim = global_params.shape[0]
         mechanism = self.mechanism(plan, group.pool, dim, session.clip_norm)
 
-        # start-up time: a node loads the trainer (torch) only when a message needs it
-        from trainer.flower.settings import train_config
-
         config = train_config(context.run_config)
+        run = run_mechanism(config)
         # the discrete block and rotation seed from this node's own plan and run, never the session's
-        discrete = self.discrete_pool(plan, plan_print, group.pool, dim, config.secagg_mechanism,
-                                      adaptive=session.clip_norm is not None)
+        discrete = self.discrete_pool(plan, plan_print, group.pool, dim, run, adaptive=session.clip_norm is not None)
         rotation = self.rotation_seed(config, session, mechanism)
-        self.check_params(session, mechanism, discrete, config.secagg_mechanism, rotation)
+        self.check_params(session, mechanism, discrete, run, rotation)
         client_index = node.require_partition()
         training_started = time.time()
         if self.local_update is not None:

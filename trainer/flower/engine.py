@@ -46,6 +46,7 @@ from planner.secagg import graph_label
 from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
 from trainer.flower.roster import NodeRoster
+from trainer.flower.settings import run_mechanism
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, new_session
@@ -427,9 +428,9 @@ class FlowerEngineFactory:
     def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, config: Any,
                  _rounds: int) -> FlowerRoundEngine:
         refuse_successor_plan(self.plan, for_plan)
-        # the mechanism from the run's configuration, as the simulator's build_engine reads it
+        # the mechanism from the run's configuration, as the simulator's build_engine reads it (and the nodes)
         engine = FlowerRoundEngine(self.grid, self.membership, for_plan, strategy, dim, secagg_mode=self.secagg_mode,
-                                   secagg_mechanism=config.secagg_mechanism, step_timeout=self.step_timeout,
+                                   secagg_mechanism=run_mechanism(config), step_timeout=self.step_timeout,
                                    log=self.log)
         if self.hook is not None:
             self.hook(engine)

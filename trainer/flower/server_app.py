@@ -117,11 +117,12 @@ def prepare_client_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
     from trainer.flower.client_app import plan_fingerprint
     from trainer.flower.engine import FlowerEngineFactory, Membership
+    from trainer.flower.settings import run_mechanism
     from trainer.runner import prepare_run
 
     # the run's noise mechanism from its configuration, as gdpfed train's (nodes that run another are left out)
     membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log,
-                            mechanism=config.secagg_mechanism)
+                            mechanism=run_mechanism(config))
     build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
                                        step_timeout=options.step_timeout, log=log, hook=engine_hook)
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,

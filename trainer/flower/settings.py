@@ -103,6 +103,15 @@ def train_config(run_config: Mapping[str, Any]) -> Any:
     return config
 
 
+def run_mechanism(config: Any) -> str:
+    """The noise mechanism a client-level run executes: its configuration's
+    ``secagg_mechanism``, as ``gdpfed train`` reads it (``trainer.units.client.run.build_engine``).
+    The ServerApp's engine and membership and every node ask this one function, so both
+    ends of the wire decide the mechanism alike (docs/flower.md §2 "The discrete mechanism
+    and the wire version")."""
+    return str(config.secagg_mechanism)
+
+
 def run_config_of(options: FlowerOptions, config: Any) -> dict[str, Any]:
     """The flat run config (inverse of ``split_run_config``) for a bundle's defaults."""
     values: dict[str, Any] = {}
