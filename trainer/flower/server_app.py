@@ -32,6 +32,7 @@ from accounting.errors import GdpfedError, InvalidInputError
 from trainer.flower.units import (
     FlowerUnit,
     check_client_node_count,
+    check_client_settings,
     check_metric_node_count,
     check_registered_strategy,
     check_silo_node_count,
@@ -154,7 +155,7 @@ def prepare_metric_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
 # gdpfed train's run with its rounds on the Grid and returns the membership to wait for, and
 # says how gdpfed flower checks its strategy and deals and counts its nodes (trainer.flower.units).
 FLOWER_MECHANISMS: dict[str, FlowerUnit] = {
-    "gaussian_secagg": FlowerUnit(prepare=prepare_client_run, check_strategy=check_registered_strategy,
+    "gaussian_secagg": FlowerUnit(prepare=prepare_client_run, check_strategy=check_client_settings,
                                   simulation_nodes=client_nodes, check_node_count=check_client_node_count),
     "dpsgd_silo": FlowerUnit(prepare=prepare_silo_run, check_strategy=check_silo_strategy,
                              simulation_nodes=silo_nodes, check_node_count=check_silo_node_count),
