@@ -3,12 +3,18 @@
 ``build_client_app(bundle_dir)`` returns the ``flwr.clientapp.ClientApp`` a bundle's
 ``client_app.py`` assigns to ``app``. Per message (Flower runs each in a new process):
 
-- ``HELLO``: the node's group and the fingerprint of its plan.
-- ``KEYS``: refuse a session of a pool the node's group is not in, of another plan, or
-  whose threshold, grid scale or value bound differ from the node's own plan; then train
-  locally (``trainer.flower.training``, the only step that imports torch), privatise with
-  the node's own plan (``trainer.units.client.mechanism.privatize``: clip to ``C_g``, grid rounding,
-  noise share ``N(0, s_P^2)``), encode, and advertise fresh X25519 keys.
+- ``HELLO``: the node's group, the fingerprint of its plan, the secure-aggregation protocol
+  version it speaks (``messages.PROTOCOL_VERSION``) and the noise mechanism its run config
+  names (``secagg-mechanism``, read as ``gdpfed train`` reads it).
+- ``KEYS``: refuse a session of a pool the node's group is not in, of another plan, of
+  another protocol version or mechanism, or whose threshold, grid scale or value bound
+  (under skellam: bit width, scale, share variance, rotation seed) differ from what the
+  node's own plan and run derive; then train locally (``trainer.flower.training``, the only
+  step that imports torch), privatise with the node's own plan
+  (``trainer.units.client.mechanism.privatize``: clip to ``C_g``, grid rounding, noise share
+  ``N(0, s_P^2)``; under skellam ``trainer.units.client.discrete.DiscretePool.share``: clip,
+  scale, rotate, conditional rounding, Skellam share, mod 2^b), and advertise fresh X25519
+  keys.
 - ``SHARES``, ``MASKED``, ``UNMASK``: ``trainer.secagg.Client`` restored from the node's
   ``Context.state``, one protocol round each, refusing any other session.
 - ``PERSONAL``: the node's own model (a personal model kept in its ``Context.state``)
@@ -45,13 +51,14 @@ from flwr.clientapp import ClientApp
 from accounting.errors import InvalidInputError
 from trainer.flower import messages
 from trainer.flower.metric import register_metric_handlers
-from trainer.flower.settings import NODE_GROUP, NodeSettings, split_run_config
+from trainer.flower.settings import NODE_GROUP, NodeSettings, run_mechanism, split_run_config, train_config
 from trainer.flower.silo import register_silo_handlers
 from trainer.run.directory import fingerprint
 from trainer.secagg import Client, ProtocolError
 
 if TYPE_CHECKING:
     from planner.schema import Plan
+    from trainer.units.client.discrete import DiscretePool
     from trainer.units.client.mechanism import PoolMechanism
 
 # When this module finished loading (the benchmark's split of a message's process time).
@@ -119,6 +126,8 @@ class NodeClient:
         self.local_update = local_update
         self.observe = observe
         self.timings: dict[str, float] = {}  # of the message being handled (benchmark profile)
+        # (plan fingerprint, dim, mechanism, adaptive) -> the plan's discrete pools (re-derived once per process)
+        self._discrete: dict[tuple[str, int, str, bool], dict[str, DiscretePool]] = {}
 
     def own_plan(self, node: NodeSettings) -> tuple[Plan, dict[str, Any], str]:
         """The node's copy of the plan: its pinned ``gdpfed-plan`` file, else the bundle's."""
@@ -152,6 +161,8 @@ class NodeClient:
                         "plan_fingerprint": plan_print,
                         "gdpfed_version": version("gdpfed"),
                         "flwr_version": version("flwr"),
+                        "protocol_version": messages.PROTOCOL_VERSION,
+                        "secagg_mechanism": run_mechanism(train_config(context.run_config), plan),
                     }
                 )
             }
@@ -173,13 +184,15 @@ class NodeClient:
         self.check_round(plan, session, context)
         self.timings["round"] = session.global_round
         global_params = messages.global_params_of(content)
-        mechanism = self.mechanism(plan, group.pool, global_params.shape[0], session.clip_norm)
-        self.check_params(session, mechanism)
-
-        # start-up time: a node loads the trainer (torch) only when a message needs it
-        from trainer.flower.settings import train_config
+        dim = global_params.shape[0]
+        mechanism = self.mechanism(plan, group.pool, dim, session.clip_norm)
 
         config = train_config(context.run_config)
+        run = run_mechanism(config, plan)
+        # the discrete block and rotation seed from this node's own plan and run, never the session's
+        discrete = self.discrete_pool(plan, plan_print, group.pool, dim, run, adaptive=session.clip_norm is not None)
+        rotation = self.rotation_seed(config, session, mechanism)
+        self.check_params(session, mechanism, discrete, run, rotation)
         client_index = node.require_partition()
         training_started = time.time()
         if self.local_update is not None:
@@ -201,9 +214,15 @@ class NodeClient:
         from trainer.units.client.mechanism import privatize, privatize_counted
 
         rng = self.noise_rng(node, config, session, client_index)
-        # adaptive clipping: the round's S^t, and the count b - 1/2 with its own noise share appended
-        encode = privatize if session.clip_norm is None else privatize_counted
-        vector, _ = encode(update, mechanism.clip_norms[group_id], mechanism, rng)
+        if discrete is not None:
+            # the Skellam share mod 2^b, rotated with the round's public signs (this node's derivation)
+            from trainer.secagg.discrete import rotation_signs
+
+            vector = discrete.share(update, group_id, rotation_signs(rotation, dim), rng)
+        else:
+            # adaptive clipping: the round's S^t, and the count b - 1/2 with its own noise share appended
+            encode = privatize if session.clip_norm is None else privatize_counted
+            vector, _ = encode(update, mechanism.clip_norms[group_id], mechanism, rng)
         if self.observe is not None:
             self.observe(context.node_id, session.pool_id, vector)
         client = Client(index, vector, session.params, session.setup, None)
@@ -288,17 +307,68 @@ class NodeClient:
         mechanism = next(m for m in pool_mechanisms(plan, dim, plan.rounds, adaptive=adaptive) if m.pool_id == pool_id)
         return mechanism if clip_norm is None else at_clip(mechanism, clip_norm, dim)
 
+    def discrete_pool(self, plan: Plan, plan_print: str, pool_id: str, dim: int, secagg_mechanism: str, *,
+                      adaptive: bool) -> DiscretePool | None:
+        """The pool's discrete mechanism under the node's run's ``secagg_mechanism``, from its own
+        plan (the blocks re-derived and compared, ``run_discrete_pools``, as the simulator's
+        engine does); ``None`` for the continuous mechanism or a pool without noise."""
+        # start-up time: a node loads the planner's discrete derivation only when a message needs it
+        from trainer.units.client.discrete import run_discrete_pools
+
+        key = (plan_print, dim, secagg_mechanism, adaptive)
+        if key not in self._discrete:
+            self._discrete[key] = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=adaptive)
+        return self._discrete[key].get(pool_id)
+
     @staticmethod
-    def check_params(session: messages.Session, mechanism: PoolMechanism) -> None:
-        """The server's session must enforce this node's plan: its m_P, grid and value bound."""
+    def rotation_seed(config: Any, session: messages.Session, mechanism: PoolMechanism) -> int:
+        """The round's public rotation seed of the pool, from the node's run seed and the round."""
+        # start-up time: a node loads the trainer's round context only when a message needs it
+        from trainer.strategies.base import RoundContext
+        from trainer.units.client.discrete import rotation_seed
+
+        return rotation_seed(RoundContext(0, session.global_round, config.seed), mechanism.index)
+
+    @staticmethod
+    def check_params(session: messages.Session, mechanism: PoolMechanism, discrete: DiscretePool | None = None,
+                     secagg_mechanism: str = messages.DEFAULT_MECHANISM, rotation_seed: int | None = None) -> None:
+        """The server's session must enforce this node's plan and run: the wire's protocol
+        version, the run's noise mechanism, the pool's m_P, and its grid and value bound (the
+        continuous mechanism) or its discrete block's bit width, scale and share variance and
+        the round's rotation seed (skellam; docs/flower.md §2 "The discrete mechanism and the
+        wire version"). Every difference is named in one ``ProtocolError``."""
         params = session.params
         problems = []
+        if params.protocol_version != messages.PROTOCOL_VERSION:
+            problems.append(f"protocol version {params.protocol_version} (this node speaks {messages.PROTOCOL_VERSION})")
+        if session.mechanism != secagg_mechanism:
+            problems.append(f"noise mechanism {session.mechanism} (this node's run config says {secagg_mechanism})")
+        if problems:  # the rest would be compared with another mechanism's parameters
+            raise ProtocolError(f"pool {session.pool_id}'s session has " + ", ".join(problems))
         if params.threshold != mechanism.threshold:
             problems.append(f"threshold {params.threshold} (the plan's m_P is {mechanism.threshold})")
-        if params.scale != mechanism.scale:
-            problems.append(f"grid scale {params.scale:g} (the plan's is {mechanism.scale:g})")
-        if params.value_bound != mechanism.value_bound:
-            problems.append(f"value bound {params.value_bound:g} (the plan's is {mechanism.value_bound:g})")
+        if discrete is None:
+            if params.encoding != "fixed_point" or session.discrete is not None:
+                problems.append("a discrete block (the node's plan and run give this pool the continuous mechanism)")
+            if params.scale != mechanism.scale:
+                problems.append(f"grid scale {params.scale:g} (the plan's is {mechanism.scale:g})")
+            if params.value_bound != mechanism.value_bound:
+                problems.append(f"value bound {params.value_bound:g} (the plan's is {mechanism.value_bound:g})")
+        else:
+            block = discrete.mechanism
+            stated = session.discrete
+            if params.encoding != "residues" or stated is None:
+                problems.append("no discrete block (the node's plan states one for this pool under skellam)")
+            if params.modulus_bits != block.bits:
+                problems.append(f"bit width {params.modulus_bits} (the plan's is {block.bits})")
+            if stated is not None:
+                if stated.scale != block.scale:
+                    problems.append(f"discrete scale {stated.scale!r} (the plan's is {block.scale!r})")
+                if stated.share_variance != block.share_variance:
+                    problems.append(f"share variance {stated.share_variance!r} (the plan's is {block.share_variance!r})")
+                if stated.rotation_seed != rotation_seed:
+                    problems.append(f"rotation seed {stated.rotation_seed} (this node derives {rotation_seed} from the "
+                                    "run seed and the round)")
         if problems:
             raise ProtocolError(f"pool {session.pool_id}'s session has " + ", ".join(problems))
 

@@ -18,6 +18,15 @@ One round:
    or survivors releases nothing (``aborted_pools``, with the reason).
 4. ``strategy.aggregate`` (top-k per pool, fixed denominator K) and
    ``strategy.server_update`` on the released pool sums only.
+
+The run's noise mechanism is its configuration's ``secagg_mechanism``, read as
+``gdpfed train`` reads it. Under ``skellam`` each noised pool's session is one of residues
+mod the block's 2^b (``trainer.units.client.rounds.session_params``) stating the block and
+the round's public rotation seed; each node computes its Skellam share from its own copy
+of the plan and refuses a session that states another block, and the server decodes,
+unrotates and rescales the sum (``trainer.units.client.discrete.DiscretePool.decode``).
+Sessions speak ``messages.PROTOCOL_VERSION``; a node that answers ``HELLO`` with another
+version or mechanism is left out (docs/flower.md §2 "The discrete mechanism and the wire version").
 """
 
 from __future__ import annotations
@@ -37,16 +46,19 @@ from planner.secagg import graph_label
 from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
 from trainer.flower.roster import NodeRoster, nodes_per_group
+from trainer.flower.settings import refuse_adaptive_skellam, run_mechanism
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
-from trainer.secagg import ProtocolError, Server, choose_params, new_session
+from trainer.secagg import ProtocolError, Server, new_session
+from trainer.secagg import discrete as dm
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
 from trainer.strategies.base import Population, RoundContext, Strategy
 from trainer.units.client.adaptive_clip import adaptive_controller
+from trainer.units.client.discrete import DiscretePool, rotation_seed, run_discrete_pools
 from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms
 from trainer.units.client.release import PoolResults, round_mechanisms, server_step, split_counts, too_few_sampled
-from trainer.units.client.rounds import pool_graph_kinds, session_graph
+from trainer.units.client.rounds import pool_graph_kinds, session_graph, session_params
 
 Log = Callable[[str], None]
 
@@ -56,6 +68,8 @@ class Membership(NodeRoster[Plan]):
     """Which node is in which group: learnt with ``HELLO``, refreshed when new nodes appear (``NodeRoster``)."""
 
     groups: dict[int, str] = field(default_factory=dict)
+    # the run's noise mechanism: a node that runs another is left out
+    mechanism: str = messages.DEFAULT_MECHANISM
 
     hello: ClassVar[str] = messages.HELLO
 
@@ -63,6 +77,13 @@ class Membership(NodeRoster[Plan]):
         return set(self.groups)
 
     def admit(self, node: int, record: ConfigRecord) -> str | None:
+        version = messages.protocol_version_of(record)
+        if version != messages.PROTOCOL_VERSION:
+            return messages.version_refusal(version)
+        mechanism = messages.mechanism_of(record)
+        if mechanism != self.mechanism:
+            return (f"runs the noise mechanism {mechanism}, this run {self.mechanism}: every node must run the run's "
+                    "(its run config's secagg-mechanism)")
         group = str(record["group"])
         if group not in {g.id for g in self.plan.groups}:
             return f"declares group {group!r}, not in the plan"
@@ -87,6 +108,7 @@ class _PoolSession:
     mechanism: PoolMechanism
     session: messages.Session
     server: Server
+    discrete: DiscretePool | None = None
     roster: dict[int, AdvertisedKeys] = field(default_factory=dict)
     inboxes: dict[int, list[EncryptedShare]] = field(default_factory=dict)
     survivors: tuple[int, ...] = ()
@@ -136,9 +158,13 @@ class FlowerRoundEngine:
         dim: int,
         *,
         secagg_mode: RequestedSecagg = "auto",
+        secagg_mechanism: str = messages.DEFAULT_MECHANISM,
         step_timeout: float = 600.0,
         log: Log = print,
     ) -> None:
+        """``secagg_mechanism``: the noise the pools' sessions carry, checked as the simulator's
+        round engine checks it (``run_discrete_pools``: skellam runs each noised pool's stated
+        block, re-derived; not with adaptive clipping)."""
         self.grid = grid
         self.membership = membership
         self.plan = plan
@@ -152,6 +178,10 @@ class FlowerRoundEngine:
         self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
         # plan.rounds sizes the noise tail bound, as on the nodes (client_app.NodeClient.mechanism).
         self.mechanisms = pool_mechanisms(plan, dim, plan.rounds, adaptive=self.adaptive)
+        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise)
+        refuse_adaptive_skellam(secagg_mechanism, self.adaptive)
+        self.discrete = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=self.adaptive)
+        self.secagg_mechanism = secagg_mechanism
         # per-client models live on the nodes: the strategy's evaluation asks them for their scores
         strategy.remote_scores = self.node_scores
         self._round = plan.start_round
@@ -204,6 +234,10 @@ class FlowerRoundEngine:
             reason = reasons.get(mechanism.pool_id) if done is None else done.reason
             if done is None or done.total is None:
                 results.abort(mechanism.pool_id, reason or "aborted")
+            elif done.discrete is not None and done.session.discrete is not None:
+                # the residue sum mod 2^b, decoded, unrotated with the round's public signs, rescaled
+                signs = dm.rotation_signs(done.session.discrete.rotation_seed, self.dim)
+                results.release(mechanism, done.discrete.decode(done.total, signs), len(done.survivors))
             else:
                 results.release(mechanism, done.total, len(done.survivors))
         pool_sums = results.pool_sums
@@ -279,16 +313,19 @@ class FlowerRoundEngine:
                 continue
             graph = session_graph(self.plan, self.pool_graphs[mechanism.pool_id], len(nodes))
             graphs[mechanism.pool_id] = graph_label(graph.mode, graph.neighbours, graph.share_threshold)
-            params = choose_params(len(nodes), mechanism.threshold, mechanism.value_bound,
-                                   scale=mechanism.scale, mode=graph.mode, neighbours=graph.neighbours,
-                                   share_threshold=graph.share_threshold)
+            discrete = self.discrete.get(mechanism.pool_id)
+            # the simulator's session parameters, in the version the Flower wire states
+            params = session_params(mechanism, discrete, graph, len(nodes))
             setup = new_session(range(len(nodes)), params, None)
+            stated = None if discrete is None else messages.DiscreteSession(
+                discrete.mechanism.scale, discrete.mechanism.share_variance, rotation_seed(ctx, mechanism.index))
             session = messages.Session(
                 pool_id=mechanism.pool_id, global_round=ctx.global_round,
                 plan_fingerprint=self.membership.plan_fingerprint, session_id=setup.session_id,
                 participants=tuple(nodes), params=params, graph=dict(setup.graph), clip_norm=clip_norm,
+                mechanism="skellam" if self.secagg_mechanism == "skellam" else "gaussian_continuous", discrete=stated,
             )
-            sessions[mechanism.pool_id] = _PoolSession(mechanism, session, Server(params, setup))
+            sessions[mechanism.pool_id] = _PoolSession(mechanism, session, Server(params, setup), discrete)
         return sessions, reasons, graphs
 
     def _protocol_step(self, ctx: RoundContext, kind: str, sessions: dict[str, _PoolSession],
@@ -392,11 +429,13 @@ class FlowerEngineFactory:
     log: Log = print
     hook: Callable[[FlowerRoundEngine], None] | None = None
 
-    def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, _config: object,
+    def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, config: Any,
                  _rounds: int) -> FlowerRoundEngine:
         refuse_successor_plan(self.plan, for_plan)
+        # the mechanism from the run's configuration, as the simulator's build_engine reads it (and the nodes)
         engine = FlowerRoundEngine(self.grid, self.membership, for_plan, strategy, dim, secagg_mode=self.secagg_mode,
-                                   step_timeout=self.step_timeout, log=self.log)
+                                   secagg_mechanism=run_mechanism(config, for_plan), step_timeout=self.step_timeout,
+                                   log=self.log)
         if self.hook is not None:
             self.hook(engine)
         return engine

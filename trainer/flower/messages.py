@@ -19,6 +19,16 @@ model's scores on its own test rows: the one metric a node sends, in the clear, 
 node config says ``gdpfed-personal-metrics = false`` (docs/flower.md §2, "Per-client state").
 With adaptive clipping the ``KEYS`` session names the round's clip ``S^t``.
 
+**Protocol version and mechanism** (docs/flower.md §2 "The discrete mechanism and the wire
+version"). The ``KEYS`` session states the secure-aggregation protocol version
+(``protocol_version``: the mask generator, ``trainer.secagg.prg.PRG_OF_VERSION``) and the
+run's noise mechanism (``secagg_mechanism``); a session of a discrete pool also states its
+encoding (``residues``), bit width, scale, share variance and the round's public rotation
+seed. The ``HELLO`` reply states the version and mechanism the node runs, and each
+advertised key its sender's version, as ``trainer.secagg`` messages do. A record that states
+no version is version 1 (ChaCha20), what every node spoke before the wire stated one; one
+that states no mechanism is ``gaussian_continuous``. This gdpfed speaks ``PROTOCOL_VERSION``.
+
 A reply never names its sender: the server takes it from the message's source node (which
 Flower authenticates), so one node cannot answer for another. Nothing here carries a
 plaintext update or an example count. The client's secrets stay in its
@@ -38,10 +48,13 @@ from typing import Any, get_args
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from accounting.choices import SecaggMechanism
 from planner.schema import SecaggMode
 from trainer.secagg import ClientSecrets, ClientState, ProtocolError, SecAggParams
 from trainer.secagg.graph import neighbour_sets
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
+from trainer.secagg.params import InputEncoding
+from trainer.secagg.prg import DEFAULT_PROTOCOL_VERSION, LATEST_PROTOCOL_VERSION, PRG_OF_VERSION
 from trainer.secagg.shamir import Share
 
 HELLO = "query.gdpfed_hello"
@@ -61,6 +74,23 @@ STATE = "gdpfed.client"
 STATE_INPUT = "gdpfed.client_input"
 JOINED = "gdpfed.joined"  # the last round this node took part in (kept on the node)
 CLIENT_STATE = "gdpfed.client_state"  # the strategy's state of this node's client (kept on the node)
+
+# The secure-aggregation protocol version this gdpfed's server and nodes speak on the Flower
+# wire (the simulator's: AES-128-CTR masks). A record without one is DEFAULT_PROTOCOL_VERSION.
+PROTOCOL_VERSION = LATEST_PROTOCOL_VERSION
+# What a record that names no mechanism runs (every node before the wire named one).
+DEFAULT_MECHANISM: SecaggMechanism = "gaussian_continuous"
+
+
+@dataclass(frozen=True)
+class DiscreteSession:
+    """What a discrete pool's session states beyond its residue parameters: the block's scale
+    and share variance, and the round's public rotation seed (the bit width is the session's
+    ``modulus_bits``). A node compares each with what its own plan and run derive."""
+
+    scale: float
+    share_variance: float
+    rotation_seed: int
 
 
 @dataclass(frozen=True)
@@ -82,6 +112,9 @@ class Session:
     # adaptive clipping's S^t for this round (None: the plan's fixed clip norms); the node
     # derives the noise from it and its own plan, so S^t never changes the privacy spent
     clip_norm: float | None = None
+    # the run's noise mechanism; a discrete pool's session also states its block (else None)
+    mechanism: SecaggMechanism = DEFAULT_MECHANISM
+    discrete: DiscreteSession | None = None
 
     @property
     def setup(self) -> SessionSetup:
@@ -111,10 +144,18 @@ def session_record(session: Session) -> ConfigRecord:
             "mode": params.mode,
             "neighbours": params.neighbours if params.neighbours is not None else 0,
             "share_threshold": params.share_threshold if params.share_threshold is not None else 0,
+            "protocol_version": params.protocol_version,
+            "encoding": params.encoding,
+            "secagg_mechanism": session.mechanism,
         }
     )
     if session.clip_norm is not None:
         record["clip_norm"] = session.clip_norm
+    if session.discrete is not None:
+        record["discrete_scale"] = session.discrete.scale
+        record["share_variance"] = session.discrete.share_variance
+        # a 64-bit unsigned seed: Flower's integers are signed 64-bit, so it travels as text
+        record["rotation_seed"] = str(session.discrete.rotation_seed)
     if params.mode == "sparse":
         # CSR form of the Harary graph: the neighbours of index i are neighbours[offsets[i]:offsets[i+1]].
         offsets: list[int] = [0]
@@ -131,6 +172,13 @@ def session_from_record(record: ConfigRecord) -> Session:
     mode = _str(record, "mode")
     if mode not in get_args(SecaggMode):
         raise ProtocolError(f"unknown secure-aggregation mode {mode!r}")
+    encoding = _str(record, "encoding") if "encoding" in record else "fixed_point"
+    if encoding not in get_args(InputEncoding):
+        raise ProtocolError(f"unknown secure-aggregation input encoding {encoding!r}")
+    mechanism = _str(record, "secagg_mechanism") if "secagg_mechanism" in record else DEFAULT_MECHANISM
+    if mechanism not in get_args(SecaggMechanism):
+        raise ProtocolError(f"unknown noise mechanism {mechanism!r}")
+    version = protocol_version_of(record)
     params = SecAggParams(
         num_clients=_int(record, "num_clients"),
         threshold=_int(record, "threshold"),
@@ -140,6 +188,8 @@ def session_from_record(record: ConfigRecord) -> Session:
         mode="sparse" if mode == "sparse" else "full",
         neighbours=_int(record, "neighbours") if mode == "sparse" else None,
         share_threshold=(_int(record, "share_threshold") or None) if mode == "sparse" else None,
+        encoding="residues" if encoding == "residues" else "fixed_point",
+        protocol_version=version,
     )
     participants = tuple(int(node) for node in _strs(record, "participants"))
     if len(set(participants)) != len(participants) or len(participants) > params.num_clients:
@@ -155,6 +205,13 @@ def session_from_record(record: ConfigRecord) -> Session:
     clip_norm = _float(record, "clip_norm") if "clip_norm" in record else None
     if clip_norm is not None and not (math.isfinite(clip_norm) and clip_norm > 0):
         raise ProtocolError(f"the session's clip norm {clip_norm!r} is not a positive number")
+    discrete = None
+    if "rotation_seed" in record:
+        try:
+            seed = int(_str(record, "rotation_seed"))
+        except ValueError:
+            raise ProtocolError("record field 'rotation_seed' is not an integer") from None
+        discrete = DiscreteSession(_float(record, "discrete_scale"), _float(record, "share_variance"), seed)
     return Session(
         pool_id=_str(record, "pool_id"),
         global_round=_int(record, "global_round"),
@@ -164,7 +221,29 @@ def session_from_record(record: ConfigRecord) -> Session:
         params=params,
         graph=graph,
         clip_norm=clip_norm,
+        mechanism="skellam" if mechanism == "skellam" else "gaussian_continuous",
+        discrete=discrete,
     )
+
+
+def protocol_version_of(record: ConfigRecord) -> int:
+    """The protocol version a record states (``protocol_version``), 1 where it states none."""
+    return _int(record, "protocol_version") if "protocol_version" in record else DEFAULT_PROTOCOL_VERSION
+
+
+def version_refusal(version: int) -> str:
+    """Why a node that speaks protocol ``version`` is left out of this server's run."""
+    def named(v: int) -> str:
+        return f"v{v} ({PRG_OF_VERSION.get(v, 'unknown')} masks)"
+
+    return (f"speaks secure-aggregation protocol {named(version)}, this server {named(PROTOCOL_VERSION)}: "
+            "nodes of another version cannot join its sessions (their masks would not cancel); run the same "
+            "gdpfed on every node")
+
+
+def mechanism_of(record: ConfigRecord) -> str:
+    """The noise mechanism a ``HELLO`` reply states (``secagg_mechanism``), the continuous one where none."""
+    return _str(record, "secagg_mechanism") if "secagg_mechanism" in record else DEFAULT_MECHANISM
 
 
 def keys_request(session: Session, global_params: np.ndarray) -> RecordDict:
@@ -201,12 +280,14 @@ def check_session_ref(content: RecordDict, session: Session) -> None:
 
 def keys_reply(keys: AdvertisedKeys) -> RecordDict:
     return RecordDict({REPLY: ConfigRecord({"cipher_public_key": keys.cipher_public_key,
-                                            "mask_public_key": keys.mask_public_key})})
+                                            "mask_public_key": keys.mask_public_key,
+                                            "protocol_version": keys.protocol_version})})
 
 
 def keys_from_reply(content: RecordDict, sender: int) -> AdvertisedKeys:
     record = content.config_records[REPLY]
-    return AdvertisedKeys(sender, _bytes(record, "cipher_public_key"), _bytes(record, "mask_public_key"))
+    return AdvertisedKeys(sender, _bytes(record, "cipher_public_key"), _bytes(record, "mask_public_key"),
+                          protocol_version_of(record))
 
 
 # ---- SHARES
@@ -219,6 +300,7 @@ def shares_request(session: Session, roster: dict[int, AdvertisedKeys]) -> Recor
             "roster": ids,
             "cipher_public_keys": [roster[u].cipher_public_key for u in ids],
             "mask_public_keys": [roster[u].mask_public_key for u in ids],
+            "protocol_versions": [roster[u].protocol_version for u in ids],
         }
     )
     return RecordDict({SESSION: session_ref(session), REPLY: record})
@@ -229,9 +311,11 @@ def roster_of(content: RecordDict) -> dict[int, AdvertisedKeys]:
     ids = _ints(record, "roster")
     ciphers = _bytes_list(record, "cipher_public_keys")
     masks = _bytes_list(record, "mask_public_keys")
-    if not len(ids) == len(ciphers) == len(masks):
+    # a roster that states no versions is of version 1 peers
+    versions = _ints(record, "protocol_versions") if "protocol_versions" in record else [DEFAULT_PROTOCOL_VERSION] * len(ids)
+    if not len(ids) == len(ciphers) == len(masks) == len(versions):
         raise ProtocolError("the roster's lists differ in length")
-    return {u: AdvertisedKeys(u, c, m) for u, c, m in zip(ids, ciphers, masks)}
+    return {u: AdvertisedKeys(u, c, m, v) for u, c, m, v in zip(ids, ciphers, masks, versions)}
 
 
 def shares_reply(shares: list[EncryptedShare]) -> RecordDict:
@@ -357,7 +441,8 @@ def state_from_records(record: ConfigRecord, encoded: ArrayRecord) -> tuple[Sess
             _bytes(record, "share_randomness"),
         ),
         encoded_input=np.asarray(encoded["x"].numpy()),
-        roster={u: AdvertisedKeys(u, c, m) for u, c, m in zip(roster, ciphers, masks)},
+        # the roster's versions were checked against the session's when the keys were shared
+        roster={u: AdvertisedKeys(u, c, m, session.params.protocol_version) for u, c, m in zip(roster, ciphers, masks)},
         own_share=Share(_int(record, "own_share_x"), share_data) if share_data else None,
         inbox=dict(zip(inbox, _bytes_list(record, "inbox_ciphertexts"))),
         revealed=dict(zip(revealed, _strs(record, "revealed_kinds"))),

@@ -32,6 +32,7 @@ from accounting.errors import GdpfedError, InvalidInputError
 from trainer.flower.units import (
     FlowerUnit,
     check_client_node_count,
+    check_client_settings,
     check_metric_node_count,
     check_registered_strategy,
     check_silo_node_count,
@@ -117,9 +118,12 @@ def prepare_client_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
     from trainer.flower.client_app import plan_fingerprint
     from trainer.flower.engine import FlowerEngineFactory, Membership
+    from trainer.flower.settings import run_mechanism
     from trainer.runner import prepare_run
 
-    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log)
+    # the run's noise mechanism from its configuration, as gdpfed train's (nodes that run another are left out)
+    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=options.step_timeout, log=log,
+                            mechanism=run_mechanism(config, plan))
     build_engine = FlowerEngineFactory(grid, membership, plan, secagg_mode=config.secagg_mode,
                                        step_timeout=options.step_timeout, log=log, hook=engine_hook)
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
@@ -151,7 +155,7 @@ def prepare_metric_run(grid: Grid, plan: Any, plan_document: dict[str, Any], con
 # gdpfed train's run with its rounds on the Grid and returns the membership to wait for, and
 # says how gdpfed flower checks its strategy and deals and counts its nodes (trainer.flower.units).
 FLOWER_MECHANISMS: dict[str, FlowerUnit] = {
-    "gaussian_secagg": FlowerUnit(prepare=prepare_client_run, check_strategy=check_registered_strategy,
+    "gaussian_secagg": FlowerUnit(prepare=prepare_client_run, check_strategy=check_client_settings,
                                   simulation_nodes=client_nodes, check_node_count=check_client_node_count),
     "dpsgd_silo": FlowerUnit(prepare=prepare_silo_run, check_strategy=check_silo_strategy,
                              simulation_nodes=silo_nodes, check_node_count=check_silo_node_count),

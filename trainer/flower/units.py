@@ -30,7 +30,8 @@ class FlowerUnit:
     # (grid, plan, plan_document, config, out, options, *, dataset, log, engine_hook)
     # -> (prepared run, membership to wait for)
     prepare: Callable[..., tuple[Any, Any]]
-    # (plan, config): refuse a strategy or strategy option the plan's unit does not run
+    # (plan, config): refuse a strategy or strategy option (a client plan: a noise mechanism)
+    # the plan's unit does not run
     check_strategy: Callable[[Any, Any], None]
     # (plan, count, seed): node configs of a local or loopback deployment
     simulation_nodes: Callable[[Any, int | None, int], list[NodeConfig]]
@@ -45,6 +46,22 @@ def check_registered_strategy(plan: Any, config: Any) -> None:
     from trainer.units.strategies import registered_strategy
 
     registered_strategy(config, plan)  # refuse an unknown strategy, a bad option or another unit now
+
+
+def check_client_settings(plan: Any, config: Any) -> None:
+    """A client plan's strategy (``check_registered_strategy``) and noise mechanism: under
+    skellam the plan's discrete blocks, checked as the run will check them
+    (``trainer.units.client.discrete.run_discrete_pools``, at the plan's ``model_dim``; the
+    run checks the model's again), so ``gdpfed flower app`` refuses a plan planned without
+    ``report_discrete: true`` before it writes the bundle (docs/flower.md §2)."""
+    check_registered_strategy(plan, config)
+    # start-up time: the discrete derivation imports the planner's calibration and numpy
+    from trainer.flower.settings import refuse_adaptive_skellam, run_mechanism
+    from trainer.units.client.discrete import run_discrete_pools
+
+    mechanism, adaptive = run_mechanism(config, plan), bool(config.strategy_options.get("adaptive_clip"))
+    refuse_adaptive_skellam(mechanism, adaptive)
+    run_discrete_pools(plan, plan.scenario.model_dim, mechanism, adaptive=adaptive)
 
 
 def check_silo_strategy(plan: Any, config: Any) -> None:

@@ -32,7 +32,7 @@ AES_KEY_BYTES = 16
 PRG_OF_VERSION = {1: "chacha20", 2: "aes-128-ctr"}
 LATEST_PROTOCOL_VERSION = 2
 # What a session or a message that states no version speaks: the version every party spoke
-# before versions existed (the Flower wire states none yet, so its sessions stay on it).
+# before versions existed, and what a Flower record that states none is read as.
 DEFAULT_PROTOCOL_VERSION = 1
 FIELD_NONCE = bytes(4) + b"shamir-coefs"
 

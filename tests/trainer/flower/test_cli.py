@@ -175,3 +175,17 @@ def test_gdpfed_flower_asks_the_units_flower_record_not_its_name(plan_file: Path
     assert simulation_nodes(plan, 1, 0) == [{"partition-id": 0}]
     assert check_node_count(plan, 1, 0) == "warning: the record's"
     assert asked == ["nodes", "count"]
+
+
+def test_app_refuses_skellam_for_a_plan_without_discrete_blocks_before_writing(plan_file: Path, tmp_path: Path,
+                                                                                capsys) -> None:
+    """--secagg-mechanism skellam needs the plan's discrete blocks (report_discrete: true) and
+    fixed clipping; `gdpfed flower app` says so in one line, as the run would, and writes nothing."""
+    for extra, field in ((["--secagg-mechanism", "skellam"], "pools.p_strict.discrete"),
+                         (["--secagg-mechanism", "skellam", "--strategy", "fedhdp", "--strategy-option",
+                           "adaptive_clip=true"], "secagg_mechanism")):
+        code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--rounds", "2", *extra,
+                            "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and f"{field}:" in err, err
+        assert not (tmp_path / "app").exists()

@@ -148,7 +148,8 @@ def engine_params(engine, pool_id, clients, threshold=None):
     from trainer.secagg import choose_params
 
     mechanism = next(m for m in engine.mechanisms if m.pool_id == pool_id)
-    return choose_params(clients, threshold or mechanism.threshold, mechanism.value_bound, scale=mechanism.scale)
+    return choose_params(clients, threshold or mechanism.threshold, mechanism.value_bound, scale=mechanism.scale,
+                         protocol_version=messages.PROTOCOL_VERSION)
 
 
 def test_the_server_receives_protocol_messages_only(make_grid_engine):
@@ -162,7 +163,7 @@ def test_the_server_receives_protocol_messages_only(make_grid_engine):
     grid, engine = make_grid_engine(plan, dim, update=random_updates(0.02), observed=observed)
     engine.run(RoundContext(0, 0, seed=8), torch.zeros(dim))
     allowed = {"cipher_public_key", "mask_public_key", "recipients", "ciphertexts", "group", "plan_fingerprint",
-               "gdpfed_version", "flwr_version"} | {f"{k}_{f}" for k in ("self_mask", "mask_key") for f in ("owners", "x", "data")}
+               "gdpfed_version", "flwr_version", "protocol_version", "secagg_mechanism"} | {f"{k}_{f}" for k in ("self_mask", "mask_key") for f in ("owners", "x", "data")}
     masked = {}
     for reply in grid.received:
         assert reply.has_content(), reply.error
@@ -258,9 +259,12 @@ def test_a_re_planned_plan_stops_the_run_instead_of_running_without_the_nodes_pl
     dim = 20
     plan = two_pools(dim)
     grid, engine = make_grid_engine(plan, dim, update=random_updates())
+    from trainer.run.config import TrainConfig
+
     factory = FlowerEngineFactory(grid, engine.membership, plan)
     population = engine.membership.population()
-    assert factory(plan, engine.strategy, population, dim, None, 4).plan is plan
+    config = TrainConfig(dataset="digits", model="mlp", rounds=4)
+    assert factory(plan, engine.strategy, population, dim, config, 4).plan is plan
     successor = plan.model_copy(update={"start_round": 2})
     with pytest.raises(ReportingStoppedError, match="carry the old plan in their app bundle"):
-        factory(successor, engine.strategy, population, dim, None, 2)
+        factory(successor, engine.strategy, population, dim, config, 2)

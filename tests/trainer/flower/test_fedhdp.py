@@ -132,7 +132,8 @@ def test_a_session_with_a_bad_clip_or_another_grid_at_it_is_refused(plan):
     from trainer.secagg import ProtocolError, choose_params
 
     node_side = NodeClient.mechanism(plan, "P1", 700, 0.5)
-    params = choose_params(2, node_side.threshold, node_side.value_bound, scale=node_side.scale)
+    params = choose_params(2, node_side.threshold, node_side.value_bound, scale=node_side.scale,
+                           protocol_version=messages.PROTOCOL_VERSION)
     session = messages.Session("P1", 0, "f", b"s" * 32, (1, 2), params, {0: (1,), 1: (0,)}, clip_norm=0.5)
     NodeClient.check_params(session, node_side)  # the node's own mechanism at S^t: accepted
     record = messages.session_record(session)

@@ -24,9 +24,10 @@ from accounting.errors import InvalidInputError
 from planner.discrete import padded_dimension
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
 from planner.schema import DiscreteMechanism, Plan
-from trainer.choices import RequestedMechanism
+from trainer.choices import SECAGG_MECHANISMS, RequestedMechanism
 from trainer.secagg import discrete as dm
 from trainer.secagg.encoding import word_dtype
+from trainer.strategies.base import PURPOSE_ROTATION, RoundContext
 from trainer.units.client.mechanism import finite_update
 
 # Floats of a stated block may differ from the re-derivation by JSON rounding only.
@@ -113,6 +114,40 @@ class DiscretePool:
             return update
         count = dm.count_decode(residues[-1:], self.count_factor, params.bits)
         return np.append(update * (float(clip_norm) / params.clip_norm), count)
+
+
+def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool) -> dict[str, DiscretePool]:
+    """Pool id -> its discrete mechanism for a run of ``secagg_mechanism`` (as resolved by
+    :func:`run_mechanism`; none for ``gaussian_continuous``), the one check the simulator's
+    round engine and the Flower server and nodes make of a run's mechanism (docs/flower.md §2
+    "The discrete mechanism").
+
+    Refuses (``InvalidInputError("secagg_mechanism")``) an unknown mechanism; under skellam the
+    blocks are ``discrete_pools``' (re-derived and compared), and an ``adaptive`` run needs
+    every block to carry the count coordinate (``count_factor``, re-derived from the plan's
+    ``adaptive_clip`` block; docs/secure-aggregation.md §Discrete noise, "Adaptive clipping").
+    """
+    if secagg_mechanism not in SECAGG_MECHANISMS:
+        raise InvalidInputError(
+            "secagg_mechanism", f"must be {' or '.join(SECAGG_MECHANISMS)}, got {secagg_mechanism!r}"
+        )
+    if secagg_mechanism != "skellam":
+        return {}
+    pools = discrete_pools(plan, dim)
+    if adaptive and any(not pool.count_factor for pool in pools.values()):
+        raise InvalidInputError(
+            "secagg_mechanism",
+            "skellam with adaptive clipping needs the plan's adaptive_clip block: its discrete blocks then carry "
+            "the count coordinate (plan the scenario with adaptive_clip)",
+        )
+    return pools
+
+
+def rotation_seed(ctx: RoundContext, pool_index: int) -> int:
+    """The public seed of the rotation signs of pool ``pool_index`` (its place in
+    ``plan.pools``) in the round ``ctx``: from the run seed and the round only, so the
+    server and every client derive it alike (``trainer.secagg.discrete.rotation_signs``)."""
+    return ctx.seed_for(PURPOSE_ROTATION, pool_index)
 
 
 def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:

@@ -61,14 +61,13 @@ from trainer.secagg.prg import LATEST_PROTOCOL_VERSION
 from trainer.strategies.base import (
     PURPOSE_CLIENT,
     PURPOSE_DROPOUT,
-    PURPOSE_ROTATION,
     PURPOSE_SECAGG,
     Population,
     RoundContext,
     Strategy,
 )
 from trainer.units.client.adaptive_clip import adaptive_controller
-from trainer.units.client.discrete import DiscretePool, discrete_pools, run_mechanism
+from trainer.units.client.discrete import DiscretePool, rotation_seed, run_discrete_pools, run_mechanism
 from trainer.units.client.mechanism import PoolMechanism, pool_mechanisms, privatize, privatize_counted
 from trainer.units.client.release import PoolResults, round_mechanisms, server_step, split_counts, too_few_sampled
 
@@ -171,11 +170,8 @@ class RoundEngine:
         mechanism = run_mechanism(secagg_mechanism, plan)
         self.secagg_mechanism = mechanism
         # pool id -> its discrete mechanism (noised pools under skellam; none otherwise); under
-        # adaptive clipping each block carries the count coordinate (its count_factor, re-derived
-        # from the plan's adaptive_clip block: an adaptive strategy needs that block)
-        self.discrete: dict[str, DiscretePool] = discrete_pools(plan, dim) if mechanism == "skellam" else {}
-        if self.adaptive and any(not pool.count_factor for pool in self.discrete.values()):
-            raise RuntimeError("an adaptive run's discrete blocks must carry the count coordinate")
+        # adaptive clipping each block carries the count coordinate
+        self.discrete: dict[str, DiscretePool] = run_discrete_pools(plan, dim, mechanism, adaptive=self.adaptive)
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}
@@ -208,7 +204,7 @@ class RoundEngine:
         tick = time.perf_counter()
         row_of = {client: i for i, (client, _) in enumerate(trainees)}
         # the rotation's signs are public: drawn from the round's public seed, one set per pool
-        signs = {pool_id: dm.rotation_signs(ctx.seed_for(PURPOSE_ROTATION, m.index), self.dim)
+        signs = {pool_id: dm.rotation_signs(rotation_seed(ctx, m.index), self.dim)
                  for m in mechanisms if (pool_id := m.pool_id) in self.discrete}
         vectors = {m.pool_id: self._privatize(ctx, m, participants[m.pool_id], early, rows, row_of, clip_norm,
                                               signs.get(m.pool_id))
@@ -364,26 +360,32 @@ class RoundEngine:
                           drop_before_unmasking=before_unmasking, workers=workers)
 
     def _session_params(self, mechanism: PoolMechanism, graph: SecaggGraph, participants: int) -> SecAggParams:
-        """The session's parameters: fixed point at the pool's grid and value bound, or, for a
-        discrete pool, residues mod 2^b with the block's b (sized for its ``max_clients``).
-        Every simulated party runs this code, so the sessions speak the latest protocol
-        version (AES-128-CTR masks; docs/secure-aggregation.md §Protocol versions)."""
-        discrete = self.discrete.get(mechanism.pool_id)
-        if discrete is None:
-            return choose_params(
-                participants,
-                mechanism.threshold,
-                mechanism.value_bound,
-                scale=mechanism.scale,
-                mode=graph.mode,
-                neighbours=graph.neighbours,
-                share_threshold=graph.share_threshold,
-                protocol_version=LATEST_PROTOCOL_VERSION,
-            )
-        if participants > discrete.mechanism.max_clients:
-            # the sampled clients of a pool are among its clients; the wrap bound covers them all
-            raise RuntimeError(f"pool {mechanism.pool_id}: {participants} participants exceed the "
-                               f"{discrete.mechanism.max_clients} the bit width covers")
-        return residue_params(participants, mechanism.threshold, discrete.bits, mode=graph.mode,
-                              neighbours=graph.neighbours, share_threshold=graph.share_threshold,
-                              protocol_version=LATEST_PROTOCOL_VERSION)
+        """The session's parameters (``session_params``)."""
+        return session_params(mechanism, self.discrete.get(mechanism.pool_id), graph, participants)
+
+
+def session_params(mechanism: PoolMechanism, discrete: DiscretePool | None, graph: SecaggGraph,
+                   participants: int) -> SecAggParams:
+    """One pool session's parameters: fixed point at the pool's grid and value bound, or, for
+    a discrete pool, residues mod 2^b with the block's b (sized for its ``max_clients``).
+    The simulator's parties and the Flower server (``trainer.flower.engine``) build them
+    here, in the latest protocol version (AES-128-CTR masks; docs/secure-aggregation.md
+    §Protocol versions)."""
+    if discrete is None:
+        return choose_params(
+            participants,
+            mechanism.threshold,
+            mechanism.value_bound,
+            scale=mechanism.scale,
+            mode=graph.mode,
+            neighbours=graph.neighbours,
+            share_threshold=graph.share_threshold,
+            protocol_version=LATEST_PROTOCOL_VERSION,
+        )
+    if participants > discrete.mechanism.max_clients:
+        # the sampled clients of a pool are among its clients; the wrap bound covers them all
+        raise RuntimeError(f"pool {mechanism.pool_id}: {participants} participants exceed the "
+                           f"{discrete.mechanism.max_clients} the bit width covers")
+    return residue_params(participants, mechanism.threshold, discrete.bits, mode=graph.mode,
+                          neighbours=graph.neighbours, share_threshold=graph.share_threshold,
+                          protocol_version=LATEST_PROTOCOL_VERSION)

@@ -70,13 +70,12 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
 
     strategy = build_strategy(client_plan)
     warnings.extend(strategy.run_warnings(dataset))
-    if options.engine_factory is not None and config.secagg_mechanism != "gaussian_continuous":
-        raise InvalidInputError("secagg_mechanism", DISCRETE_SIMULATOR_ONLY)
     if config.secagg_mechanism == "gaussian_continuous" and any(pool.discrete is not None for pool in client_plan.pools):
         warnings.append(CONTINUOUS_ON_DISCRETE_PLAN)
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy)
     if unused:
         warnings.append(unused)
+    # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does
     engine_factory = options.engine_factory or build_engine
     return PreparedRun(
         plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
@@ -94,11 +93,6 @@ CONTINUOUS_ON_DISCRETE_PLAN = (
     "the plan carries discrete blocks, but this run sends continuous Gaussian shares (--secagg-mechanism "
     "gaussian_continuous, for comparison): its guarantee is approximate (each client's rounding after the "
     "noise is not accounted) and its ledger counts the plan's continuous phases"
-)
-# The Flower scale-out's round executor sends the continuous Gaussian shares only (docs/flower.md).
-DISCRETE_SIMULATOR_ONLY = (
-    "skellam (the plan's discrete blocks; the default for a plan that carries them) runs in gdpfed train's "
-    "round engine only; the Flower scale-out runs --secagg-mechanism gaussian_continuous (approximate)"
 )
 
 

@@ -1,0 +1,267 @@
+"""The discrete (Skellam) mechanism on Flower equals `gdpfed train --secagg-mechanism skellam`,
+and the wire's protocol version and mechanism are exchanged and refused when they differ
+(docs/flower.md §2 "The discrete mechanism and the wire version").
+
+Each node computes its Skellam share from its own copy of the plan (its block re-derived,
+its rotation seed from its run seed and the round) and refuses a session that states
+another; the server decodes, unrotates and rescales, and the ledger counts the plan's
+discrete event (``trainer.units.client.tally.ClientTally`` with mechanism skellam).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from planner import make_plan
+from planner.schema import Scenario
+from tests.trainer.flower.conftest import write_plan_bundle
+from tests.trainer.trainer_plans import comparable, quiet_progress
+from trainer.data import load_dataset
+from trainer.flower import messages
+from trainer.flower.client_app import NodeClient, build_client_app
+from trainer.flower.server_app import run_plan
+from trainer.flower.settings import FlowerOptions, run_config_of
+from trainer.flower.testing import LoopbackGrid
+from trainer.run.checkpoint import load_checkpoint
+from trainer.run.metrics import read_rounds
+from trainer.runner import TrainConfig, execute_run, prepare_run
+from trainer.units.client.rounds import RoundEngine
+from trainer.units.client.tally import ClientTally
+
+ROUNDS = 2
+CLIENTS = 12
+
+
+def skellam_plan(dropout_rate: float) -> Any:
+    """Two pools with their discrete blocks stated (``report_discrete: true``)."""
+    scenario = Scenario(
+        groups=[{"id": "strict", "epsilon": 4.0, "num_clients": 6}, {"id": "loose", "epsilon": 12.0, "num_clients": 6}],
+        delta=1e-4, rounds=ROUNDS, clip_norm=1.0, model_dim=1210, expected_clients=8, min_clients_per_pool=2,
+        dropout_rate=dropout_rate, report_discrete=True,
+    )
+    plan = make_plan(scenario, "gdpfed")
+    assert all(pool.discrete is not None for pool in plan.pools), plan.warnings
+    return plan
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits", num_clients=CLIENTS, seed=0)
+
+
+def config(**overrides: Any) -> TrainConfig:
+    base: dict[str, Any] = dict(dataset="digits", model="mlp", model_options={"hidden": [16]}, rounds=ROUNDS,
+                                local_steps=2, lr=0.1, batch_size=16, engine="loop", server_momentum=0.5,
+                                secagg_mechanism="skellam")
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def simulate(plan: Any, run_config: TrainConfig, out: Path, data: Any, monkeypatch: Any) -> tuple[Any, dict[int, set[int]]]:
+    """`gdpfed train`'s run, and per round the clients it dropped before masking."""
+    early_by_round: dict[int, set[int]] = {}
+    dropouts = RoundEngine._dropouts
+
+    def recorded(self: RoundEngine, ctx: Any, selection: Any, mechanisms: Any) -> Any:
+        participants, early, late = dropouts(self, ctx, selection, mechanisms)
+        early_by_round[ctx.global_round] = set(early)
+        return participants, early, late
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RoundEngine, "_dropouts", recorded)
+        summary = execute_run(prepare_run(plan, plan.model_dump(mode="json"), run_config, out, dataset=data),
+                              progress=quiet_progress(ROUNDS))
+    return summary, early_by_round
+
+
+def flower(plan: Any, run_config: TrainConfig, tmp_path: Path, data: Any,
+           early_by_round: dict[int, set[int]]) -> tuple[Any, LoopbackGrid]:
+    """The same run on Flower: node 1000 + i is client i, drawing its noise as `gdpfed train`
+    does; the clients the simulator dropped before masking vanish at the MASKED step."""
+    flat = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "flower")}), run_config)
+    nodes = {1000 + i: {"partition-id": i, "gdpfed-simulation": True} for i in range(CLIENTS)}
+
+    def drop(node: int, kind: str, group_id: str) -> bool:
+        return kind == messages.MASKED and node - 1000 in early_by_round.get(int(group_id), set())
+
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), nodes, flat, drop=drop)
+    summary = run_plan(grid, plan.model_dump(mode="json"), flat, dataset=data, progress=quiet_progress(ROUNDS))
+    return summary, grid
+
+
+def test_a_skellam_run_on_flower_equals_gdpfed_train_with_dropouts_and_counts_the_skellam_event(
+        digits, tmp_path, monkeypatch):
+    plan = skellam_plan(dropout_rate=0.25)
+    simulated, early = simulate(plan, config(), tmp_path / "sim", digits, monkeypatch)
+    assert any(early.values())  # some sampled clients dropped before masking
+    summary, grid = flower(plan, config(), tmp_path, digits, early)
+
+    flower_rounds = read_rounds(tmp_path / "flower" / "rounds.jsonl")
+    assert comparable(flower_rounds) == comparable(read_rounds(tmp_path / "sim" / "rounds.jsonl"))
+    assert sum(r.dropped_before_masking for r in flower_rounds) > 0
+    assert sum(sum(r.survived.values()) for r in flower_rounds) > 0
+    assert torch.equal(load_checkpoint(tmp_path / "flower" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "sim" / "checkpoint.pt")["global_params"])
+    same = ("epsilon_spent", "epsilon_rdp", "epsilon_tight", "aborted_rounds", "final_accuracy", "final_loss",
+            "rounds_run", "secagg_mechanism")
+    assert summary.model_dump(include=set(same)) == simulated.model_dump(include=set(same))
+    # the ledger counts the plan's Skellam event, not the continuous Gaussian's
+    tally = ClientTally(plan, mechanism="skellam")
+    for _ in range(ROUNDS):
+        tally.record_round()
+    assert summary.secagg_mechanism == "skellam" and summary.epsilon_spent == tally.final_spent()
+    gaussian = ClientTally(plan)
+    for _ in range(ROUNDS):
+        gaussian.record_round()
+    assert summary.epsilon_spent != gaussian.final_spent()
+    # the nodes sent residues mod the block's 2^b, under the wire's version
+    sessions = [messages.session_of(m.content) for m in grid.delivered if m.metadata.message_type == messages.KEYS]
+    assert sessions and all(s.mechanism == "skellam" and s.params.encoding == "residues" for s in sessions)
+    assert all(s.params.protocol_version == messages.PROTOCOL_VERSION for s in sessions)
+    assert {s.params.modulus_bits for s in sessions} <= {p.discrete.bits for p in plan.pools}
+
+
+def test_fedhdp_with_skellam_on_flower_equals_gdpfed_train(tmp_path):
+    """FedHDP (ratios, Ditto personal models on the nodes): the private pool's Skellam shares
+    and the opted-out pool's fixed-point session (no noise to discretise) in one round."""
+    from planner.discrete import with_discrete
+    from tests.trainer.trainer_plans import hand_plan
+
+    clients = 14
+    plan = hand_plan([("private", 3.0, 10, 0.6), ("out", None, 4, 0.5)],
+                     [("P1", ["private"], 1.0, 2, 1.0), ("P2", ["out"], 0.0, 1, 1.0)],
+                     rounds=ROUNDS, model_dim=700, method="gdpfed")
+    plan = with_discrete(plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})}))
+    assert plan.pool("P1").discrete is not None and plan.pool("P2").discrete is None
+    data = load_dataset("digits", num_clients=clients, partition="one_label", seed=0, client_test_fraction=0.25)
+    run_config = config(model_options={"hidden": [10]}, batch_size=8, partition="one_label",
+                        dataset_options={"client_test_fraction": 0.25}, eval_every=1, strategy="fedhdp",
+                        strategy_options={"ratios": {"P1": 0.3}, "lambdas": {"private": 0.1, "out": 0.02}})
+    simulated = execute_run(prepare_run(plan, plan.model_dump(mode="json"), run_config, tmp_path / "sim", dataset=data),
+                            progress=quiet_progress(ROUNDS))
+    flat = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "flower")}), run_config)
+    nodes = {1000 + i: {"partition-id": i, "gdpfed-simulation": True} for i in range(clients)}
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), nodes, flat)
+    summary = run_plan(grid, plan.model_dump(mode="json"), flat, dataset=data, progress=quiet_progress(ROUNDS))
+
+    assert comparable(read_rounds(tmp_path / "flower" / "rounds.jsonl")) == comparable(
+        read_rounds(tmp_path / "sim" / "rounds.jsonl"))
+    assert torch.equal(load_checkpoint(tmp_path / "flower" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "sim" / "checkpoint.pt")["global_params"])
+    same = ("epsilon_spent", "epsilon_rdp", "epsilon_tight", "final_accuracy", "personal_accuracy_by_group",
+            "secagg_mechanism")
+    assert summary.model_dump(include=set(same)) == simulated.model_dump(include=set(same))
+    assert summary.secagg_mechanism == "skellam"
+    encodings = {(s.pool_id, s.params.encoding) for s in (messages.session_of(m.content) for m in grid.delivered
+                                                           if m.metadata.message_type == messages.KEYS)}
+    assert encodings == {("P1", "residues"), ("P2", "fixed_point")}
+
+
+class OldNodes(NodeClient):
+    """Nodes of a gdpfed before the wire stated a version: their HELLO states none (version 1)."""
+
+    old: frozenset[int] = frozenset()
+
+    def hello(self, content: Any, context: Any) -> Any:
+        reply = super().hello(content, context)
+        if context.node_id in self.old:
+            record = reply.config_records[messages.REPLY]
+            del record["protocol_version"]
+            del record["secagg_mechanism"]
+        return reply
+
+
+def skellam_grid(plan: Any, tmp_path: Path, dim: int,
+                 client: type[NodeClient] = NodeClient) -> tuple[LoopbackGrid, Any, list[str]]:
+    """A skellam FlowerRoundEngine over in-process nodes (fixed random updates, no torch training)."""
+    from tests.trainer.flower.conftest import RUN_CONFIG, nodes_by_group, random_updates
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.flower.engine import FlowerRoundEngine, Membership
+    from trainer.units.client.strategies import PlanStrategy
+
+    bundle = write_plan_bundle(tmp_path / "bundle", plan)
+    nodes = client(bundle, local_update=random_updates())
+    grid = LoopbackGrid(build_client_app(bundle, nodes), nodes_by_group(plan), {**RUN_CONFIG, "secagg-mechanism": "skellam"})
+    log: list[str] = []
+    membership = Membership(grid, plan, plan_fingerprint(plan), timeout=5.0, log=log.append, mechanism="skellam")
+    strategy = PlanStrategy(plan, None, None, engine="loop", local=None, device=torch.device("cpu"))  # type: ignore[arg-type]
+    engine = FlowerRoundEngine(grid, membership, plan, strategy, dim, secagg_mechanism="skellam", log=log.append)
+    return grid, engine, log
+
+
+def test_a_node_refuses_a_session_whose_version_mechanism_or_block_is_not_its_own_plans(tmp_path):
+    from flwr.app import Message
+
+    from trainer.strategies import RoundContext
+    from trainer.units.client.discrete import rotation_seed
+
+    plan = skellam_plan(dropout_rate=0.0)
+    dim = plan.scenario.model_dim
+    grid, engine, _ = skellam_grid(plan, tmp_path, dim)
+    _, outcome = engine.run(RoundContext(0, 0, seed=0), torch.zeros(dim))
+    assert sum(outcome.survived.values()) > 0 and not outcome.aborted_pools
+    sent = next(m for m in grid.delivered if m.metadata.message_type == messages.KEYS)
+    node = sent.metadata.dst_node_id
+    session = messages.session_of(sent.content)
+    block = plan.pool(session.pool_id).discrete
+    assert session.discrete is not None and session.params.modulus_bits == block.bits
+
+    # round 1's session as the server would state it: the block, and that round's rotation seed
+    index = [p.id for p in plan.pools].index(session.pool_id)
+    assert session.discrete is not None
+    stated = replace(session.discrete, rotation_seed=rotation_seed(RoundContext(1, 1, seed=0), index))
+    next_round = messages.Session(**{**session.__dict__, "global_round": 1, "discrete": stated})
+
+    def refusal(record_change: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
+        record = messages.session_record(next_round)
+        for key in drop:
+            del record[key]
+        record.update(record_change)
+        content = messages.keys_request(session, torch.zeros(dim).numpy())
+        content[messages.SESSION] = record
+        reply = list(grid.send_and_receive([Message(content, node, messages.KEYS)]))[0]
+        assert reply.has_error(), record_change
+        return str(reply.error.reason)
+
+    assert f"bit width {block.bits + 1} (the plan's is {block.bits})" in refusal({"modulus_bits": block.bits + 1})
+    assert "discrete scale" in refusal({"discrete_scale": block.scale * 2})
+    assert "share variance" in refusal({"share_variance": block.share_variance / 2})
+    assert "rotation seed 5 (this node derives" in refusal({"rotation_seed": "5"})
+    assert "no discrete block" in refusal({"encoding": "fixed_point"})
+    reason = refusal({"secagg_mechanism": "gaussian_continuous"})
+    assert "noise mechanism gaussian_continuous (this node's run config says skellam)" in reason
+    # a session of a server that states no version is version 1 (ChaCha20 masks): refused
+    assert f"protocol version 1 (this node speaks {messages.PROTOCOL_VERSION})" in refusal({}, drop=("protocol_version",))
+    # the node's own session, stated as the server sent it, is accepted
+    accepted = messages.keys_request(next_round, torch.zeros(dim).numpy())
+    assert not list(grid.send_and_receive([Message(accepted, node, messages.KEYS)]))[0].has_error()
+
+
+def test_a_node_of_another_protocol_version_or_mechanism_is_left_out_with_the_reason(tmp_path):
+    from trainer.strategies import RoundContext
+
+    plan = skellam_plan(dropout_rate=0.0)
+    dim = plan.scenario.model_dim
+
+    class Mixed(OldNodes):
+        old = frozenset({1000})
+
+    grid, engine, log = skellam_grid(plan, tmp_path, dim, Mixed)
+    # node 1001's run config names the continuous mechanism (the run's is skellam)
+    grid.contexts[1001].run_config = {**grid.contexts[1001].run_config, "secagg-mechanism": "gaussian_continuous"}
+    _, outcome = engine.run(RoundContext(0, 0, seed=0), torch.zeros(dim))
+    excluded = engine.membership.excluded
+    assert set(excluded) == {1000, 1001}
+    assert excluded[1000].startswith(f"speaks secure-aggregation protocol v1 (chacha20 masks), this server "
+                                     f"v{messages.PROTOCOL_VERSION} (aes-128-ctr masks)")
+    assert excluded[1001].startswith("runs the noise mechanism gaussian_continuous, this run skellam")
+    assert "node 1000 left out: speaks secure-aggregation protocol v1" in "\n".join(log)
+    # the others run the round; the two left out are asked nothing more
+    assert sum(outcome.survived.values()) > 0
+    keys_to = {m.metadata.dst_node_id for m in grid.delivered if m.metadata.message_type == messages.KEYS}
+    assert keys_to and not keys_to & {1000, 1001}
