@@ -21,7 +21,9 @@
   scored on its own test rows (docs/flower.md §2, "Per-client state").
 
 With adaptive clipping the ``KEYS`` session names the round's ``S^t``; the node clips at it
-and derives both noise shares (update and count) from its own plan.
+and derives both noise shares (update and count) from its own plan; under skellam it
+multiplies the clipped update by ``C / S^t`` and appends its integer count with its own
+Skellam share (``DiscretePool.share``; docs/flower.md §2 "The discrete mechanism").
 
 Replies carry protocol messages only (no example count, no plaintext update), and the
 personal scores ``PERSONAL`` asks for.
@@ -218,7 +220,8 @@ class NodeClient:
             # the Skellam share mod 2^b, rotated with the round's public signs (this node's derivation)
             from trainer.secagg.discrete import rotation_signs
 
-            vector = discrete.share(update, group_id, rotation_signs(rotation, dim), rng)
+            # with adaptive clipping at the session's S^t, the count coordinate appended (DiscretePool.share)
+            vector = discrete.share(update, group_id, rotation_signs(rotation, dim), rng, session.clip_norm)
         else:
             # adaptive clipping: the round's S^t, and the count b - 1/2 with its own noise share appended
             encode = privatize if session.clip_norm is None else privatize_counted

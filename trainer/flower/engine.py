@@ -24,7 +24,8 @@ The run's noise mechanism is its configuration's ``secagg_mechanism``, read as
 mod the block's 2^b (``trainer.units.client.rounds.session_params``) stating the block and
 the round's public rotation seed; each node computes its Skellam share from its own copy
 of the plan and refuses a session that states another block, and the server decodes,
-unrotates and rescales the sum (``trainer.units.client.discrete.DiscretePool.decode``).
+unrotates and rescales the sum (``trainer.units.client.discrete.DiscretePool.decode``; with
+adaptive clipping the update back to ``S^t`` and the decoded count appended, for the controller).
 Sessions speak ``messages.PROTOCOL_VERSION``; a node that answers ``HELLO`` with another
 version or mechanism is left out (docs/flower.md §2 "The discrete mechanism and the wire version").
 """
@@ -46,7 +47,7 @@ from planner.secagg import graph_label
 from trainer.engines.evaluate import ClientScores
 from trainer.flower import messages
 from trainer.flower.roster import NodeRoster, nodes_per_group
-from trainer.flower.settings import refuse_adaptive_skellam, run_mechanism
+from trainer.flower.settings import run_mechanism
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, new_session
@@ -164,7 +165,7 @@ class FlowerRoundEngine:
     ) -> None:
         """``secagg_mechanism``: the noise the pools' sessions carry, checked as the simulator's
         round engine checks it (``run_discrete_pools``: skellam runs each noised pool's stated
-        block, re-derived; not with adaptive clipping)."""
+        block, re-derived; under adaptive clipping with its count coordinate)."""
         self.grid = grid
         self.membership = membership
         self.plan = plan
@@ -178,8 +179,8 @@ class FlowerRoundEngine:
         self.adaptive = getattr(strategy, "adaptive_clip", None) is not None
         # plan.rounds sizes the noise tail bound, as on the nodes (client_app.NodeClient.mechanism).
         self.mechanisms = pool_mechanisms(plan, dim, plan.rounds, adaptive=self.adaptive)
-        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise)
-        refuse_adaptive_skellam(secagg_mechanism, self.adaptive)
+        # pool id -> its discrete mechanism (noised pools under skellam; none otherwise); under
+        # adaptive clipping each block carries the count coordinate
         self.discrete = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=self.adaptive)
         self.secagg_mechanism = secagg_mechanism
         # per-client models live on the nodes: the strategy's evaluation asks them for their scores
@@ -236,8 +237,9 @@ class FlowerRoundEngine:
                 results.abort(mechanism.pool_id, reason or "aborted")
             elif done.discrete is not None and done.session.discrete is not None:
                 # the residue sum mod 2^b, decoded, unrotated with the round's public signs, rescaled
+                # (with adaptive clipping: the update to S^t, the count appended, as RoundEngine decodes)
                 signs = dm.rotation_signs(done.session.discrete.rotation_seed, self.dim)
-                results.release(mechanism, done.discrete.decode(done.total, signs), len(done.survivors))
+                results.release(mechanism, done.discrete.decode(done.total, signs, clip_norm), len(done.survivors))
             else:
                 results.release(mechanism, done.total, len(done.survivors))
         pool_sums = results.pool_sums

@@ -103,24 +103,6 @@ def train_config(run_config: Mapping[str, Any]) -> Any:
     return config
 
 
-# Adaptive clipping's integer count coordinate (docs/secure-aggregation.md §Discrete noise,
-# "Adaptive clipping") is decoded by gdpfed train's round engine only; the Flower nodes and
-# server do not carry it yet, so a run on Flower refuses the combination rather than release
-# a count the ledger does not count.
-FLOWER_ADAPTIVE_SKELLAM = (
-    "skellam with adaptive clipping runs in gdpfed train's round engine only; on Flower run fixed clipping, or "
-    "--secagg-mechanism gaussian_continuous (approximate)"
-)
-
-
-def refuse_adaptive_skellam(mechanism: str, adaptive: bool) -> None:
-    """Refuse (``InvalidInputError("secagg_mechanism")``) skellam with adaptive clipping on Flower."""
-    if mechanism == "skellam" and adaptive:
-        from accounting.errors import InvalidInputError
-
-        raise InvalidInputError("secagg_mechanism", FLOWER_ADAPTIVE_SKELLAM)
-
-
 def run_mechanism(config: Any, plan: Any) -> str:
     """The noise mechanism a client-level run of ``plan`` executes: its configuration's
     ``secagg_mechanism`` resolved against the plan (``plan``, the default, runs skellam where

@@ -53,15 +53,15 @@ def check_client_settings(plan: Any, config: Any) -> None:
     skellam the plan's discrete blocks, checked as the run will check them
     (``trainer.units.client.discrete.run_discrete_pools``, at the plan's ``model_dim``; the
     run checks the model's again), so ``gdpfed flower app`` refuses a plan planned without
-    ``report_discrete: true`` before it writes the bundle (docs/flower.md §2)."""
+    ``report_discrete: true`` (or, with adaptive clipping, without the ``adaptive_clip`` block
+    that gives the blocks their count coordinate) before it writes the bundle (docs/flower.md §2)."""
     check_registered_strategy(plan, config)
     # start-up time: the discrete derivation imports the planner's calibration and numpy
-    from trainer.flower.settings import refuse_adaptive_skellam, run_mechanism
+    from trainer.flower.settings import run_mechanism
     from trainer.units.client.discrete import run_discrete_pools
 
-    mechanism, adaptive = run_mechanism(config, plan), bool(config.strategy_options.get("adaptive_clip"))
-    refuse_adaptive_skellam(mechanism, adaptive)
-    run_discrete_pools(plan, plan.scenario.model_dim, mechanism, adaptive=adaptive)
+    adaptive = bool(config.strategy_options.get("adaptive_clip"))
+    run_discrete_pools(plan, plan.scenario.model_dim, run_mechanism(config, plan), adaptive=adaptive)
 
 
 def check_silo_strategy(plan: Any, config: Any) -> None:

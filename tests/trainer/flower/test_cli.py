@@ -179,13 +179,34 @@ def test_gdpfed_flower_asks_the_units_flower_record_not_its_name(plan_file: Path
 
 def test_app_refuses_skellam_for_a_plan_without_discrete_blocks_before_writing(plan_file: Path, tmp_path: Path,
                                                                                 capsys) -> None:
-    """--secagg-mechanism skellam needs the plan's discrete blocks (report_discrete: true) and
-    fixed clipping; `gdpfed flower app` says so in one line, as the run would, and writes nothing."""
-    for extra, field in ((["--secagg-mechanism", "skellam"], "pools.p_strict.discrete"),
-                         (["--secagg-mechanism", "skellam", "--strategy", "fedhdp", "--strategy-option",
-                           "adaptive_clip=true"], "secagg_mechanism")):
-        code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--rounds", "2", *extra,
+    """--secagg-mechanism skellam needs the plan's discrete blocks (report_discrete: true), and
+    with adaptive clipping blocks that carry the count coordinate (the plan's adaptive_clip
+    block); `gdpfed flower app` says so in one line, as the run would, and writes nothing. A
+    plan planned with both writes its bundle (skellam with adaptive clipping runs on Flower)."""
+    from planner.discrete import with_discrete
+    from planner.units import load_plan
+    from tests.trainer.test_adaptive_clip import with_adaptive_clip
+
+    plan = json.loads(plan_file.read_text())
+
+    def stated(adaptive: bool) -> Path:
+        loaded = load_plan(plan)
+        loaded = with_adaptive_clip(loaded, count_noise_std=2.0, learning_rate=0.5) if adaptive else loaded
+        path = tmp_path / f"discrete-{adaptive}.json"
+        path.write_text(with_discrete(loaded.model_copy(update={"scenario": loaded.scenario.model_copy(
+            update={"report_discrete": True})})).model_dump_json())
+        return path
+
+    adaptive_option = ["--strategy", "fedhdp", "--strategy-option", "adaptive_clip=true"]
+    for path, extra, field in ((plan_file, ["--secagg-mechanism", "skellam"], "pools.p_strict.discrete"),
+                               (stated(False), ["--secagg-mechanism", "skellam", *adaptive_option],
+                                "secagg_mechanism")):
+        code = app_cli.run(["flower", "app", "--plan", str(path), *TINY, "--rounds", "2", *extra,
                             "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and f"{field}:" in err, err
         assert not (tmp_path / "app").exists()
+    code = app_cli.run(["flower", "app", "--plan", str(stated(True)), *TINY, "--rounds", "2", "--secagg-mechanism",
+                        "skellam", *adaptive_option, "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "app" / "plan.json").exists()

@@ -162,6 +162,58 @@ def test_fedhdp_with_skellam_on_flower_equals_gdpfed_train(tmp_path):
     assert encodings == {("P1", "residues"), ("P2", "fixed_point")}
 
 
+def test_adaptive_fedhdp_with_skellam_on_flower_equals_gdpfed_train_and_counts_the_count(tmp_path):
+    """Adaptive clipping under skellam (docs/secure-aggregation.md §Discrete noise, "Adaptive
+    clipping"): each node clips at the session's S^t, sends its share with the integer count
+    coordinate; the server decodes update and count, rescales by S^t / C and moves S^t. The
+    parameters, S^t, counts and ledger (the Skellam event with the count) are gdpfed train's."""
+    from planner.discrete import with_discrete
+    from tests.trainer.test_adaptive_clip import with_adaptive_clip
+    from tests.trainer.trainer_plans import hand_plan
+
+    clients, rounds = 14, 3
+    plan = with_adaptive_clip(hand_plan([("private", 3.0, 10, 0.6), ("out", None, 4, 0.5)],
+                                        [("P1", ["private"], 1.0, 2, 1.0), ("P2", ["out"], 0.0, 1, 1.0)],
+                                        rounds=rounds, model_dim=700, method="gdpfed"),
+                              count_noise_std=2.0, learning_rate=0.5)
+    plan = with_discrete(plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})}))
+    block = plan.pool("P1").discrete
+    assert block is not None and block.count_factor >= 1
+    data = load_dataset("digits", num_clients=clients, partition="one_label", seed=0, client_test_fraction=0.25)
+    run_config = config(model_options={"hidden": [10]}, rounds=rounds, batch_size=8, partition="one_label",
+                        dataset_options={"client_test_fraction": 0.25}, eval_every=1, strategy="fedhdp",
+                        strategy_options={"ratios": {"P1": 0.3}, "lambdas": {"private": 0.1, "out": 0.02},
+                                          "adaptive_clip": True})
+    simulated = execute_run(prepare_run(plan, plan.model_dump(mode="json"), run_config, tmp_path / "sim", dataset=data),
+                            progress=quiet_progress(rounds))
+    flat = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "flower")}), run_config)
+    nodes = {1000 + i: {"partition-id": i, "gdpfed-simulation": True} for i in range(clients)}
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), nodes, flat)
+    summary = run_plan(grid, plan.model_dump(mode="json"), flat, dataset=data, progress=quiet_progress(rounds))
+
+    flower_rounds = read_rounds(tmp_path / "flower" / "rounds.jsonl")
+    assert comparable(flower_rounds) == comparable(read_rounds(tmp_path / "sim" / "rounds.jsonl"))
+    assert torch.equal(load_checkpoint(tmp_path / "flower" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "sim" / "checkpoint.pt")["global_params"])
+    same = ("epsilon_spent", "epsilon_rdp", "epsilon_tight", "aborted_rounds", "final_accuracy", "final_loss",
+            "personal_accuracy_by_group", "rounds_run", "secagg_mechanism")
+    assert summary.model_dump(include=set(same)) == simulated.model_dump(include=set(same))
+    assert summary.secagg_mechanism == "skellam"
+    # S^t moved, from the decoded counts
+    clips = [r.clip_norm for r in flower_rounds]
+    assert None not in clips and len(set(clips)) > 1
+    assert all(r.unclipped_fraction is not None for r in flower_rounds if not r.aborted_pools)
+    # the ledger counts the plan's Skellam event with the count's sensitivity
+    tally = ClientTally(plan, mechanism="skellam")
+    for _ in range(rounds):
+        tally.record_round()
+    assert summary.epsilon_spent == tally.final_spent()
+    # the private pool's nodes sent residues with the count coordinate: the session names S^t
+    sessions = [messages.session_of(m.content) for m in grid.delivered if m.metadata.message_type == messages.KEYS]
+    private = [s for s in sessions if s.pool_id == "P1"]
+    assert private and all(s.params.encoding == "residues" and s.clip_norm is not None for s in private)
+
+
 class OldNodes(NodeClient):
     """Nodes of a gdpfed before the wire stated a version: their HELLO states none (version 1)."""
 
