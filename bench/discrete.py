@@ -9,6 +9,7 @@ the server: decode the modular sum (continuous) or decode, unrotate and rescale
 Table 3: the discrete mechanism's epsilon under the tight accountant (pld, the
 dominating Gaussian of docs/accounting.md §11.7) against the continuous Gaussian's at equal
 noise, at the planner's default grid and bit width.
+Table 4: one aggregation round against TFF's DistributedDpSumFactory (``bench/discrete_tff.py``).
 Medians of ``repeats`` runs on this machine's CPU; the masking itself (ChaCha20) is the
 same for both and is measured by ``gdpfed bench secagg``.
 
@@ -31,6 +32,7 @@ import numpy as np
 
 import accounting
 from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
+from bench.discrete_tff import tff_rows
 from planner.discrete import calibrate_skellam
 from trainer.choices import SECAGG_MECHANISMS
 from trainer.secagg import discrete as dm
@@ -220,6 +222,7 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
     dimensions = [1_000, 54_410] if quick else [1_000, 54_410, 1_000_000]
     settings = [(1_000, 30)] if quick else [(54_410, 100), (54_410, 300)]
     rates = [(0.01, 1000)] if quick else [(0.01, 1000), (0.05, 200), (0.22, 100)]
+    tff_settings = [(10, 1_000)] if quick else [(10, 1_000), (10, 54_410), (100, 54_410)]
     return [
         (
             "Discrete (Skellam) vs continuous pipeline, per client and round",
@@ -233,5 +236,10 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
         (
             "Discrete (Skellam) vs continuous epsilon at equal noise, tight accountant (pld), default grid and bit width",
             overhead_rows(dimensions, rates),
+        ),
+        (
+            "One aggregation round, gdpfed's discrete pipeline vs TFF's DistributedDpSumFactory (distributed "
+            "Skellam), no secure-aggregation crypto on either side (median seconds; TFF under GDPFED_TFF_PYTHON)",
+            tff_rows(tff_settings, 1 if quick else 3),
         ),
     ]
