@@ -412,11 +412,20 @@ def _block(
         delta=run.delta,
         epsilon=epsilon,
         gaussian_epsilon_same_bound=same_bound,
-        discretisation_overhead=epsilon / same_bound - 1.0,
+        discretisation_overhead=_overhead(epsilon, same_bound),
         gaussian_epsilon=continuous,
-        overhead_vs_continuous=epsilon / continuous - 1.0,
+        overhead_vs_continuous=_overhead(epsilon, continuous),
         threat_model=threat_model_line(question.min_survivors, question.colluding_clients),
     )
+
+
+def _overhead(epsilon: float, gaussian: float) -> float:
+    """epsilon / gaussian - 1; 0 where both are 0 (pld states 0 for a release far below its
+    grid: a tiny sampling rate under a large noise), and a large finite ratio (the JSON number
+    stays finite) where only the Gaussian's is 0."""
+    if gaussian > 0:
+        return epsilon / gaussian - 1.0
+    return 0.0 if epsilon <= 0 else min(epsilon / 1e-300, 1e300)
 
 
 def _shared(variance: float, honest: int) -> float:
