@@ -27,7 +27,7 @@ from accounting.accountants import AccountantName
 from accounting.results import SolvedFor
 from app.schemas import PlanCreateMethod
 from app.security import Role
-from planner.schema import GroupStatus, KeepRatioAuto, PlanMethod, SecaggMode
+from planner.schema import GroupStatus, KeepRatioAuto, PlanMethod, SecaggMechanism, SecaggMode
 from planner.service_api import RoundStatus
 from planner.units import UNITS
 
@@ -40,6 +40,7 @@ NAMED_ENUMS: dict[str, Any] = {
     "RoundStatus": RoundStatus,
     "GroupStatus": GroupStatus,
     "SecaggMode": SecaggMode,
+    "SecaggMechanism": SecaggMechanism,
     "SolvedFor": SolvedFor,
     "KeepRatioAuto": KeepRatioAuto,
     # each privacy unit's own (SiloMethod, RadiusRule, ...)
