@@ -208,7 +208,7 @@ def test_the_largest_step_is_the_exact_central_step_to_its_rounding(variance: fl
     above it at mu = 1e9), which the planner's closed form for mu cannot predict; and near no
     noise, where P(X = 0) is near 1, erfinv of it in doubles would lose the digits instead (inf
     at mu = 1e-17), so there the tail is summed."""
-    import mpmath
+    import mpmath  # type: ignore[import-untyped]
 
     with mpmath.workdps(50):
         p0 = mpmath.besseli(0, variance) * mpmath.exp(-variance)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 import accounting
 from accounting import InvalidInputError
+from accounting.accountants import AccountantName
 from accounting.errors import validation_error_line
 from planner import discrete
 from trainer.secagg import discrete as dm
@@ -112,7 +113,8 @@ def test_the_rdp_route_reproduces_the_blocks_rdp_calibrated_before() -> None:
     assert plan.accountant == "rdp"
     assert {name: getattr(plan, name) for name in RDP_PINNED} == RDP_PINNED
     # prv and closed_form cannot account the Skellam event: their plans calibrate by rdp too
-    assert [discrete.calibration_accountant(a) for a in ("pld", "rdp", "prv", "closed_form")] == ["pld", "rdp", "rdp", "rdp"]
+    names: tuple[AccountantName, ...] = ("pld", "rdp", "prv", "closed_form")
+    assert [discrete.calibration_accountant(a) for a in names] == ["pld", "rdp", "rdp", "rdp"]
     with pytest.raises(InvalidInputError) as error:
         discrete.calibrate_skellam(**CASE, accountant="tight")  # type: ignore[arg-type]
     assert error.value.field == "accountant"
