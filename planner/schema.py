@@ -37,7 +37,11 @@ SCHEMA_VERSION: Final = 2
 # Versions current_plan_data reads (1: before privacy_unit, read as a client plan).
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
-from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
+from accounting.accountants import (  # noqa: E402  (the one list, beside its registry)
+    DEFAULT_ACCOUNTANT,
+    RDP_ACCOUNTANT,
+    AccountantName,
+)
 from accounting.choices import RequestedSecagg as RequestedSecagg  # noqa: E402  (re-exported: the planner's name)
 from accounting.choices import SecaggMechanism as SecaggMechanism  # noqa: E402  (re-exported: the planner's name)
 from accounting.choices import SecaggMode  # noqa: E402
@@ -350,7 +354,7 @@ class DiscreteMechanism(NumbersModel):
     label: str = Field(MECHANISM_LABELS["skellam"])
     # Blocks written before this field existed were all calibrated by rdp: that is the default.
     accountant: AccountantName = Field(
-        "rdp",
+        RDP_ACCOUNTANT,
         description="the accountant that calibrated mu and states epsilon: pld (tight; a pld plan's) or rdp (every "
         "other plan's: prv and closed_form cannot account the Skellam event)",
     )
