@@ -338,3 +338,34 @@ def test_a_count_coordinate_is_calibrated_into_one_event_with_the_released_sensi
         discrete.count_factor_for(plain.l2_sensitivity, 1.0, 0.5)  # sigma_b = z_eff / 2
     assert error.value.field == "adaptive_clip.count_noise_std"
 
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_replanned_counted_block_is_calibrated_on_its_spent_events_by_its_route(accountant: str) -> None:
+    """Both sides of the calibration at once (docs/secure-aggregation.md §Discrete noise,
+    "Calibration"): a re-plan's group that spent Skellam events, under adaptive clipping's count
+    coordinate. The block's epsilon is its accountant's figure of exactly the events the ledger
+    composes (the spent ones, then the new rounds with the released sensitivities) at delta less
+    both wrap charges; 0.2% less noise misses the budget; the overheads compare the new rounds alone."""
+    m = 300
+    first = discrete.calibrate_skellam(**{**CASE, "epsilon": 1.0}, count_factor=m, accountant=accountant)  # type: ignore[arg-type]
+    spent, spent_wrap = [first.event(120)], 120 * first.wrap_probability_per_round
+    block = discrete.calibrate_skellam(
+        **CASE, count_factor=m, spent=spent, spent_wrap=spent_wrap, accountant=accountant,  # type: ignore[arg-type]
+    )
+    assert block.accountant == accountant and block.count_factor == m
+    delta = CASE["delta"] - spent_wrap - block.wrap_probability_run
+    event = block.event()
+    assert event.l2_sensitivity == math.sqrt(block.l2_sensitivity**2 + m * m)
+
+    def composed(events: list[Any]) -> float:
+        return accounting.epsilon_of_events(events, delta=delta, accountant=accountant).epsilon  # type: ignore[arg-type]
+
+    assert block.epsilon == composed([*spent, event]) <= CASE["epsilon"]
+    less = event.model_copy(update={"variance": block.total_variance * 0.998})
+    assert composed([*spent, less]) > CASE["epsilon"]
+    # the spent events cost noise: the same budget without them needs less
+    fresh = discrete.calibrate_skellam(**CASE, count_factor=m, accountant=accountant)  # type: ignore[arg-type]
+    assert block.total_variance > fresh.total_variance * 1.01
+    own = composed([event])
+    assert own < block.epsilon
+    assert block.overhead_vs_continuous == pytest.approx(own / block.gaussian_epsilon - 1.0, rel=1e-12)
