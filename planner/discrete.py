@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,10 +29,23 @@ from pydantic import Field
 
 import accounting
 from accounting import rdp as rdp_math
-from accounting.accountants import ACCOUNTANTS, DEFAULT_ACCOUNTANT
+from accounting.accountants import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
+    RDP_ACCOUNTANT,
+    TIGHT_ACCOUNTANT,
+    AccountantName,
+    get_accountant,
+)
 from accounting.errors import InfeasibleError, InvalidInputError
 from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
-from accounting.events.poisson_sampled_skellam import subsampled_rdp
+from accounting.events.poisson_sampled_skellam import (
+    DOMINATION_MARGIN,
+    MAX_TABULATED_VARIANCE,
+    central_step,
+    subsampled_rdp,
+    unit_shift_table,
+)
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
 from planner.schema import DiscreteMechanism, NumbersModel
 
@@ -51,10 +65,26 @@ ROUNDING_INFLATION = 0.004
 # over a whole run the wraps take at most 1/1000 of delta.
 WRAP_SHARE_OF_DELTA = 1000.0
 MAX_BITS = 62
-# The accountant the discrete mechanism is calibrated and compared with: the registry's fast,
-# sound per-round stand-in, which composes every (epsilon, delta) event through its RDP curve
-# (the Skellam event has no other representation yet, docs/accounting.md §11.6).
+# The accountant of the rdp route (plans of every accountant but pld): rdp's curve of the
+# Skellam event, Zhu and Wang's general subsampling bound (docs/accounting.md §11.6). Kept as
+# it was before the tight route existed, so that plans of those accountants reproduce.
 _CURVE_ACCOUNTANT = ACCOUNTANTS[DEFAULT_ACCOUNTANT].per_round
+# The tight route: mu's square root is set this much above what the central step's closed form
+# asks for, so that the table's largest step (the central one, up to its rounding of about 1e-10
+# relative at mu = 5e9) meets the dominating Gaussian's sigma at the first evaluation.
+_SQRT_MU_SAFETY = 1e-9
+# If pld's certification of a tight calibration misses a budget (its grid, or a tail mass eta
+# that is not negligible), mu is raised by this relative step, quadrupled at each further miss.
+_RAISE_STEP = 1e-6
+_RAISES = 24
+
+
+def calibration_accountant(accountant: AccountantName) -> AccountantName:
+    """The accountant that calibrates a plan's discrete blocks and states their epsilon
+    (docs/secure-aggregation.md §Discrete noise, "Calibration"): pld, the tight one, for a plan
+    whose figures of record are pld's; rdp for every other (rdp's own, and prv and closed_form,
+    which cannot account the Skellam event; docs/accounting.md §11.6)."""
+    return TIGHT_ACCOUNTANT if get_accountant(accountant).verified_by == TIGHT_ACCOUNTANT else RDP_ACCOUNTANT
 
 
 def padded_dimension(dimension: int) -> int:
@@ -105,26 +135,48 @@ def wrap_probability(
     and Z_j Skellam of variance n * share_variance. Over the public random signs D,
     Hoeffding gives P(|(H D y)_j| >= a) <= 2 exp(-a^2 d' / (2 (n C s)^2)); the noise
     tail is :func:`skellam_tail`. With a + n + k = 2^(b-1) - 1, a union bound over the d'
-    coordinates and the two tails, minimised over the split of a and k. With adaptive
-    clipping's count coordinate (``count_factor`` m > 0: each client adds +-m, unrotated)
-    one more coordinate: |sum| <= n m plus its Skellam noise, so the union adds
+    coordinates and the two tails, minimised over the split of a and k (199 splits). With
+    adaptive clipping's count coordinate (``count_factor`` m > 0: each client adds +-m,
+    unrotated) one more coordinate: |sum| <= n m plus its Skellam noise, so the union adds
     P(|Z| >= 2^(b-1) - 1 - n m).
     """
+    return float(
+        _wrap_probabilities(np.array([bits]), clients, clip_norm, scale, dimension, share_variance, count_factor)[0]
+    )
+
+
+# The splits of the room 2^(b-1) - 1 - n between the rotated signal (a) and the noise (k).
+_SPLITS = np.linspace(0.0, 1.0, 201)[1:-1]
+
+
+def _wrap_probabilities(
+    bits: np.ndarray, clients: int, clip_norm: float, scale: float, dimension: int, share_variance: float,
+    count_factor: int = 0,
+) -> np.ndarray:
+    """:func:`wrap_probability` at every bit width of ``bits``, in one array operation (each
+    bit width's row of splits is independent of the others', so an entry is the same whatever
+    else is asked)."""
     n, dp = int(clients), padded_dimension(dimension)
-    room = 2.0 ** (bits - 1) - 1.0 - n
-    if room <= 0:
-        return 1.0
+    room = 2.0 ** (np.asarray(bits, dtype=float) - 1.0) - 1.0 - n
+    a = np.maximum(room, 0.0)[:, None] * _SPLITS
+    k = np.maximum(room, 0.0)[:, None] * (1.0 - _SPLITS)
     signal = n * clip_norm * scale
     variance = n * share_variance
-    best = 1.0
-    for fraction in np.linspace(0.0, 1.0, 201)[1:-1]:
-        a, k = room * fraction, room * (1.0 - fraction)
-        rotated = 2.0 * math.exp(-a * a * dp / (2.0 * signal * signal)) if signal > 0 else 0.0
-        best = min(best, dp * (rotated + skellam_tail(variance, k)))
-    if count_factor:
-        count_room = 2.0 ** (bits - 1) - 1.0 - n * count_factor
-        best += skellam_tail(variance, count_room) if count_room > 0 else 1.0
-    return min(1.0, best)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        rotated = 2.0 * np.exp(-a * a * dp / (2.0 * signal * signal)) if signal > 0 else np.zeros_like(a)
+        best = np.minimum(1.0, np.min(dp * (rotated + _skellam_tails(variance, k)), axis=1))
+        if count_factor:  # the count coordinate's term of the union, added after the minimum over splits
+            count_room = 2.0 ** (np.asarray(bits, dtype=float) - 1.0) - 1.0 - n * count_factor
+            best = np.minimum(1.0, best + _skellam_tails(variance, count_room))
+    return np.where(room > 0, best, 1.0)
+
+
+def _skellam_tails(variance: float, k: np.ndarray) -> np.ndarray:
+    """:func:`skellam_tail` at every entry of ``k`` (1 where k <= 0), vectorised: the square
+    root's difference without cancellation."""
+    ratio = k / variance
+    exponent = variance * (ratio * ratio / (np.sqrt(1.0 + ratio * ratio) + 1.0)) - k * np.arcsinh(ratio)
+    return np.where(k > 0, np.minimum(1.0, 2.0 * np.exp(exponent)), 1.0)
 
 
 def bits_for(
@@ -132,11 +184,12 @@ def bits_for(
     count_factor: int = 0,
 ) -> tuple[int, float]:
     """The smallest b whose :func:`wrap_probability` is <= ``bound``, with that probability."""
-    for bits in range(2, MAX_BITS + 1):
-        chance = wrap_probability(bits, clients, clip_norm, scale, dimension, share_variance, count_factor)
-        if chance <= bound:
-            return bits, chance
-    raise InfeasibleError(f"no bit width up to {MAX_BITS} keeps the wrap-around probability below {bound:g}")
+    widths = np.arange(2, MAX_BITS + 1)
+    chances = _wrap_probabilities(widths, clients, clip_norm, scale, dimension, share_variance, count_factor)
+    meets = np.flatnonzero(chances <= bound)
+    if meets.size == 0:
+        raise InfeasibleError(f"no bit width up to {MAX_BITS} keeps the wrap-around probability below {bound:g}")
+    return int(widths[meets[0]]), float(chances[meets[0]])
 
 
 def count_factor_for(l2_bound: float, noise_multiplier: float, count_noise_std: float) -> int:
@@ -204,14 +257,101 @@ def threat_model_line(min_survivors: int, colluding_clients: int) -> str:
 
 
 def _skellam_epsilon(
-    sampling_rate: float, variance: float, l2: float, l1: float, rounds: int, delta: float,
+    sampling_rate: float,
+    variance: float,
+    l2: float,
+    l1: float,
+    rounds: int,
+    delta: float,
     spent: Sequence[PoissonSampledSkellam] = (),
+    accountant: AccountantName = _CURVE_ACCOUNTANT,
 ) -> float:
     """Epsilon of ``spent`` then ``rounds`` releases of this Skellam event, composed at ``delta``."""
     event = PoissonSampledSkellam(
         sampling_rate=sampling_rate, variance=variance, l2_sensitivity=l2, l1_sensitivity=l1, steps=rounds
     )
-    return accounting.epsilon_of_events([*spent, event], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
+    return accounting.epsilon_of_events([*spent, event], delta=delta, accountant=accountant).epsilon
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A noised group of a pool: its sampling rate, budget and clip norm, and what a re-plan's
+    group already spent (docs/planning.md §9): its Skellam events under parent plans and the
+    wrap-around probability those rounds charged to delta."""
+
+    group: str
+    sampling_rate: float
+    epsilon: float
+    clip_norm: float
+    spent: tuple[PoissonSampledSkellam, ...] = ()
+    spent_wrap: float = 0.0
+
+
+@dataclass(frozen=True)
+class _PoolQuestion:
+    """One pool's calibration: its noised member groups, and what they share (the grid, t, n, c,
+    and adaptive clipping's count factor m, 0 without it).
+
+    ``widest_clip`` is the largest clip norm of any client of the pool: b covers vectors of it."""
+
+    pool: str
+    members: tuple[_Member, ...]
+    scale: float
+    min_survivors: int
+    max_clients: int
+    colluding_clients: int
+    widest_clip: float
+    count_factor: int = 0
+
+    @property
+    def honest(self) -> int:
+        return self.min_survivors - self.colluding_clients
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every pool of a plan shares: its rounds, delta and model dimension, and the
+    per-round wrap-around bound charged to delta (delta / (1000 rounds))."""
+
+    rounds: int
+    delta: float
+    dimension: int
+
+    @property
+    def wrap_round(self) -> float:
+        return self.delta / (WRAP_SHARE_OF_DELTA * self.rounds)
+
+    @property
+    def wrap_run(self) -> float:
+        return self.wrap_round * self.rounds
+
+    def mech_delta(self, member: _Member) -> float:
+        """The delta ``member``'s Skellam events are accounted at: the wrap-around bound of every
+        round taken off, and of every round it spent under parent plans (``spent_wrap``)."""
+        return self.delta - member.spent_wrap - self.wrap_run
+
+
+def _released(member: _Member, question: _PoolQuestion, run: _Run) -> tuple[float, float]:
+    """``member``'s released (L2, L1) sensitivities on the pool's grid: its rounded bounds with
+    the count coordinate +-m (:func:`released_sensitivities`), what its events state."""
+    l2 = rounded_l2_bound(member.clip_norm, question.scale, run.dimension)
+    return released_sensitivities(l2, rounded_l1_bound(l2, run.dimension), question.count_factor)
+
+
+def _compared(sigma: float, member: _Member, question: _PoolQuestion) -> float:
+    """The noise multiplier of the continuous Gaussian of equal noise releasing the same vector:
+    its sensitivity is sqrt((C s)^2 + m^2) with the count coordinate, C s without."""
+    m, cs = question.count_factor, member.clip_norm * question.scale
+    return sigma * cs / math.sqrt(cs * cs + m * m) if m else sigma
+
+
+def _checked_threat_model(min_survivors: int, max_clients: int, colluding_clients: int) -> None:
+    """t - c honest survivors are left, and n >= t vectors are summed (InvalidInputError naming the field)."""
+    t, n, c = min_survivors, max_clients, colluding_clients
+    if c >= t:
+        raise InvalidInputError("colluding_clients", f"must be below min_survivors ({t}): no honest noise is left")
+    if n < t:
+        raise InvalidInputError("max_clients", f"must be at least min_survivors ({t})")
 
 
 def calibrate_skellam(
@@ -226,16 +366,18 @@ def calibrate_skellam(
     max_clients: int,
     colluding_clients: int = 0,
     scale: float | None = None,
+    accountant: AccountantName = DEFAULT_ACCOUNTANT,
     count_factor: int = 0,
     spent: Sequence[PoissonSampledSkellam] = (),
     spent_wrap: float = 0.0,
 ) -> DiscreteMechanism:
     """The least Skellam noise meeting (epsilon, delta) with t - c honest survivors, and its b.
 
-    The total variance mu is the smallest (relative tolerance 1e-4; the returned one is an
-    evaluated feasible point) whose rdp epsilon of ``rounds`` Poisson-subsampled Skellam
-    releases at delta - rounds * w is <= ``epsilon``, w = delta / (1000 rounds) the
-    per-round wrap-around bound; each client's share is mu / (t - c). The bit width b is
+    docs/secure-aggregation.md §Discrete noise, "Calibration". The total variance mu is the
+    least whose epsilon of ``rounds`` Poisson-subsampled Skellam releases at delta - rounds * w
+    is <= ``epsilon``, w = delta / (1000 rounds) the per-round wrap-around bound, under
+    :func:`calibration_accountant` of ``accountant``: pld (the tight route, :func:`_tight`) or
+    rdp (:func:`_rdp_calibration`). Each client's share is mu / (t - c). The bit width b is
     the smallest with wrap_probability <= w for ``max_clients`` summed vectors. With
     ``count_factor`` m > 0 (adaptive clipping) the released vector also carries the count
     coordinate +-m: the event's sensitivities are :func:`released_sensitivities` and b covers
@@ -256,21 +398,32 @@ def calibrate_skellam(
     t = validate_count("min_survivors", min_survivors)
     n = validate_count("max_clients", max_clients)
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
-    if c >= t:
-        raise InvalidInputError("colluding_clients", f"must be below min_survivors ({t}): no honest noise is left")
-    if n < t:
-        raise InvalidInputError("max_clients", f"must be at least min_survivors ({t})")
+    _checked_threat_model(t, n, c)
+    route = calibration_accountant(get_accountant(accountant).name)
     s = choose_scale(clip, d) if scale is None else validate_positive("scale", scale)
     m = validate_count("count_factor", count_factor, minimum=0)
-    rounded_l2 = rounded_l2_bound(clip, s, d)
-    rounded_l1 = rounded_l1_bound(rounded_l2, d)
-    l2, l1 = released_sensitivities(rounded_l2, rounded_l1, m)
-    spent = list(spent)
     if not 0.0 <= spent_wrap < delta / 2.0:
         raise InvalidInputError("spent_wrap", f"must be from 0 to below half of delta ({delta:g})")
-    wrap_round = delta / (WRAP_SHARE_OF_DELTA * steps)
-    wrap_run = wrap_round * steps
-    mech_delta = delta - spent_wrap - wrap_run
+    run = _Run(steps, delta, d)
+    member = _Member("group", q, target, clip, tuple(spent), spent_wrap)
+    question = _PoolQuestion("pool", (member,), s, t, n, c, clip, m)
+    if route == RDP_ACCOUNTANT:
+        return _rdp_calibration(member, question, run)
+    return _tight([question], run)[0].mechanism
+
+
+def _rdp_calibration(member: _Member, question: _PoolQuestion, run: _Run) -> DiscreteMechanism:
+    """The rdp route (docs/secure-aggregation.md §Discrete noise, "Calibration"): a bisection on
+    log sigma, sigma = sqrt(mu) / (C s), of the rdp epsilon (Zhu and Wang's general bound) of the
+    member's spent events and the new rounds to a relative 1e-4, the returned sigma an evaluated
+    feasible point; b for the member's own clip."""
+    q, steps, target, clip = member.sampling_rate, run.rounds, member.epsilon, member.clip_norm
+    delta, d, s = run.delta, run.dimension, question.scale
+    t, n, c, m = question.min_survivors, question.max_clients, question.colluding_clients, question.count_factor
+    l2, l1 = _released(member, question, run)
+    spent = list(member.spent)
+    wrap_round = run.wrap_round
+    mech_delta = run.mech_delta(member)
 
     def eps_at(log_sigma: float) -> float:
         return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta, spent)
@@ -293,42 +446,261 @@ def calibrate_skellam(
     bits, _ = bits_for(wrap_round, n, clip, s, d, share, m)
     eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, spent)
     own = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta) if spent else eps
-    # the continuous Gaussian of equal noise releases the same vector: its sensitivity is
-    # sqrt((C s)^2 + m^2) with the count coordinate, C s without
-    compared = sigma * clip * s / math.sqrt((clip * s) ** 2 + m * m) if m else sigma
+    compared = _compared(sigma, member, question)
     same_bound = gaussian_epsilon_same_bound(q, compared, steps, mech_delta)
     gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=compared, steps=steps)
     continuous = accounting.epsilon_of_events([gaussian], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
+    return _block(
+        member, question, run, RDP_ACCOUNTANT, share=share, bits=bits, sigma=sigma, epsilon=eps, own=own,
+        same_bound=same_bound, continuous=continuous,
+    )
+
+
+def _block(
+    member: _Member,
+    question: _PoolQuestion,
+    run: _Run,
+    accountant: AccountantName,
+    *,
+    share: float,
+    bits: int,
+    sigma: float,
+    epsilon: float,
+    own: float,
+    same_bound: float,
+    continuous: float,
+) -> DiscreteMechanism:
+    """The DiscreteMechanism of ``member``'s calibration on its pool's grid: ``epsilon`` that of
+    its spent events and the plan's rounds, ``own`` the plan's rounds alone (what the overheads
+    compare with the Gaussians of equal noise)."""
+    d, s, m = run.dimension, question.scale, question.count_factor
+    l2 = rounded_l2_bound(member.clip_norm, s, d)
     return DiscreteMechanism(
-        clip_norm=clip,
+        accountant=accountant,
+        clip_norm=member.clip_norm,
         dimension=d,
         padded_dimension=padded_dimension(d),
         scale=s,
         gamma=1.0 / s,
         rounding_beta=ROUNDING_BETA,
-        l2_sensitivity=rounded_l2,
-        l1_sensitivity=rounded_l1,
-        min_survivors=t,
-        colluding_clients=c,
-        honest_survivors=honest,
-        total_variance=share * honest,
+        l2_sensitivity=l2,
+        l1_sensitivity=rounded_l1_bound(l2, d),
+        min_survivors=question.min_survivors,
+        colluding_clients=question.colluding_clients,
+        honest_survivors=question.honest,
+        total_variance=share * question.honest,
         share_variance=share,
         equivalent_noise_multiplier=sigma,
-        max_clients=n,
+        max_clients=question.max_clients,
         bits=bits,
-        wrap_probability_per_round=wrap_round,
-        wrap_probability_run=wrap_run,
-        sampling_rate=q,
-        rounds=steps,
-        delta=delta,
-        epsilon=eps,
+        wrap_probability_per_round=run.wrap_round,
+        wrap_probability_run=run.wrap_run,
+        sampling_rate=member.sampling_rate,
+        rounds=run.rounds,
+        delta=run.delta,
+        epsilon=epsilon,
         gaussian_epsilon_same_bound=same_bound,
-        discretisation_overhead=own / same_bound - 1.0,
+        discretisation_overhead=_overhead(own, same_bound),
         gaussian_epsilon=continuous,
-        overhead_vs_continuous=own / continuous - 1.0,
-        threat_model=threat_model_line(t, c),
+        overhead_vs_continuous=_overhead(own, continuous),
+        threat_model=threat_model_line(question.min_survivors, question.colluding_clients),
         count_factor=m,
-        count_noise_std=math.sqrt(share * honest) / (2.0 * m) if m else None,
+        count_noise_std=math.sqrt(share * question.honest) / (2.0 * m) if m else None,
+    )
+
+
+def _overhead(epsilon: float, gaussian: float) -> float:
+    """epsilon / gaussian - 1; 0 where both are 0 (pld states 0 for a release far below its
+    grid: a tiny sampling rate under a large noise), and a large finite ratio (the JSON number
+    stays finite) where only the Gaussian's is 0."""
+    if gaussian > 0:
+        return epsilon / gaussian - 1.0
+    return 0.0 if epsilon <= 0 else min(epsilon / 1e-300, 1e300)
+
+
+def _shared(variance: float, honest: int) -> float:
+    """The total variance the clients' shares give: (variance / honest) * honest, the product
+    every reader of a block computes (``DiscreteMechanism.event``, ``group_event``)."""
+    return (variance / honest) * honest
+
+
+def _variance_meeting(need: float, honest: int) -> float:
+    """The least total variance mu (on the shares' grid of ``honest`` survivors) whose dominating
+    Gaussian has noise std 1/m1 >= ``need`` in grid units (docs/accounting.md §11.7).
+
+    m1 is the central step 2 Z(0) raised by DOMINATION_MARGIN, and central_step(mu) sqrt(mu) is
+    about 1 + 1/(6 mu), nearly constant: a few fixed-point steps mu = (need m1(mu) sqrt(mu))^2
+    on the exact central step give mu (its square root raised by a relative 1e-9, so that the
+    table's other steps, equal to it up to their rounding, stay below), then ONE table
+    (``unit_shift_table``) checks every step, and raises mu by the ratio it misses by if
+    any does. Above MAX_TABULATED_VARIANCE the first estimate is returned unchecked (the
+    caller calibrates that pool by rdp).
+    """
+    target = 1.0 / (need * (1.0 + _SQRT_MU_SAFETY))  # the largest m1 allowed, with the safety
+    mu = need * need
+    for _ in range(4):
+        mu = (central_step(mu) * (1.0 + DOMINATION_MARGIN) * math.sqrt(mu) / target) ** 2
+    mu = _shared(mu, honest)
+    for _ in range(8):
+        if mu > MAX_TABULATED_VARIANCE:
+            return mu
+        try:
+            m1 = unit_shift_table(mu)[0]
+        except ArithmeticError:  # next to no noise: far below what any budget needs
+            mu = _shared(4.0 * mu + 1.0, honest)
+            continue
+        if m1 * need <= 1.0:
+            return mu
+        mu = _shared(mu * (m1 * need) ** 2 * (1.0 + _SQRT_MU_SAFETY), honest)
+    raise InfeasibleError(f"no Skellam variance found whose dominating Gaussian has noise std {need:g}")
+
+
+def _tight(questions: list[_PoolQuestion], run: _Run, deadline: float | None = None) -> list[PoolDiscrete]:
+    """The tight route (docs/secure-aggregation.md §Discrete noise, "Calibration"; docs/accounting.md
+    §11.7): every pool's least Skellam variance under pld, certified by pld.
+
+    1. Each member group's Gaussian noise multiplier sigma*_g meeting its budget at delta' =
+       delta - T w (less ``spent_wrap``, a re-plan's earlier wrap charges) composed after the
+       Skellam events it already spent (pld composes each through its dominating Gaussian):
+       pld's calibration with that spent history, every group of every pool in one lockstep
+       call (§13.7).
+    2. The pool's need is max_g sigma*_g D2_g (D2_g its group's released L2 bound on the pool's
+       grid, the count coordinate included under adaptive clipping): the dominating Gaussian's
+       noise std 1/m1 must reach it (:func:`_variance_meeting`, one ``unit_shift_table``), so
+       that 1/(m1 D2_g) >= sigma*_g for every member.
+    3. pld's epsilon of each member's spent events then its Poisson-subsampled Skellam event at
+       delta' (the figure of record: pld composes each Skellam event at its tail mass eta) is
+       checked against its budget, all at once (§13.6); a pool that misses one (pld's grid is
+       not monotone in sigma to the last digit, or eta is not negligible) is raised by a
+       relative 1e-6, quadrupled at each further miss.
+    A pool whose variance would exceed MAX_TABULATED_VARIANCE (pld answers such events by rdp)
+    is calibrated by the rdp route instead, its block saying so. The overheads compare the
+    plan's own rounds alone (no spent events) with the continuous Gaussian of equal noise.
+    """
+    keys = [(i, m) for i, question in enumerate(questions) for m in question.members]
+    answers = accounting.noise_multipliers(
+        [(m.sampling_rate, run.rounds, m.epsilon, run.mech_delta(m)) for _, m in keys],
+        TIGHT_ACCOUNTANT,
+        spent=[list(m.spent) for _, m in keys],
+    )
+    sigma: dict[tuple[int, str], float] = {}
+    for (i, m), answer in zip(keys, answers, strict=True):
+        if isinstance(answer, InfeasibleError):
+            raise answer
+        sigma[(i, m.group)] = answer.noise_multiplier
+
+    binding: list[_Member] = []
+    variance: dict[int, float] = {}
+    by_rdp: dict[int, PoolDiscrete] = {}
+    for i, question in enumerate(questions):
+        if deadline is not None and time.monotonic() > deadline:
+            raise DiscreteReportTimeout(f"stopped with {i} of {len(questions)} pool(s) calibrated")
+        needs = {m.group: sigma[(i, m.group)] * _released(m, question, run)[0] for m in question.members}
+        member = max(question.members, key=lambda m: needs[m.group])
+        binding.append(member)
+        mu = _variance_meeting(needs[member.group], question.honest)
+        if mu > MAX_TABULATED_VARIANCE:
+            by_rdp[i] = _rdp_pool(question, run, deadline)
+        else:
+            variance[i] = mu
+
+    def sigma_eq(i: int) -> float:
+        """The pool's noise std in units of the binding group's C s (equivalent_noise_multiplier)."""
+        return math.sqrt(variance[i]) / (binding[i].clip_norm * questions[i].scale)
+
+    def equal_noise(i: int) -> PoissonSampledGaussian:
+        """The continuous Gaussian of the pool's noise releasing the same vector, at the binding rate."""
+        compared = _compared(sigma_eq(i), binding[i], questions[i])
+        return PoissonSampledGaussian(sampling_rate=binding[i].sampling_rate, noise_multiplier=compared, steps=run.rounds)
+
+    # pld's certification of every member (its spent events composed first), and the Gaussian of
+    # equal noise at the binding member's delta, composed together (§13.6); a pool that misses a
+    # budget is raised and asked again
+    certified: dict[tuple[int, str], float] = {}
+    same_bound: dict[int, float] = {}
+    pending = sorted(variance)
+    raises = dict.fromkeys(pending, 0)
+    while pending:
+        asked = [(i, m) for i in pending for m in questions[i].members]
+        histories: list[tuple[Sequence[PoissonSampledGaussian | PoissonSampledSkellam], float]] = [
+            ([*m.spent, _event(m, questions[i], run, variance[i])], run.mech_delta(m)) for i, m in asked
+        ]
+        epsilons = _pld_epsilons([*histories, *(([equal_noise(i)], run.mech_delta(binding[i])) for i in pending)])
+        missed: set[int] = set()
+        for (i, m), epsilon in zip(asked, epsilons, strict=False):
+            certified[(i, m.group)] = epsilon
+            if not epsilon <= m.epsilon:
+                missed.add(i)
+        for i, epsilon in zip(pending, epsilons[len(asked):], strict=True):
+            same_bound[i] = epsilon
+        for i in missed:
+            if raises[i] == _RAISES:
+                raise InfeasibleError(
+                    f"pool {questions[i].pool}: pld's epsilon of the Skellam noise still misses a budget after "
+                    f"{_RAISES} raises of its variance"
+                )
+            variance[i] = _shared(variance[i] * (1.0 + _RAISE_STEP * 4.0 ** raises[i]), questions[i].honest)
+            raises[i] += 1
+        pending = sorted(missed)
+
+    # the continuous Gaussian of equal noise at the plan's delta: what overhead_vs_continuous compares
+    # with; and, for a binding member with spent events, the plan's own rounds alone
+    tight = sorted(variance)
+    with_spent = [i for i in tight if binding[i].spent]
+    compared = _pld_epsilons([
+        *(([equal_noise(i)], run.delta) for i in tight),
+        *(([_event(binding[i], questions[i], run, variance[i])], run.mech_delta(binding[i])) for i in with_spent),
+    ])
+    continuous = dict(zip(tight, compared[: len(tight)], strict=True))
+    own = dict(zip(with_spent, compared[len(tight):], strict=True))
+    found: dict[int, PoolDiscrete] = {}
+    for i in tight:
+        question, member = questions[i], binding[i]
+        share = variance[i] / question.honest
+        bits, _ = bits_for(
+            run.wrap_round, question.max_clients, question.widest_clip, question.scale, run.dimension, share,
+            question.count_factor,
+        )
+        block = _block(
+            member, question, run, TIGHT_ACCOUNTANT, share=share, bits=bits, sigma=sigma_eq(i),
+            epsilon=certified[(i, member.group)], own=own.get(i, certified[(i, member.group)]),
+            same_bound=same_bound[i], continuous=continuous[i],
+        )
+        found[i] = PoolDiscrete(
+            pool=question.pool, binding_group=member.group, mechanism=block,
+            group_epsilons={m.group: certified[(i, m.group)] for m in question.members},
+        )
+    for i, pool in by_rdp.items():
+        found[i] = pool
+    return [found[i] for i in range(len(questions))]
+
+
+def _pld_epsilons(
+    asked: Sequence[tuple[Sequence[PoissonSampledGaussian | PoissonSampledSkellam], float]],
+) -> list[float]:
+    """pld's epsilon of every (history, delta) of ``asked``, in order: one composing call per
+    distinct delta (a re-plan's groups have their own; a fresh plan's share one)."""
+    by_delta: dict[float, list[int]] = {}
+    for k, (_, delta) in enumerate(asked):
+        by_delta.setdefault(delta, []).append(k)
+    out = [0.0] * len(asked)
+    for delta, ks in by_delta.items():
+        reports = accounting.epsilons_of_histories([asked[k][0] for k in ks], delta, TIGHT_ACCOUNTANT)
+        for k, report in zip(ks, reports, strict=True):
+            out[k] = float(report.epsilon)
+    return out
+
+
+def _event(member: _Member, question: _PoolQuestion, run: _Run, variance: float) -> PoissonSampledSkellam:
+    """``run.rounds`` rounds of the pool's Skellam noise of total ``variance`` for ``member``
+    (its own clip norm on the pool's grid, the count coordinate added), as ``group_event`` states them."""
+    l2, l1 = _released(member, question, run)
+    return PoissonSampledSkellam(
+        sampling_rate=member.sampling_rate,
+        variance=variance,
+        l2_sensitivity=l2,
+        l1_sensitivity=l1,
+        steps=run.rounds,
     )
 
 
@@ -339,17 +711,51 @@ class PoolDiscrete(NumbersModel):
     binding_group: str = Field(description="the member group whose budget needs the most noise")
     mechanism: DiscreteMechanism = Field(description="calibrated for the binding group")
     group_epsilons: dict[str, float] = Field(
-        description="each member group's epsilon at the pool's noise and bit width"
+        description="each member group's epsilon at the pool's noise and bit width (the block's accountant)"
     )
 
 
 class DiscreteReportTimeout(InfeasibleError):
-    """``report_discrete`` ran out of its time limit (the plan is kept without the blocks)."""
+    """The discrete calibration ran out of its time limit (the plan is kept without the blocks)."""
 
 
-# report_discrete is optional extra information, like report_prv (planner/calibration.py): it
-# must never make a planning request slow. A group's calibration takes about 0.3 s.
+# The discrete calibration must never make a planning request slow: a pool takes tens of
+# milliseconds by the tight route, about 0.15 s per group by the rdp route.
 DISCRETE_REPORT_TIME_LIMIT_S = 10.0
+
+
+def _rdp_pool(question: _PoolQuestion, run: _Run, deadline: float | None) -> PoolDiscrete:
+    """The rdp route for one pool: each member calibrated alone on the pool's grid, the largest
+    total variance kept, b for the pool's widest clip norm, every member's rdp epsilon at it
+    (its spent events composed first, at delta less its spent wrap charge)."""
+    options: dict[str, DiscreteMechanism] = {}
+    for m in question.members:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DiscreteReportTimeout(f"stopped in pool {question.pool} (the rdp route calibrates group by group)")
+        options[m.group] = _rdp_calibration(m, question, run)
+    binding = max(options, key=lambda gid: options[gid].total_variance)
+    # The binding group's b covers vectors of its own clip norm only; every client of the
+    # pool sends on this grid (idp_scale and per-group clip norms give some a larger C_g), so
+    # b must keep the wrap-around charged to delta for the largest of them.
+    chosen = options[binding]
+    bits, _ = bits_for(
+        chosen.wrap_probability_per_round, chosen.max_clients, question.widest_clip, question.scale,
+        run.dimension, chosen.share_variance, question.count_factor,
+    )
+    chosen = chosen.model_copy(update={"bits": max(bits, chosen.bits)})
+    epsilons = {
+        m.group: _skellam_epsilon(
+            m.sampling_rate,
+            chosen.total_variance,
+            options[m.group].released_l2_sensitivity,
+            options[m.group].released_l1_sensitivity,
+            run.rounds,
+            run.delta - m.spent_wrap - chosen.wrap_probability_run,
+            m.spent,
+        )
+        for m in question.members
+    }
+    return PoolDiscrete(pool=question.pool, binding_group=binding, mechanism=chosen, group_epsilons=epsilons)
 
 
 def pool_mechanisms(
@@ -358,26 +764,27 @@ def pool_mechanisms(
     """The discrete mechanism of every noised pool of ``plan`` (docs/secure-aggregation.md §Discrete noise).
 
     One grid per pool (the scale s of its smallest clip norm), one Skellam noise for
-    all its groups: the largest total variance any member group needs at its own
+    all its groups: the least total variance meeting every member group's budget at its own
     sampling rate, clip norm and epsilon, with t = the pool's secure-aggregation
-    threshold and c = ``colluding_clients``; b covers all the pool's clients at the largest
-    clip norm of any of its groups (the block's ``clip_norm`` is the binding group's). The
-    dimension is the whole model's (a sparsified pool sends fewer coordinates, which
-    only lowers its rounding bound). A re-plan's member group composes its spent Skellam
-    events (``spent_discrete``) with the plan's rounds, at delta less its spent wrap-around
-    charge too (docs/planning.md §9); a member whose spent phases no Skellam events record
-    (the re-plan of a continuous run) is refused. With ``time_limit_s``,
-    DiscreteReportTimeout once that many seconds have passed before a group's calibration.
-    A plan with an ``adaptive_clip`` block gets each noised pool's count coordinate:
-    ``count_factor`` m from the pool's z_eff and the scenario's sigma_b
+    threshold and c = ``colluding_clients``, calibrated by :func:`calibration_accountant` of
+    the plan's accountant (pld: :func:`_tight`, all pools together; rdp: group by group,
+    :func:`_rdp_pool`); b covers all the pool's clients at the largest clip norm of any of its
+    groups (the block's ``clip_norm`` is the binding group's). The dimension is the whole
+    model's (a sparsified pool sends fewer coordinates, which only lowers its rounding
+    bound). A re-plan's member group composes its spent Skellam events (``spent_discrete``)
+    with the plan's rounds, at delta less its spent wrap-around charge too (docs/planning.md
+    §9); a member whose spent phases no Skellam events record (the re-plan of a continuous
+    run) is refused. A plan with an ``adaptive_clip`` block gets each noised pool's count
+    coordinate: ``count_factor`` m from the pool's z_eff and the scenario's sigma_b
     (:func:`count_factor_for` at the pool's grid and smallest clip norm; adaptive clipping
-    clips every client at one norm), the same m for every member group.
+    clips every client at one norm), the same m for every member group. With ``time_limit_s``,
+    DiscreteReportTimeout once that many seconds have passed before a pool's (rdp: a group's)
+    calibration.
     """
     c = validate_count("colluding_clients", colluding_clients, minimum=0)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-    done = 0
-    d, delta = plan.scenario.model_dim, plan.scenario.delta
-    result: list[PoolDiscrete] = []
+    run = _Run(plan.rounds, plan.scenario.delta, plan.scenario.model_dim)
+    questions: list[_PoolQuestion] = []
     for pool in plan.pools:
         members = [g for g in plan.groups if g.pool == pool.id and g.epsilon is not None and g.sampling_rate > 0]
         if pool.noise_multiplier <= 0 or not members:
@@ -390,52 +797,32 @@ def pool_mechanisms(
                     "record (a re-plan of a run on the continuous mechanism): its discrete noise cannot be "
                     "composed with that history",
                 )
+        t = pool.secagg_threshold
+        n = max(sum(g.num_clients for g in plan.groups if g.pool == pool.id), t)
+        _checked_threat_model(t, n, c)
         smallest_clip = min(g.clip_norm for g in members)
-        scale = choose_scale(smallest_clip, d)
-        m = _count_factor(plan, float(pool.noise_multiplier), rounded_l2_bound(smallest_clip, scale, d))
-        clients = sum(g.num_clients for g in plan.groups if g.pool == pool.id)
-        options: dict[str, DiscreteMechanism] = {}
-        for g in members:
-            if deadline is not None and time.monotonic() > deadline:
-                raise DiscreteReportTimeout(f"stopped after {time_limit_s:g} s with {done} group(s) calibrated")
-            done += 1
-            options[g.id] = calibrate_skellam(
-                sampling_rate=g.sampling_rate,
-                rounds=plan.rounds,
-                epsilon=float(g.epsilon),  # type: ignore[arg-type]
-                delta=delta,
-                clip_norm=g.clip_norm,
-                dimension=d,
-                min_survivors=pool.secagg_threshold,
-                max_clients=max(clients, pool.secagg_threshold),
-                colluding_clients=c,
-                scale=scale,
-                count_factor=m,
-                spent=g.spent_discrete,
-                spent_wrap=g.spent_wrap_probability,
-            )
-        binding = max(options, key=lambda gid: options[gid].total_variance)
-        # The binding group's b covers vectors of its own clip norm only; every client of the
-        # pool sends on this grid (idp_scale and per-group clip norms give some a larger C_g), so
-        # b must keep the wrap-around charged to delta for the largest of them.
-        widest = max(g.clip_norm for g in plan.groups if g.pool == pool.id)
-        chosen = options[binding]
-        bits, _ = bits_for(chosen.wrap_probability_per_round, chosen.max_clients, widest, scale, d, chosen.share_variance, m)
-        chosen = chosen.model_copy(update={"bits": max(bits, chosen.bits)})
-        epsilons = {
-            g.id: _skellam_epsilon(
-                g.sampling_rate,
-                chosen.total_variance,
-                options[g.id].released_l2_sensitivity,
-                options[g.id].released_l1_sensitivity,
-                plan.rounds,
-                delta - g.spent_wrap_probability - chosen.wrap_probability_run,
-                g.spent_discrete,
-            )
-            for g in members
-        }
-        result.append(PoolDiscrete(pool=pool.id, binding_group=binding, mechanism=chosen, group_epsilons=epsilons))
-    return result
+        scale = choose_scale(smallest_clip, run.dimension)
+        questions.append(_PoolQuestion(
+            pool=pool.id,
+            members=tuple(
+                _Member(
+                    g.id, g.sampling_rate, float(g.epsilon), g.clip_norm,  # type: ignore[arg-type]
+                    tuple(g.spent_discrete), g.spent_wrap_probability,
+                )
+                for g in members
+            ),
+            scale=scale,
+            min_survivors=t,
+            max_clients=n,
+            colluding_clients=c,
+            widest_clip=max(g.clip_norm for g in plan.groups if g.pool == pool.id),
+            count_factor=_count_factor(
+                plan, float(pool.noise_multiplier), rounded_l2_bound(smallest_clip, scale, run.dimension)
+            ),
+        ))
+    if calibration_accountant(plan.scenario.accountant) == RDP_ACCOUNTANT:
+        return [_rdp_pool(question, run, deadline) for question in questions]
+    return _tight(questions, run, deadline)
 
 
 def _count_factor(plan: Plan, noise_multiplier: float, l2_bound: float) -> int:
@@ -450,24 +837,37 @@ def _count_factor(plan: Plan, noise_multiplier: float, l2_bound: float) -> int:
 
 
 def with_discrete(plan: Plan) -> Plan:
-    """``plan`` with each noised pool's ``discrete`` block when its scenario asks (``report_discrete``).
+    """``plan`` with each noised pool's ``discrete`` block when its scenario's mechanism is skellam
+    (the default, ``secagg_mechanism``; ``report_discrete: true`` is its old spelling).
 
-    The groups' phases and epsilons stay the continuous mechanism's, which the trainer runs
-    by default; ``gdpfed train --secagg-mechanism skellam`` runs the blocks
-    (docs/secure-aggregation.md §Discrete noise, "The trainer side"). ``colluding_clients`` comes from the scenario. A
-    re-plan's blocks compose its groups' spent Skellam events (docs/planning.md §9); one whose spent
-    phases no Skellam events record (the re-plan of a continuous run) keeps no block and says why in
-    ``warnings``.
+    The groups' phases and epsilons stay the continuous mechanism's (the comparison path, and
+    what a plan of the old default states); the blocks are what the skellam mechanism runs
+    and its ledger counts (docs/secure-aggregation.md §Discrete noise, "The trainer side").
+    ``colluding_clients`` comes from the scenario. A re-plan's blocks compose its groups' spent
+    Skellam events (docs/planning.md §9). A plan whose blocks cannot be calibrated (spent phases
+    that no Skellam events record: the re-plan of a continuous run; no bit width; the time
+    limit) keeps none and says why in ``warnings``; ``report_discrete: false`` is warned about
+    (it no longer selects the continuous Gaussian).
     """
-    if not plan.scenario.report_discrete:
+    if plan.scenario.mechanism != "skellam":
         return plan
+    notes = []
+    if plan.scenario.report_discrete is False:
+        notes.append(
+            "report_discrete: false no longer selects the continuous Gaussian: the pools carry the distributed "
+            "Skellam mechanism (the default); name secagg_mechanism: gaussian_continuous for the continuous one"
+        )
     try:
         found = pool_mechanisms(plan, plan.scenario.colluding_clients, DISCRETE_REPORT_TIME_LIMIT_S)
         pools = {p.pool: p.mechanism for p in found}
     except (InvalidInputError, InfeasibleError) as error:
-        return plan.model_copy(update={"warnings": [*plan.warnings, f"report_discrete: {error}; no discrete block"]})
+        notes.append(
+            f"secagg_mechanism skellam: {error}; no discrete block, so the pools can run only the continuous "
+            "Gaussian (secagg_mechanism: gaussian_continuous)"
+        )
+        return plan.model_copy(update={"warnings": [*plan.warnings, *notes]})
     updated = [pool.model_copy(update={"discrete": pools.get(pool.id)}) for pool in plan.pools]
-    return plan.model_copy(update={"pools": updated})
+    return plan.model_copy(update={"pools": updated, "warnings": [*plan.warnings, *notes]})
 
 
 def group_event(plan: Plan, group: GroupPlan, steps: int) -> PoissonSampledSkellam | None:

@@ -67,16 +67,19 @@ class PendingFigures:
     known: dict[AccountantName, list[float | None]]
 
     def apply(self, plan: Plan) -> Plan:
-        """``plan`` with both figures of every verified group (``planner.ledger.epsilon_figures``)."""
+        """``plan`` with both figures of every verified group (``planner.ledger.epsilon_figures``)
+        and, under the skellam mechanism, each noised pool's discrete block (``with_discrete``,
+        docs/secure-aggregation.md §Discrete noise): like the figures, only a plan that is kept
+        needs them, so ``compare`` calibrates the recommended plan's pools alone."""
         if not self.group_ids:
-            return plan
+            return with_discrete(plan)
         figures = dict(zip(self.group_ids, plan_ledger.epsilon_figures(self.histories, self.delta, self.known), strict=True))
         groups = [
             g.model_copy(update={"epsilon_rdp": figures[g.id].rdp, "epsilon_tight": figures[g.id].tight})
             if g.id in figures else g
             for g in plan.groups
         ]
-        return plan.model_copy(update={"groups": groups})
+        return with_discrete(plan.model_copy(update={"groups": groups}))
 
 
 def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:
@@ -178,8 +181,8 @@ def finalize_without_figures(
             "the aggregate of every sampled client's update at its clip norm, so the model is unlikely to "
             "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
         )
-    # report_discrete adds each noised pool's Skellam calibration (docs/secure-aggregation.md §Discrete noise).
-    plan = with_discrete(Plan(
+    # the skellam mechanism's blocks are added with the figures, to a plan that is kept (PendingFigures.apply)
+    plan = Plan(
         method=design.method,
         accountant=s.accountant,
         scenario=s,
@@ -197,7 +200,7 @@ def finalize_without_figures(
             ditto_lambdas=ditto_lambda_prediction(s, group_plans, pool_plans),
         ),
         warnings=_unique(warnings),
-    ))
+    )
     return plan, figures
 
 

@@ -228,7 +228,7 @@ def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
             raise InvalidInputError(
                 "secagg_mechanism",
                 f"skellam: pool {pool.id} of the plan states no discrete block, so its rounds cannot be counted as "
-                "the distributed Skellam mechanism (plan the scenario with report_discrete: true)",
+                "the distributed Skellam mechanism (plan the scenario with secagg_mechanism: skellam, the default)",
             )
 
 

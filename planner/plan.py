@@ -93,7 +93,8 @@ def replanned_clients_needed(plan: Plan) -> list[ClientsForNoiseToSignal]:
     def ratio_at(scaled: Scenario) -> float:
         if by_rdp:
             scaled = scaled.model_copy(update={"accountant": searched_with})
-        value = plan_problem(build_problem(scaled), plan.method).predicted.noise_to_signal
+        # the ratio only: neither the figures nor the discrete blocks (planner.finalize.PendingFigures)
+        value = plan_problem(build_problem(scaled), plan.method, figures=False).predicted.noise_to_signal
         return float("inf") if value is None else value
 
     scenario = plan.scenario

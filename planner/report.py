@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from planner.adaptive_clip import initial_clip_norm
-from planner.schema import Plan
+from planner.schema import MECHANISM_LABELS, Plan
 from planner.secagg import graph_and_reason, graph_label, planned_participants
 
 
@@ -203,11 +203,20 @@ def _num(value: float | None) -> str:
 
 
 def discrete_lines(plan: Plan) -> list[str]:
-    """``report_discrete``: each pool's Skellam calibration and the threat model it assumes
-    (docs/secure-aggregation.md §Discrete noise); nothing without it."""
+    """The mechanism the noised pools' secure aggregation carries (docs/secure-aggregation.md
+    §Discrete noise): under skellam each pool's calibration (grid, b, rounding bound, shares,
+    epsilon and its overhead over the continuous Gaussian at equal noise) and the threat model
+    it assumes; under gaussian_continuous one line saying it is approximate. Nothing for a
+    plan without noise."""
+    if not any(p.noise_multiplier > 0 for p in plan.pools):
+        return []
     pools = [p for p in plan.pools if p.discrete is not None]
     if not pools:
-        return []
+        reason = (
+            "the plan states no discrete block (see warnings)" if plan.scenario.mechanism == "skellam"
+            else "secagg_mechanism: gaussian_continuous"
+        )
+        return ["", f"secure aggregation noise: {MECHANISM_LABELS['gaussian_continuous']}; {reason}"]
     rows = [
         [
             p.id,
@@ -217,9 +226,9 @@ def discrete_lines(plan: Plan) -> list[str]:
             str(m.honest_survivors),
             _num(m.share_variance),
             _num(m.equivalent_noise_multiplier),
-            _num(m.epsilon),
+            f"{_num(m.epsilon)} ({m.accountant})",
             f"{100 * m.discretisation_overhead:.2f}%",
-            f"{100 * m.overhead_vs_continuous:.1f}%",
+            f"{100 * m.overhead_vs_continuous:.2f}%",
         ]
         for p in pools
         if (m := p.discrete) is not None
@@ -239,11 +248,11 @@ def discrete_lines(plan: Plan) -> list[str]:
     )
     return [
         "",
-        "discrete mechanism (run by gdpfed train --secagg-mechanism skellam; the default, the continuous "
-        "Gaussian, is approximate):",
+        f"secure aggregation noise: {MECHANISM_LABELS['skellam']} (secagg_mechanism: skellam; each pool's continuous "
+        "Gaussian of equal noise is the 'vs continuous' column):",
         table(header, rows),
         f"threat model: honest-but-curious server, {c} colluding client(s) (colluding_clients; default 0), each "
         "pool's noise counted from its t - c honest survivors alone; randomized Hadamard rotation, conditional "
-        "rounding, wrap-around probability charged to delta",
+        "randomized rounding to the L2 bound D2, shares mod 2^b, wrap-around probability charged to delta",
         *count_lines,
     ]

@@ -38,10 +38,19 @@ SCHEMA_VERSION: Final = 2
 # Versions current_plan_data reads (1: before privacy_unit, read as a client plan).
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
-from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName  # noqa: E402  (the one list, beside its registry)
+from accounting.accountants import (  # noqa: E402  (the one list, beside its registry)
+    DEFAULT_ACCOUNTANT,
+    RDP_ACCOUNTANT,
+    AccountantName,
+)
 from accounting.choices import RequestedSecagg as RequestedSecagg  # noqa: E402  (re-exported: the planner's name)
 from accounting.choices import SecaggMechanism as SecaggMechanism  # noqa: E402  (re-exported: the planner's name)
 from accounting.choices import SecaggMode  # noqa: E402
+
+# The noise a scenario's pools carry when it names none (docs/secure-aggregation.md §Discrete noise):
+# the distributed Skellam mechanism, whose accounting is exact. Plans written before the field
+# existed name none either and ran the continuous Gaussian; Plan reads them as such.
+DEFAULT_SECAGG_MECHANISM: Final[SecaggMechanism] = "skellam"
 
 # A method is a choice of pools, sampling rates and keep ratios (docs/planning.md §2).
 PlanMethod = Literal[
@@ -142,6 +151,16 @@ class Scenario(_Strict):
         None, description="global q; K = q * sum N_g. Give this or expected_clients, not both"
     )
     accountant: AccountantName = DEFAULT_ACCOUNTANT
+    # Issue 27 (docs/secure-aggregation.md §Discrete noise). The mechanism is always written into a
+    # plan's scenario, so a plan says what it runs; a plan written before the field existed reads
+    # as what it ran (Plan._mechanism_of_an_older_plan).
+    secagg_mechanism: SecaggMechanism = Field(
+        DEFAULT_SECAGG_MECHANISM,
+        description="the noise of every noised pool's secure aggregation: skellam, the distributed Skellam "
+        "mechanism (exact: rounding, integer noise and the modular sum are accounted; each pool's plan states "
+        "its discrete block), or gaussian_continuous, each client's Gaussian share rounded to the grid after "
+        "noising (approximate; the comparison path). docs/secure-aggregation.md §Discrete noise",
+    )
     keep_ratio: KeepRatio = 1.0
     min_keep_ratio: Fraction = 0.01
     min_clients_per_pool: int = Field(10, ge=1)
@@ -181,13 +200,12 @@ class Scenario(_Strict):
     report_prv: Flag = Field(
         False, description="also report each group's PRV upper bound on epsilon spent"
     )
-    # Issue 27 (docs/secure-aggregation.md §Discrete noise). Both are left out of a plan's JSON
-    # at their defaults, so plans that do not use them keep their bytes (and digests).
-    report_discrete: Flag = Field(
-        False,
-        exclude_if=lambda value: value is False,
-        description="also state each noised pool's distributed Skellam calibration (gdpfed train runs it with "
-        "--secagg-mechanism skellam, the continuous mechanism by default; docs/secure-aggregation.md §Discrete noise)",
+    # Issue 27: report_discrete is secagg_mechanism's old spelling (above, beside the accountant).
+    report_discrete: Flag | None = Field(
+        None,
+        exclude_if=lambda value: value is not True,
+        description="the old spelling of secagg_mechanism: skellam (true); false no longer selects the "
+        "continuous Gaussian (name secagg_mechanism: gaussian_continuous for that)",
     )
     colluding_clients: int = Field(
         0,
@@ -215,6 +233,20 @@ class Scenario(_Strict):
             raise located_validation_error("Scenario", [(
                 (field,), "give exactly one of expected_clients or sampling_rate", getattr(self, field))])
         return self
+
+    @model_validator(mode="after")
+    def _one_mechanism(self) -> Scenario:
+        if self.report_discrete and self.secagg_mechanism != "skellam":
+            raise located_validation_error("Scenario", [(
+                ("report_discrete",), "true is the old spelling of secagg_mechanism: skellam and contradicts "
+                f"secagg_mechanism: {self.secagg_mechanism}; leave report_discrete out", True)])
+        return self
+
+    @property
+    def mechanism(self) -> SecaggMechanism:
+        """The noise the pools' secure aggregation carries: ``secagg_mechanism``, or skellam where
+        ``report_discrete: true`` (its old spelling) asks for it."""
+        return "skellam" if self.report_discrete else self.secagg_mechanism
 
     @model_validator(mode="after")
     def _ditto_model_inputs_together(self) -> Scenario:
@@ -336,6 +368,12 @@ class DiscreteMechanism(NumbersModel):
 
     mechanism: Literal["skellam"] = "skellam"
     label: str = Field(MECHANISM_LABELS["skellam"])
+    # Blocks written before this field existed were all calibrated by rdp: that is the default.
+    accountant: AccountantName = Field(
+        RDP_ACCOUNTANT,
+        description="the accountant that calibrated mu and states epsilon: pld (tight; a pld plan's) or rdp (every "
+        "other plan's: prv and closed_form cannot account the Skellam event)",
+    )
     clip_norm: float = Field(description="C: clients clip their update to this L2 norm first")
     dimension: int = Field(description="d: coordinates of the update")
     padded_dimension: int = Field(description="d': the power of two the rotation works in")
@@ -362,11 +400,22 @@ class DiscreteMechanism(NumbersModel):
     sampling_rate: float
     rounds: int
     delta: float = Field(description="the pool's delta; the mechanism is accounted at delta - wrap_probability_run")
-    epsilon: float = Field(description="rdp epsilon of the Poisson-subsampled Skellam event at delta - wrap")
-    gaussian_epsilon_same_bound: float = Field(description="continuous Gaussian of equal noise, same subsampling bound")
+    epsilon: float = Field(
+        description="epsilon of the Poisson-subsampled Skellam event at delta - wrap_probability_run under accountant "
+        "(pld: the figure of record, at that delta less its tail mass, docs/accounting.md §11.7)"
+    )
+    gaussian_epsilon_same_bound: float = Field(
+        description="continuous Gaussian of equal noise (equivalent_noise_multiplier) at the same delta by the same "
+        "bound (pld; rdp: Zhu and Wang's general subsampling bound)"
+    )
     discretisation_overhead: float = Field(description="epsilon / gaussian_epsilon_same_bound - 1")
-    gaussian_epsilon: float = Field(description="continuous Gaussian of equal noise under the rdp accountant")
-    overhead_vs_continuous: float = Field(description="epsilon / gaussian_epsilon - 1 (includes the subsampling bound)")
+    gaussian_epsilon: float = Field(
+        description="continuous Gaussian of equal noise (equivalent_noise_multiplier) at the plan's delta under "
+        "accountant (rdp: its exact sampled-Gaussian curve)"
+    )
+    overhead_vs_continuous: float = Field(
+        description="epsilon / gaussian_epsilon - 1: what the exact mechanism costs in epsilon at equal noise"
+    )
     threat_model: str
     count_factor: int = Field(
         0,
@@ -434,8 +483,8 @@ class PoolPlan(NumbersModel):
     discrete: DiscreteMechanism | None = Field(
         None,
         exclude_if=lambda value: value is None,
-        description="report_discrete: the distributed Skellam calibration for this pool's budget (what gdpfed "
-        "train --secagg-mechanism skellam runs and its ledger counts); left out of the JSON otherwise",
+        description="secagg_mechanism skellam: the distributed Skellam calibration for this pool's budget (what "
+        "gdpfed train runs under the skellam mechanism and its ledger counts); left out of the JSON otherwise",
     )
 
 
@@ -635,6 +684,25 @@ class Plan(PlanDocument):
     predicted: Predicted
     comparison: list[ComparisonRow] | None = None
     recommendation: Recommendation | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mechanism_of_an_older_plan(cls, data: Any) -> Any:
+        """A plan document whose scenario names no ``secagg_mechanism`` was written before the
+        field existed: it ran the continuous Gaussian (the default then) unless it states
+        discrete blocks (``report_discrete: true``), so it reads as that, not as today's
+        default (docs/secure-aggregation.md §Discrete noise, "Old plans and scenarios")."""
+        if not isinstance(data, dict) or not isinstance(data.get("scenario"), dict):
+            return data
+        scenario = data["scenario"]
+        if "secagg_mechanism" in scenario:
+            return data
+        pools = data.get("pools")
+        stated = scenario.get("report_discrete") is True or (
+            isinstance(pools, list) and any(isinstance(p, dict) and p.get("discrete") is not None for p in pools)
+        )
+        mechanism = "skellam" if stated else "gaussian_continuous"
+        return {**data, "scenario": {**scenario, "secagg_mechanism": mechanism}}
 
     def pool_ids(self) -> set[str]:
         return {pool.id for pool in self.pools}

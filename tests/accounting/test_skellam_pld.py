@@ -199,3 +199,46 @@ def test_a_skellam_variance_too_small_to_tabulate_falls_back_instead_of_failing(
     result = accounting.epsilon_of_events([event], delta=1e-5, accountant="pld")
     assert result.fallback and result.accountant_used == "rdp"
     assert result.epsilon > 0
+
+
+@pytest.mark.parametrize("variance", [1e-17, 1e-10, 0.5, 1e6, 1e8, 1e9, 5e9])
+def test_the_largest_step_is_the_exact_central_step_to_its_rounding(variance: float) -> None:
+    """m1 is the central step 2 Z(0) = 2 sqrt(2) erfinv(P(X = 0)) (50 digits here) raised by the
+    margin: 2 Z(0) from a tail summed from the far end carried that sum's rounding (m1 8.6e-10
+    above it at mu = 1e9), which the planner's closed form for mu cannot predict; and near no
+    noise, where P(X = 0) is near 1, erfinv of it in doubles would lose the digits instead (inf
+    at mu = 1e-17), so there the tail is summed."""
+    import mpmath  # type: ignore[import-untyped]
+
+    with mpmath.workdps(50):
+        p0 = mpmath.besseli(0, variance) * mpmath.exp(-variance)
+        exact = float(2 * mpmath.sqrt(2) * mpmath.erfinv(p0)) * (1 + skellam.DOMINATION_MARGIN)
+    unit_shift_table.cache_clear()
+    m1, _ = unit_shift_table(variance)
+    assert -1e-13 <= m1 / exact - 1 <= 1e-10
+    assert skellam.central_step(variance) * (1 + skellam.DOMINATION_MARGIN) == pytest.approx(exact, rel=1e-13)
+
+
+@pytest.mark.parametrize("variance", [0.5, 30.0, 1e4, 1e7])
+def test_the_table_is_computed_in_one_pass(variance: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pmf is tabulated once, to the reach Chernoff's bound gives: the table used to start at
+    8 sigma and double until the pmf fell below the floor, computing 56 sigma of pmf for 32."""
+    calls: list[int] = []
+    original = skellam.log_skellam_pmf
+
+    def counted(js: np.ndarray, mu: float) -> np.ndarray:
+        if np.size(js) > 1 and js[0] == 0:  # a table from 0 (central_step asks for P(X = 0), or the tail from 1)
+            calls.append(np.size(js))
+        return original(js, mu)
+
+    monkeypatch.setattr(skellam, "log_skellam_pmf", counted)
+    unit_shift_table.cache_clear()
+    try:
+        _, log_sf = unit_shift_table(variance)
+    finally:
+        unit_shift_table.cache_clear()
+    tables = calls
+    assert len(tables) == 1
+    reach = tables[0] - 1
+    assert reach == skellam.table_reach(variance) and log_sf.size < reach
+    assert float(original(np.array([reach]), variance)[0]) < skellam.TAIL_LOG_FLOOR

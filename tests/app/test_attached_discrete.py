@@ -174,11 +174,12 @@ def test_mechanism_refusals_and_a_report_without_the_field(server: Any) -> None:
     assert "gaussian_continuous" in claim.json()["message"]
     assert api.get(f"/v1/plans/{continuous['id']}/ledger").json()["rounds_counted"] == 1
 
-    # skellam on a plan without discrete blocks would be counted as Gaussian phases: refused
-    plain = api.post("/v1/plans", json={"scenario": ATTACHED_SCENARIO}).json()
+    # skellam on a plan without discrete blocks (the continuous path, named) would be counted as
+    # Gaussian phases: refused
+    plain = api.post("/v1/plans", json={"scenario": {**ATTACHED_SCENARIO, "secagg_mechanism": "gaussian_continuous"}}).json()
     refused = api.post(f"/v1/plans/{plain['id']}/rounds", json={"round_index": 0, "secagg_mechanism": "skellam"})
     assert refused.status_code == 422 and refused.json()["field"] == "secagg_mechanism", refused.text
-    assert "report_discrete" in refused.json()["message"]
+    assert "secagg_mechanism: skellam" in refused.json()["message"]
     assert api.get(f"/v1/plans/{plain['id']}/ledger").json()["secagg_mechanism"] is None
 
     # a plan without a population whose run is on skellam is re-planned on its Skellam events (POST /replan)

@@ -174,7 +174,8 @@ def test_adaptive_clip_plan_text_shows_each_pools_update_and_count_noise(capsys,
     start = next(i for i, line in enumerate(lines) if line.startswith("pool "))
     header = re.split(r"\s{2,}", lines[start])
     assert header[2:6] == ["sigma", "sigma_Delta", "sigma_b", "noise std (S^0)"]
-    rows = {cells[0]: dict(zip(header, cells)) for cells in (re.split(r"\s{2,}", line) for line in lines[start + 2:])
+    end = lines.index("", start)  # the pool table ends at the blank line (the discrete blocks' table follows)
+    rows = {cells[0]: dict(zip(header, cells)) for cells in (re.split(r"\s{2,}", line) for line in lines[start + 2:end])
             if cells[0] in {p.id for p in plan.pools}}
     assert len(rows) == len(plan.pools) == 3
     for pool in plan.pools:

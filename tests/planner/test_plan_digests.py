@@ -18,6 +18,13 @@ recorded too (exit code and the one-line error), so an example that planned must
 plan and one that was refused must still be refused with the same line.
 
 If a change is *meant* to alter plans, recompute the digests and say why in the commit.
+
+Since the distributed Skellam mechanism became the default (issue 27), a client plan states each
+noised pool's discrete block and every plan's scenario its ``secagg_mechanism``. The older
+digests (``GOLDEN``, ``BIG_GOLDEN``) pin the continuous path, which stays available by name:
+they plan a copy of each client example naming ``secagg_mechanism: gaussian_continuous`` and leave
+that one line out (``mechanism=False``), so their bits are the ones recorded before.
+``DEFAULT_GOLDEN`` pins the new default's plans, blocks included.
 """
 
 from __future__ import annotations
@@ -74,10 +81,14 @@ GOLDEN: dict[Case, str] = {
 
 CASES: list[Case] = list(GOLDEN)
 
+# The client examples, whose plans carry secure aggregation's noise (the other files are other
+# units' scenarios and a changes file).
+CLIENT_EXAMPLES = ("fedhdp.json", "scenario.json", "scenario.yaml", "synthetic-3000.json")
 
-def argv_of(case: Case) -> list[str]:
+
+def argv_of(case: Case, directory: Path = EXAMPLES) -> list[str]:
     name, accountant, method = case
-    argv = ["plan", str(EXAMPLES / name), "--json"]
+    argv = ["plan", str(directory / name), "--json"]
     if accountant is not None:
         argv += ["--accountant", accountant]
     if method is not None:
@@ -87,21 +98,38 @@ def argv_of(case: Case) -> list[str]:
 
 # The two figures every plan states since the tight default (one line each in --json output).
 FIGURE_LINE = re.compile(r'^ *"epsilon_(rdp|tight)": [^\n]*,\n', re.MULTILINE)
+# The mechanism every client plan's scenario states since issue 27, on the continuous path.
+MECHANISM_LINE = re.compile(r'^ *"secagg_mechanism": "gaussian_continuous",\n', re.MULTILINE)
 
 
-def plan_output(case: Case) -> tuple[int, str, str]:
+def continuous_copy(name: str, directory: Path) -> Path:
+    """examples/``name`` written to ``directory`` with ``secagg_mechanism: gaussian_continuous``
+    (a YAML example as JSON, which YAML reads)."""
+    from planner.loading import read_document
+
+    document = read_document(EXAMPLES / name, "scenario")
+    (directory / name).write_text(json.dumps({**document, "secagg_mechanism": "gaussian_continuous"}))
+    return directory
+
+
+def plan_output(case: Case, directory: Path = EXAMPLES) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run(argv_of(case))
+        code = run(argv_of(case, directory))
     return code, out.getvalue(), err.getvalue()
 
 
-def plan_digest(case: Case, *, figures: bool = True) -> str:
-    code, out, err = plan_output(case)
+def plan_digest(case: Case, *, figures: bool = True, continuous: Path | None = None) -> str:
+    """The digest of ``gdpfed plan`` on ``case``; with ``continuous`` (a scratch folder), of the
+    example's copy naming secagg_mechanism: gaussian_continuous, that line left out."""
+    directory = continuous_copy(case[0], continuous) if continuous and case[0] in CLIENT_EXAMPLES else EXAMPLES
+    code, out, err = plan_output(case, directory)
     if not figures:
         out = FIGURE_LINE.sub("", out)
+    if continuous is not None:
+        out = MECHANISM_LINE.sub("", out)
     # the path is printed in refusals: keep the digest independent of where the tree lives
-    text = f"{code}\n{out}\n{err}".replace(str(EXAMPLES), "examples")
+    text = f"{code}\n{out}\n{err}".replace(str(directory), "examples").replace(str(EXAMPLES), "examples")
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -112,18 +140,19 @@ def test_every_example_is_covered() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(str(x) for x in c) for c in CASES])
-def test_plan_output_is_bit_identical_to_before(case: Case) -> None:
-    assert plan_digest(case, figures=False) == GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
+def test_plan_output_is_bit_identical_to_before(case: Case, tmp_path: Path) -> None:
+    digest = plan_digest(case, figures=False, continuous=tmp_path)
+    assert digest == GOLDEN[case], f"gdpfed {' '.join(argv_of(case))} changed its output"
 
 
 RDP_CASES = [case for case in CASES if case[1] == "rdp"]
 
 
 @pytest.mark.parametrize("case", RDP_CASES, ids=["-".join(str(x) for x in c) for c in RDP_CASES])
-def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case) -> None:
+def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case, tmp_path: Path) -> None:
     """The lines the older digests leave out: an rdp plan's epsilon_rdp is its figure of record
     and its epsilon_tight, the pld bound of the same history, is at most that."""
-    code, out, _ = plan_output(case)
+    code, out, _ = plan_output(case, continuous_copy(case[0], tmp_path) if case[0] in CLIENT_EXAMPLES else EXAMPLES)
     if code != 0:
         return
     document = json.loads(out)
@@ -146,25 +175,33 @@ def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case) -> N
 
 # sha256 of the full output (figures included) of the plans under the default accountant
 # (pld since issue 26: examples without an accountant field, and fedhdp.json, which names rdp,
-# under --accountant pld).
+# under --accountant pld) and the default mechanism. The client examples' digests were
+# re-recorded when skellam became the default (issue 27): each output differs from the one
+# before only by each noised pool's discrete block and the scenario's secagg_mechanism line
+# (checked when re-recording: with those removed the documents are equal). Re-recorded when
+# the skellam default met adaptive clipping's count coordinate (merge of h27plan): every block
+# states count_factor and count_noise_std (0 and null without adaptive clipping; with those
+# removed scenario.json, scenario.yaml and synthetic-3000.json are equal to before), and
+# fedhdp.json's adaptive_clip pool releases the count +-m (m = 600): its block's noise, b,
+# epsilon and overheads are those of the released sensitivities sqrt(D2^2 + m^2), D1 + m.
 DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "5ada8d639d83463f7b2f6dc439c4b33f7331a0c05508d788da510da4542123bc",
-    ('scenario.json', None, 'compare'): "d68ae2eaf5eae49e88e47fa4d1e9c0bca5f931d704fadc3f458e3fe49b106c73",
-    ('scenario.yaml', None, None): "da6a334e5ec0fb8b1343ff80c58435e427dcc716d1e3bf90e4ec2ba0203f7a3c",
-    ('scenario.yaml', None, 'compare'): "dba20d5746ed50bab0afe4634bd11d8564bb22f4eefb95d9b034dc297a185f62",
+    ('scenario.json', None, None): "e7ba72e6b9967b1d1c1d307253bdec008aa6f99ff8cbccf40c98c20ffd613d38",
+    ('scenario.json', None, 'compare'): "bd2abd0b59f4923092f6fb3b4cc0233c62a9e19481274f884d874fe52f614e46",
+    ('scenario.yaml', None, None): "ba99d5a33fe9966503a2ea1de621297ea936faea9aafa0a3b62dc7c6e2f019e8",
+    ('scenario.yaml', None, 'compare'): "82df0cf2cb84007711a9f76dc80fc466d722092fe97dc3b16aa6bfb0ee5f44ed",
     ('silos.json', None, None): "006e1f390f759eb666a3b62567bdef184ea2aa8f860b71d00f0fffcfde9344f4",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "9f8b2a0e566a2f13755767708a13dfc95c4c08e791f9cabc6f72b75579a2f05a",
-    ('synthetic-3000.json', None, 'compare'): "649f9f26df5924efeafb192c5e6372655fbe7a6af17c8aaf4533154797362015",
+    ('synthetic-3000.json', None, None): "ec2752ac00a4b51dbc1d40faab71d872bc24335ec266ce8e5882a005f892cbe9",
+    ('synthetic-3000.json', None, 'compare'): "748ca6c7688d749f08734899633324c5d5e3f3583ece971e7a6ae9d7b8590961",
     # fedhdp (pld) re-pinned when sigma_Delta was rounded up so that z_eff(sigma_Delta, sigma_b) >= z_eff
     # (planner/adaptive_clip.py): predicted.clients_needed's first expected_clients rose in its last
     # digits, 83.81175394858118 -> 83.81175394858124; no noise multiplier or epsilon moved.
-    ('fedhdp.json', 'pld', None): "fe26b63157ca9631cea1c90ecc06bf73f5672628c5ddf266e9874c98c50fba5d",
-    ('fedhdp.json', 'pld', 'compare'): "78b764fe039688ba7ce3e0250ad1a677e2d8cd3317b17d3dc9d99804298fac1b",
+    ('fedhdp.json', 'pld', None): "f499b607c15b9ff4512a964f430132cb5df25a88980c8d29c27d47f50f8b2a99",
+    ('fedhdp.json', 'pld', 'compare'): "d601ece81b46811afebbe334e8933ed5a6fc1f4d8caf71c4bd641f39aa5af38c",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
@@ -188,15 +225,18 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
     from bench.planner import big_scenario
     from planner.plan import make_plan
 
-    plan = make_plan(big_scenario(groups, accountant="rdp"), "gdpfed_plus")
+    scenario = big_scenario(groups, accountant="rdp").model_copy(update={"secagg_mechanism": "gaussian_continuous"})
+    plan = make_plan(scenario, "gdpfed_plus")
     for group in plan.groups:  # the figures added since (see the module's docstring)
         assert group.epsilon_rdp == group.epsilon_spent
     text = re.sub(r'"epsilon_(rdp|tight)":[^,]*,', "", plan.model_dump_json())
+    text = text.replace('"secagg_mechanism":"gaussian_continuous",', "")
     assert hashlib.sha256(text.encode()).hexdigest() == BIG_GOLDEN[groups]
 
 
 # sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
-# the default (pld), figures included: the many-group path of the tight calibration.
+# the default (pld), figures included: the many-group path of the tight calibration, on the
+# continuous path (named, its line left out; a Skellam table per pool is not what this pins).
 BIG_DEFAULT_GOLDEN = {100: "ca5051707c0b7877b8ba8a9ec54b8473f159a6735c655a2b8d76ed8ac40eed7e"}
 
 
@@ -205,9 +245,10 @@ def test_many_group_default_plan_is_pinned(groups: int) -> None:
     from bench.planner import big_scenario
     from planner.plan import make_plan
 
-    plan = make_plan(big_scenario(groups), "gdpfed_plus")
+    plan = make_plan(big_scenario(groups).model_copy(update={"secagg_mechanism": "gaussian_continuous"}), "gdpfed_plus")
     assert plan.accountant == "pld"
-    assert hashlib.sha256(plan.model_dump_json().encode()).hexdigest() == BIG_DEFAULT_GOLDEN[groups]
+    text = plan.model_dump_json().replace('"secagg_mechanism":"gaussian_continuous",', "")
+    assert hashlib.sha256(text.encode()).hexdigest() == BIG_DEFAULT_GOLDEN[groups]
 
 
 def test_the_same_noise_table_is_calibrated_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -193,3 +193,33 @@ def test_a_plan_of_the_old_default_still_reads_verifies_and_replans() -> None:
         assert group.epsilon_rdp is not None and group.epsilon_tight is not None
         assert group.epsilon_rdp == group.epsilon_spent and group.epsilon_tight <= group.epsilon_rdp
 
+
+
+# A plan written by `gdpfed plan examples/scenario.json` at fe01b0e, before the distributed Skellam
+# mechanism became the default: pld, no secagg_mechanism in its scenario, no discrete blocks.
+OLD_CONTINUOUS_PLAN = Path(__file__).parent / "data" / "plan-old-default-continuous.json"
+
+
+def test_a_plan_of_the_old_continuous_default_reads_as_what_it_ran_verifies_and_replans() -> None:
+    """A plan document whose scenario names no secagg_mechanism ran the continuous Gaussian (the
+    default when it was written): it must not read as today's default, skellam, whose blocks it
+    does not state (docs/secure-aggregation.md §Discrete noise, "Old plans and scenarios")."""
+    from planner import Changes, replan
+
+    document = json.loads(OLD_CONTINUOUS_PLAN.read_text())
+    assert "secagg_mechanism" not in document["scenario"] and all("discrete" not in p for p in document["pools"])
+    plan = load_plan(document)
+    assert plan.scenario.secagg_mechanism == plan.scenario.mechanism == "gaussian_continuous"
+    assert all(pool.discrete is None for pool in plan.pools)
+    verify_executable(plan)
+    # written again, it states the mechanism it runs, and reads back the same
+    rewritten = json.loads(plan.model_dump_json())
+    assert rewritten["scenario"]["secagg_mechanism"] == "gaussian_continuous"
+    assert load_plan(rewritten) == plan
+    child = replan(plan, 40, Changes())
+    assert child.scenario.secagg_mechanism == "gaussian_continuous" and all(p.discrete is None for p in child.pools)
+    assert not any("secagg_mechanism" in w for w in child.warnings)
+    verify_executable(child)
+    # an old plan that asked for the blocks (report_discrete: true, the old spelling) runs skellam
+    asked = {**document, "scenario": {**document["scenario"], "report_discrete": True}}
+    assert load_plan(asked).scenario.mechanism == "skellam"

@@ -12,8 +12,8 @@ A run's digest is three sha256s:
   tensor's dtype, shape and bytes, every other value's repr, in the checkpoint's order)
   and the ledger's state.
 
-Every scenario pins ``accountant: rdp`` (a default accountant that changes must not move
-these digests). Shared by ``tests/trainer/test_run_digests.py`` and the Flower pass's
+Every scenario pins ``accountant: rdp`` and ``secagg_mechanism: gaussian_continuous`` (a default
+accountant or mechanism that changes must not move these digests). Shared by ``tests/trainer/test_run_digests.py`` and the Flower pass's
 ``tests/trainer/flower/test_flower_digests.py``.
 """
 
@@ -52,8 +52,10 @@ NONDETERMINISTIC_SUMMARY_FIELDS = ("seconds", "run_dir")
 
 
 def rdp(plan: Plan) -> Plan:
-    """``plan`` with ``accountant: rdp`` in its scenario as in the plan (``hand_plan`` pins the plan's)."""
-    scenario = plan.scenario.model_copy(update={"accountant": "rdp"})
+    """``plan`` with ``accountant: rdp`` in its scenario as in the plan (``hand_plan`` pins the plan's),
+    and the continuous Gaussian named as its pools' noise (the hand-made plans state no discrete
+    blocks; a default mechanism that changes must not move these digests either)."""
+    scenario = plan.scenario.model_copy(update={"accountant": "rdp", "secagg_mechanism": "gaussian_continuous"})
     return plan.model_copy(update={"scenario": scenario, "accountant": "rdp"})
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 import accounting
+from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.audit import epsilon_lower_bound
 from accounting.events import PoissonSampledSkellam
 from planner.discrete import bits_for, rounded_l1_bound
@@ -66,7 +67,9 @@ def audit_discrete(
     conditional: bool = True,
 ) -> dict[str, object]:
     """One audit of the discrete pipeline: the accounted epsilon of one round (q = 1, all clients
-    honest), the audited lower bound, and whether the bound exceeds it (a violation)."""
+    honest) under the tight accountant (pld, the figure of record a pld plan and its ledger state
+    for the Skellam event; it was rdp's larger bound), the audited lower bound, and whether the
+    bound exceeds it (a violation)."""
     bits, wrap = bits_for(1e-9, clients, clip_norm, scale, dimension, share_variance * noise_std_factor**2)
     params = dm.DiscreteParams.derived(clip_norm, scale, dimension, share_variance, bits)
     event = PoissonSampledSkellam(
@@ -76,7 +79,7 @@ def audit_discrete(
         l1_sensitivity=rounded_l1_bound(params.l2_bound, dimension),
         steps=1,
     )
-    accounted = accounting.epsilon_of_events([event], delta=delta).epsilon
+    accounted = accounting.epsilon_of_events([event], delta=delta, accountant=TIGHT_ACCOUNTANT).epsilon
     without, with_ = pipeline_scores(
         params, clients=clients, runs=runs, seed=seed, noise_std_factor=noise_std_factor, conditional=conditional
     )
@@ -93,6 +96,7 @@ def audit_discrete(
         "conditional_rounding": conditional,
         "runs": runs,
         "delta": delta,
+        "accountant": TIGHT_ACCOUNTANT,
         "accounted_epsilon": accounted,
         "epsilon_lower_bound": result.epsilon_lower,
         "confidence": result.confidence,

@@ -154,7 +154,7 @@ def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism, for every pool of ``plan`` with noise, after checking the blocks.
 
     Refuses (``InvalidInputError`` naming the field) a noised pool without a ``discrete`` block
-    (plan the scenario with ``report_discrete: true``), a block on a pool the scenario does
+    (plan the scenario with ``secagg_mechanism: skellam``, the default), a block on a pool the scenario does
     not calibrate, a block that differs from ``planner.discrete.pool_mechanisms`` of the
     plan's own scenario and ``colluding_clients`` (every field; floats to a relative 1e-9),
     and a model whose padded dimension is not the block's (its bounds would not hold).
