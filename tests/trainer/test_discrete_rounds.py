@@ -496,3 +496,72 @@ def test_a_skellam_run_that_followed_a_re_plan_resumes_on_it(tmp_path, monkeypat
 
     assert torch.equal(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["global_params"],
                        load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["global_params"])
+
+
+def test_a_model_smaller_than_the_plans_model_dim_runs_skellam_on_the_blocks_events(tmp_path):
+    """The linear model (610 parameters, d' 1024) on a plan calibrated for 5000 coordinates (d'
+    8192): its updates are zero-padded to the block's dimension, so the run completes on the
+    skellam mechanism and its ledger is the plan's blocks' events, unchanged
+    (docs/secure-aggregation.md §Discrete noise, "A model smaller than the plan's model_dim")."""
+    plan = discrete_plan(dim=5000, rounds=2, dropout_rate=0.1)
+    _, summary, written = _linear_run(plan, tmp_path)
+    assert written["secagg_mechanism"] == "skellam" and summary.rounds_run == 2
+    ledger = ClientTally(plan, mechanism="skellam")
+    ledger.record_round()
+    ledger.record_round()
+    assert written["epsilon_spent"] == ledger.final_spent()
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_a_smaller_models_padded_shares_decode_to_its_clipped_sum(counted):
+    """Without noise, the shares of a model smaller than the block (zero-padded to the block's
+    dimension, rotated at its d') decode to the clients' clipped update sum to the rounding, the
+    padding's coordinates dropped; adaptive clipping's count coordinate stays last and exact."""
+    from dataclasses import replace
+
+    from planner.discrete import padded_dimension
+    from trainer.units.client.discrete import DiscretePool, discrete_pools
+
+    if counted:
+        from tests.trainer.test_adaptive_clip import adaptive_discrete_plan
+
+        plan = adaptive_discrete_plan()
+    else:
+        plan = discrete_plan(dim=3000)
+    block_dim = plan.pools[0].discrete.dimension
+    dim = 37  # d' 64, far below the block's
+    assert padded_dimension(dim) < padded_dimension(block_dim)
+    pool = discrete_pools(plan, dim)[plan.pools[0].id]
+    group = plan.pools[0].groups[0]
+    quiet = DiscretePool(pool.pool_id, pool.mechanism,
+                         {g: replace(p, share_variance=0.0) for g, p in pool.group_params.items()}, pool.model_dim)
+    assert all(p.padded_dimension == pool.mechanism.padded_dimension and p.l2_bound == pool.mechanism.l2_sensitivity
+               for g, p in quiet.group_params.items() if plan.group(g).clip_norm == pool.mechanism.clip_norm)
+    rng = np.random.default_rng(3)
+    signs = quiet.signs(9)
+    assert signs.shape == (pool.mechanism.padded_dimension,)
+    clip = plan.group(group).clip_norm
+    norms = np.array([0.2, 0.7, 1.5, 3.0]) * clip
+    updates = rng.standard_normal((norms.size, dim))
+    updates *= (norms / np.linalg.norm(updates, axis=1))[:, None]
+    shares = np.stack([quiet.share(u, group, signs, rng, clip if counted else None) for u in updates])
+    assert shares.shape == quiet.absent()[None, :].repeat(norms.size, axis=0).shape
+    released = quiet.decode(dm.modular_sum(shares, quiet.bits), signs, clip if counted else None)
+    update = released[:-1] if counted else released
+    assert update.shape == (dim,)
+    if counted:
+        assert released[-1] == float(np.sum(np.where(norms <= clip, 0.5, -0.5)))
+    clipped = dm.clip(updates, clip).sum(axis=0)
+    rounding = norms.size * math.sqrt(pool.mechanism.padded_dimension) / pool.mechanism.scale
+    assert np.linalg.norm(update - clipped) <= rounding
+    assert np.linalg.norm(update - clipped) < 0.05 * np.linalg.norm(clipped)
+
+
+def test_a_model_larger_than_the_block_is_refused_naming_model():
+    plan = discrete_plan(dim=3000)  # d' 4096
+    make_engine(plan, 300, secagg_mechanism="skellam")  # smaller: runs, zero-padded
+    make_engine(plan, 4096, secagg_mechanism="skellam")  # the block's d': its bounds hold as calibrated
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(plan, 4097, secagg_mechanism="skellam")
+    assert error.value.field == "model"
+    assert "4097 parameters" in error.value.reason and "calibrated for 3000" in error.value.reason

@@ -218,10 +218,8 @@ class NodeClient:
         rng = self.noise_rng(node, config, session, client_index)
         if discrete is not None:
             # the Skellam share mod 2^b, rotated with the round's public signs (this node's derivation)
-            from trainer.secagg.discrete import rotation_signs
-
             # with adaptive clipping at the session's S^t, the count coordinate appended (DiscretePool.share)
-            vector = discrete.share(update, group_id, rotation_signs(rotation, dim), rng, session.clip_norm)
+            vector = discrete.share(update, group_id, discrete.signs(rotation), rng, session.clip_norm)
         else:
             # adaptive clipping: the round's S^t, and the count b - 1/2 with its own noise share appended
             encode = privatize if session.clip_norm is None else privatize_counted

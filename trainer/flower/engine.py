@@ -51,7 +51,6 @@ from trainer.flower.settings import run_mechanism
 from trainer.run.outcome import RoundOutcome
 from trainer.run.reporting import ReportingStoppedError
 from trainer.secagg import ProtocolError, Server, new_session
-from trainer.secagg import discrete as dm
 from trainer.secagg.errors import SessionAborted
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare
 from trainer.strategies.base import Population, RoundContext, Strategy
@@ -238,7 +237,7 @@ class FlowerRoundEngine:
             elif done.discrete is not None and done.session.discrete is not None:
                 # the residue sum mod 2^b, decoded, unrotated with the round's public signs, rescaled
                 # (with adaptive clipping: the update to S^t, the count appended, as RoundEngine decodes)
-                signs = dm.rotation_signs(done.session.discrete.rotation_seed, self.dim)
+                signs = done.discrete.signs(done.session.discrete.rotation_seed)
                 results.release(mechanism, done.discrete.decode(done.total, signs, clip_norm), len(done.survivors))
             else:
                 results.release(mechanism, done.total, len(done.survivors))

@@ -58,8 +58,16 @@ class DiscretePool:
     pool_id: str
     mechanism: DiscreteMechanism
     # group id -> its clients' parameters: the group's clip norm and L2 bound on the pool's
-    # grid, the pool's share variance and bit width
+    # grid, the pool's share variance and bit width, at the block's dimension
     group_params: dict[str, dm.DiscreteParams]
+    # the model's parameter count (None: the block's dimension); a smaller model's updates are
+    # zero-padded to the block's dimension and the release keeps its first model_dim coordinates
+    model_dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        """The model's parameter count: the length of an update and of the released update."""
+        return self.mechanism.dimension if self.model_dim is None else self.model_dim
 
     @property
     def bits(self) -> int:
@@ -75,6 +83,25 @@ class DiscretePool:
         """m: the count coordinate's factor (0: the block sends no count; adaptive clipping's blocks do)."""
         return self.mechanism.count_factor
 
+    def signs(self, seed: int) -> np.ndarray:
+        """The round's public rotation signs from its public seed, of the block's padded length d'
+        (``trainer.secagg.discrete.rotation_signs``): the server and every client derive them alike."""
+        return dm.rotation_signs(seed, self.mechanism.dimension)
+
+    def padded(self, update: np.ndarray) -> np.ndarray:
+        """``update`` followed by zeros up to the block's dimension (docs/secure-aggregation.md
+        §Discrete noise, "A model smaller than the plan's model_dim"): zeros change neither its
+        norm (so neither clipping) nor, the vector being as long as the block's, any bound the
+        block states (D2, D1, the wrap-around bound: all at the block's d')."""
+        vector = np.asarray(update, dtype=np.float64)
+        missing = self.server_params.dimension - vector.shape[-1]  # the block's dimension, or the model's
+        if missing < 0:
+            raise ValueError(f"an update of {vector.shape[-1]} coordinates is longer than the block's "
+                             f"{self.server_params.dimension}")
+        if not missing:
+            return vector
+        return np.concatenate([vector, np.zeros((*vector.shape[:-1], missing))], axis=-1)
+
     def share(self, update: np.ndarray, group_id: str, signs: np.ndarray, rng: np.random.Generator,
               clip_norm: float | None = None) -> np.ndarray:
         """One client's encoded share of ``update`` (a non-finite update is sent as zeros,
@@ -86,7 +113,7 @@ class DiscretePool:
         back), and appends ``trainer.secagg.discrete.count_share`` of its bit
         [norm <= S^t] (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping")."""
         params = self.group_params[group_id]
-        vector = finite_update(update)
+        vector = self.padded(finite_update(update))
         if not self.count_factor:
             return dm.client_share(vector, params, signs, rng).astype(word_dtype(params.bits))
         clip_t = params.clip_norm if clip_norm is None else float(clip_norm)
@@ -105,11 +132,13 @@ class DiscretePool:
         """The released update sum from the session's sum mod 2^b; with a count coordinate, the
         update multiplied back by S^t / C (``clip_norm`` S^t) with the released count
         sum (b - 1/2) + Z / (2 m) appended (what ``release.split_counts`` takes apart), or,
-        in a run without adaptive clipping (``clip_norm`` ``None``), the update alone."""
+        in a run without adaptive clipping (``clip_norm`` ``None``), the update alone. Decoded at
+        the block's dimension, of which the model's first ``dim`` coordinates are kept (a
+        smaller model's padding decodes to noise alone, dropped)."""
         params = self.server_params
         if not self.count_factor:
-            return dm.server_decode(residues, params, signs)
-        update = dm.server_decode(residues[:-1], params, signs)
+            return dm.server_decode(residues, params, signs)[..., : self.dim]
+        update = dm.server_decode(residues[:-1], params, signs)[..., : self.dim]
         if clip_norm is None:
             return update
         count = dm.count_decode(residues[-1:], self.count_factor, params.bits)
@@ -157,7 +186,10 @@ def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
     (plan the scenario with ``secagg_mechanism: skellam``, the default), a block on a pool the scenario does
     not calibrate, a block that differs from ``planner.discrete.pool_mechanisms`` of the
     plan's own scenario and ``colluding_clients`` (every field; floats to a relative 1e-9),
-    and a model whose padded dimension is not the block's (its bounds would not hold).
+    and a model whose padded dimension exceeds the block's (its bounds would not hold).
+    A smaller model runs at the block's dimension, its updates zero-padded
+    (:meth:`DiscretePool.padded`; docs/secure-aggregation.md §Discrete noise, "A model smaller
+    than the plan's model_dim"): every bound the block states then holds as calibrated.
     Pools without noise keep the fixed-point path: they carry no noise to discretise.
     """
     try:
@@ -180,19 +212,25 @@ def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
                 "--secagg-mechanism gaussian_continuous (approximate; docs/secure-aggregation.md §Discrete noise)",
             )
         _require_same(stated, expected, field)
-        if padded_dimension(dim) != stated.padded_dimension:
+        if padded_dimension(dim) > stated.padded_dimension:
             raise InvalidInputError(
                 "model",
                 f"has {dim} parameters (padded to {padded_dimension(dim)}); pool {pool.id}'s discrete mechanism "
-                f"is calibrated for {stated.dimension} (padded to {stated.padded_dimension})",
+                f"is calibrated for {stated.dimension} (padded to {stated.padded_dimension}): a larger model would "
+                f"break its bounds (plan the scenario with model_dim >= {dim})",
             )
+        # at the block's padded dimension d', whatever the model's: a smaller model's updates are
+        # zero-padded to the block's dimension (running at the model's own, smaller d' would not be
+        # sound: the wrap-around bound's rotated-signal term grows as d' shrinks). A model of the
+        # block's d' runs at its own dimension, as it always has (D2, D1 and the wrap bound read d' only).
         params = {
             g: dm.DiscreteParams.derived(
-                float(plan.group(g).clip_norm), stated.scale, dim, stated.share_variance, stated.bits
+                float(plan.group(g).clip_norm), stated.scale, max(dim, stated.dimension), stated.share_variance,
+                stated.bits,
             )
             for g in pool.groups
         }
-        pools[pool.id] = DiscretePool(pool.id, stated, params)
+        pools[pool.id] = DiscretePool(pool.id, stated, params, dim)
     return pools
 
 

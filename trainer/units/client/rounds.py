@@ -53,7 +53,6 @@ from planner.secagg import SecaggGraph, graph_and_reason, graph_label, planned_p
 from trainer.choices import REQUESTED_MECHANISMS, SECAGG_EXECUTIONS, RequestedMechanism, SecAggExecution
 from trainer.run.outcome import RoundOutcome
 from trainer.secagg import SecAggResult, choose_params, exact_sum, secure_sum
-from trainer.secagg import discrete as dm
 from trainer.secagg import parallel as secagg_parallel
 from trainer.secagg.encoding import word_dtype
 from trainer.secagg.params import SecAggParams, residue_params
@@ -204,7 +203,7 @@ class RoundEngine:
         tick = time.perf_counter()
         row_of = {client: i for i, (client, _) in enumerate(trainees)}
         # the rotation's signs are public: drawn from the round's public seed, one set per pool
-        signs = {pool_id: dm.rotation_signs(rotation_seed(ctx, m.index), self.dim)
+        signs = {pool_id: self.discrete[pool_id].signs(rotation_seed(ctx, m.index))
                  for m in mechanisms if (pool_id := m.pool_id) in self.discrete}
         vectors = {m.pool_id: self._privatize(ctx, m, participants[m.pool_id], early, rows, row_of, clip_norm,
                                               signs.get(m.pool_id))
