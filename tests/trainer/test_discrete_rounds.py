@@ -528,7 +528,9 @@ def test_a_smaller_models_padded_shares_decode_to_its_clipped_sum(counted):
         plan = adaptive_discrete_plan()
     else:
         plan = discrete_plan(dim=3000)
-    block_dim = plan.pools[0].discrete.dimension
+    block = plan.pools[0].discrete
+    assert block is not None
+    block_dim = block.dimension
     dim = 37  # d' 64, far below the block's
     assert padded_dimension(dim) < padded_dimension(block_dim)
     pool = discrete_pools(plan, dim)[plan.pools[0].id]
