@@ -37,11 +37,12 @@ ROUNDS = 2
 CLIENTS = 12
 
 
-def skellam_plan(dropout_rate: float) -> Any:
-    """Two pools with their discrete blocks stated (``report_discrete: true``)."""
+def skellam_plan(dropout_rate: float, model_dim: int = 1210) -> Any:
+    """Two pools with their discrete blocks stated (``report_discrete: true``), for the model
+    below (1210 parameters) unless ``model_dim`` says otherwise."""
     scenario = Scenario(
         groups=[{"id": "strict", "epsilon": 4.0, "num_clients": 6}, {"id": "loose", "epsilon": 12.0, "num_clients": 6}],
-        delta=1e-4, rounds=ROUNDS, clip_norm=1.0, model_dim=1210, expected_clients=8, min_clients_per_pool=2,
+        delta=1e-4, rounds=ROUNDS, clip_norm=1.0, model_dim=model_dim, expected_clients=8, min_clients_per_pool=2,
         dropout_rate=dropout_rate, report_discrete=True,
     )
     plan = make_plan(scenario, "gdpfed")
@@ -124,6 +125,23 @@ def test_a_skellam_run_on_flower_equals_gdpfed_train_with_dropouts_and_counts_th
     assert sessions and all(s.mechanism == "skellam" and s.params.encoding == "residues" for s in sessions)
     assert all(s.params.protocol_version == messages.PROTOCOL_VERSION for s in sessions)
     assert {s.params.modulus_bits for s in sessions} <= {p.discrete.bits for p in plan.pools}
+
+
+def test_a_model_smaller_than_the_blocks_runs_zero_padded_on_flower_as_in_gdpfed_train(digits, tmp_path, monkeypatch):
+    """The 1210-parameter model on blocks calibrated for 5000 coordinates: the nodes pad their
+    updates to the block's dimension as gdpfed train's clients do (DiscretePool), the server keeps
+    the model's coordinates, and the ledger is the blocks' (docs/secure-aggregation.md §Discrete
+    noise, "A model smaller than the plan's model_dim")."""
+    plan = skellam_plan(dropout_rate=0.25, model_dim=5000)
+    simulated, early = simulate(plan, config(), tmp_path / "sim", digits, monkeypatch)
+    summary, _ = flower(plan, config(), tmp_path, digits, early)
+    assert torch.equal(load_checkpoint(tmp_path / "flower" / "checkpoint.pt")["global_params"],
+                       load_checkpoint(tmp_path / "sim" / "checkpoint.pt")["global_params"])
+    tally = ClientTally(plan, mechanism="skellam")
+    for _ in range(ROUNDS):
+        tally.record_round()
+    assert summary.secagg_mechanism == simulated.secagg_mechanism == "skellam"
+    assert summary.epsilon_spent == simulated.epsilon_spent == tally.final_spent()
 
 
 def test_fedhdp_with_skellam_on_flower_equals_gdpfed_train(tmp_path):
