@@ -678,7 +678,7 @@ def _tight(questions: list[_PoolQuestion], run: _Run, deadline: float | None = N
 def _pld_epsilons(
     asked: Sequence[tuple[Sequence[PoissonSampledGaussian | PoissonSampledSkellam], float]],
 ) -> list[float]:
-    """pld's epsilon of every (history, delta) of ``asked``, in order: one composing call per
+    """The tight accountant's epsilon of every (history, delta) of ``asked``, in order: one composing call per
     distinct delta (a re-plan's groups have their own; a fresh plan's share one)."""
     by_delta: dict[float, list[int]] = {}
     for k, (_, delta) in enumerate(asked):

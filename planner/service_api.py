@@ -110,8 +110,9 @@ class GroupLedger(BaseModel):
                                 "runs merged (a discrete group's parents' phases only: its rounds are in events)")
     events: list[PoissonSampledSkellam] = Field(
         default_factory=list,
-        description="secagg_mechanism skellam: the group's Poisson-subsampled Skellam event of the counted rounds "
-        "(its pool's discrete block, docs/secure-aggregation.md §Discrete noise); empty on the continuous path",
+        description="secagg_mechanism skellam: the group's Poisson-subsampled Skellam events, those its parent plans' "
+        "runs spent (spent_discrete) then its pool's of the counted rounds (the pool's discrete block, "
+        "docs/secure-aggregation.md §Discrete noise); empty on the continuous path",
     )
     secagg_mechanism: SecaggMechanism | None = Field(
         None, description="the mechanism the group's figures count: skellam where its pool states a discrete block "

@@ -284,6 +284,25 @@ def noise_result(
     reason another accountant (``used``) answered, else why sigma sits at the search floor."""
     return Calibration(
         solved_for="noise_multiplier",
+        **_answer(sampling_rate, noise_multiplier, rounds, delta, target, achieved, accountant, spent_epsilon, used),
+        fallback=failed is not None,
+        reason=failed or (FLOOR_REASON.format(floor=SIGMA_MIN) if at_floor else None),
+    )
+
+
+def _answer(
+    sampling_rate: float,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    target: float,
+    achieved: float,
+    accountant: AccountantName,
+    spent_epsilon: float | None,
+    used: AccountantName | None,
+) -> dict[str, Any]:
+    """The fields every Calibration states, whichever quantity was solved for."""
+    return dict(
         sampling_rate=sampling_rate,
         noise_multiplier=noise_multiplier,
         rounds=rounds,
@@ -292,8 +311,6 @@ def noise_result(
         epsilon=achieved,
         accountant=accountant,
         accountant_used=used or accountant,
-        fallback=failed is not None,
-        reason=failed or (FLOOR_REASON.format(floor=SIGMA_MIN) if at_floor else None),
         spent_epsilon=spent_epsilon,
     )
 
@@ -315,17 +332,9 @@ def rate_result(
     reason another accountant (``used``) answered, else why q is 1."""
     return Calibration(
         solved_for="sampling_rate",
-        sampling_rate=sampling_rate,
-        noise_multiplier=noise_multiplier,
-        rounds=rounds,
-        delta=delta,
-        target_epsilon=target,
-        epsilon=achieved,
-        accountant=accountant,
-        accountant_used=used or accountant,
+        **_answer(sampling_rate, noise_multiplier, rounds, delta, target, achieved, accountant, spent_epsilon, used),
         fallback=failed is not None,
         reason=failed or (FULL_RATE_REASON if sampling_rate == 1.0 else None),
-        spent_epsilon=spent_epsilon,
     )
 
 
