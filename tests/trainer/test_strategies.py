@@ -144,7 +144,9 @@ def test_gdpfed_plus_on_digits_learns_longer(tmp_path):
     ["nonprivate", "dp_fedavg", "gdpfed", "gdpfed_minus", "gdpfed_plus", "idp_sample", "idp_scale", "pooled_plus"],
 )
 def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_digits):
-    from accounting import Phase, epsilon_of_phases
+    from accounting import Phase, epsilon_of_events, epsilon_of_phases
+    from accounting.events import PoissonSampledSkellam
+    from planner.discrete import released_sensitivities, rounded_l1_bound, rounded_l2_bound
 
     scenario = Scenario(
         groups=[
@@ -168,9 +170,20 @@ def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_dig
         if method == "nonprivate" or group.epsilon is None:
             assert summary.epsilon_spent[group.id] is None
             continue
-        phases = [Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=2)]
-        expected = epsilon_of_phases(phases, 1e-5, plan.scenario.accountant)  # the ledger's accountant
-        assert summary.epsilon_spent[group.id] == pytest.approx(expected.epsilon, rel=1e-9)
+        block = plan.pool(group.pool).discrete
+        if block is None:  # the continuous path (a method whose pools carry no discrete block)
+            phases = [Phase(sampling_rate=group.sampling_rate, noise_multiplier=sigma, steps=2)]
+            expected = epsilon_of_phases(phases, 1e-5, plan.scenario.accountant).epsilon  # the ledger's accountant
+        else:
+            # the default discrete mechanism: the block's Poisson-subsampled Skellam event, recomputed
+            # by hand from the block (the group's clip on the pool's grid), at delta less the wrap charge
+            rounded = rounded_l2_bound(group.clip_norm, block.scale, block.dimension)
+            l2, l1 = released_sensitivities(rounded, rounded_l1_bound(rounded, block.dimension), block.count_factor)
+            event = PoissonSampledSkellam(sampling_rate=group.sampling_rate, variance=block.total_variance,
+                                          l2_sensitivity=l2, l1_sensitivity=l1, steps=2)
+            expected = epsilon_of_events([event], delta=1e-5 - 2 * block.wrap_probability_per_round,
+                                         accountant=plan.scenario.accountant).epsilon
+        assert summary.epsilon_spent[group.id] == pytest.approx(expected, rel=1e-9)
         assert summary.epsilon_spent[group.id] < group.epsilon
 
 
