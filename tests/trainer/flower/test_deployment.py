@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from app import cli as app_cli
+from planner import ledger as plan_ledger
 from tests.app.test_e2e import serve
 from trainer.flower.cli import simulation_nodes
 from trainer.flower.local import LocalFederation
@@ -81,8 +82,13 @@ def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, cap
     ledger = api.get(f"/v1/plans/{document['id']}/ledger").json()
     assert ledger["rounds_counted"] == rounds and ledger["rounds_reported"] == rounds
     assert {g["id"]: g["epsilon_spent"] for g in ledger["groups"]} == pytest.approx(summary["epsilon_spent"], rel=1e-12)
+    # the default mechanism, distributed Skellam: the plan's figure is its blocks' events (the
+    # group's epsilon_spent states the continuous Gaussian's at the same budget)
+    planned = plan_ledger.spent_by_group(plan, rounds, mechanism="skellam")
+    assert summary["secagg_mechanism"] == "skellam" and ledger["secagg_mechanism"] == "skellam"
     for group in plan.groups:
-        assert summary["epsilon_spent"][group.id] == pytest.approx(group.epsilon_spent, rel=1e-9)
+        assert summary["epsilon_spent"][group.id] == pytest.approx(planned[group.id], rel=1e-9)
+        assert summary["epsilon_spent"][group.id] <= group.epsilon
 
 
 def test_real_superlink_and_four_supernodes_run_a_round_and_report_it(service: Service, tmp_path: Path, capsys: Any) -> None:
