@@ -252,6 +252,15 @@ def spent_exceeds(value: float, target: float) -> InfeasibleError:
     )
 
 
+def no_noise_meets(target: float, sampling_rate: float, rounds: int, delta: float) -> InfeasibleError:
+    """The refusal of a noise-multiplier question that no sigma up to ``SIGMA_MAX`` answers
+    (docs/accounting.md §7.1); one text for every accountant that searches sigma."""
+    return InfeasibleError(
+        f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={sampling_rate:g}, "
+        f"rounds={rounds}, delta={delta:g}"
+    )
+
+
 def phase_tuples(events: Sequence[ApproximateDpEvent]) -> list[PhaseTuple]:
     """(q, sigma, steps) of Poisson-subsampled Gaussian events (checked by the caller: the
     accountant's ``supports`` or :meth:`Accountant.unrepresented`)."""

@@ -33,6 +33,7 @@ from accounting.accountants.base import (
     Accountant,
     History,
     PhaseTuple,
+    no_noise_meets,
     noise_result,
     rate_result,
     rounds_result,
@@ -885,10 +886,7 @@ def _sigma_search(q: float, t: int, target: float, delta: float, history: Histor
         )
         found = yield from _on_log_sigma(search.refine_steps(start, XTOL), answers, target)
     except search.NoFeasiblePoint:
-        raise InfeasibleError(
-            f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
-            f"rounds={t}, delta={delta:g}"
-        ) from None
+        raise no_noise_meets(target, q, t, delta) from None
     sigma = math.exp(found.hi)
     if sigma not in answers:  # hi is always an evaluated point; asked again only if it were not
         answers[sigma] = yield sigma

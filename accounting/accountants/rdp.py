@@ -24,6 +24,7 @@ from accounting.accountants.base import (
     SIGMA_MIN,
     XTOL,
     Accountant,
+    no_noise_meets,
     noise_result,
     rate_result,
     rounds_result,
@@ -235,10 +236,7 @@ def _sigma_search(
     try:
         found = search.guided(g, g_model, math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), XTOL)
     except search.NoFeasiblePoint:
-        raise InfeasibleError(
-            f"no noise_multiplier up to {SIGMA_MAX:g} meets epsilon={target:g} at sampling_rate={q:g}, "
-            f"rounds={t}, delta={delta:g}"
-        ) from None
+        raise no_noise_meets(target, q, t, delta) from None
     sigma = math.exp(found.hi)
     # Windowed orders are a subset of the grid, so this holds by construction; the loop
     # guards against rounding at the last digit.

@@ -9,6 +9,8 @@ import pytest
 
 import accounting
 from accounting import InfeasibleError, Phase
+from accounting.accountants.base import no_noise_meets
+from accounting.choices import AccountantName
 from tests.accounting.conftest import dp_pld_epsilon, dp_rdp_epsilon, pld_slack, random_cases
 
 
@@ -95,12 +97,26 @@ def test_rounds_returns_the_most_that_fit() -> None:
 
 def test_rounds_zero_is_allowed_and_explained() -> None:
     result = accounting.rounds(0.5, 0.5, 0.5, 1e-5)
-    assert result.rounds == 0 and result.epsilon == 0.0 and "not even one round" in result.reason
+    assert result.rounds == 0 and result.epsilon == 0.0 and "not even one round" in (result.reason or "")
 
 
 def test_noise_multiplier_cap_is_infeasible() -> None:
     with pytest.raises(InfeasibleError, match="noise_multiplier"):
         accounting.noise_multiplier(1.0, 10**6, 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_noise_multiplier_cap_refusal_is_one_text(accountant: AccountantName) -> None:
+    """rdp and pld refuse sigma > SIGMA_MAX through base.no_noise_meets, one text for both."""
+    text = (
+        "no noise_multiplier up to 10000 meets epsilon=0.0001 at sampling_rate=1, rounds=1000000, delta=1e-05"
+    )
+    assert str(no_noise_meets(1e-4, 1.0, 10**6, 1e-5)) == text
+    with pytest.raises(InfeasibleError) as caught:
+        accounting.noise_multiplier(1.0, 10**6, 1e-4, 1e-5, accountant)
+    assert str(caught.value) == text
+    (batched,) = accounting.noise_multipliers([(1.0, 10**6, 1e-4, 1e-5)], accountant)
+    assert isinstance(batched, InfeasibleError) and str(batched) == text
 
 
 def test_remaining_budget_never_overspends() -> None:
