@@ -128,7 +128,8 @@ class NodeClient:
         self.local_update = local_update
         self.observe = observe
         self.timings: dict[str, float] = {}  # of the message being handled (benchmark profile)
-        # (plan fingerprint, dim, mechanism, adaptive) -> the plan's discrete pools (re-derived once per process)
+        # (plan fingerprint, dim, mechanism, adaptive) -> the plan's discrete pools (checked once per process;
+        # the derived blocks they are checked against are kept in the node's Context.state, discrete_pool)
         self._discrete: dict[tuple[str, int, str, bool], dict[str, DiscretePool]] = {}
 
     def own_plan(self, node: NodeSettings) -> tuple[Plan, dict[str, Any], str]:
@@ -192,7 +193,8 @@ class NodeClient:
         config = train_config(context.run_config)
         run = run_mechanism(config, plan)
         # the discrete block and rotation seed from this node's own plan and run, never the session's
-        discrete = self.discrete_pool(plan, plan_print, group.pool, dim, run, adaptive=session.clip_norm is not None)
+        discrete = self.discrete_pool(plan, plan_print, group.pool, dim, run, adaptive=session.clip_norm is not None,
+                                      state=context.state)
         rotation = self.rotation_seed(config, session, mechanism)
         self.check_params(session, mechanism, discrete, run, rotation)
         client_index = node.require_partition()
@@ -309,16 +311,34 @@ class NodeClient:
         return mechanism if clip_norm is None else at_clip(mechanism, clip_norm, dim)
 
     def discrete_pool(self, plan: Plan, plan_print: str, pool_id: str, dim: int, secagg_mechanism: str, *,
-                      adaptive: bool) -> DiscretePool | None:
+                      adaptive: bool, state: RecordDict) -> DiscretePool | None:
         """The pool's discrete mechanism under the node's run's ``secagg_mechanism``, from its own
-        plan (the blocks re-derived and compared, ``run_discrete_pools``, as the simulator's
-        engine does); ``None`` for the continuous mechanism or a pool without noise."""
+        plan (the stated blocks compared with the re-derived ones, ``run_discrete_pools``, as the
+        simulator's engine does); ``None`` for the continuous mechanism or a pool without noise.
+
+        The re-derivation (``derived_blocks``, the planner's calibration) runs once per plan on
+        this node, not once per ``KEYS`` message's process: its result is kept in the node's
+        ``state`` (``Context.state``) under the fingerprint of the plan copy it was derived from
+        (with the mechanism, the protocol version and the gdpfed version), and used only while
+        the node's own copy has that fingerprint; a changed plan is derived again. The comparison
+        with the stated blocks runs in every message (docs/flower.md §2 "The discrete mechanism
+        and the wire version")."""
         # start-up time: a node loads the planner's discrete derivation only when a message needs it
-        from trainer.units.client.discrete import run_discrete_pools
+        from trainer.units.client.discrete import derived_blocks, run_discrete_pools
 
         key = (plan_print, dim, secagg_mechanism, adaptive)
         if key not in self._discrete:
-            self._discrete[key] = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=adaptive)
+            derived = None
+            if secagg_mechanism == "skellam":  # the one mechanism with blocks to derive
+                kept: dict[str, str | int] = {
+                    "plan_fingerprint": plan_print, "secagg_mechanism": secagg_mechanism,
+                    "protocol_version": messages.PROTOCOL_VERSION, "gdpfed_version": version("gdpfed"),
+                }
+                derived = messages.derived_blocks_of(state, kept)
+                if derived is None:
+                    derived = derived_blocks(plan)
+                    messages.record_derived_blocks(state, kept, derived)
+            self._discrete[key] = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=adaptive, derived=derived)
         return self._discrete[key].get(pool_id)
 
     @staticmethod

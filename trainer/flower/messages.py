@@ -33,7 +33,8 @@ A reply never names its sender: the server takes it from the message's source no
 Flower authenticates), so one node cannot answer for another. Nothing here carries a
 plaintext update or an example count. The client's secrets stay in its
 ``Context.state`` (``state_to_records``), which Flower keeps on the node, and so does the
-strategy's state of its client (``record_client_state``: a personal model).
+strategy's state of its client (``record_client_state``: a personal model), and the discrete
+blocks the node derived from its own plan copy (``record_derived_blocks``).
 
 numpy, ``flwr.app`` and ``trainer.secagg`` only: the ClientApp imports this module in
 every message's process.
@@ -41,7 +42,9 @@ every message's process.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -49,7 +52,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from accounting.choices import SecaggMechanism
-from planner.schema import SecaggMode
+from planner.schema import DiscreteMechanism, SecaggMode
 from trainer.secagg import ClientSecrets, ClientState, ProtocolError, SecAggParams
 from trainer.secagg.graph import neighbour_sets
 from trainer.secagg.messages import AdvertisedKeys, EncryptedShare, MaskedInput, SessionSetup, UnmaskingShares
@@ -74,6 +77,8 @@ STATE = "gdpfed.client"
 STATE_INPUT = "gdpfed.client_input"
 JOINED = "gdpfed.joined"  # the last round this node took part in (kept on the node)
 CLIENT_STATE = "gdpfed.client_state"  # the strategy's state of this node's client (kept on the node)
+# the discrete blocks this node derived from its own plan copy (kept on the node, never sent)
+DERIVED_BLOCKS = "gdpfed.derived_blocks"
 
 # The secure-aggregation protocol version this gdpfed's server and nodes speak on the Flower
 # wire (the simulator's: AES-128-CTR masks). A record without one is DEFAULT_PROTOCOL_VERSION.
@@ -460,6 +465,28 @@ def client_state_of(state: RecordDict) -> dict[str, np.ndarray]:
 def record_client_state(state: RecordDict, values: dict[str, np.ndarray]) -> None:
     """Keep the client's state on the node for its next message (never sent)."""
     state[CLIENT_STATE] = ArrayRecord({key: Array(np.ascontiguousarray(value)) for key, value in values.items()})
+
+
+def derived_blocks_of(state: RecordDict, key: dict[str, str | int]) -> dict[str, DiscreteMechanism] | None:
+    """The discrete blocks this node kept for ``key`` (its plan copy's fingerprint, the run's
+    mechanism, the protocol version, its gdpfed version: ``record_derived_blocks``), or ``None``
+    when it kept none, kept another key's, or the record does not read back (derive them again;
+    docs/flower.md §2 "The discrete mechanism and the wire version")."""
+    record = state.config_records.get(DERIVED_BLOCKS)
+    if record is None or any(record.get(name) != value for name, value in key.items()):
+        return None
+    try:
+        blocks = json.loads(_str(record, "blocks"))
+        return {str(pool): DiscreteMechanism.model_validate(block) for pool, block in blocks.items()}
+    except (ProtocolError, ValueError, AttributeError):  # ValueError: JSON's and pydantic's
+        return None
+
+
+def record_derived_blocks(state: RecordDict, key: dict[str, str | int], blocks: Mapping[str, DiscreteMechanism]) -> None:
+    """Keep the blocks this node derived from its plan copy, under ``key``, for its next
+    messages (one entry: another plan's replaces it; never sent)."""
+    encoded = json.dumps({pool: block.model_dump(mode="json") for pool, block in blocks.items()})
+    state[DERIVED_BLOCKS] = ConfigRecord({**key, "blocks": encoded})
 
 
 # ---- PERSONAL

@@ -37,12 +37,12 @@ ROUNDS = 2
 CLIENTS = 12
 
 
-def skellam_plan(dropout_rate: float, model_dim: int = 1210) -> Any:
+def skellam_plan(dropout_rate: float, model_dim: int = 1210, rounds: int = ROUNDS) -> Any:
     """Two pools with their discrete blocks stated (``report_discrete: true``), for the model
     below (1210 parameters) unless ``model_dim`` says otherwise."""
     scenario = Scenario(
         groups=[{"id": "strict", "epsilon": 4.0, "num_clients": 6}, {"id": "loose", "epsilon": 12.0, "num_clients": 6}],
-        delta=1e-4, rounds=ROUNDS, clip_norm=1.0, model_dim=model_dim, expected_clients=8, min_clients_per_pool=2,
+        delta=1e-4, rounds=rounds, clip_norm=1.0, model_dim=model_dim, expected_clients=8, min_clients_per_pool=2,
         dropout_rate=dropout_rate, report_discrete=True,
     )
     plan = make_plan(scenario, "gdpfed")
@@ -250,18 +250,90 @@ def skellam_grid(plan: Any, tmp_path: Path, dim: int,
                  client: type[NodeClient] = NodeClient) -> tuple[LoopbackGrid, Any, list[str]]:
     """A skellam FlowerRoundEngine over in-process nodes (fixed random updates, no torch training)."""
     from tests.trainer.flower.conftest import RUN_CONFIG, nodes_by_group, random_updates
-    from trainer.flower.client_app import plan_fingerprint
-    from trainer.flower.engine import FlowerRoundEngine, Membership
-    from trainer.units.client.strategies import PlanStrategy
 
     bundle = write_plan_bundle(tmp_path / "bundle", plan)
     nodes = client(bundle, local_update=random_updates())
     grid = LoopbackGrid(build_client_app(bundle, nodes), nodes_by_group(plan), {**RUN_CONFIG, "secagg-mechanism": "skellam"})
     log: list[str] = []
+    return grid, skellam_engine(grid, plan, dim, log), log
+
+
+def skellam_engine(grid: LoopbackGrid, plan: Any, dim: int, log: list[str]) -> Any:
+    """The ServerApp's skellam FlowerRoundEngine of ``plan`` over ``grid``'s nodes."""
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.flower.engine import FlowerRoundEngine, Membership
+    from trainer.units.client.strategies import PlanStrategy
+
     membership = Membership(grid, plan, plan_fingerprint(plan), timeout=5.0, log=log.append, mechanism="skellam")
     strategy = PlanStrategy(plan, None, None, engine="loop", local=None, device=torch.device("cpu"))  # type: ignore[arg-type]
-    engine = FlowerRoundEngine(grid, membership, plan, strategy, dim, secagg_mechanism="skellam", log=log.append)
-    return grid, engine, log
+    return FlowerRoundEngine(grid, membership, plan, strategy, dim, secagg_mechanism="skellam", log=log.append)
+
+
+class EveryMessageANewProcess(NodeClient):
+    """Nodes as a deployment runs them, each message in a new process: nothing the node
+    derived in one message's process is left in the next's, except what its ``Context.state`` keeps."""
+
+    def keys(self, content: Any, context: Any) -> Any:
+        self._discrete.clear()
+        return super().keys(content, context)
+
+
+def test_a_node_derives_its_plans_blocks_once_per_plan_and_again_for_a_changed_plan(tmp_path, monkeypatch):
+    """The planner's re-derivation of the blocks (the costly part of a node's check) runs once
+    per node and plan, kept in the node's Context.state under its plan copy's fingerprint, not
+    in every KEYS message's process; a changed plan copy is derived again (docs/flower.md §2
+    "The discrete mechanism and the wire version")."""
+    from importlib.metadata import version
+
+    import trainer.units.client.discrete as discrete
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.strategies import RoundContext
+
+    plan = skellam_plan(dropout_rate=0.0)
+    dim = plan.scenario.model_dim
+    grid, engine, log = skellam_grid(plan, tmp_path, dim, EveryMessageANewProcess)
+    derivations: list[int] = []
+    derive = discrete.derived_pool_mechanisms
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        derivations.append(1)
+        return derive(*args, **kwargs)
+
+    monkeypatch.setattr(discrete, "derived_pool_mechanisms", counted)
+
+    def keys_to(rounds: set[int]) -> list[int]:
+        return [m.metadata.dst_node_id for m in grid.delivered if m.metadata.message_type == messages.KEYS
+                and messages.session_of(m.content).global_round in rounds]
+
+    for global_round in range(ROUNDS):
+        _, outcome = engine.run(RoundContext(global_round, global_round, seed=0), torch.zeros(dim))
+        assert sum(outcome.survived.values()) > 0 and not outcome.aborted_pools
+    joined = keys_to(set(range(ROUNDS)))
+    assert len(joined) > len(set(joined))  # some nodes handled both rounds' KEYS messages
+    assert len(derivations) == len(set(joined))  # each node derived its plan's blocks once
+    # kept under the plan copy's fingerprint, the mechanism, the protocol and gdpfed versions; read
+    # back as derived, and for no other key
+    state = grid.contexts[joined[0]].state
+    key: dict[str, str | int] = {"plan_fingerprint": plan_fingerprint(plan), "secagg_mechanism": "skellam",
+                                 "protocol_version": messages.PROTOCOL_VERSION, "gdpfed_version": version("gdpfed")}
+    assert messages.derived_blocks_of(state, key) == discrete.derived_blocks(plan)
+    assert messages.derived_blocks_of(state, {**key, "protocol_version": 1}) is None
+    assert messages.derived_blocks_of(state, {**key, "plan_fingerprint": "0" * 64}) is None
+
+    # the plan changes (longer, so other blocks): each node's copy is the new plan, derived again
+    longer = skellam_plan(dropout_rate=0.0, rounds=ROUNDS + 2)
+    assert longer.pools[0].discrete != plan.pools[0].discrete
+    pinned = write_plan_bundle(tmp_path / "longer", longer) / "plan.json"
+    for context in grid.contexts.values():
+        context.node_config = {**context.node_config, "gdpfed-plan": str(pinned)}
+    engine = skellam_engine(grid, longer, dim, log)
+    derivations.clear()  # the server's check of the new plan (its engine's)
+    _, outcome = engine.run(RoundContext(ROUNDS, ROUNDS, seed=0), torch.zeros(dim))
+    assert sum(outcome.survived.values()) > 0 and not outcome.aborted_pools
+    rejoined = keys_to({ROUNDS})
+    assert rejoined and len(derivations) == len(set(rejoined))
+    assert all(grid.contexts[node].state.config_records[messages.DERIVED_BLOCKS]["plan_fingerprint"]
+               == plan_fingerprint(longer) for node in rejoined)
 
 
 def test_a_node_refuses_a_session_whose_version_mechanism_or_block_is_not_its_own_plans(tmp_path):

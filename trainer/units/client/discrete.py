@@ -15,6 +15,7 @@ numpy and the planner only, no torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,7 +146,8 @@ class DiscretePool:
         return np.append(update * (float(clip_norm) / params.clip_norm), count)
 
 
-def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool) -> dict[str, DiscretePool]:
+def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool,
+                       derived: Mapping[str, DiscreteMechanism] | None = None) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism for a run of ``secagg_mechanism`` (as resolved by
     :func:`run_mechanism`; none for ``gaussian_continuous``), the one check the simulator's
     round engine and the Flower server and nodes make of a run's mechanism (docs/flower.md §2
@@ -155,6 +157,8 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
     blocks are ``discrete_pools``' (re-derived and compared), and an ``adaptive`` run needs
     every block to carry the count coordinate (``count_factor``, re-derived from the plan's
     ``adaptive_clip`` block; docs/secure-aggregation.md §Discrete noise, "Adaptive clipping").
+    ``derived``: :func:`derived_blocks` of this very plan, when the caller kept them (a Flower
+    node, docs/flower.md §2 "The discrete mechanism and the wire version"); else derived here.
     """
     if secagg_mechanism not in SECAGG_MECHANISMS:
         raise InvalidInputError(
@@ -162,7 +166,7 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
         )
     if secagg_mechanism != "skellam":
         return {}
-    pools = discrete_pools(plan, dim)
+    pools = discrete_pools(plan, dim, derived)
     if adaptive and any(not pool.count_factor for pool in pools.values()):
         raise InvalidInputError(
             "secagg_mechanism",
@@ -179,7 +183,21 @@ def rotation_seed(ctx: RoundContext, pool_index: int) -> int:
     return ctx.seed_for(PURPOSE_ROTATION, pool_index)
 
 
-def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
+def derived_blocks(plan: Plan) -> dict[str, DiscreteMechanism]:
+    """Pool id -> the discrete block ``planner.discrete.pool_mechanisms`` derives from the plan's
+    own scenario and ``colluding_clients`` (docs/secure-aggregation.md §Discrete noise, "The
+    trainer side"): what :func:`discrete_pools` compares the stated blocks with. The planner's
+    calibration, the costly part of the check; a function of the plan alone, so whoever holds
+    the same plan (the same fingerprint) may keep the result. A plan the derivation refuses is
+    ``InvalidInputError("secagg_mechanism")``."""
+    try:
+        return {p.pool: p.mechanism for p in derived_pool_mechanisms(plan, plan.scenario.colluding_clients)}
+    except InvalidInputError as error:
+        raise InvalidInputError("secagg_mechanism", f"skellam: {error.reason}") from None
+
+
+def discrete_pools(plan: Plan, dim: int,
+                   derived: Mapping[str, DiscreteMechanism] | None = None) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism, for every pool of ``plan`` with noise, after checking the blocks.
 
     Refuses (``InvalidInputError`` naming the field) a noised pool without a ``discrete`` block
@@ -191,11 +209,10 @@ def discrete_pools(plan: Plan, dim: int) -> dict[str, DiscretePool]:
     (:meth:`DiscretePool.padded`; docs/secure-aggregation.md §Discrete noise, "A model smaller
     than the plan's model_dim"): every bound the block states then holds as calibrated.
     Pools without noise keep the fixed-point path: they carry no noise to discretise.
+    ``derived``: :func:`derived_blocks` of ``plan``, kept by the caller (derived here when ``None``).
     """
-    try:
-        derived = {p.pool: p.mechanism for p in derived_pool_mechanisms(plan, plan.scenario.colluding_clients)}
-    except InvalidInputError as error:
-        raise InvalidInputError("secagg_mechanism", f"skellam: {error.reason}") from None
+    if derived is None:
+        derived = derived_blocks(plan)
     pools: dict[str, DiscretePool] = {}
     for pool in plan.pools:
         stated, expected = pool.discrete, derived.get(pool.id)
