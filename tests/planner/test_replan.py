@@ -274,3 +274,26 @@ def test_a_continuous_runs_budget_is_checked_against_its_gaussian_phases():
         replan(bare, 2, lowered, mechanism="skellam")
     assert refused.value.field == "secagg_mechanism"
 
+
+def test_a_skellam_ledger_refuses_spent_phases_that_no_skellam_events_record():
+    """Issue 27: ``planner.ledger.run_history`` priced spent Gaussian phases that no Skellam events
+    record as those phases, before the group's events, on skellam. The planner never states a block
+    then (a re-plan of a continuous run gets none), so only an edited plan got there: the ledger now
+    refuses it naming the group's spent_discrete, and the service refuses the plan's first skellam
+    report (check_mechanism) rather than count it. The continuous path still prices the phases."""
+    child = replan(skellam_parent(), 2, Changes(), parent_plan_id="p")
+    counted = plan_ledger.run_history(child, child.group("a"), 1, "skellam")
+    assert len(counted) == 2 and counted[:1] == child.group("a").spent_discrete
+    edited = child.model_copy(update={"groups": [
+        g.model_copy(update={"spent_discrete": []}) if g.id == "a" else g for g in child.groups]})
+    with pytest.raises(InvalidInputError) as refused:
+        plan_ledger.run_history(edited, edited.group("a"), 1, "skellam")
+    assert refused.value.field == "groups.a.spent_discrete" and "of 0 spent rounds" in refused.value.reason
+    with pytest.raises(InvalidInputError) as refused:
+        plan_ledger.epsilon_spent(edited, edited.group("a"), 1, mechanism="skellam")
+    assert refused.value.field == "groups.a.spent_discrete"
+    with pytest.raises(InvalidInputError) as reported:
+        plan_ledger.check_mechanism(edited, "skellam")
+    assert reported.value.field == "secagg_mechanism" and "groups.a.spent_discrete" in reported.value.reason
+    plan_ledger.check_mechanism(child, "skellam")  # the planner's own re-plan is counted
+    assert plan_ledger.run_history(edited, edited.group("a"), 1) == plan_ledger.group_history(edited, edited.group("a"), 1)
