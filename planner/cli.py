@@ -3,7 +3,8 @@
 ::
 
     gdpfed plan SCENARIO.json [--method M|compare] [--accountant A] [--json] [--out PLAN.json]
-    gdpfed plan replan PLAN.json --rounds-done N --changes CHANGES.json [--json] [--out NEW.json]
+    gdpfed plan replan PLAN.json --rounds-done N --changes CHANGES.json [--secagg-mechanism M]
+        [--json] [--out NEW.json]
     gdpfed plan sweep SCENARIO.json --group ID --epsilons 0.5,1,2,4,8 [--plot out.png] [--json]
 
 The first positional is either a scenario file or the word ``replan`` / ``sweep`` followed
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from accounting.accountants import ACCOUNTANT_NAMES
+from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from planner.loading import (
     load_changes,
@@ -59,6 +61,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rounds-done", type=int, default=None, help="replan: rounds of the plan already run")
     parser.add_argument("--changes", default=None, help="replan: budget/membership changes (JSON or YAML)")
     parser.add_argument("--parent-plan-id", default=None, help="replan: id of the parent plan to record")
+    parser.add_argument(
+        "--secagg-mechanism", choices=get_args(SecaggMechanism), default=None,
+        help="replan: the noise mechanism the plan's run executed (its summary.json's secagg_mechanism); "
+        "budgets are checked against that mechanism's record of what was spent (default: unknown, the "
+        "larger of the Gaussian and the Skellam record; docs/planning.md §9)",
+    )
     parser.add_argument("--group", default=None, help="sweep: the group whose epsilon is swept")
     parser.add_argument("--epsilons", default=None, help="sweep: comma-separated epsilons, e.g. 0.5,1,2,4,8")
     parser.add_argument("--plot", default=None, help="sweep: write a PNG of the rates to this file")
@@ -75,7 +83,8 @@ def handle(args: argparse.Namespace) -> tuple[Any, str]:
         raise InvalidInputError(target[0], f"usage: gdpfed plan {target[0]} FILE (exactly one file)")
     if len(target) != 1:
         raise InvalidInputError("scenario", "give one scenario file (or 'replan PLAN' / 'sweep SCENARIO')")
-    _reject(args, ("rounds_done", "changes", "parent_plan_id", "group", "epsilons", "plot"), "plan")
+    _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "group", "epsilons", "plot"),
+            "plan")
     return _plan(args, target[0])
 
 
@@ -113,13 +122,17 @@ def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     # from a file no run's participations are known: a metric plan's re-plan counts every
     # client as released in every round done, within its cap (never optimistic;
     # planner.units.metric_local.replan_metric)
-    new = unit.replan(plan, args.rounds_done, changes, None, args.parent_plan_id)
+    if args.secagg_mechanism is not None and not unit.secagg_mechanisms:
+        raise InvalidInputError(
+            "--secagg-mechanism", f"{unit.name} plans run no secure-aggregation noise: leave it out"
+        )
+    new = unit.replan(plan, args.rounds_done, changes, None, args.parent_plan_id, args.secagg_mechanism)
     _write(new, args.out)
     return new, unit.describe(new)
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
-    _reject(args, ("rounds_done", "changes", "parent_plan_id", "out"), "plan sweep")
+    _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "out"), "plan sweep")
     if args.group is None:
         raise InvalidInputError("--group", "sweep needs --group ID")
     if args.epsilons is None:

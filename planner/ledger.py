@@ -192,16 +192,34 @@ def run_history(plan: Plan, group: GroupPlan, rounds_run: int,
     (docs/ledger.md §2-§3): ``group_history`` on the continuous path; on skellam the Skellam
     events its parents' runs spent (``spent_discrete``), then the pool's Poisson-subsampled
     Skellam event of the rounds run (``planner.discrete.group_history``, docs/planning.md §9).
-    Spent phases that no Skellam events record (the planner states no block then, so a run
-    cannot reach this) are counted as the Gaussian phases they are, before the events."""
+    Spent phases that no Skellam events record are refused (:func:`unrecorded_spent_problem`):
+    the planner never states a block then, so only an edited plan gets here, and its history
+    is not the one a skellam lineage ran."""
     if not counts_discrete(plan, group, mechanism):
         return list(group_history(plan, group, rounds_run))
     if not 0 <= rounds_run <= plan.rounds:
         raise InvalidInputError("rounds_run", f"must be from 0 to the plan's {plan.rounds} rounds, got {rounds_run}")
-    events: list[PrivacyEvent] = list(plan_discrete.group_history(plan, group, rounds_run))
+    problem = unrecorded_spent_problem(group)
+    if problem is not None:
+        raise InvalidInputError(f"groups.{group.id}.spent_discrete", problem)
+    return list(plan_discrete.group_history(plan, group, rounds_run))
+
+
+def unrecorded_spent_problem(group: GroupPlan) -> str | None:
+    """Why a skellam run cannot price ``group``'s spent history, or ``None``: its noised spent phases
+    cover more or fewer rounds than the Skellam events recorded for them (``spent_discrete``;
+    ``planner.discrete.spent_as_discrete``). A re-plan records both for every group of a skellam
+    lineage, and a re-plan of a continuous run states no block (``planner.discrete.with_discrete``),
+    so such a plan was edited: its rounds are not priced (docs/ledger.md §3)."""
     if plan_discrete.spent_as_discrete(group):
-        return events
-    return [*(p for p in spent_history(plan, group) if p.noise_multiplier > 0), *events]
+        return None
+    phases = sum(p.steps for p in group.phases[: group.spent_phase_count] if p.noise_multiplier > 0)
+    events = sum(e.steps for e in group.spent_discrete)
+    return (
+        f"records Skellam events of {events} spent rounds where the group's noised spent phases cover {phases}: "
+        "a skellam run prices its parents' rounds by the Skellam events they spent, and a plan whose spent "
+        "history no Skellam events record (a re-plan of a continuous run) states no discrete block"
+    )
 
 
 def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
@@ -213,11 +231,27 @@ def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: Seca
     return float(plan.scenario.delta)
 
 
+def missing_block_reason(pool_id: str) -> str:
+    """Why a run on skellam cannot use pool ``pool_id``, a noised pool that states no ``discrete``
+    block: the one text of that refusal, the service's (:func:`check_mechanism`, HTTP 422) and the
+    trainer's (``trainer.units.client.discrete.discrete_pools``, exit 2), each naming its own field
+    (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
+    return (
+        f"pool {pool_id} states no discrete block: the skellam mechanism runs the plan's calibrated discrete noise "
+        "and its ledger counts that noise's Skellam events, which this noised pool lacks (its rounds would be "
+        "counted as continuous Gaussian phases under the discrete mechanism's name); plan the scenario with "
+        "secagg_mechanism: skellam (the planner's default), or run --secagg-mechanism gaussian_continuous "
+        "(approximate)"
+    )
+
+
 def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
-    """Refuse (``InvalidInputError`` naming ``secagg_mechanism``) counting ``plan``'s rounds as
-    ``mechanism`` when the plan does not state what that mechanism runs: on skellam, a pool
-    whose groups are sampled with noise but that states no ``discrete`` block (its rounds
-    would be counted as continuous Gaussian phases under the discrete mechanism's name)."""
+    """Refuse (``InvalidInputError`` naming ``secagg_mechanism``, :func:`missing_block_reason`)
+    counting ``plan``'s rounds as ``mechanism`` when the plan does not state what that mechanism
+    runs: on skellam, a pool whose groups are sampled with noise but that states no ``discrete``
+    block (its rounds would be counted as continuous Gaussian phases under the discrete
+    mechanism's name), or a group whose spent history no Skellam events record
+    (:func:`unrecorded_spent_problem`)."""
     if mechanism != "skellam":
         return
     for pool in plan.pools:
@@ -225,11 +259,11 @@ def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
             g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id
         )
         if noised and pool.discrete is None:
-            raise InvalidInputError(
-                "secagg_mechanism",
-                f"skellam: pool {pool.id} of the plan states no discrete block, so its rounds cannot be counted as "
-                "the distributed Skellam mechanism (plan the scenario with secagg_mechanism: skellam, the default)",
-            )
+            raise InvalidInputError("secagg_mechanism", missing_block_reason(pool.id))
+    for group in plan.groups:
+        problem = unrecorded_spent_problem(group) if counts_discrete(plan, group, mechanism) else None
+        if problem is not None:
+            raise InvalidInputError("secagg_mechanism", f"skellam: groups.{group.id}.spent_discrete {problem}")
 
 
 def is_unprotected(plan: Plan, group: GroupPlan, rounds_run: int) -> bool:

@@ -9,16 +9,20 @@ remainder.
 When the parent's run executes the discrete mechanism (its pools state ``discrete``
 blocks), the spent history is also recorded as what that run spent: each group's
 Poisson-subsampled Skellam events and the wrap-around probability charged to delta
-(``GroupPlan.spent_discrete``, ``spent_wrap_probability``); budgets are checked against it
-and the successor's blocks are calibrated on it (``planner.discrete.pool_mechanisms``).
+(``GroupPlan.spent_discrete``, ``spent_wrap_probability``) and the successor's blocks are
+calibrated on it (``planner.discrete.pool_mechanisms``). Budgets are checked against the record
+of the mechanism the run executes (``mechanism``: the service passes the one its run reported),
+and against the larger of the two records where that is unknown (docs/planning.md §9 point 5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from accounting import noise_multiplier
 from accounting.accountants import AccountantName
+from accounting.choices import SecaggMechanism
 from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInputError
 from accounting.events import Phase, PoissonSampledSkellam, PrivacyEvent
 from planner import discrete as plan_discrete
@@ -36,12 +40,21 @@ SkellamHistories = dict[str, tuple[list[PoissonSampledSkellam], float]]
 _EXHAUSTED_MARGIN = 1e-6
 
 
-def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: str | None = None) -> Plan:
+def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: str | None = None,
+           mechanism: SecaggMechanism | None = None) -> Plan:
     """A new plan for the rounds after ``rounds_done`` rounds of ``plan`` (docs/planning.md §9).
 
     The result records ``parent_plan_id`` and ``start_round = plan.start_round + rounds_done``;
     its ``rounds`` are the remaining ones (``changes.rounds`` may set a new total).
+    ``mechanism`` is the secure-aggregation noise mechanism the run of ``plan`` executes (the
+    one its round reports state, ``app.services.ledger.run_mechanism``): what each group spent is
+    then that mechanism's record, as its ledger counts it; ``None`` (unknown: no round reported,
+    or a plan file) takes the larger of the Gaussian and the Skellam record (§9 point 5). Skellam
+    on a plan whose noised pools state no discrete block is refused
+    (``planner.ledger.check_mechanism``).
     """
+    if mechanism is not None:
+        plan_ledger.check_mechanism(plan, mechanism)
     if not isinstance(changes, Changes):
         changes = Changes.model_validate(changes)
     total_rounds = changes.rounds if changes.rounds is not None else plan.scenario.rounds
@@ -51,7 +64,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
 
     history, unprotected, statuses = _histories(plan, rounds_done)
     skellam = _discrete_histories(plan, rounds_done)
-    _refuse_budgets_below_spent(plan, changes, history, unprotected, skellam)
+    _refuse_budgets_below_spent(plan, changes, history, unprotected, skellam, mechanism)
     specs, statuses, notes = _apply_changes(plan, changes, statuses)
     for spec in specs:
         history.setdefault(spec.id, [])
@@ -75,7 +88,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
         if status == "active" and spec.epsilon is not None:
             status, note = _budget_status(
                 spec, history[spec.id], unprotected[spec.id], remaining, scenario,
-                None if skellam is None else skellam[spec.id],
+                None if skellam is None else skellam[spec.id], mechanism,
             )
             if note:
                 notes.append(note)
@@ -135,9 +148,31 @@ def _skellam_spent(events: list[PoissonSampledSkellam], wrap: float, delta: floa
     return float(verify_group(events, delta - wrap, accountant).epsilon) if events else 0.0
 
 
+def _spent_record(
+    phases: list[Phase], skellam: tuple[list[PoissonSampledSkellam], float] | None, delta: float,
+    accountant: AccountantName, mechanism: SecaggMechanism | None,
+) -> tuple[float, list[PrivacyEvent], float, bool]:
+    """What a group spent, by the record of the run's ``mechanism`` (docs/planning.md §9 point 5):
+    its epsilon, the history and the wrap-around charge a probe of the remaining rounds composes
+    with, and whether that is the Skellam record.
+
+    ``gaussian_continuous``: the Gaussian phases at delta (the continuous run's ledger, which
+    charges no wrap-around); ``skellam``: the Skellam events at delta less their wrap-around
+    charge (the skellam run's ledger); ``None`` (the mechanism is not known yet), or a parent that
+    records no Skellam events: the larger of the two, so neither under-counts."""
+    gaussian = float(verify_group(phases, delta, accountant).epsilon) if phases else 0.0
+    if skellam is None or mechanism == "gaussian_continuous":
+        return gaussian, list(phases), 0.0, False
+    events, wrap = skellam
+    discrete = _skellam_spent(events, wrap, delta, accountant)
+    if mechanism == "skellam" or discrete > gaussian:
+        return discrete, list(events), wrap, True
+    return gaussian, list(phases), wrap, False
+
+
 def _refuse_budgets_below_spent(
     plan: Plan, changes: Changes, history: dict[str, list[Phase]], unprotected: dict[str, int],
-    skellam: SkellamHistories | None = None,
+    skellam: SkellamHistories | None = None, mechanism: SecaggMechanism | None = None,
 ) -> None:
     """One rule for every budget change (docs/planning.md §9, docs/ledger.md §4).
 
@@ -147,10 +182,9 @@ def _refuse_budgets_below_spent(
     rather than silently turned into "exhausted". An epsilon equal to the spent one within
     ``_EXHAUSTED_MARGIN`` is accepted and the group is exhausted. A group that was sampled
     without noise (opted out) has no finite epsilon, so no budget can be given back to it.
-    When the parent's run executes the discrete mechanism (``skellam``), what the group spent
-    is its Skellam events at delta less their wrap-around charge (larger than the continuous
-    record's figure: the continuous phases under-count a skellam run), and the larger of the two
-    is the one a budget is checked against.
+    What the group spent is the record of the run's ``mechanism`` (:func:`_spent_record`): a
+    skellam run's Skellam events at delta less their wrap-around charge, a continuous run's
+    Gaussian phases, and the larger of the two while the mechanism is unknown.
     """
     groups = {g.id: g for g in plan.groups}
     accountant = plan_ledger.ledger_accountant(plan.accountant)
@@ -164,14 +198,11 @@ def _refuse_budgets_below_spent(
                 f"group {change.id!r} was sampled without noise in {unprotected[change.id]} rounds (opted out); "
                 "its epsilon is unbounded and no budget can be given back to it",
             )
-        events, wrap = skellam[change.id] if skellam is not None else ([], 0.0)
-        if not history[change.id] and not events:
+        record = None if skellam is None else skellam[change.id]
+        if not history[change.id] and (record is None or not record[0]):
             continue
-        spent = float(verify_group(history[change.id], plan.scenario.delta, accountant).epsilon) if history[
-            change.id] else 0.0
-        discrete = _skellam_spent(events, wrap, plan.scenario.delta, accountant)
-        which = " (its Skellam events: the run executes the discrete mechanism)" if discrete > spent else ""
-        spent = max(spent, discrete)
+        spent, _, _, discrete = _spent_record(history[change.id], record, plan.scenario.delta, accountant, mechanism)
+        which = " (its Skellam events: the run executes the discrete mechanism)" if discrete else ""
         if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
             raise BudgetConflictError(
                 field,
@@ -227,51 +258,61 @@ def _apply_changes(
 def _budget_status(
     spec: GroupSpec, spent: list[Phase], unprotected: int, remaining: int, scenario: Scenario,
     skellam: tuple[list[PoissonSampledSkellam], float] | None = None,
+    mechanism: SecaggMechanism | None = None,
 ) -> tuple[str, str | None]:
     """active, or exhausted with the reason (used up, sampled without noise, or no room left).
 
-    ``skellam``: the group's spent Skellam events and their wrap-around charge when the run
-    executes the discrete mechanism; the larger spent figure decides, and the room left is
-    probed after the Skellam events (docs/planning.md §9)."""
+    ``skellam``: the group's spent Skellam events and their wrap-around charge when the plan
+    states discrete blocks; the spent figure is the record of the run's ``mechanism``
+    (:func:`_spent_record`: the larger of the two while it is unknown), and the room left is
+    probed after that record's history (docs/planning.md §9)."""
     assert spec.epsilon is not None
     if unprotected > 0:
         return "exhausted", (
             f"group {spec.id!r} was sampled without noise in {unprotected} rounds while opted out; no finite "
             "epsilon can be claimed for it, so it is not sampled again"
         )
-    events, wrap = skellam if skellam is not None else ([], 0.0)
-    if not spent and not events:
+    if not spent and (skellam is None or not skellam[0]):
         return "active", None
-    used = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon) if spent else 0.0
-    discrete = _skellam_spent(events, wrap, scenario.delta, scenario.accountant)
-    probe_history: list[PrivacyEvent] = list(spent)
-    if discrete > used:
-        used, probe_history = discrete, list(events)
+    used, probe_history, wrap, discrete = _spent_record(spent, skellam, scenario.delta, scenario.accountant, mechanism)
     if used >= spec.epsilon * (1 - _EXHAUSTED_MARGIN):
         return "exhausted", (
             f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
             "sampled at rate 0 from now on"
         )
-    probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
-    fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
-    # the fast accountant (rdp) over-states a history the tight one calibrated (pld): where it
-    # finds no room, the plan's own accountant decides (issue 26)
-    try:
-        for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(scenario.accountant))):
-            try:
-                noise_multiplier(
-                    min(probe, 1.0), remaining, spec.epsilon, scenario.delta - wrap, accountant, spent=probe_history
-                )
-                break
-            except InfeasibleError:
-                if accountant == plan_ledger.ledger_accountant(scenario.accountant):
-                    raise
-    except InfeasibleError:
+    if not _room_left(spec, probe_history, scenario.delta - wrap, remaining, scenario):
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.4g} of {spec.epsilon:g}; what is left is too little "
             f"for {remaining} more rounds even at one expected client a round, so it is sampled at rate 0"
         )
+    # the child's phases are calibrated on the Gaussian record whatever the run executes
+    # (planner.finalize; its blocks on the Skellam one): a skellam run's Gaussian record can
+    # stand above its Skellam events' figure and leave those phases no room
+    if discrete and spent and not _room_left(spec, spent, scenario.delta, remaining, scenario):
+        gaussian = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon)
+        return "exhausted", (
+            f"group {spec.id!r} has spent epsilon {used:.6g} of {spec.epsilon:.6g} (its Skellam events); the plan's "
+            f"Gaussian record of the same rounds ({gaussian:.6g}) leaves its phases too little for {remaining} more "
+            "rounds, so it is sampled at rate 0"
+        )
     return "active", None
+
+
+def _room_left(spec: GroupSpec, history: Sequence[PrivacyEvent], delta: float, remaining: int, scenario: Scenario) -> bool:
+    """Whether ``remaining`` more rounds at one expected client a round fit ``spec``'s epsilon after
+    ``history`` at ``delta`` (a noise multiplier under the calibration cap exists)."""
+    assert spec.epsilon is not None
+    probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
+    fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
+    # the fast accountant (rdp) over-states a history the tight one calibrated (pld): where it
+    # finds no room, the plan's own accountant decides (issue 26)
+    for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(scenario.accountant))):
+        try:
+            noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, delta, accountant, spent=history)
+            return True
+        except InfeasibleError:
+            continue
+    return False
 
 
 def _with_notes(problem: Problem, notes: list[str]) -> Problem:

@@ -30,7 +30,7 @@ from app.schemas import AnyStoredPlan, PlanPage, PlanSummary, ReplanRequest, Sto
 from app.services import ledger as ledger_service
 from planner import make_plan
 from planner.loading import load_changes
-from planner.schema import Plan, PlanDocument, RequestedMethod, Scenario
+from planner.schema import Plan, PlanDocument, RequestedMethod, Scenario, SecaggMechanism
 from planner.units import UNITS, PrivacyUnit, load_plan, load_plan_document, privacy_unit, scenario_unit_name, unit_of
 from planner.units.base import Participations
 
@@ -68,12 +68,15 @@ def compute_unit_plan(state: AppState, unit: PrivacyUnit, scenario: BaseModel, m
 
 
 def compute_replan(state: AppState, plan: AnyPlan, rounds_done: int, changes: BaseModel,
-                   parent_plan_id: str, participations: Participations | None = None) -> AnyPlan:
-    """The plan's unit's re-plan (``PrivacyUnit.replan``) on the compute pool."""
+                   parent_plan_id: str, participations: Participations | None = None,
+                   mechanism: SecaggMechanism | None = None) -> AnyPlan:
+    """The plan's unit's re-plan (``PrivacyUnit.replan``) on the compute pool; ``mechanism`` is
+    the noise mechanism its run reported (``ledger.run_mechanism``; ``None`` while unknown), so
+    a budget is checked against what the ledger counts (docs/planning.md §9 point 5)."""
     replan = unit_of(plan).replan
     if replan is None:
         raise conflict(f"{plan.privacy_unit} plans are not re-planned")
-    child = state.compute.run(replan, plan, rounds_done, changes, participations, parent_plan_id)
+    child = state.compute.run(replan, plan, rounds_done, changes, participations, parent_plan_id, mechanism)
     return cast(AnyPlan, child)  # a unit's re-plan is a plan of the same unit
 
 
@@ -266,8 +269,10 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
                 rounds_done = _rounds_done(body.rounds_done, counted)
                 plan = to_plan_document(record)
                 tally = ledger_service.participations(session, record) if unit.participation_reports else None
+                # the mechanism cannot change before the write below: a first report moves the count
+                mechanism = ledger_service.run_mechanism(session, record)
             with in_scenario(unit.scenario_model):
-                child = compute_replan(state, plan, rounds_done, changes, plan_id, tally)
+                child = compute_replan(state, plan, rounds_done, changes, plan_id, tally, mechanism)
 
         def attempt() -> AnyStoredPlan | None:
             with write_transaction(state.sessions) as session:

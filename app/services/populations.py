@@ -43,7 +43,7 @@ from app.schemas import (
 )
 from app.services import ledger as ledger_service
 from app.services import plans as plan_service
-from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario
+from planner.schema import Changes, GroupChange, GroupSpec, Plan, Scenario, SecaggMechanism
 
 _CORE_FIELDS = ("id", "epsilon", "num_clients")
 
@@ -65,6 +65,8 @@ class Snapshot:
     scenario: Scenario
     active: PlanRecord | None = None
     counted: int = 0
+    # the noise mechanism the active plan's run reported (None: none reported yet)
+    mechanism: SecaggMechanism | None = None
 
 
 def spec_of(row: PopulationGroup) -> GroupSpec:
@@ -295,6 +297,7 @@ def _snapshot(state: AppState, population_id: str) -> Snapshot:
         if population.active_plan_id is not None:
             snap.active = plan_service.load_record(session, population.active_plan_id)
             snap.counted = ledger_service.rounds_counted(session, snap.active)
+            snap.mechanism = ledger_service.run_mechanism(session, snap.active)
     return snap
 
 
@@ -315,7 +318,7 @@ def _apply(state: AppState, population_id: str, caller: Principal,
                     with plan_service.in_scenario():
                         child = plan_service.compute_replan(
                             state, plan_service.to_plan(snap.active), snap.counted,
-                            Changes(groups=[change]), snap.active.id,
+                            Changes(groups=[change]), snap.active.id, mechanism=snap.mechanism,
                         )
                 except BudgetConflictError as exc:
                     # the planner's one rule (docs/planning.md §9): a budget below what was spent

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from accounting.choices import SecaggMechanism
 from planner.schema import PlanDocument
 
 # plan -> rounds run -> the figure of record per protected entity (group, silo or client)
@@ -35,9 +36,10 @@ class Participations:
     unknown_rounds: int = 0
 
 
-# plan, rounds done, changes, the run's participations (or None), the parent's id -> the
-# child plan for the remaining rounds
-ReplanFn = Callable[[Any, int, Any, "Participations | None", "str | None"], PlanDocument]
+# plan, rounds done, changes, the run's participations (or None), the parent's id, the run's
+# secure-aggregation noise mechanism (None: unknown, or a unit without one) -> the child plan
+# for the remaining rounds
+ReplanFn = Callable[[Any, int, Any, "Participations | None", "str | None", "SecaggMechanism | None"], PlanDocument]
 # plan, rounds counted, participations -> the unit's own fields of the service's ledger
 LedgerRowsFn = Callable[[Any, int, Participations], dict[str, Any]]
 
@@ -64,8 +66,9 @@ class PrivacyUnit:
     ``leakage``), ``entities`` the scenario's list of protected entities (``groups``,
     ``silos``), ``budget_field`` their budget's field name. ``changes_model`` is the body
     of a budget change and ``replan(plan, rounds_done, changes, participations,
-    parent_plan_id)`` the child plan for the remaining rounds (``participations``: the
-    run's, for units whose ledger counts them). ``participation_reports`` says whether
+    parent_plan_id, mechanism)`` the child plan for the remaining rounds (``participations``: the
+    run's, for units whose ledger counts them; ``mechanism``: the noise mechanism the run
+    reported, for units with ``secagg_mechanisms``, else ``None``, as while it is unknown). ``participation_reports`` says whether
     round reports carry which clients released (``check_participants(plan,
     participations, reported)`` refuses a report, naming the field). ``ledger_model`` is
     the service's ledger body of the unit's plans and ``ledger_rows(plan, rounds_counted,

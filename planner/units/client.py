@@ -15,7 +15,7 @@ from planner.methods import METHODS
 from planner.plan import make_plan
 from planner.replan import replan
 from planner.report import plan_text
-from planner.schema import Changes, Plan, Scenario
+from planner.schema import Changes, Plan, Scenario, SecaggMechanism
 from planner.units.base import Participations, PrivacyUnit
 from planner.verify import verify_executable
 
@@ -33,9 +33,9 @@ def _spent(plan: Plan, rounds_run: int) -> dict[str, float | None]:
 
 
 def _replan(plan: Plan, rounds_done: int, changes: Changes, participations: Participations | None,
-            parent_plan_id: str | None) -> Plan:
+            parent_plan_id: str | None, mechanism: SecaggMechanism | None = None) -> Plan:
     del participations  # a client-level ledger counts rounds, not who took part
-    return replan(plan, rounds_done, changes, parent_plan_id=parent_plan_id)
+    return replan(plan, rounds_done, changes, parent_plan_id=parent_plan_id, mechanism=mechanism)
 
 
 UNIT = PrivacyUnit(

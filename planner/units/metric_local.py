@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from accounting.choices import SecaggMechanism
 from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
 from accounting.validation import InputModel, NumbersModel
 from planner import ledger
@@ -430,6 +431,7 @@ def replan_metric(
     plan: MetricPlan, rounds_done: int, changes: MetricChanges | dict[str, Any],
     participations: Participations | None = None,
     parent_plan_id: str | None = None,
+    mechanism: SecaggMechanism | None = None,
 ) -> MetricPlan:
     """The re-plan of ``plan`` after ``rounds_done`` of its rounds (docs/metric-privacy.md §4).
 
@@ -439,6 +441,7 @@ def replan_metric(
     (the parents' included). ``participations`` is each group's most releases by one
     client so far (the service's ledger): a budget below that client's leakage is refused
     (``BudgetConflictError`` naming ``changes.groups.<i>.leakage_budget``)."""
+    del mechanism  # its rounds run no secure-aggregation noise (PrivacyUnit.secagg_mechanisms)
     if not isinstance(changes, MetricChanges):
         changes = MetricChanges.model_validate(changes)
     start, remaining = plan.remaining_rounds(rounds_done, plan.scenario.rounds)

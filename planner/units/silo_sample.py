@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.calibration import noise_multiplier
+from accounting.choices import SecaggMechanism
 from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
 from accounting.events import PoissonSampledGaussian, PrivacyEvent, ZeroConcentratedDp
 from accounting.validation import InputModel, NumbersModel
@@ -494,6 +495,7 @@ def replan(
     plan: SiloSamplePlan, rounds_done: int, changes: SiloChanges | dict[str, Any],
     participations: Participations | None = None,
     parent_plan_id: str | None = None,
+    mechanism: SecaggMechanism | None = None,
 ) -> SiloSamplePlan:
     """The re-plan of ``plan`` after ``rounds_done`` of its rounds (docs/mrmtl.md §6).
 
@@ -501,6 +503,7 @@ def replan(
     ``changes`` raise or lower silos' budgets, refused (``BudgetConflictError`` naming
     ``changes.silos.<i>.epsilon``) below what the silo has spent; every silo is then
     re-calibrated for the remaining rounds with ``make_plan``."""
+    del mechanism  # its rounds run no secure-aggregation noise (PrivacyUnit.secagg_mechanisms)
     del participations  # a silo's ledger counts rounds: every silo takes part in every one
     if not isinstance(changes, SiloChanges):
         changes = SiloChanges.model_validate(changes)

@@ -6,7 +6,8 @@ event at delta less the wrap-around bound, through ``planner.ledger`` (the funct
 trainer's tally uses), so it stays equal to the run's summary.json. The plans are made by
 the service from a scenario with ``report_discrete: true``. Here: a reported run (SQLite and
 PostgreSQL) whose ledger equals summary.json with each round once in rounds.jsonl and once
-in the database; a run killed with SIGKILL and resumed; a mechanism mismatch and the other
+in the database; a run killed with SIGKILL and resumed, and one killed after following a
+budget change's re-plan and resumed on it; a mechanism mismatch and the other
 refusals (409/422 naming ``secagg_mechanism``), and a report without the field (an older
 reporter) counted as the continuous mechanism, labelled approximate.
 """
@@ -33,6 +34,7 @@ from tests.app.test_attached_resume import (  # noqa: F401  (service: the fixtur
     Service,
     assert_ledgers_agree,
     logged_rounds,
+    raise_budget,
     resume,
     service,
     train,
@@ -220,3 +222,59 @@ def test_a_skellam_run_killed_mid_run_resumes_with_the_ledger_equal_to_its_summa
     summary, ledgers = assert_ledgers_agree(service, out, 5)
     assert [entry["plan_id"] for entry in ledgers] == [document["id"]] and summary["secagg_mechanism"] == "skellam"
     assert_counts_skellam(ledgers[0], document, summary)
+
+
+def test_a_skellam_run_killed_after_following_a_replan_resumes_with_the_ledger_equal_to_its_summary(
+        service: Service, tmp_path: Path) -> None:  # noqa: F811  (the imported fixture)
+    """Issue 27: after round 0 of a skellam run the operator lowers strict's budget to a figure between
+    what its Skellam event spent and the plan's (larger) Gaussian record of that round: the population's
+    re-plan is computed for the run's reported mechanism, so it is accepted (strict exhausted; before, the
+    larger record refused it, 409) and records the Skellam event of round 0. The run follows the child on
+    its blocks and is killed after round 2's report was acknowledged, before its checkpoint; ``--resume``
+    re-runs round 2 on the child and finishes: the child's ledger equals summary.json in all three
+    figures (each group's spent Skellam event, then the child's own), strict stays within its lowered
+    budget, and every round is once in rounds.jsonl and once in the database."""
+    with service.api() as api:
+        document = _population_plan(api, DISCRETE_SCENARIO, 5)
+    parent = load_plan(document)
+    gaussian = plan_ledger.epsilon_spent(parent, parent.group("strict"), 1)
+    skellam = plan_ledger.epsilon_spent(parent, parent.group("strict"), 1, mechanism="skellam")
+    assert gaussian is not None and skellam is not None and skellam < gaussian * (1 - 1e-5)
+    lowered = (skellam + gaussian) / 2
+    out = tmp_path / "run"
+    killed = train(service, {"checkpointed:1": [raise_budget(document, lowered)], "checkpoint:3": ["kill"]},
+                   "--plan-id", document["id"], "--report-to", service.url, *TINY, *SKELLAM, "--out", str(out))
+    assert killed.returncode == KILLED, killed.stderr
+    assert "re-planned as" in killed.stderr
+    assert logged_rounds(out) == [0, 1, 2]
+    with service.api() as api:
+        first = api.get(f"/v1/plans/{document['id']}/ledger").json()
+        child_document = api.get(f"/v1/plans/{first['superseded_by']}").json()
+    assert first["rounds_counted"] == 1 and first["secagg_mechanism"] == "skellam"
+    child = load_plan(child_document)
+    assert child.start_round == 1 and all(len(g.spent_discrete) == 1 for g in child.groups)
+    assert child.group("strict").status == "exhausted" and child.group("loose").sampling_rate > 0
+
+    resumed = resume(service, out)
+    assert resumed.returncode == 0, resumed.stderr
+    summary, ledgers = assert_ledgers_agree(service, out, 5)
+    assert [entry["plan_id"] for entry in ledgers] == [document["id"], child_document["id"]]
+    assert summary["secagg_mechanism"] == "skellam" and summary["epsilon_target"]["strict"] == lowered
+    ledger = ledgers[-1]
+    assert ledger["secagg_mechanism"] == "skellam" and ledger["rounds_counted"] == 4
+    for row in ledger["groups"]:
+        group = child.group(row["id"])
+        block = child.pool(group.pool).discrete
+        assert [event["steps"] for event in row["events"]] == ([1, 4] if group.sampling_rate > 0 else [1])
+        charged = 0.0 if block is None else 4 * block.wrap_probability_per_round
+        assert row["delta_accounted"] == pytest.approx(
+            child.scenario.delta - group.spent_wrap_probability - charged, rel=1e-12)
+    for figure in ("epsilon_spent", "epsilon_rdp", "epsilon_tight"):
+        served = {row["id"]: row[figure] for row in ledger["groups"]}
+        assert served == pytest.approx(summary[figure], rel=1e-12), figure
+    assert summary["epsilon_spent"]["strict"] == pytest.approx(skellam, rel=1e-12)
+    assert summary["epsilon_spent"]["strict"] <= lowered
+    assert _database_rows(f"sqlite:///{service.database}", document["id"]) == [("skellam", 0, "completed")]
+    assert _database_rows(f"sqlite:///{service.database}", child_document["id"]) == [
+        ("skellam", index, "completed") for index in range(1, 5)
+    ]

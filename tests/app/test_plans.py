@@ -158,3 +158,41 @@ def test_replan_of_a_plan_with_discrete_blocks_records_the_skellam_events(client
     # the blocks are the ones the trainer derives from the child itself
     assert {p.pool: p.mechanism for p in pool_mechanisms(child)} == {
         p.id: p.discrete for p in child.pools if p.discrete is not None}
+
+
+def test_a_skellam_runs_lowered_budget_is_checked_against_its_skellam_events(client: TestClient) -> None:
+    """Issue 27: the service re-plans with the mechanism the run reported. After 2 rounds of a skellam run
+    group strict's Skellam events spent 1.75291, the plan's Gaussian record says 1.75300: a budget between
+    the two is one the run has not spent, so both the re-plan (POST /replan) and the population's change
+    (PATCH) accept it (the group exhausted: its phases have no room); before, the larger record refused
+    it (409). A budget below the Skellam figure stays 409 naming the field."""
+    from planner import ledger as plan_ledger
+    from tests.trainer.test_reporting import SCENARIO
+
+    scenario = {**SCENARIO, "rounds": 4}
+    plan = _create(client, scenario=scenario)
+    population = client.post("/v1/populations", json={"name": "skellam", "scenario": scenario}).json()
+    member = client.post(f"/v1/populations/{population['id']}/plans").json()
+    parent = load_plan(plan)
+    gaussian = plan_ledger.epsilon_spent(parent, parent.group("strict"), 2)
+    skellam = plan_ledger.epsilon_spent(parent, parent.group("strict"), 2, mechanism="skellam")
+    assert gaussian is not None and skellam is not None and skellam < gaussian * (1 - 1e-5)
+    assert load_plan(member).model_dump(exclude={"created_at"}) == parent.model_dump(exclude={"created_at"})
+    for plan_id in (plan["id"], member["id"]):
+        for index in range(2):
+            report = {"round_index": index, "secagg_mechanism": "skellam"}
+            assert client.post(f"/v1/plans/{plan_id}/rounds", json=report).status_code == 201
+    ledger = client.get(f"/v1/plans/{plan['id']}/ledger").json()
+    assert {row["id"]: row["epsilon_spent"] for row in ledger["groups"]}["strict"] == skellam
+
+    below = client.post(f"/v1/plans/{plan['id']}/replan",
+                        json={"changes": {"groups": [{"id": "strict", "epsilon": skellam * 0.999}]}})
+    assert below.status_code == 409 and below.json()["field"] == "changes.groups.0.epsilon", below.text
+    between = (skellam + gaussian) / 2
+    replanned = client.post(f"/v1/plans/{plan['id']}/replan",
+                            json={"changes": {"groups": [{"id": "strict", "epsilon": between}]}})
+    assert replanned.status_code == 201, replanned.text
+    child = load_plan(replanned.json())
+    assert child.group("strict").epsilon == between and child.group("strict").status == "exhausted"
+    changed = client.patch(f"/v1/populations/{population['id']}/groups/strict", json={"epsilon": between})
+    assert changed.status_code == 200, changed.text

@@ -215,3 +215,36 @@ def test_a_scenario_without_model_dim_says_where_it_comes_from(capsys, tmp_path)
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"gdpfed plan: error: scenario: {path}: model_dim: missing: the parameter count"), line
         assert "gdpfed train --scenario set it from the model" in line
+
+
+def test_replan_takes_the_mechanism_the_run_executed(capsys, tmp_path):
+    """``gdpfed plan replan --secagg-mechanism skellam`` checks a lowered budget against the Skellam
+    events the run spent (issue 27): one between them and the plan's larger Gaussian record is
+    accepted; without the option (the mechanism unknown) the larger record refuses it, exit 2
+    naming the field. The option is refused on a plan whose unit runs no secure-aggregation noise."""
+    from planner import ledger as plan_ledger
+    from tests.planner.test_replan import planned_skellam_parent
+
+    parent = planned_skellam_parent()
+    strict = parent.group("strict")
+    gaussian = plan_ledger.epsilon_spent(parent, strict, 2)
+    skellam = plan_ledger.epsilon_spent(parent, strict, 2, mechanism="skellam")
+    assert gaussian is not None and skellam is not None
+    between = (gaussian + skellam) / 2
+    path = tmp_path / "plan.json"
+    path.write_text(parent.model_dump_json())
+    changes = tmp_path / "changes.json"
+    changes.write_text(json.dumps({"groups": [{"id": "strict", "epsilon": between}]}))
+    argv = ["plan", "replan", str(path), "--rounds-done", "2", "--changes", str(changes)]
+    err = one_line_error(capsys, argv)
+    assert "changes.groups.0.epsilon" in err and "already spent" in err
+    assert run([*argv, "--secagg-mechanism", "skellam", "--json"]) == 0
+    child = load_plan(json.loads(capsys.readouterr().out))
+    assert child.group("strict").epsilon == between
+    silo = tmp_path / "silos-plan.json"
+    assert run(["plan", str(ROOT / "examples" / "silos.json"), "--out", str(silo)]) == 0
+    capsys.readouterr()
+    changes.write_text(json.dumps({"silos": []}))
+    err = one_line_error(capsys, ["plan", "replan", str(silo), "--rounds-done", "1", "--changes", str(changes),
+                                  "--secagg-mechanism", "skellam"])
+    assert err.startswith("gdpfed plan: error: --secagg-mechanism") and "silo_sample" in err

@@ -7,6 +7,7 @@ import pytest
 from accounting.errors import BudgetConflictError, InvalidInputError
 from planner import Changes, make_plan, replan
 from planner import ledger as plan_ledger
+from planner.schema import SecaggMechanism
 from tests.planner.conftest import independent_epsilon, worked_scenario
 
 
@@ -213,3 +214,86 @@ def test_a_replan_of_a_continuous_run_states_no_discrete_block():
     assert all(pool.discrete is None for pool in child.pools)
     assert all(not g.spent_discrete for g in child.groups)
     assert any("no Skellam events record" in w for w in child.warnings), child.warnings
+
+
+def planned_skellam_parent():
+    """The planner's own skellam plan of the attached runs' scenario (pld, 4 rounds): after 2 rounds
+    group strict's Gaussian record (1.75300) is above its Skellam events' figure (1.75291), a
+    relative 5e-5 apart, well outside the re-plan's 1e-6 margin."""
+    from planner.schema import Scenario
+    from tests.trainer.test_reporting import SCENARIO
+
+    plan = make_plan(Scenario.model_validate({**SCENARIO, "rounds": 4}), "gdpfed_plus", clients_needed=False)
+    assert all(pool.discrete is not None for pool in plan.pools), plan.warnings
+    return plan
+
+
+def test_a_budget_is_checked_against_the_record_of_the_mechanism_the_run_reported():
+    """Issue 27: the re-plan takes the run's mechanism. A skellam run's lowered budget that sits between
+    its Skellam events' figure (what it spent, what its ledger counts) and the Gaussian record (what it
+    did not run) is accepted, and the child stays within it; before, the larger record refused it.
+    Unknown (``None``) keeps the larger record, a continuous run's is its Gaussian phases."""
+    parent = planned_skellam_parent()
+    strict = parent.group("strict")
+    gaussian = plan_ledger.epsilon_spent(parent, strict, 2)
+    skellam = plan_ledger.epsilon_spent(parent, strict, 2, mechanism="skellam")
+    assert gaussian is not None and skellam is not None and skellam < gaussian * (1 - 1e-5), (skellam, gaussian)
+    between = Changes.model_validate({"groups": [{"id": "strict", "epsilon": (skellam + gaussian) / 2}]})
+
+    child = replan(parent, 2, between, mechanism="skellam")
+    kept = child.group("strict")
+    assert kept.epsilon is not None and kept.epsilon == (skellam + gaussian) / 2 and len(kept.spent_discrete) == 1
+    assert (plan_ledger.epsilon_spent(child, kept, child.rounds, mechanism="skellam") or 0.0) <= kept.epsilon
+    unknown_or_others: tuple[SecaggMechanism | None, ...] = (None, "gaussian_continuous")
+    for unknown_or_other in unknown_or_others:
+        with pytest.raises(BudgetConflictError) as refused:
+            replan(parent, 2, between, mechanism=unknown_or_other)
+        assert refused.value.field == "changes.groups.0.epsilon" and f"{gaussian:.6g}" in refused.value.reason
+    # below the Skellam figure a skellam run's budget is refused, naming that figure
+    with pytest.raises(BudgetConflictError) as refused:
+        replan(parent, 2, Changes.model_validate({"groups": [{"id": "strict", "epsilon": skellam * 0.999}]}),
+               mechanism="skellam")
+    assert f"{skellam:.6g}" in refused.value.reason and "Skellam events" in refused.value.reason
+
+
+def test_a_continuous_runs_budget_is_checked_against_its_gaussian_phases():
+    """The other way round (``skellam_parent``: Gaussian 1.20 < 1.5 < Skellam 1.99 after 2 rounds): a run
+    that reported gaussian_continuous spent the Gaussian phases, so 1.5 is accepted; unknown or skellam
+    is refused. Skellam on a plan without blocks is refused naming secagg_mechanism."""
+    parent = skellam_parent()
+    lowered = Changes.model_validate({"groups": [{"id": "a", "epsilon": 1.5}], "expected_clients": 15})
+    child = replan(parent, 2, lowered, mechanism="gaussian_continuous")
+    assert child.group("a").epsilon == 1.5
+    assert (plan_ledger.epsilon_spent(child, child.group("a"), child.rounds) or 0.0) <= 1.5 * (1 + 1e-9)
+    others: tuple[SecaggMechanism | None, ...] = (None, "skellam")
+    for mechanism in others:
+        with pytest.raises(BudgetConflictError):
+            replan(parent, 2, lowered, mechanism=mechanism)
+    bare = parent.model_copy(update={"pools": [p.model_copy(update={"discrete": None}) for p in parent.pools]})
+    with pytest.raises(InvalidInputError) as refused:
+        replan(bare, 2, lowered, mechanism="skellam")
+    assert refused.value.field == "secagg_mechanism"
+
+
+def test_a_skellam_ledger_refuses_spent_phases_that_no_skellam_events_record():
+    """Issue 27: ``planner.ledger.run_history`` priced spent Gaussian phases that no Skellam events
+    record as those phases, before the group's events, on skellam. The planner never states a block
+    then (a re-plan of a continuous run gets none), so only an edited plan got there: the ledger now
+    refuses it naming the group's spent_discrete, and the service refuses the plan's first skellam
+    report (check_mechanism) rather than count it. The continuous path still prices the phases."""
+    child = replan(skellam_parent(), 2, Changes(), parent_plan_id="p")
+    counted = plan_ledger.run_history(child, child.group("a"), 1, "skellam")
+    assert len(counted) == 2 and counted[:1] == child.group("a").spent_discrete
+    edited = child.model_copy(update={"groups": [
+        g.model_copy(update={"spent_discrete": []}) if g.id == "a" else g for g in child.groups]})
+    with pytest.raises(InvalidInputError) as refused:
+        plan_ledger.run_history(edited, edited.group("a"), 1, "skellam")
+    assert refused.value.field == "groups.a.spent_discrete" and "of 0 spent rounds" in refused.value.reason
+    with pytest.raises(InvalidInputError) as refused:
+        plan_ledger.epsilon_spent(edited, edited.group("a"), 1, mechanism="skellam")
+    assert refused.value.field == "groups.a.spent_discrete"
+    with pytest.raises(InvalidInputError) as reported:
+        plan_ledger.check_mechanism(edited, "skellam")
+    assert reported.value.field == "secagg_mechanism" and "groups.a.spent_discrete" in reported.value.reason
+    plan_ledger.check_mechanism(child, "skellam")  # the planner's own re-plan is counted
+    assert plan_ledger.run_history(edited, edited.group("a"), 1) == plan_ledger.group_history(edited, edited.group("a"), 1)

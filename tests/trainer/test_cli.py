@@ -111,7 +111,7 @@ def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_p
         ("pool_noise_edited", ["pools.pa", "noise_share_std", "under-noises"]),
         ("rate_edited", ["groups.a", "above its budget"]),
         # the plan states no discrete blocks: skellam by name is refused, naming the pool's block
-        ("skellam_without_blocks", ["pools.pa.discrete", "missing", "gaussian_continuous"]),
+        ("skellam_without_blocks", ["pools.pa.discrete", "states no discrete block", "gaussian_continuous"]),
     ],
 )
 def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file, case, needles, monkeypatch):

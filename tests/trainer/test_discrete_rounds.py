@@ -220,7 +220,25 @@ def test_the_default_mechanism_follows_the_plan():
     assert make_engine(bare, DIM).secagg_mechanism == "gaussian_continuous" and not make_engine(bare, DIM).discrete
     with pytest.raises(InvalidInputError) as error:
         make_engine(bare, DIM, secagg_mechanism="skellam")
-    assert error.value.field == "pools.pa.discrete" and "missing" in error.value.reason
+    assert error.value.field == "pools.pa.discrete" and "states no discrete block" in error.value.reason
+
+
+def test_the_trainer_and_the_service_refuse_skellam_without_a_block_in_one_text():
+    """Issue 27: the trainer's refusal (``discrete_pools``, exit 2, field ``pools.<id>.discrete``) and the
+    service's (``planner.ledger.check_mechanism``, HTTP 422, field ``secagg_mechanism``) of skellam on a
+    plan whose noised pool states no block are one text, ``planner.ledger.missing_block_reason``."""
+    from planner import ledger as plan_ledger
+
+    stated = discrete_plan(rounds=2)
+    bare = stated.model_copy(update={"pools": [p.model_copy(update={"discrete": None}) for p in stated.pools]})
+    with pytest.raises(InvalidInputError) as trainer_error:
+        make_engine(bare, DIM, secagg_mechanism="skellam")
+    with pytest.raises(InvalidInputError) as service_error:
+        plan_ledger.check_mechanism(bare, "skellam")
+    assert (trainer_error.value.field, service_error.value.field) == ("pools.pa.discrete", "secagg_mechanism")
+    assert trainer_error.value.reason == service_error.value.reason == plan_ledger.missing_block_reason("pa")
+    for needle in ("pool pa states no discrete block", "secagg_mechanism: skellam", "gaussian_continuous"):
+        assert needle in trainer_error.value.reason
 
 
 def test_a_checkpoint_written_before_the_default_changed_keeps_its_configuration_fingerprint():

@@ -187,6 +187,25 @@ def test_plan_that_underpays_noise_shares_is_refused():
         pool_mechanisms(private_without_noise, 100, 10)
 
 
+def test_a_replan_that_exhausts_a_group_runs():
+    """A re-plan puts an exhausted group (epsilon kept, sampled at rate 0) in a pool without noise: the
+    run follows it (it refused it, "pools.P2.noise_multiplier: is 0 but group(s) a have an epsilon",
+    so a run could not follow an operator's budget change that stops a group); the group releases
+    nothing, and a group sampled in such a pool stays refused (above)."""
+    from planner import Changes
+    from planner import ledger as plan_ledger
+    from planner.replan import replan
+
+    plan = hand_plan([("a", 3.0, 40, 0.5), ("b", 5.0, 30, 0.6)], [("pa", ["a"], 3.0, 6, 1.0), ("pb", ["b"], 3.0, 5, 1.0)],
+                     model_dim=100, rounds=4)
+    spent = plan_ledger.epsilon_spent(plan, plan.group("a"), 2)
+    child = replan(plan, 2, Changes.model_validate({"groups": [{"id": "a", "epsilon": spent}], "expected_clients": 15}))
+    a = child.group("a")
+    assert a.status == "exhausted" and a.sampling_rate == 0 and child.pool(a.pool).noise_share_std == 0
+    mechanisms = pool_mechanisms(child, 100, child.rounds)
+    assert {m.pool_id for m in mechanisms} == {p.id for p in child.pools}
+
+
 def test_round_is_a_function_of_seed_and_round_index():
     dim = 64
     plan = hand_plan([("a", 1.0, 40, 0.5)], [("pa", ["a"], 1.0, 4, 0.25)], model_dim=dim)

@@ -24,6 +24,7 @@ from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from planner.discrete import padded_dimension
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
+from planner.ledger import missing_block_reason
 from planner.schema import DiscreteMechanism, Plan
 from trainer.choices import SECAGG_MECHANISMS, RequestedMechanism
 from trainer.secagg import discrete as dm
@@ -222,12 +223,8 @@ def discrete_pools(plan: Plan, dim: int,
                 raise InvalidInputError(field, "is stated for a pool the scenario gives no discrete noise")
             continue
         if stated is None:
-            raise InvalidInputError(
-                field,
-                "missing: the skellam mechanism runs the plan's calibrated discrete noise, and this noised pool "
-                "states none; plan the scenario again with the discrete mechanism (the planner's default), or run "
-                "--secagg-mechanism gaussian_continuous (approximate; docs/secure-aggregation.md §Discrete noise)",
-            )
+            # the service's refusal of the same plan's skellam reports says the same (planner.ledger)
+            raise InvalidInputError(field, missing_block_reason(pool.id))
         _require_same(stated, expected, field)
         if padded_dimension(dim) > stated.padded_dimension:
             raise InvalidInputError(

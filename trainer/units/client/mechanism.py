@@ -62,8 +62,8 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int, *, adaptive: bool = False
     ``at_clip`` then gives each round's mechanism (docs/trainer.md §Adaptive clipping).
 
     Refuses (``InvalidInputError``) a plan of another privacy unit, a pool whose shares
-    release less than its ``noise_std`` and a private group (``epsilon`` set) in a pool
-    without noise. The
+    release less than its ``noise_std`` and a private group (``epsilon`` set) sampled in a
+    pool without noise. The
     whole plan, its budgets included, is verified before a run starts
     (``planner.verify.verify_executable``, called by ``trainer.runner.prepare_run``).
     """
@@ -83,7 +83,9 @@ def pool_mechanisms(plan: Plan, dim: int, rounds: int, *, adaptive: bool = False
         groups = [plan.group(group_id) for group_id in pool.groups]
         noise.check_pool_noise(pool.id, pool.noise_std, pool.noise_share_std, pool.secagg_threshold)
         if pool.noise_share_std == 0 and plan.method != "nonprivate":
-            private = [g.id for g in groups if g.epsilon is not None]
+            # a group sampled at rate 0 releases nothing: a re-plan puts an exhausted group
+            # (its epsilon kept, docs/planning.md §9) in a pool without noise
+            private = [g.id for g in groups if g.epsilon is not None and g.sampling_rate > 0]
             if private:
                 raise InvalidInputError(
                     f"pools.{pool.id}.noise_multiplier",
