@@ -20,7 +20,7 @@ from planner import calibration
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
-from planner.discrete import with_discrete
+from planner.discrete import with_blocks
 from planner.fedhdp import ditto_lambda_prediction, fedhdp_prediction
 from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
@@ -80,6 +80,35 @@ class PendingFigures:
             for g in plan.groups
         ]
         return with_discrete(plan.model_copy(update={"groups": groups}))
+
+
+def with_discrete(plan: Plan) -> Plan:
+    """``plan`` with each noised pool's ``discrete`` block under the skellam mechanism
+    (``planner.discrete.with_blocks``; docs/secure-aggregation.md §Discrete noise), and every
+    group whose run that mechanism prices by Skellam events stating that mechanism's figures
+    (docs/ledger.md §3, "What a plan states"): ``epsilon_spent``, ``epsilon_rdp`` and
+    ``epsilon_tight`` of its full-run ledger (``planner.ledger.executed_figures``: its Skellam
+    events at delta less the wrap-around charge, the block's certified figure reused), ``sound``
+    only if that figure meets its budget too, and no PRV bound (prv cannot account the Skellam
+    event). Every other group, and a plan of the continuous mechanism, is unchanged; the
+    continuous Gaussian's figure at equal noise stays in each block (``gaussian_epsilon``)."""
+    stated, certified = with_blocks(plan)
+    if all(pool.discrete is None for pool in stated.pools):
+        return stated  # the continuous mechanism, or no block calibrated (its warning says so): it runs Gaussians
+    figures = plan_ledger.executed_figures(stated, certified)
+    groups = [
+        g.model_copy(update={
+            "epsilon_spent": figures[g.id].spent,
+            "epsilon_rdp": figures[g.id].figures.rdp if g.epsilon_rdp is not None else None,
+            "epsilon_tight": figures[g.id].figures.tight if g.epsilon_tight is not None else None,
+            "epsilon_spent_prv_upper": None,
+            "sound": g.sound and g.epsilon is not None
+            and figures[g.id].spent <= float(g.epsilon) * (1 + _VERIFY_SLACK),
+        })
+        if g.id in figures and g.epsilon_spent is not None else g
+        for g in stated.groups
+    ]
+    return stated.model_copy(update={"groups": groups})
 
 
 def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:
