@@ -38,7 +38,7 @@ def assert_states_its_ledger(plan: Plan) -> None:
         spent = ledger[group.id]
         assert spent is not None, group.id
         assert group.epsilon_spent == pytest.approx(spent, rel=1e-12, abs=0.0), (plan.method, group.id)
-        assert group.epsilon is not None and group.epsilon_spent <= group.epsilon * (1 + 1e-9), group.id
+        assert group.epsilon is not None and spent <= group.epsilon * (1 + 1e-9), group.id
         both = figures[group.id]
         assert both is not None
         for name, value in (("epsilon_rdp", both.rdp), ("epsilon_tight", both.tight)):
@@ -49,11 +49,11 @@ def assert_states_its_ledger(plan: Plan) -> None:
 
 @pytest.mark.parametrize("method", [m for m in PLAN_METHODS if m != "nonprivate"] + ["compare"])
 def test_every_method_states_the_skellam_ledger_of_its_run(method: str) -> None:
-    plan = make_plan(load_scenario(example("scenario.json")), method)
+    plan = make_plan(load_scenario(example("scenario.json")), method)  # type: ignore[arg-type]
     assert any(pool.discrete is not None for pool in plan.pools)
     assert_states_its_ledger(plan)
     if method == "compare":
-        row = next(r for r in plan.comparison if r.recommended)
+        row = next(r for r in plan.comparison or [] if r.recommended)
         assert row.epsilon_spent == {g.id: g.epsilon_spent for g in plan.groups}
 
 
@@ -118,3 +118,29 @@ def test_verify_refuses_a_skellam_plan_stating_less_than_its_blocks_spend(tmp_pa
         for g in plan.groups
     ]})
     verify_executable(upper)
+
+
+def test_gdpfed_plan_verify_refuses_a_plan_file_stating_less_than_its_blocks_spend(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``gdpfed plan verify PLAN.json``: exit 0 on the file ``gdpfed plan --out`` wrote; exit 2
+    with one line naming the file, the group and the field once a group's epsilon_spent is
+    edited down by 1e-9 relative."""
+    from app.cli import run
+
+    written = tmp_path / "plan.json"
+    assert run(["plan", str(EXAMPLES / "scenario.json"), "--out", str(written)]) == 0
+    capsys.readouterr()
+    assert run(["plan", "verify", str(written), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"plan": str(written), "privacy_unit": "client", "verified": True}
+    document = json.loads(written.read_text())
+    group = document["groups"][2]
+    group["epsilon_spent"] *= 1 - 1e-9
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(document))
+    assert run(["plan", "verify", str(edited)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert f"{edited}: groups.{group['id']}.epsilon_spent: states " in captured.err
+    assert run(["plan", "verify", str(written), "--method", "dp_fedavg"]) == 2
+    assert "--method" in capsys.readouterr().err
