@@ -32,8 +32,8 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    pool's ``discrete`` block under skellam) has its full-run ledger recomputed from the
    block (``planner.ledger.epsilon_spent`` on that mechanism, independently of the figures
    the planner wrote): it must be within the budget, and the plan's ``epsilon_spent`` (and
-   the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant) must not state less
-   (docs/ledger.md §5).
+   the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant), where stated, must not
+   state less (docs/ledger.md §5).
 7. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
@@ -198,13 +198,14 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
             )
         record = plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism))
         # the comparison figure of the record's accountant is the same number (docs/ledger.md §3);
-        # a plan without the rdp / tight figures states none
+        # a figure the document leaves out (null: a hand-written plan, one without the rdp / tight
+        # figures) claims nothing, so only a stated one is compared
         same = ("epsilon_tight", group.epsilon_tight) if record == TIGHT_ACCOUNTANT else ("epsilon_rdp", group.epsilon_rdp)
-        for name, value in (("epsilon_spent", group.epsilon_spent), *([same] if same[1] is not None else [])):
-            if value is None or value < spent * (1 - _STATED_TOL):
+        for name, value in (("epsilon_spent", group.epsilon_spent), same):
+            if value is not None and value < spent * (1 - _STATED_TOL):
                 raise InvalidInputError(
                     f"{field}.{name}",
-                    f"states {'nothing' if value is None else format(value, '.12g')}, below epsilon {spent:.12g} that "
+                    f"states {value:.12g}, below epsilon {spent:.12g} that "
                     f"its pool's {mechanism} block spends over the plan's {plan.rounds} rounds ({record}): the plan "
                     "must state the figure of the mechanism it runs",
                 )
