@@ -114,7 +114,10 @@ def _blocks_and_figures(plan: Plan) -> tuple[Plan, dict[str, plan_ledger.StatedF
 
 def _stating(plan: Plan, executed: dict[str, plan_ledger.StatedFigures], *, both: bool) -> Plan:
     """``plan`` whose groups in ``executed`` that state a figure state those instead (``both``:
-    ``epsilon_rdp`` and ``epsilon_tight`` too; else only where the plan states them)."""
+    ``epsilon_rdp`` and ``epsilon_tight`` too; else only where the plan states them). A group
+    marked ``sound: false`` (a raw closed-form sigma that rdp refutes: the plan is not run, the
+    verifier refuses it) keeps its verified figure, which is above its budget and so above
+    the Skellam figure, calibrated within it: the larger is never optimistic."""
     if not executed:
         return plan
     groups = [
@@ -123,10 +126,9 @@ def _stating(plan: Plan, executed: dict[str, plan_ledger.StatedFigures], *, both
             "epsilon_rdp": executed[g.id].figures.rdp if both or g.epsilon_rdp is not None else None,
             "epsilon_tight": executed[g.id].figures.tight if both or g.epsilon_tight is not None else None,
             "epsilon_spent_prv_upper": None,
-            "sound": g.sound and g.epsilon is not None
-            and executed[g.id].spent <= float(g.epsilon) * (1 + _VERIFY_SLACK),
+            "sound": g.epsilon is not None and executed[g.id].spent <= float(g.epsilon) * (1 + _VERIFY_SLACK),
         })
-        if g.id in executed and g.epsilon_spent is not None else g
+        if g.id in executed and g.epsilon_spent is not None and g.sound else g
         for g in plan.groups
     ]
     return plan.model_copy(update={"groups": groups})

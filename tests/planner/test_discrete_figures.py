@@ -144,3 +144,23 @@ def test_gdpfed_plan_verify_refuses_a_plan_file_stating_less_than_its_blocks_spe
     assert f"{edited}: groups.{group['id']}.epsilon_spent: states " in captured.err
     assert run(["plan", "verify", str(written), "--method", "dp_fedavg"]) == 2
     assert "--method" in capsys.readouterr().err
+
+
+def test_a_raw_closed_form_group_marked_unsound_keeps_its_larger_verified_figure() -> None:
+    """sound: false (the raw closed-form sigma that rdp refutes) stays, and the group keeps its
+    verified figure, above its budget and so above its block's Skellam figure: never optimistic;
+    the verifier refuses the plan."""
+    from tests.planner.test_accountants import worked_scenario
+
+    scenario = worked_scenario(1, raw_closed_form=True, rounds=1, expected_clients=30, accountant="closed_form")
+    raw = make_plan(scenario.model_copy(update={"secagg_mechanism": "skellam"}), "gdpfed")
+    assert all(pool.discrete is not None for pool in raw.pools)
+    ledger = plan_ledger.spent_by_group(raw, raw.rounds, mechanism="skellam")
+    unsound = [g for g in raw.groups if not g.sound]
+    assert unsound
+    for group in unsound:
+        assert group.epsilon is not None and group.epsilon_spent is not None
+        assert group.epsilon_spent > group.epsilon >= ledger[group.id]  # type: ignore[operator]
+    with pytest.raises(InvalidInputError) as refused:
+        verify_executable(raw)
+    assert "sound: false" in refused.value.message
