@@ -74,6 +74,9 @@ def test_every_accountant_states_the_ledger_of_its_blocks(accountant: str) -> No
     assert all(p.discrete is not None and p.discrete.accountant == "rdp" for p in plan.pools if p.noise_multiplier > 0)
     assert_states_its_ledger(plan)
     assert all(g.epsilon_spent_prv_upper is None for g in plan.groups)
+    for group in plan.groups:  # the continuous path keeps the plan's own accountant
+        assert plan_ledger.history_accountant(plan, group, "skellam") == "rdp"
+        assert plan_ledger.history_accountant(plan, group, "gaussian_continuous") == accountant
 
 
 def test_a_replan_of_a_skellam_run_states_the_ledger_of_its_spent_and_new_skellam_events() -> None:
