@@ -132,7 +132,7 @@ def _verify(args: argparse.Namespace, path: str) -> tuple[Any, str]:
         verify(plan)
     unit = unit_of(plan)
     return {"plan": path, "privacy_unit": unit.name, "verified": True}, (
-        f"{path}: verified ({unit.name} plan): every figure it states and every budget holds for what it runs"
+        f"{path}: verified ({unit.name} plan): it passes the checks gdpfed train makes before round 0 (docs/ledger.md §5)"
     )
 
 
