@@ -6,9 +6,10 @@
     gdpfed plan replan PLAN.json --rounds-done N --changes CHANGES.json [--secagg-mechanism M]
         [--json] [--out NEW.json]
     gdpfed plan sweep SCENARIO.json --group ID --epsilons 0.5,1,2,4,8 [--plot out.png] [--json]
+    gdpfed plan verify PLAN.json [--json]
 
-The first positional is either a scenario file or the word ``replan`` / ``sweep`` followed
-by a file. The handler raises the project's errors; app/cli.py prints them as one line and
+The first positional is either a scenario file or the word ``replan`` / ``sweep`` / ``verify``
+followed by a file. The handler raises the project's errors; app/cli.py prints them as one line and
 exits 2. Importing this module loads the planner (``planner/__init__.py`` runs first), so
 ``app/cli.py`` imports it only for ``gdpfed plan``.
 """
@@ -32,20 +33,21 @@ from planner.loading import (
 )
 from planner.report import sweep_text
 from planner.sweep import plot_sweep, sweep
-from planner.units import make_plan, privacy_unit, unit_of
+from planner.units import make_plan, privacy_unit, unit_of, verify
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plan",
         description="Plan a scenario (JSON or YAML), re-plan a running plan ('replan PLAN.json'), "
-        "or sweep one group's epsilon ('sweep SCENARIO.json').",
+        "sweep one group's epsilon ('sweep SCENARIO.json'), or verify a plan file as gdpfed train does "
+        "before round 0 ('verify PLAN.json').",
     )
     parser.add_argument(
         "target",
         nargs="+",
-        metavar="SCENARIO | replan PLAN | sweep SCENARIO",
-        help="a scenario file, or 'replan PLAN.json', or 'sweep SCENARIO.json'",
+        metavar="SCENARIO | replan PLAN | sweep SCENARIO | verify PLAN",
+        help="a scenario file, or 'replan PLAN.json', or 'sweep SCENARIO.json', or 'verify PLAN.json'",
     )
     # The planner checks the name against its registry (planner.methods.METHODS); a
     # choices list here would need the planner imported just to build the parser.
@@ -75,14 +77,15 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> tuple[Any, str]:
-    """Dispatch on the first positional: a scenario path, 'replan' or 'sweep'."""
+    """Dispatch on the first positional: a scenario path, 'replan', 'sweep' or 'verify'."""
     target = list(args.target)
-    if target[0] in ("replan", "sweep") and len(target) == 2:
-        return _replan(args, target[1]) if target[0] == "replan" else _sweep(args, target[1])
-    if target[0] in ("replan", "sweep"):
+    forms = {"replan": _replan, "sweep": _sweep, "verify": _verify}
+    if target[0] in forms and len(target) == 2:
+        return forms[target[0]](args, target[1])
+    if target[0] in forms:
         raise InvalidInputError(target[0], f"usage: gdpfed plan {target[0]} FILE (exactly one file)")
     if len(target) != 1:
-        raise InvalidInputError("scenario", "give one scenario file (or 'replan PLAN' / 'sweep SCENARIO')")
+        raise InvalidInputError("scenario", "give one scenario file (or 'replan PLAN' / 'sweep SCENARIO' / 'verify PLAN')")
     _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "group", "epsilons", "plot"),
             "plan")
     return _plan(args, target[0])
@@ -129,6 +132,21 @@ def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     new = unit.replan(plan, args.rounds_done, changes, None, args.parent_plan_id, args.secagg_mechanism)
     _write(new, args.out)
     return new, unit.describe(new)
+
+
+def _verify(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    """The plan file checked by its unit's verifier, as ``gdpfed train`` checks it before round 0
+    (``planner.units.verify``; a client plan: ``planner.verify.verify_executable``, docs/ledger.md
+    §5): nothing the planner wrote is trusted, and a refusal names the file and the field."""
+    _reject(args, ("method", "accountant", "out", "rounds_done", "changes", "parent_plan_id", "secagg_mechanism",
+                   "group", "epsilons", "plot"), "plan verify")
+    plan = load_plan_document_file(path)
+    with naming_file("plan", path):
+        verify(plan)
+    unit = unit_of(plan)
+    return {"plan": path, "privacy_unit": unit.name, "verified": True}, (
+        f"{path}: verified ({unit.name} plan): it passes the checks gdpfed train makes before round 0 (docs/ledger.md §5)"
+    )
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:

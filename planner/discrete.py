@@ -836,21 +836,24 @@ def _count_factor(plan: Plan, noise_multiplier: float, l2_bound: float) -> int:
     return count_factor_for(l2_bound, noise_multiplier, count_noise_std(settings, plan.scenario))
 
 
-def with_discrete(plan: Plan) -> Plan:
+def with_blocks(plan: Plan) -> tuple[Plan, dict[str, float]]:
     """``plan`` with each noised pool's ``discrete`` block when its scenario's mechanism is skellam
-    (the default, ``secagg_mechanism``; ``report_discrete: true`` is its old spelling).
+    (the default, ``secagg_mechanism``; ``report_discrete: true`` is its old spelling), and
+    each member group's epsilon its block was certified at, where that is the figure of
+    record a run's ledger computes from the same events (the block's accountant is
+    :func:`calibration_accountant` of the plan's: not a pool of a pld plan that the rdp
+    route calibrated).
 
-    The groups' phases and epsilons stay the continuous mechanism's (the comparison path, and
-    what a plan of the old default states); the blocks are what the skellam mechanism runs
-    and its ledger counts (docs/secure-aggregation.md §Discrete noise, "The trainer side").
-    ``colluding_clients`` comes from the scenario. A re-plan's blocks compose its groups' spent
-    Skellam events (docs/planning.md §9). A plan whose blocks cannot be calibrated (spent phases
-    that no Skellam events record: the re-plan of a continuous run; no bit width; the time
-    limit) keeps none and says why in ``warnings``; ``report_discrete: false`` is warned about
-    (it no longer selects the continuous Gaussian).
+    The groups' figures stay the continuous mechanism's here: ``planner.finalize.with_discrete``
+    states the Skellam mechanism's (docs/secure-aggregation.md §Discrete noise, "What the plan
+    states"). ``colluding_clients`` comes from the scenario. A re-plan's blocks compose its
+    groups' spent Skellam events (docs/planning.md §9). A plan whose blocks cannot be
+    calibrated (spent phases that no Skellam events record: the re-plan of a continuous run;
+    no bit width; the time limit) keeps none and says why in ``warnings``;
+    ``report_discrete: false`` is warned about (it no longer selects the continuous Gaussian).
     """
     if plan.scenario.mechanism != "skellam":
-        return plan
+        return plan, {}
     notes = []
     if plan.scenario.report_discrete is False:
         notes.append(
@@ -859,15 +862,19 @@ def with_discrete(plan: Plan) -> Plan:
         )
     try:
         found = pool_mechanisms(plan, plan.scenario.colluding_clients, DISCRETE_REPORT_TIME_LIMIT_S)
-        pools = {p.pool: p.mechanism for p in found}
     except (InvalidInputError, InfeasibleError) as error:
         notes.append(
             f"secagg_mechanism skellam: {error}; no discrete block, so the pools can run only the continuous "
             "Gaussian (secagg_mechanism: gaussian_continuous)"
         )
-        return plan.model_copy(update={"warnings": [*plan.warnings, *notes]})
+        return plan.model_copy(update={"warnings": [*plan.warnings, *notes]}), {}
+    pools = {p.pool: p.mechanism for p in found}
+    record = calibration_accountant(plan.scenario.accountant)
+    certified = {
+        group: epsilon for p in found if p.mechanism.accountant == record for group, epsilon in p.group_epsilons.items()
+    }
     updated = [pool.model_copy(update={"discrete": pools.get(pool.id)}) for pool in plan.pools]
-    return plan.model_copy(update={"pools": updated, "warnings": [*plan.warnings, *notes]})
+    return plan.model_copy(update={"pools": updated, "warnings": [*plan.warnings, *notes]}), certified
 
 
 def group_event(plan: Plan, group: GroupPlan, steps: int) -> PoissonSampledSkellam | None:

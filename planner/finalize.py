@@ -20,7 +20,7 @@ from planner import calibration
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import adaptive_pools
 from planner.calibration import GroupCalibration
-from planner.discrete import with_discrete
+from planner.discrete import with_blocks
 from planner.fedhdp import ditto_lambda_prediction, fedhdp_prediction
 from planner.learnability import noise_to_signal
 from planner.methods import METHODS, Design
@@ -67,19 +67,71 @@ class PendingFigures:
     known: dict[AccountantName, list[float | None]]
 
     def apply(self, plan: Plan) -> Plan:
-        """``plan`` with both figures of every verified group (``planner.ledger.epsilon_figures``)
-        and, under the skellam mechanism, each noised pool's discrete block (``with_discrete``,
-        docs/secure-aggregation.md §Discrete noise): like the figures, only a plan that is kept
-        needs them, so ``compare`` calibrates the recommended plan's pools alone."""
-        if not self.group_ids:
-            return with_discrete(plan)
-        figures = dict(zip(self.group_ids, plan_ledger.epsilon_figures(self.histories, self.delta, self.known), strict=True))
+        """``plan`` with, under the skellam mechanism, each noised pool's discrete block and the
+        Skellam mechanism's figures for the groups it prices (:func:`with_discrete`,
+        docs/secure-aggregation.md §Discrete noise), and both figures of every other verified
+        group (``planner.ledger.epsilon_figures``): like the figures, only a plan that is kept
+        needs the blocks, so ``compare`` calibrates the recommended plan's pools alone, and a
+        group's Gaussian figures are not composed where its Skellam ones are stated."""
+        stated, executed = _blocks_and_figures(plan)
+        wanted = [i for i, group_id in enumerate(self.group_ids) if group_id not in executed]
+        figures: dict[str, plan_ledger.EpsilonFigures] = {}
+        if wanted:
+            known = {name: [values[i] for i in wanted] for name, values in self.known.items()}
+            computed = plan_ledger.epsilon_figures([self.histories[i] for i in wanted], self.delta, known)
+            figures = {self.group_ids[i]: both for i, both in zip(wanted, computed, strict=True)}
         groups = [
             g.model_copy(update={"epsilon_rdp": figures[g.id].rdp, "epsilon_tight": figures[g.id].tight})
             if g.id in figures else g
-            for g in plan.groups
+            for g in stated.groups
         ]
-        return with_discrete(plan.model_copy(update={"groups": groups}))
+        return _stating(stated.model_copy(update={"groups": groups}), executed, both=True)
+
+
+def with_discrete(plan: Plan) -> Plan:
+    """``plan`` with each noised pool's ``discrete`` block under the skellam mechanism
+    (``planner.discrete.with_blocks``; docs/secure-aggregation.md §Discrete noise), and every
+    group whose run that mechanism prices by Skellam events stating that mechanism's figures
+    (docs/ledger.md §3, "What a plan states"): ``epsilon_spent``, and ``epsilon_rdp`` and
+    ``epsilon_tight`` where the plan states them, of its full-run ledger
+    (``planner.ledger.executed_figures``: its Skellam events at delta less the wrap-around
+    charge, the block's certified figure reused), ``sound`` only if that figure meets its
+    budget too, and no PRV bound (prv cannot account the Skellam event). Every other group,
+    and a plan of the continuous mechanism, is unchanged; the continuous Gaussian's figure at
+    equal noise stays in each block (``gaussian_epsilon``)."""
+    stated, executed = _blocks_and_figures(plan)
+    return _stating(stated, executed, both=False)
+
+
+def _blocks_and_figures(plan: Plan) -> tuple[Plan, dict[str, plan_ledger.StatedFigures]]:
+    """``plan`` with its blocks (``with_blocks``) and the figures of the groups they price (none
+    without a block: the continuous mechanism, or no block calibrated, which its warning says)."""
+    stated, certified = with_blocks(plan)
+    if all(pool.discrete is None for pool in stated.pools):
+        return stated, {}
+    return stated, plan_ledger.executed_figures(stated, certified)
+
+
+def _stating(plan: Plan, executed: dict[str, plan_ledger.StatedFigures], *, both: bool) -> Plan:
+    """``plan`` whose groups in ``executed`` that state a figure state those instead (``both``:
+    ``epsilon_rdp`` and ``epsilon_tight`` too; else only where the plan states them). A group
+    marked ``sound: false`` (a raw closed-form sigma that rdp refutes: the plan is not run, the
+    verifier refuses it) keeps its verified figure, which is above its budget and so above
+    the Skellam figure, calibrated within it: the larger is never optimistic."""
+    if not executed:
+        return plan
+    groups = [
+        g.model_copy(update={
+            "epsilon_spent": executed[g.id].spent,
+            "epsilon_rdp": executed[g.id].figures.rdp if both or g.epsilon_rdp is not None else None,
+            "epsilon_tight": executed[g.id].figures.tight if both or g.epsilon_tight is not None else None,
+            "epsilon_spent_prv_upper": None,
+            "sound": g.epsilon is not None and executed[g.id].spent <= float(g.epsilon) * (1 + _VERIFY_SLACK),
+        })
+        if g.id in executed and g.epsilon_spent is not None and g.sound else g
+        for g in plan.groups
+    ]
+    return plan.model_copy(update={"groups": groups})
 
 
 def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:

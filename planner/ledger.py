@@ -29,7 +29,7 @@ through the same code (docs/ledger.md §3, "Which mechanism").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantName, get_accountant
@@ -222,6 +222,17 @@ def unrecorded_spent_problem(group: GroupPlan) -> str | None:
     )
 
 
+def history_accountant(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism = CONTINUOUS) -> AccountantName:
+    """The accountant whose ``ledger_accountant`` prices ``run_history`` (docs/ledger.md §3): the
+    plan's; for Skellam events, the one the blocks are calibrated and certified by
+    (``planner.discrete.calibration_accountant``: pld for a pld plan, rdp for every other,
+    since prv cannot account the Skellam event), so a group's figure of record is the
+    figure its block was certified at."""
+    if counts_discrete(plan, group, mechanism):
+        return plan_discrete.calibration_accountant(plan.accountant)
+    return plan.accountant
+
+
 def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
     """The delta ``run_history`` is accounted at: the plan's, less the wrap-around bound of
     every round run where the group's rounds are discrete (``planner.discrete.run_delta``;
@@ -315,13 +326,13 @@ def epsilon_spent(
 
     0 when nothing was spent yet; otherwise the epsilon of the events of ``run_history``
     at ``history_delta`` (the plan's delta on the continuous path) under
-    ``ledger_accountant`` (docs/ledger.md §3).
+    ``ledger_accountant`` of ``history_accountant`` (docs/ledger.md §3).
     """
     if is_unprotected(plan, group, rounds_run):
         return None
     return history_epsilon(
         run_history(plan, group, rounds_run, mechanism), history_delta(plan, group, rounds_run, mechanism),
-        plan.accountant, per_round=per_round, epsilon_fn=epsilon_fn,
+        history_accountant(plan, group, mechanism), per_round=per_round, epsilon_fn=epsilon_fn,
     )
 
 
@@ -396,7 +407,7 @@ def epsilon_figures(
 
 def figures_by_group(
     plan: Plan, rounds_run: int, spent: Mapping[str, float | None] | None = None,
-    *, mechanism: SecaggMechanism = CONTINUOUS,
+    *, mechanism: SecaggMechanism = CONTINUOUS, only: Collection[str] | None = None,
 ) -> dict[str, EpsilonFigures | None]:
     """``EpsilonFigures`` of every group's history after ``rounds_run`` rounds of ``plan`` run on
     ``mechanism``, in the plan's order; ``None`` where the group has no finite epsilon (as
@@ -405,16 +416,25 @@ def figures_by_group(
     ``spent``: each group's figure of record already computed (``epsilon_spent`` with the
     default ``epsilon_fn`` and the same ``mechanism``): it is the figure under
     ``ledger_accountant`` and is used as such (a ledger row states the same number twice,
-    docs/ledger.md §3) instead of composing the history again.
+    docs/ledger.md §3) instead of composing the history again. ``only``: the ids of the groups
+    wanted (the others answer ``None``, uncomputed).
     """
-    private = [g for g in plan.groups if not is_unprotected(plan, g, rounds_run)]
+    private = [
+        g for g in plan.groups if not is_unprotected(plan, g, rounds_run) and (only is None or g.id in only)
+    ]
     deltas = {g.id: history_delta(plan, g, rounds_run, mechanism) for g in private}
     by_id: dict[str, EpsilonFigures] = {}
     # one call per delta: the continuous path's groups share the plan's; a discrete pool's
     # groups share their pool's (the wrap-around share differs by pool)
     for delta in dict.fromkeys(deltas.values()):
         members = [g for g in private if deltas[g.id] == delta]
-        known = None if spent is None else {ledger_accountant(plan.accountant): [spent[g.id] for g in members]}
+        known: dict[AccountantName, list[float | None]] | None = None
+        if spent is not None:
+            # each figure of record under its own accountant (a prv plan's Skellam rounds are rdp's)
+            known = {}
+            for i, g in enumerate(members):
+                record = ledger_accountant(history_accountant(plan, g, mechanism))
+                known.setdefault(record, [None] * len(members))[i] = spent[g.id]
         histories = [run_history(plan, g, rounds_run, mechanism) for g in members]
         by_id.update(zip((g.id for g in members), epsilon_figures(histories, delta, known), strict=True))
     return {g.id: by_id.get(g.id) for g in plan.groups}
@@ -430,6 +450,48 @@ def spent_by_group(
         g.id: epsilon_spent(plan, g, rounds_run, per_round=per_round, epsilon_fn=epsilon_fn, mechanism=mechanism)
         for g in plan.groups
     }
+
+
+class StatedFigures(NamedTuple):
+    """What a plan states for a group whose rounds its mechanism prices by Skellam events
+    (docs/ledger.md §3, "What a plan states"): the figure of record of the full run
+    (``epsilon_spent`` after ``plan.rounds`` rounds on the plan's mechanism) and its rdp and
+    tight figures."""
+
+    spent: float
+    figures: EpsilonFigures
+
+
+def executed_figures(plan: Plan, known: Mapping[str, float] | None = None) -> dict[str, StatedFigures]:
+    """The figures ``plan`` states for each protected group that a run of its own mechanism
+    (``scenario.mechanism``) prices by Skellam events (``counts_discrete``): its full-run
+    ledger, ``spent_by_group(plan, plan.rounds, mechanism=...)`` and ``figures_by_group``, so
+    the plan never states less than its run's ledger counts (docs/ledger.md §3). Groups priced
+    by Gaussian phases are not in the answer: their plan figures are the verification's.
+
+    ``known[g]``: group g's figure of record already computed from the same events at the
+    same delta under the same accountant (the certification of its pool's block), used
+    instead of composing them again.
+    """
+    mechanism = plan.scenario.mechanism
+    priced = [
+        g for g in plan.groups
+        if counts_discrete(plan, g, mechanism) and not is_unprotected(plan, g, plan.rounds)
+    ]
+    if not priced:
+        return {}
+    known = known or {}
+    spent: dict[str, float | None] = {
+        g.id: float(known[g.id]) if g.id in known else epsilon_spent(plan, g, plan.rounds, mechanism=mechanism)
+        for g in priced
+    }
+    both = figures_by_group(plan, plan.rounds, spent, mechanism=mechanism, only=spent.keys())
+    out: dict[str, StatedFigures] = {}
+    for g in priced:
+        value, figures = spent[g.id], both[g.id]
+        assert value is not None and figures is not None  # a protected group has both
+        out[g.id] = StatedFigures(value, figures)
+    return out
 
 
 # --- metric (d-)privacy: the metric_local unit (docs/metric-privacy.md §4) -------------

@@ -248,8 +248,8 @@ def discrete_lines(plan: Plan) -> list[str]:
     )
     return [
         "",
-        f"secure aggregation noise: {MECHANISM_LABELS['skellam']} (secagg_mechanism: skellam; each pool's continuous "
-        "Gaussian of equal noise is the 'vs continuous' column):",
+        f"secure aggregation noise: {MECHANISM_LABELS['skellam']} (secagg_mechanism: skellam; the groups' 'eps spent' is "
+        "this mechanism's, each pool's continuous Gaussian of equal noise is the 'vs continuous' column):",
         table(header, rows),
         f"threat model: honest-but-curious server, {c} colluding client(s) (colluding_clients; default 0), each "
         "pool's noise counted from its t - c honest survivors alone; randomized Hadamard rotation, conditional "

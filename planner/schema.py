@@ -303,8 +303,9 @@ class GroupPlan(NumbersModel):
         None, description="pool noise std / this group's clip norm"
     )
     epsilon_spent: float | None = Field(
-        None, description="verified epsilon over all rounds (spent phases included) "
-        "under the plan's accountant; null = opted out"
+        None, description="epsilon over all rounds (spent ones included) of the mechanism the plan runs: "
+        "the verified Gaussian phases', or under skellam its pool's discrete block's Skellam events at delta less "
+        "the wrap-around charge, the run's full ledger (docs/ledger.md §3); null = opted out"
     )
     epsilon_rdp: float | None = Field(
         None, description="the same history's epsilon under rdp (docs/ledger.md §3); null = opted out, or a plan "
@@ -585,7 +586,8 @@ class ComparisonRow(NumbersModel):
     expected_clients: dict[str, float] = Field(default_factory=dict, description="group id -> q_g N_g")
     keep_ratios: dict[str, float] = Field(default_factory=dict, description="pool id -> kappa_P")
     epsilon_spent: dict[str, float | None] = Field(
-        default_factory=dict, description="group id -> verified epsilon over all rounds; null = no DP"
+        default_factory=dict, description="group id -> epsilon over all rounds: the recommended row's is the plan's "
+        "(under skellam its blocks'), every other row's the verification of its design's Gaussian phases; null = no DP"
     )
     noise_energy: float | None = None
     sparsification_error: float | None = None

@@ -28,7 +28,13 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    re-derived from the block and the pool's ``noise_multiplier`` (z_eff, what the ledger
    composes), ``sigma_b > z_eff / 2``, and every sampled group is clipped at the one
    scenario clip norm (docs/planning.md §15).
-6. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
+6. **Stated figures.** A group whose run the plan's mechanism prices by Skellam events (a
+   pool's ``discrete`` block under skellam) has its full-run ledger recomputed from the
+   block (``planner.ledger.epsilon_spent`` on that mechanism, independently of the figures
+   the planner wrote): it must be within the budget, and the plan's ``epsilon_spent`` (and
+   the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant), where stated, must not
+   state less (docs/ledger.md §5).
+7. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
 Any violation raises ``InvalidInputError`` naming the field, so ``gdpfed train`` exits 2
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import math
 
+from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import check_adaptive_pools
@@ -49,6 +56,9 @@ from planner.secagg import check_stated_graph
 # The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
 VERIFY_SLACK = 1e-9
 _REL_TOL = 1e-9
+# A stated figure is recomputed from the same events by the same code and JSON keeps every
+# float exactly, so it may sit below the recomputation by round-off at most.
+_STATED_TOL = 1e-12
 
 
 def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> None:
@@ -59,6 +69,7 @@ def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> Non
     for group in plan.groups:
         plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
     _check_privacy(plan, epsilon_fn)
+    _check_stated_figures(plan, epsilon_fn)
     if plan.scenario.adaptive_clip is not None:
         check_adaptive_pools(
             plan.scenario, plan.pools, {g.id: g.clip_norm for g in plan.groups if g.sampling_rate > 0}
@@ -166,3 +177,35 @@ def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | No
             f"noise multiplier {plan_ledger.effective_noise_multiplier(plan, group):.6g}, {plan.rounds} rounds"
             f"{' after its spent phases' if group.spent_phase_count else ''}) above its budget {group.epsilon:g}",
         )
+
+
+def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
+    """Step 6: the Skellam-priced groups' recomputed full-run ledger against their budgets and
+    against what the plan states (``InvalidInputError`` naming the group's field)."""
+    mechanism = plan.scenario.mechanism
+    for group in plan.groups:
+        if not plan_ledger.counts_discrete(plan, group, mechanism) or group.epsilon is None:
+            continue
+        spent = plan_ledger.epsilon_spent(plan, group, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        if spent is None:
+            continue  # never protected: _check_privacy refuses what needs refusing
+        field = f"groups.{group.id}"
+        if spent > group.epsilon * (1 + VERIFY_SLACK):
+            raise InvalidInputError(
+                field,
+                f"running this plan on {mechanism} spends epsilon {spent:.10g} (its pool's discrete block, "
+                f"{plan.rounds} rounds) above its budget {group.epsilon:g}",
+            )
+        record = plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism))
+        # the comparison figure of the record's accountant is the same number (docs/ledger.md §3);
+        # a figure the document leaves out (null: a hand-written plan, one without the rdp / tight
+        # figures) claims nothing, so only a stated one is compared
+        same = ("epsilon_tight", group.epsilon_tight) if record == TIGHT_ACCOUNTANT else ("epsilon_rdp", group.epsilon_rdp)
+        for name, value in (("epsilon_spent", group.epsilon_spent), same):
+            if value is not None and value < spent * (1 - _STATED_TOL):
+                raise InvalidInputError(
+                    f"{field}.{name}",
+                    f"states {value:.12g}, below epsilon {spent:.12g} that "
+                    f"its pool's {mechanism} block spends over the plan's {plan.rounds} rounds ({record}): the plan "
+                    "must state the figure of the mechanism it runs",
+                )

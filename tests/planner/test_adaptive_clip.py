@@ -98,12 +98,16 @@ def test_plan_states_sigma_delta_and_the_ledger_is_unchanged() -> None:
         else:
             assert (pool.update_noise_multiplier, pool.count_noise_std) == (0.0, 0.0)
     verify_executable(adaptive)
-    spent = plan_ledger.spent_by_group(adaptive, adaptive.rounds)
+    spent = plan_ledger.spent_by_group(adaptive, adaptive.rounds)  # the continuous mechanism's phases
     assert spent == plan_ledger.spent_by_group(fixed, fixed.rounds)
+    # the plan states its own mechanism's ledger (skellam, the default: the blocks' events, the
+    # count coordinate included; docs/ledger.md §3)
+    stated = plan_ledger.spent_by_group(adaptive, adaptive.rounds, mechanism=adaptive.scenario.mechanism)
     for group in adaptive.groups:
-        assert spent[group.id] == (None if group.epsilon is None else pytest.approx(group.epsilon_spent, rel=1e-9))
+        assert stated[group.id] == (None if group.epsilon is None else pytest.approx(group.epsilon_spent, rel=1e-9))
         if group.epsilon is not None:
             assert spent[group.id] <= group.epsilon * (1 + 1e-9)
+            assert stated[group.id] <= group.epsilon * (1 + 1e-9)
     # the update's noise is larger, so the predicted noise-to-signal ratio is too
     assert adaptive.predicted.noise_to_signal > fixed.predicted.noise_to_signal
 

@@ -15,6 +15,7 @@ from accounting import InvalidInputError
 from accounting.accountants import AccountantName
 from accounting.errors import validation_error_line
 from planner import discrete
+from planner.finalize import with_discrete
 from trainer.secagg import discrete as dm
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -212,7 +213,13 @@ def test_skellam_is_the_default_and_gaussian_continuous_names_the_old_path() -> 
         assert pool.discrete is not None and pool.discrete.min_survivors == pool.secagg_threshold
         assert pool.discrete.mechanism == "skellam" and pool.discrete.rotation == "randomized_hadamard"
         assert pool.noise_multiplier == before.noise_multiplier  # the continuous comparison plan is unchanged
-    assert [g.epsilon_spent for g in default.groups] == [g.epsilon_spent for g in plain.groups]
+    # each plan states the figures of the mechanism it runs (docs/ledger.md §3, "What a plan states")
+    from planner import ledger as plan_ledger
+
+    for plan, mechanism in ((default, "skellam"), (plain, "gaussian_continuous")):
+        assert {g.id: g.epsilon_spent for g in plan.groups} == plan_ledger.spent_by_group(
+            plan, plan.rounds, mechanism=mechanism  # type: ignore[arg-type]
+        )
     text = plan_text(default)
     assert "secure aggregation noise: distributed Skellam (exact" in text and "0 colluding client(s)" in text
     reread = type(default).model_validate_json(default.model_dump_json())
@@ -254,7 +261,7 @@ def test_a_plan_with_spent_phases_gets_a_warning_instead_of_a_block() -> None:
     with pytest.raises(InvalidInputError) as error:
         discrete.pool_mechanisms(spent)
     assert error.value.field.endswith(".spent_discrete") and "no Skellam events record" in error.value.message
-    again = discrete.with_discrete(spent)
+    again = with_discrete(spent)
     assert all(p.discrete is None for p in again.pools)
     assert any(w.startswith("secagg_mechanism skellam:") and "no discrete block" in w for w in again.warnings)
 

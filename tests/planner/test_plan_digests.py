@@ -184,24 +184,29 @@ def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case, tmp_
 # removed scenario.json, scenario.yaml and synthetic-3000.json are equal to before), and
 # fedhdp.json's adaptive_clip pool releases the count +-m (m = 600): its block's noise, b,
 # epsilon and overheads are those of the released sensitivities sqrt(D2^2 + m^2), D1 + m.
+# Re-recorded when a skellam plan's groups began stating the Skellam mechanism's figures (issue
+# 27, the plan's figures): scenario.json, scenario.yaml, synthetic-3000.json and fedhdp.json
+# (pld), each with and without compare, differ from before only in every group's epsilon_spent,
+# epsilon_rdp and epsilon_tight and the recommended comparison row's epsilon_spent (checked when
+# re-recording: no other line moved), now the full-run ledger of the blocks' Skellam events.
 DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "e7ba72e6b9967b1d1c1d307253bdec008aa6f99ff8cbccf40c98c20ffd613d38",
-    ('scenario.json', None, 'compare'): "bd2abd0b59f4923092f6fb3b4cc0233c62a9e19481274f884d874fe52f614e46",
-    ('scenario.yaml', None, None): "ba99d5a33fe9966503a2ea1de621297ea936faea9aafa0a3b62dc7c6e2f019e8",
-    ('scenario.yaml', None, 'compare'): "82df0cf2cb84007711a9f76dc80fc466d722092fe97dc3b16aa6bfb0ee5f44ed",
+    ('scenario.json', None, None): "673e70b64beadca6401aa88a69e49d22223b15335cf2b998db9459d279bb0fc9",
+    ('scenario.json', None, 'compare'): "a65b8181830a7fa97d91f4b96f74a3d5a01b2152871e5a46e33d04bb10f12ab1",
+    ('scenario.yaml', None, None): "ac697749b497e4da6c92989963ed2e826927318bcabc0794a643efed4d9e0182",
+    ('scenario.yaml', None, 'compare'): "0fe8741bfeb80997c80f413258db468467474c4b6069ef26f198c6cf8ecd3eec",
     ('silos.json', None, None): "006e1f390f759eb666a3b62567bdef184ea2aa8f860b71d00f0fffcfde9344f4",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "ec2752ac00a4b51dbc1d40faab71d872bc24335ec266ce8e5882a005f892cbe9",
-    ('synthetic-3000.json', None, 'compare'): "748ca6c7688d749f08734899633324c5d5e3f3583ece971e7a6ae9d7b8590961",
+    ('synthetic-3000.json', None, None): "141bc3458679eb8741d93254545374bcdd5a8d67b729e2e40ac98419d8208229",
+    ('synthetic-3000.json', None, 'compare'): "788e9fdf1230142b4f513429996d1d5a4c78fbb328a5188e67f470b42fcced60",
     # fedhdp (pld) re-pinned when sigma_Delta was rounded up so that z_eff(sigma_Delta, sigma_b) >= z_eff
     # (planner/adaptive_clip.py): predicted.clients_needed's first expected_clients rose in its last
     # digits, 83.81175394858118 -> 83.81175394858124; no noise multiplier or epsilon moved.
-    ('fedhdp.json', 'pld', None): "f499b607c15b9ff4512a964f430132cb5df25a88980c8d29c27d47f50f8b2a99",
-    ('fedhdp.json', 'pld', 'compare'): "d601ece81b46811afebbe334e8933ed5a6fc1f4d8caf71c4bd641f39aa5af38c",
+    ('fedhdp.json', 'pld', None): "75693d24fc65b82bd792c4a6f1f09fde771318de2bde8b6c6ed93eb7a8e048d4",
+    ('fedhdp.json', 'pld', 'compare'): "b655118f82ec44d1ed2a1f598b7c1cddfd16f8b1ec86c319e8cf808777e7da4e",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)

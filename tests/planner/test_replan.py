@@ -129,7 +129,7 @@ def skellam_parent():
     """A plan whose run executes skellam: each noised pool states its discrete block. The pools'
     continuous noise is larger than the budgets need, so the continuous record of a round (the
     Gaussian phase) spends less than the Skellam event that ran."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
     from tests.trainer.trainer_plans import hand_plan
 
     plan = hand_plan(

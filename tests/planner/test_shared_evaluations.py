@@ -8,6 +8,11 @@ Two restructurings of the planner's privacy questions, pinned here by what they 
 - ``compare`` gives ``epsilon_rdp`` / ``epsilon_tight`` only to the plan it returns
   (``PendingFigures``): the figures must equal those of each group's history computed on
   its own, and the tight figure is computed for one plan, not for every method ranked.
+
+The verification's figures are what a plan states on the continuous mechanism
+(``secagg_mechanism: gaussian_continuous``, named below); a skellam plan (the default) states
+its blocks' Skellam figures instead (docs/ledger.md §3, "What a plan states";
+tests/planner/test_discrete_figures.py), each group's own history too.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ SCENARIO = json.loads((EXAMPLES / "scenario.json").read_text())
 
 def _scenario(**overrides: Any) -> Scenario:
     return Scenario.model_validate({**SCENARIO, **overrides})
+
+
+def _continuous(**overrides: Any) -> Scenario:
+    """The scenario on the continuous mechanism, whose plan states the verification's figures."""
+    return _scenario(secagg_mechanism="gaussian_continuous", **overrides)
 
 
 def _key(history: Any) -> tuple[tuple[float, float, int], ...]:
@@ -79,7 +89,7 @@ def test_a_pld_plan_composes_each_final_history_once(method: RequestedMethod, pl
 def test_a_reused_verification_is_the_fresh_one_bit_for_bit(method: RequestedMethod) -> None:
     """Groups at their calibrated sigma (reused) and groups above it (a pool's max rule:
     verified afresh) alike state what a fresh pld verification of their history gives."""
-    plan = make_plan(_scenario(accountant="pld"), method)
+    plan = make_plan(_continuous(accountant="pld"), method)
     fresh = _fresh(plan, "pld")
     for group in plan.groups:
         if group.id in fresh:
@@ -90,7 +100,7 @@ def test_a_reused_verification_is_the_fresh_one_bit_for_bit(method: RequestedMet
 def test_a_replanned_pld_plan_verifies_its_whole_history_as_before() -> None:
     """With spent phases the calibration's history is spent + the new phase: the reused
     epsilon is that whole history's, as a fresh verification gives it."""
-    parent = make_plan(_scenario(accountant="pld"), "gdpfed_plus")
+    parent = make_plan(_continuous(accountant="pld"), "gdpfed_plus")
     child = replan(parent, 40, Changes.model_validate({"rounds": 120}))
     assert any(g.spent_phase_count for g in child.groups)
     fresh = _fresh(child, "pld")
@@ -117,16 +127,21 @@ def test_compare_computes_the_figures_of_the_plan_it_returns_only(
     assert calls == [len(_final_histories(plan))]
 
 
+@pytest.mark.parametrize("mechanism", ["gaussian_continuous", "skellam"])
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 @pytest.mark.parametrize("method", ["compare", "gdpfed_plus", "gdpfed"])
-def test_a_plans_figures_are_each_historys_own(accountant: str, method: RequestedMethod) -> None:
-    """The figures a plan states (verified figure reused, distinct histories composed together)
-    are each group's history's rdp and pld epsilon computed alone."""
-    plan = make_plan(_scenario(accountant=accountant), method)
+def test_a_plans_figures_are_each_historys_own(accountant: str, method: RequestedMethod, mechanism: str) -> None:
+    """The figures a plan states (verified or certified figure reused, distinct histories
+    composed together) are each group's history's rdp and pld epsilon computed alone: its
+    Gaussian phases on the continuous mechanism, its Skellam events at its delta on skellam."""
+    plan = make_plan(_scenario(accountant=accountant, secagg_mechanism=mechanism), method)
     private = [g for g in plan.groups if g.epsilon_spent is not None and g.phases]
     assert private
     for group in private:
-        alone = plan_ledger.epsilon_figures([list(group.phases)], plan.scenario.delta)[0]
+        history = plan_ledger.run_history(plan, group, plan.rounds, plan.scenario.mechanism)
+        delta = plan_ledger.history_delta(plan, group, plan.rounds, plan.scenario.mechanism)
+        assert (mechanism == "skellam") == (delta < plan.scenario.delta)
+        alone = plan_ledger.epsilon_figures([history], delta)[0]
         assert (group.epsilon_rdp, group.epsilon_tight) == (alone.rdp, alone.tight)
         recorded = group.epsilon_rdp if accountant == "rdp" else group.epsilon_tight
         assert recorded == group.epsilon_spent

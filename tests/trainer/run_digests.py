@@ -71,7 +71,7 @@ def client_plan() -> Plan:
 def discrete_client_plan() -> Plan:
     """``client_plan`` stating each noised pool's distributed Skellam block, as the planner's
     default plans do: ``gdpfed train``'s default (``--secagg-mechanism plan``) runs skellam on it."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
 
     plan = client_plan()
     asked = plan.model_copy(update={"scenario": plan.scenario.model_copy(update={"report_discrete": True})})

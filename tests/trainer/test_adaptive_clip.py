@@ -227,7 +227,7 @@ def test_experiment_cells_recorded_before_the_option_keep_their_fingerprints() -
 def adaptive_discrete_plan() -> Plan:
     """run_digests' client plan with an adaptive_clip block and the discrete blocks the planner
     states for it (planner/finalize.py: adaptive pools first, then the blocks)."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
     from tests.trainer.run_digests import client_plan
     from tests.trainer.run_digests import with_adaptive_clip as adaptive
 

@@ -15,7 +15,8 @@ from scipy import stats
 from accounting import epsilon_of_events
 from accounting.errors import InvalidInputError
 from accounting.events import PoissonSampledSkellam
-from planner.discrete import rounded_l1_bound, rounded_l2_bound, with_discrete
+from planner.discrete import rounded_l1_bound, rounded_l2_bound
+from planner.finalize import with_discrete
 from planner.schema import Plan
 from tests.trainer.test_rounds import make_engine
 from tests.trainer.trainer_plans import hand_plan, quiet_progress

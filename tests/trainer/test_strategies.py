@@ -183,6 +183,11 @@ def test_plan_strategy_executes_every_planner_method(method, tmp_path, small_dig
                                           l2_sensitivity=l2, l1_sensitivity=l1, steps=2)
             expected = epsilon_of_events([event], delta=1e-5 - 2 * block.wrap_probability_per_round,
                                          accountant=plan.scenario.accountant).epsilon
+            # and the plan states the same event's figure over all its rounds (docs/ledger.md §3)
+            whole = event.model_copy(update={"steps": plan.rounds})
+            stated = epsilon_of_events([whole], delta=1e-5 - plan.rounds * block.wrap_probability_per_round,
+                                       accountant=plan.scenario.accountant).epsilon
+            assert group.epsilon_spent == pytest.approx(stated, rel=1e-9)
         assert summary.epsilon_spent[group.id] == pytest.approx(expected, rel=1e-9)
         assert summary.epsilon_spent[group.id] < group.epsilon
 

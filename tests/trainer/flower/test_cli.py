@@ -183,7 +183,7 @@ def test_app_refuses_skellam_for_a_plan_without_discrete_blocks_before_writing(p
     with adaptive clipping blocks that carry the count coordinate (the plan's adaptive_clip
     block); `gdpfed flower app` says so in one line, as the run would, and writes nothing. A
     plan planned with both writes its bundle (skellam with adaptive clipping runs on Flower)."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
     from planner.units import load_plan
     from tests.trainer.test_adaptive_clip import with_adaptive_clip
 

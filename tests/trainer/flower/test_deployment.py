@@ -82,8 +82,7 @@ def deploy(service: Service, tmp_path: Path, *, per_group: int, rounds: int, cap
     ledger = api.get(f"/v1/plans/{document['id']}/ledger").json()
     assert ledger["rounds_counted"] == rounds and ledger["rounds_reported"] == rounds
     assert {g["id"]: g["epsilon_spent"] for g in ledger["groups"]} == pytest.approx(summary["epsilon_spent"], rel=1e-12)
-    # the default mechanism, distributed Skellam: the plan's figure is its blocks' events (the
-    # group's epsilon_spent states the continuous Gaussian's at the same budget)
+    # the default mechanism, distributed Skellam: the plan's figure is its blocks' events
     planned = plan_ledger.spent_by_group(plan, rounds, mechanism="skellam")
     assert summary["secagg_mechanism"] == "skellam" and ledger["secagg_mechanism"] == "skellam"
     for group in plan.groups:

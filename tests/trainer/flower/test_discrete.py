@@ -147,7 +147,7 @@ def test_a_model_smaller_than_the_blocks_runs_zero_padded_on_flower_as_in_gdpfed
 def test_fedhdp_with_skellam_on_flower_equals_gdpfed_train(tmp_path):
     """FedHDP (ratios, Ditto personal models on the nodes): the private pool's Skellam shares
     and the opted-out pool's fixed-point session (no noise to discretise) in one round."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
     from tests.trainer.trainer_plans import hand_plan
 
     clients = 14
@@ -185,7 +185,7 @@ def test_adaptive_fedhdp_with_skellam_on_flower_equals_gdpfed_train_and_counts_t
     clipping"): each node clips at the session's S^t, sends its share with the integer count
     coordinate; the server decodes update and count, rescales by S^t / C and moves S^t. The
     parameters, S^t, counts and ledger (the Skellam event with the count) are gdpfed train's."""
-    from planner.discrete import with_discrete
+    from planner.finalize import with_discrete
     from tests.trainer.test_adaptive_clip import with_adaptive_clip
     from tests.trainer.trainer_plans import hand_plan
 

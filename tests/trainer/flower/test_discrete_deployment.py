@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app import cli as app_cli
-from planner.discrete import with_discrete
+from planner.finalize import with_discrete
 from tests.trainer.trainer_plans import hand_plan
 from trainer.run.metrics import read_rounds
 from trainer.units.client.tally import ClientTally
