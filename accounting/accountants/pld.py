@@ -884,6 +884,11 @@ _LAST_ANSWER: dict[tuple[float, int, float, tuple[PhaseTuple, ...]], float] = {}
 _LAST_ANSWER_MAX = 4096
 
 
+def forget_answers() -> None:
+    """Empty the stored answers searches start from (a first request, as benchmarks time one)."""
+    _LAST_ANSWER.clear()
+
+
 def _sigma_search(
     q: float, t: int, target: float, delta: float, history: History
 ) -> Generator[list[float], list[Answer], Calibration]:
