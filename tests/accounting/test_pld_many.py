@@ -78,6 +78,28 @@ def test_the_searches_share_each_rounds_composition(monkeypatch: pytest.MonkeyPa
     assert sum(calls) >= 4 * 2 and len(calls) < sum(calls) and calls[0] == 4
 
 
+def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The discrete blocks' re-calibration (docs/accounting.md §13.5): each group's question again
+    at delta less a tiny wrap charge starts from its continuous answer and is proven by one round
+    of two evaluations per question, the answer the one a first request at that delta gets."""
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    questions = [q for q, _ in QUESTIONS[:2]] + [QUESTIONS[3][0]]
+    accounting.noise_multipliers(questions, "pld")
+    smaller = [(q, t, eps, delta - 1e-12) for q, t, eps, delta in questions]
+    calls: list[int] = []
+    real = pld_module.sound_epsilons
+
+    def counted(histories: list, delta: float) -> list:
+        calls.append(len(histories))
+        return real(histories, delta)
+
+    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    again = accounting.noise_multipliers(smaller, "pld")
+    assert calls == [2 * len(questions)]
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    assert again == accounting.noise_multipliers(smaller, "pld")
+
+
 def test_other_accountants_answer_one_question_at_a_time_alike() -> None:
     questions = [(0.01, 1000, 1.0, 1e-5), (1.0, 1000, 1e-4, 1e-5)]
     names: list[AccountantName] = ["rdp", "closed_form"]
