@@ -196,17 +196,18 @@ def clients_needed_times(sizes: list[int], quick: bool, accountant: str = "rdp")
 
 
 # issue 26 §2's in-process targets, each beside the previous tree's time for the same call:
-# (groups, accountant, report_discrete) -> (previous seconds, where it was measured), the
-# figures the issue's last session recorded (fe01b0e, on the shared 2-core machine under the
-# load stated). ``GDPFED_BENCH_BASELINE=<a checkout of the previous tree>`` times that tree
-# instead, side by side in the same run (the same timing script, alternately).
+# (groups, accountant, report_discrete) -> (previous seconds, where it was measured): warm CPU
+# seconds of the parent of the lattice search (99ba0bd), timed by this script beside it on the
+# shared 2-core machine (docs/benchmarks.md "Issue 26 §2: pld's noise multiplier on a lattice").
+# ``GDPFED_BENCH_BASELINE=<a checkout of the previous tree>`` times that tree instead, side by
+# side in the same run (the same timing script, alternately).
 PREVIOUS_PLAN_S: dict[tuple[int, str, bool], tuple[float, str]] = {
-    (3, "rdp", False): (0.021, "warm, load 3-4"),
-    (3, "pld", False): (0.044, "warm, load 3-4"),
-    (3, "pld", True): (0.54, "CPU s, load 6-12"),
-    (100, "pld", False): (2.12, "CPU s, load 3-4"),
-    (1000, "rdp", False): (3.8, "wall s, load 3-4"),
-    (1000, "pld", False): (22.0, "wall s, quiet"),
+    (3, "rdp", False): (0.0229, "CPU s, 99ba0bd, load 4-6"),
+    (3, "pld", False): (0.0421, "CPU s, 99ba0bd, load 4-6"),
+    (3, "pld", True): (0.0835, "CPU s, 99ba0bd, load 4-6"),
+    (100, "pld", False): (1.88, "CPU s, 99ba0bd, load 4-6"),
+    (1000, "rdp", False): (3.06, "CPU s, 99ba0bd, load 4-6"),
+    (1000, "pld", False): (15.9, "CPU s, 99ba0bd, load 4-6"),
 }
 PLAN_TARGETS_S = {3: 0.02, 1000: 0.5}
 
