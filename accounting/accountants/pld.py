@@ -704,10 +704,13 @@ class PldAccountant(Accountant):
         """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), equal to it
         answer for answer, bit for bit (docs/accounting.md §13.7): the searches run in lockstep
         (:func:`search.lockstep`) and each round's sigmas are composed together
-        (:func:`sound_epsilons`)."""
+        (:func:`sound_epsilons`); questions that are the same (q, T, target and spent history)
+        share one search, whose answer each gets."""
         out: list[Calibration | InfeasibleError | None] = [None] * len(questions)
         searches: list[Generator[list[float], list[Answer], Calibration]] = []
         asked: list[tuple[int, float, int, History]] = []  # (question, q, T, history) of each search
+        same: dict[tuple[object, ...], int] = {}  # a question's key -> its search
+        copies: list[tuple[int, int]] = []  # (question, search) of a question answered by another's search
         for i, (q, t, target, spent) in enumerate(questions):
             try:
                 prior = self._history(
@@ -720,9 +723,14 @@ class PldAccountant(Accountant):
                 continue
             if isinstance(prior, Calibration):
                 out[i] = prior
-            else:
-                searches.append(_sigma_search(q, t, target, delta, prior))
-                asked.append((i, q, t, prior))
+                continue
+            key = (q, t, target, tuple(prior.phases), prior.delta, prior.spent_epsilon)
+            if key in same:
+                copies.append((i, same[key]))
+                continue
+            same[key] = len(searches)
+            searches.append(_sigma_search(q, t, target, delta, prior))
+            asked.append((i, q, t, prior))
 
         def answer_many(points: list[tuple[int, list[float]]]) -> list[list[Answer]]:
             # every search's one or two sigmas of the round, composed together; each search's
@@ -737,10 +745,14 @@ class PldAccountant(Accountant):
                 at += len(sigmas)
             return out
 
-        for (i, *_), result in zip(asked, search.lockstep(searches, answer_many), strict=True):
+        results = search.lockstep(searches, answer_many)
+        for (i, *_), result in zip(asked, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, InfeasibleError):
                 raise result
             out[i] = result
+        for i, k in copies:
+            shared = results[k]
+            out[i] = shared.model_copy() if isinstance(shared, Calibration) else shared  # type: ignore[assignment]
         return [answer for answer in out if answer is not None]
 
     def sampling_rate(

@@ -100,6 +100,30 @@ def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkey
     assert again == accounting.noise_multipliers(smaller, "pld")
 
 
+def test_the_same_question_twice_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups with the same rate, rounds, budget and spent history (a pool's members of one
+    tier) share one search: each round composes their history once, and each gets the answer
+    noise_multiplier gives alone, bit for bit, infeasible ones their InfeasibleError."""
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    distinct = [QUESTIONS[0], QUESTIONS[4], QUESTIONS[6]]  # plain, a spent history, infeasible
+    repeated = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[1], distinct[2]]
+    calls: list[int] = []
+    real = pld_module.sound_epsilons
+
+    def counted(histories: list, delta: float) -> list:
+        calls.append(len(histories))
+        return real(histories, delta)
+
+    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    together = accounting.noise_multipliers([q for q, _ in repeated], "pld", spent=[s for _, s in repeated])
+    assert max(calls) <= 2 * 2  # two searches (the infeasible one never searches), two points a round at most
+    monkeypatch.setattr(pld_module, "sound_epsilons", real)
+    for (question, spent), answer in zip(repeated, together, strict=True):
+        monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+        assert _same(answer, _one(question, spent)), question
+    assert isinstance(together[3], InfeasibleError) and together[0] is not together[2]
+
+
 def test_other_accountants_answer_one_question_at_a_time_alike() -> None:
     questions = [(0.01, 1000, 1.0, 1e-5), (1.0, 1000, 1e-4, 1e-5)]
     names: list[AccountantName] = ["rdp", "closed_form"]
