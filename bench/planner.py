@@ -196,17 +196,18 @@ def clients_needed_times(sizes: list[int], quick: bool, accountant: str = "rdp")
 
 
 # issue 26 §2's in-process targets, each beside the previous tree's time for the same call:
-# (groups, accountant, report_discrete) -> (previous seconds, where it was measured), the
-# figures the issue's last session recorded (fe01b0e, on the shared 2-core machine under the
-# load stated). ``GDPFED_BENCH_BASELINE=<a checkout of the previous tree>`` times that tree
-# instead, side by side in the same run (the same timing script, alternately).
+# (groups, accountant, report_discrete) -> (previous seconds, where it was measured): warm CPU
+# seconds of the parent of the lattice search (99ba0bd), timed by this script beside it on the
+# shared 2-core machine (docs/benchmarks.md "Issue 26 §2: pld's noise multiplier on a lattice").
+# ``GDPFED_BENCH_BASELINE=<a checkout of the previous tree>`` times that tree instead, side by
+# side in the same run (the same timing script, alternately).
 PREVIOUS_PLAN_S: dict[tuple[int, str, bool], tuple[float, str]] = {
-    (3, "rdp", False): (0.021, "warm, load 3-4"),
-    (3, "pld", False): (0.044, "warm, load 3-4"),
-    (3, "pld", True): (0.54, "CPU s, load 6-12"),
-    (100, "pld", False): (2.12, "CPU s, load 3-4"),
-    (1000, "rdp", False): (3.8, "wall s, load 3-4"),
-    (1000, "pld", False): (22.0, "wall s, quiet"),
+    (3, "rdp", False): (0.0229, "CPU s, 99ba0bd, load 4-6"),
+    (3, "pld", False): (0.0421, "CPU s, 99ba0bd, load 4-6"),
+    (3, "pld", True): (0.0835, "CPU s, 99ba0bd, load 4-6"),
+    (100, "pld", False): (1.88, "CPU s, 99ba0bd, load 4-6"),
+    (1000, "rdp", False): (3.06, "CPU s, 99ba0bd, load 4-6"),
+    (1000, "pld", False): (15.9, "CPU s, 99ba0bd, load 4-6"),
 }
 PLAN_TARGETS_S = {3: 0.02, 1000: 0.5}
 
@@ -223,6 +224,16 @@ from planner.loading import load_scenario
 from planner.plan import make_plan
 
 root = Path(sys.argv[2])
+
+
+def forget():
+    # a first request: no noise table, and no stored pld answer to start a search from (a tree
+    # before the lattice search has none)
+    _cached_table.cache_clear()
+    from accounting.accountants import pld
+    getattr(pld, "_LAST_ANSWER", {}).clear()
+
+
 for n, accountant, discrete, repeats in json.loads(sys.argv[1]):
     if n == 3:
         scenario = load_scenario(root / "examples" / "scenario.json")
@@ -232,24 +243,25 @@ for n, accountant, discrete, repeats in json.loads(sys.argv[1]):
         scenario = scenario.model_copy(update={"accountant": accountant, **mechanism})
     else:
         scenario = big_scenario(n, accountant=accountant)
-    warm, cold, cpu = [], [], []
+    warm, cold, cpu, cold_cpu = [], [], [], []
     if n < 1000:
         make_plan(scenario, "gdpfed_plus")
     for _ in range(repeats):
-        _cached_table.cache_clear()
-        start = time.perf_counter()
+        forget()
+        start, clock = time.perf_counter(), time.process_time()
         make_plan(scenario, "gdpfed_plus")
         cold.append(time.perf_counter() - start)
+        cold_cpu.append(time.process_time() - clock)
         start, clock = time.perf_counter(), time.process_time()
         make_plan(scenario, "gdpfed_plus")
         warm.append(time.perf_counter() - start)
         cpu.append(time.process_time() - clock)
-    print(json.dumps([median(warm), median(cold), median(cpu)]), flush=True)
+    print(json.dumps([median(warm), median(cold), median(cpu), median(cold_cpu), make_plan.__code__.co_filename]), flush=True)
 """
 
 
-def _tree_times(tree: str, cases: list[tuple[int, str, bool, int]]) -> list[tuple[float, float, float]]:
-    """(warm, cold, CPU) median seconds of each case on ``tree`` (:data:`_TIMING_SCRIPT`)."""
+def _tree_times(tree: str, cases: list[tuple[int, str, bool, int]]) -> list[tuple[float, ...]]:
+    """(warm, cold, warm CPU, cold CPU) median seconds of each case on ``tree`` (:data:`_TIMING_SCRIPT`)."""
     import json
     import os
     import subprocess
@@ -258,19 +270,26 @@ def _tree_times(tree: str, cases: list[tuple[int, str, bool, int]]) -> list[tupl
 
     here = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": tree}
+    # run in the tree itself: ``python -c`` puts the working directory first on sys.path, ahead
+    # of PYTHONPATH, so a run started in this tree timed this tree's code for both
     done = subprocess.run(
         [sys.executable, "-c", _TIMING_SCRIPT, json.dumps(cases), here],
-        env=env, capture_output=True, text=True, check=True, timeout=3600,
+        env=env, capture_output=True, text=True, check=True, timeout=3600, cwd=tree,
     )
-    return [tuple(json.loads(line)) for line in done.stdout.splitlines() if line.startswith("[")]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    for row in rows:  # the code timed is the tree's own
+        if not row[-1].startswith(str(Path(tree).resolve())):
+            raise RuntimeError(f"timed {row[-1]}, not {tree}'s code")
+    return [tuple(row[:-1]) for row in rows]
 
 
 def plan_targets(quick: bool) -> list[dict[str, Any]]:
     """make_plan (gdpfed_plus, every prediction) against issue 26 §2's targets: median wall
-    seconds warm (the noise table reused) and cold (emptied first) and CPU seconds of a warm
-    call, beside the previous tree's: timed in the same run where ``GDPFED_BENCH_BASELINE``
-    names its checkout, else the recorded ``PREVIOUS_PLAN_S``; ``x_faster``: previous over
-    now (warm, or CPU where only that was recorded). 3 groups: ``examples/scenario.json``, the
+    seconds warm (the noise table and pld's stored answers reused: a repeated request) and
+    cold (both emptied first) and CPU seconds of each, beside the previous tree's: timed in the
+    same run where ``GDPFED_BENCH_BASELINE`` names its checkout, else the recorded
+    ``PREVIOUS_PLAN_S``; ``x_faster``: previous over now (warm CPU, or as recorded),
+    ``x_faster_cold``: the same of cold CPU (same run only). 3 groups: ``examples/scenario.json``, the
     continuous plan and with ``report_discrete``; more: ``big_scenario(n)``. The 1,000-group
     plans (seconds to tens of seconds each) run in the full suite only."""
     import os
@@ -289,12 +308,15 @@ def plan_targets(quick: bool) -> list[dict[str, Any]]:
             before += _tree_times(baseline, [run])
     rows = []
     for k, (n, accountant, discrete) in enumerate(cases):
-        warm, cold, cpu = now[k]
+        warm, cold, cpu, cold_cpu = now[k]
         previous: float | None
+        cold_ratio: float | None = None
         if baseline:  # the ratio of CPU seconds: a shared machine's load moves wall time most
             previous = before[k][0]
-            measured = f"same run: warm {before[k][0]:.4g}, cold {before[k][1]:.4g}, CPU {before[k][2]:.4g} (ratio: CPU)"
+            measured = (f"same run: warm {before[k][0]:.4g}, cold {before[k][1]:.4g}, CPU {before[k][2]:.4g}, "
+                        f"cold CPU {before[k][3]:.4g} (ratio: CPU)")
             ratio: float | None = before[k][2] / cpu
+            cold_ratio = before[k][3] / cold_cpu
         else:
             recorded = PREVIOUS_PLAN_S.get((n, accountant, discrete))
             previous = recorded[0] if recorded else None
@@ -307,9 +329,11 @@ def plan_targets(quick: bool) -> list[dict[str, Any]]:
             "warm_s": warm,
             "cold_s": cold,
             "cpu_s": cpu,
+            "cold_cpu_s": cold_cpu,
             "previous_s": previous if previous is not None else "-",
             "previous_measured": measured,
             "x_faster": f"{ratio:.2f}x" if ratio else "-",
+            "x_faster_cold": f"{cold_ratio:.2f}x" if cold_ratio else "-",
             "target_s": target if target is not None else "-",
             "meets": (("yes" if cold <= target else "warm only" if warm <= target else "no")
                       if target is not None else "-"),
@@ -318,10 +342,13 @@ def plan_targets(quick: bool) -> list[dict[str, Any]]:
 
 
 def _cold(call: Any) -> Any:
-    """``call()`` with planner.calibration's noise-table cache emptied first."""
+    """``call()`` with planner.calibration's noise-table cache and pld's stored answers
+    (docs/accounting.md §13.5) emptied first."""
+    from accounting.accountants import pld
     from planner.calibration import _cached_table
 
     _cached_table.cache_clear()
+    pld.forget_answers()
     return call()
 
 

@@ -61,11 +61,12 @@ TAIL_SHARE = 1e-4
 # falls as h^2, and 1/250 of a standard deviation keeps calibrated sigma within 0.1% of
 # a fine-grid reference on the bench's cases (docs/benchmarks.md §Issue 26).
 STD_STEPS = 250.0
-# Calibrations stop when the bracket on sigma (or q) is within 0.1%: the answer is the
-# bracket's evaluated feasible end, at most 0.1% above the exact PLD root.
+# The noise multiplier is a point of the lattice e^{k XTOL} (docs/accounting.md §7.8, §13.5):
+# the least one evaluated feasible, its lower neighbour evaluated infeasible, so at most 0.1%
+# above the exact PLD root; sampling rates stop when the bracket on q is within 0.1%.
 XTOL = math.log1p(1e-3)
 # A typical |d log epsilon / d log sigma| near a calibration's answer (2-5 on the bench's
-# cases): search.bracket's first step is |g(guess)| / BRACKET_SLOPE.
+# cases): the lattice search's first step (and search.bracket's for q) is |g(guess)| / BRACKET_SLOPE.
 BRACKET_SLOPE = 3.0
 
 
@@ -686,7 +687,8 @@ class PldAccountant(Accountant):
         raw: bool = False,
         time_limit_s: float | None = None,
     ) -> Calibration:
-        """docs/accounting.md §13.5: a proven bracket on log sigma (§7.1's search) on the PLD epsilon."""
+        """docs/accounting.md §13.5: the least sigma of the lattice e^{k XTOL} the PLD epsilon
+        certifies, its lower neighbour certified infeasible (§7.8's search)."""
         q, t = sampling_rate, rounds
         prior = self._history(spent, delta, target, lambda: _RDP.noise_multiplier(q, t, target, delta, spent))
         if isinstance(prior, Calibration):
@@ -694,7 +696,7 @@ class PldAccountant(Accountant):
         history = prior
         return search.drive(
             _sigma_search(q, t, target, delta, history),
-            lambda sigma: sound_epsilon(history.plus(q, sigma, t), history.composed_at(delta)),
+            lambda sigmas: _sound_answers([(history.plus(q, sigma, t), history.composed_at(delta)) for sigma in sigmas]),
         )
 
     def noise_multipliers(
@@ -703,10 +705,13 @@ class PldAccountant(Accountant):
         """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), equal to it
         answer for answer, bit for bit (docs/accounting.md §13.7): the searches run in lockstep
         (:func:`search.lockstep`) and each round's sigmas are composed together
-        (:func:`sound_epsilons`)."""
+        (:func:`sound_epsilons`); questions that are the same (q, T, target and spent history)
+        share one search, whose answer each gets."""
         out: list[Calibration | InfeasibleError | None] = [None] * len(questions)
-        searches: list[Generator[float, tuple[float, str | None], Calibration]] = []
+        searches: list[Generator[list[float], list[Answer], Calibration]] = []
         asked: list[tuple[int, float, int, History]] = []  # (question, q, T, history) of each search
+        same: dict[tuple[object, ...], int] = {}  # a question's key -> its search
+        copies: list[tuple[int, int]] = []  # (question, search) of a question answered by another's search
         for i, (q, t, target, spent) in enumerate(questions):
             try:
                 prior = self._history(
@@ -719,20 +724,36 @@ class PldAccountant(Accountant):
                 continue
             if isinstance(prior, Calibration):
                 out[i] = prior
-            else:
-                searches.append(_sigma_search(q, t, target, delta, prior))
-                asked.append((i, q, t, prior))
+                continue
+            key = (q, t, target, tuple(prior.phases), prior.delta, prior.spent_epsilon)
+            if key in same:
+                copies.append((i, same[key]))
+                continue
+            same[key] = len(searches)
+            searches.append(_sigma_search(q, t, target, delta, prior))
+            asked.append((i, q, t, prior))
 
-        def answer_many(points: list[tuple[int, float]]) -> list[tuple[float, str | None]]:
-            # each search's history composes at its own delta (less its spent Skellam tail masses, §11.7)
-            return _sound_answers(
-                [(asked[k][3].plus(asked[k][1], sigma, asked[k][2]), asked[k][3].composed_at(delta)) for k, sigma in points]
-            )
+        def answer_many(points: list[tuple[int, list[float]]]) -> list[list[Answer]]:
+            # every search's one or two sigmas of the round, composed together; each search's
+            # history composes at its own delta (less its spent Skellam tail masses, §11.7)
+            flat = _sound_answers([
+                (asked[k][3].plus(asked[k][1], sigma, asked[k][2]), asked[k][3].composed_at(delta))
+                for k, sigmas in points for sigma in sigmas
+            ])
+            out, at = [], 0
+            for _, sigmas in points:
+                out.append(flat[at : at + len(sigmas)])
+                at += len(sigmas)
+            return out
 
-        for (i, *_), result in zip(asked, search.lockstep(searches, answer_many), strict=True):
+        results = search.lockstep(searches, answer_many)
+        for (i, *_), result in zip(asked, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, InfeasibleError):
                 raise result
             out[i] = result
+        for i, k in copies:
+            shared = results[k]
+            out[i] = shared.model_copy() if isinstance(shared, Calibration) else shared  # type: ignore[assignment]
         return [answer for answer in out if answer is not None]
 
     def sampling_rate(
@@ -868,29 +889,54 @@ def _pld_delta(events: Sequence[ApproximateDpEvent], delta: float) -> float:
     return delta - extra if extra else delta
 
 
-def _sigma_search(q: float, t: int, target: float, delta: float, history: History) -> Generator[float, Answer, Calibration]:
+# The lattice point of each question's last answer (docs/accounting.md §13.5), by (q, T, target,
+# spent phases): where a neighbouring question (the same one at a slightly smaller delta, as the
+# discrete blocks ask after the continuous calibration, or a repeated request) starts. A start
+# only: the answer is the lattice point any start finds.
+_LAST_ANSWER: dict[tuple[float, int, float, tuple[PhaseTuple, ...]], float] = {}
+_LAST_ANSWER_MAX = 4096
+
+
+def forget_answers() -> None:
+    """Empty the stored answers searches start from (a first request, as benchmarks time one)."""
+    _LAST_ANSWER.clear()
+
+
+def _sigma_search(
+    q: float, t: int, target: float, delta: float, history: History
+) -> Generator[list[float], list[Answer], Calibration]:
     """The noise-multiplier search of docs/accounting.md §13.5 as a generator: it yields each
-    sigma it needs the answer of :func:`sound_epsilon` for (``history.plus(q, sigma, t)``) and
-    returns the Calibration, so that one question (:func:`search.drive`) and many in lockstep
-    (:func:`search.lockstep`) run the same steps."""
+    round's sigmas (one or two) it needs the answers of :func:`sound_epsilon` for
+    (``history.plus(q, sigma, t)``) and returns the Calibration, so that one question
+    (:func:`search.drive`) and many in lockstep (:func:`search.lockstep`) run the same steps.
+    The answer is the smallest sigma of the lattice e^{k XTOL} found feasible whose lower
+    neighbour was found infeasible (:func:`search.lattice_steps`): both evaluated, so the sigma
+    is certified by the evaluation that found it, and the same whichever start the search had."""
     answers: dict[float, Answer] = {}  # sigma -> its answer, each asked once
-    remaining = max(target - (history.spent_epsilon or 0.0), 0.05 * target)
-    guess = float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])
+    key = (q, t, target, tuple(history.phases))
+    last = _LAST_ANSWER.get(key)
+    if last is not None:
+        start, expected = last, True
+    else:
+        remaining = max(target - (history.spent_epsilon or 0.0), 0.05 * target)
+        start, expected = math.log(float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])), False
     try:
         # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
         # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
-        start = yield from _on_log_sigma(
-            search.bracket_steps(math.log(guess), math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE),
+        found = yield from _on_log_sigma(
+            search.lattice_steps(
+                start, XTOL, math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE, expected=expected
+            ),
             answers,
             target,
         )
-        found = yield from _on_log_sigma(search.refine_steps(start, XTOL), answers, target)
     except search.NoFeasiblePoint:
         raise no_noise_meets(target, q, t, delta) from None
     sigma = math.exp(found.hi)
-    if sigma not in answers:  # hi is always an evaluated point; asked again only if it were not
-        answers[sigma] = yield sigma
-    achieved, failed = answers[sigma]
+    if len(_LAST_ANSWER) >= _LAST_ANSWER_MAX:
+        _LAST_ANSWER.clear()
+    _LAST_ANSWER[key] = found.hi
+    achieved, failed = answers[sigma]  # hi is always an evaluated point
     return noise_result(
         q, sigma, t, delta, target, achieved, PldAccountant.name, history.spent_epsilon,
         at_floor=found.at_floor, failed=failed, used=_RDP.name if failed else None,
@@ -898,16 +944,18 @@ def _sigma_search(q: float, t: int, target: float, delta: float, history: Histor
 
 
 def _on_log_sigma(
-    steps: search.Steps[search.Bracket], answers: dict[float, Answer], target: float
-) -> Generator[float, Answer, search.Bracket]:
+    steps: Generator[list[float], list[float], search.Bracket], answers: dict[float, Answer], target: float
+) -> Generator[list[float], list[Answer], search.Bracket]:
     """Run a search on x = log sigma (g(x) = log(epsilon / target)), asking for the answer at
     each sigma = e^x once (``answers`` keeps them)."""
     try:
-        x = next(steps)
+        xs = next(steps)
         while True:
-            sigma = math.exp(x)
-            if sigma not in answers:
-                answers[sigma] = yield sigma
-            x = steps.send(search.log_ratio(answers[sigma][0], target))
+            sigmas = [math.exp(x) for x in xs]
+            new = [sigma for sigma in sigmas if sigma not in answers]
+            if new:
+                for sigma, answer in zip(new, (yield new), strict=True):
+                    answers[sigma] = answer
+            xs = steps.send([search.log_ratio(answers[sigma][0], target) for sigma in sigmas])
     except StopIteration as stop:
         return stop.value

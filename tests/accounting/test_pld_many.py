@@ -71,9 +71,57 @@ def test_the_searches_share_each_rounds_composition(monkeypatch: pytest.MonkeyPa
         return real(histories, delta)
 
     monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {})  # no earlier answer to start from
     questions = [q for q, _ in QUESTIONS[:4]]
     accounting.noise_multipliers(questions, "pld")
-    assert sum(calls) >= 4 * 3 and len(calls) < sum(calls) and calls[0] == 4
+    # each search proves its answer by two evaluations at least (the lattice point and the one below)
+    assert sum(calls) >= 4 * 2 and len(calls) < sum(calls) and calls[0] == 4
+
+
+def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The discrete blocks' re-calibration (docs/accounting.md §13.5): each group's question again
+    at delta less a tiny wrap charge starts from its continuous answer and is proven by one round
+    of two evaluations per question, the answer the one a first request at that delta gets."""
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    questions = [q for q, _ in QUESTIONS[:2]] + [QUESTIONS[3][0]]
+    accounting.noise_multipliers(questions, "pld")
+    smaller = [(q, t, eps, delta - 1e-12) for q, t, eps, delta in questions]
+    calls: list[int] = []
+    real = pld_module.sound_epsilons
+
+    def counted(histories: list, delta: float) -> list:
+        calls.append(len(histories))
+        return real(histories, delta)
+
+    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    again = accounting.noise_multipliers(smaller, "pld")
+    assert calls == [2 * len(questions)]
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    assert again == accounting.noise_multipliers(smaller, "pld")
+
+
+def test_the_same_question_twice_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups with the same rate, rounds, budget and spent history (a pool's members of one
+    tier) share one search: each round composes their history once, and each gets the answer
+    noise_multiplier gives alone, bit for bit, infeasible ones their InfeasibleError."""
+    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    distinct = [QUESTIONS[0], QUESTIONS[4], QUESTIONS[6]]  # plain, a spent history, infeasible
+    repeated = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[1], distinct[2]]
+    calls: list[int] = []
+    real = pld_module.sound_epsilons
+
+    def counted(histories: list, delta: float) -> list:
+        calls.append(len(histories))
+        return real(histories, delta)
+
+    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    together = accounting.noise_multipliers([q for q, _ in repeated], "pld", spent=[s for _, s in repeated])
+    assert max(calls) <= 2 * 2  # two searches (the infeasible one never searches), two points a round at most
+    monkeypatch.setattr(pld_module, "sound_epsilons", real)
+    for (question, spent), answer in zip(repeated, together, strict=True):
+        monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+        assert _same(answer, _one(question, spent)), question
+    assert isinstance(together[3], InfeasibleError) and together[0] is not together[2]
 
 
 def test_other_accountants_answer_one_question_at_a_time_alike() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -139,3 +140,115 @@ def test_lockstep_searches_take_each_its_own_steps_and_keep_refusals() -> None:
     assert rounds[0] == list(range(len(roots) + 1)) and len(rounds) == max(b.evaluations for b in alone)
     failing = sum(len(roots) in r for r in rounds)  # the refused search's evaluations
     assert failing >= 2 and sum(len(r) for r in rounds) == sum(b.evaluations for b in alone) + failing
+
+
+# ----------------------------------------------------------------------------- the lattice search (§7.8)
+
+UNIT = math.log1p(1e-3)
+
+
+def _lattice(
+    g: Callable[[float], float], x0: float, expected: bool = False, x_min: float = -5.0, x_max: float = 5.0
+) -> tuple[search.Bracket, dict[float, float]]:
+    """Drive search.lattice_steps on g; the result and every point it evaluated."""
+    seen: dict[float, float] = {}
+
+    def answer(xs: list[float]) -> list[float]:
+        assert 1 <= len(xs) <= 2 and not set(xs) & set(seen)  # one or two new points a round
+        for x in xs:
+            seen[x] = g(x)
+        return [seen[x] for x in xs]
+
+    found = search.drive(search.lattice_steps(x0, UNIT, x_min, x_max, slope=3.0, expected=expected), answer)
+    return found, seen
+
+
+def _least_feasible_k(g: Callable[[float], float], x_min: float = -5.0, x_max: float = 5.0) -> int:
+    return next(k for k in range(math.floor(x_min / UNIT), math.ceil(x_max / UNIT) + 1) if g(k * UNIT) <= 0)
+
+
+@pytest.mark.parametrize("curve", [
+    lambda x: math.log(2.0 * math.exp(-2.5 * x) + 0.3 * math.exp(-0.5 * x)) - math.log(1.1),
+    lambda x: -4.8 * x + 0.5 * x * x + 0.7,
+    lambda x: 0.2 - 1.2 * math.tanh(x),
+])
+def test_lattice_search_answers_the_same_proven_point_from_any_start(curve: Callable[[float], float]) -> None:
+    """Whatever the start (far below, far above, next to the root, said to be the answer or
+    not), the answer is the least feasible lattice point, evaluated, with its lower neighbour
+    evaluated infeasible: the same bits for every start."""
+    k = _least_feasible_k(curve)
+    answers = set()
+    for x0 in (-4.0, -1.0, k * UNIT - 0.3, k * UNIT, (k - 1) * UNIT, k * UNIT + 0.01, 2.0, 4.5):
+        for expected in (False, True):
+            found, seen = _lattice(curve, x0, expected)
+            assert not found.at_floor and found.hi == k * UNIT and found.lo == (k - 1) * UNIT
+            assert found.hi in seen and found.lo in seen and seen[found.hi] <= 0 < seen[found.lo]
+            assert found.evaluations == len(seen) <= 30
+            answers.add(found.hi)
+    assert len(answers) == 1
+
+
+def test_lattice_search_from_its_own_answer_needs_one_round() -> None:
+    """Started at its answer (a neighbouring question's), two evaluations prove it."""
+    def curve(x: float) -> float:
+        return 0.4 - 3.0 * x
+
+    k = _least_feasible_k(curve)
+    found, seen = _lattice(curve, k * UNIT, expected=True)
+    assert found.hi == k * UNIT and len(seen) == 2
+
+
+def test_lattice_search_never_trusts_its_estimate_across_a_plateau() -> None:
+    """g falls as a line, then stays infeasible on a plateau before falling again: the line's
+    points predict the root at x = 1.0, where a search that returned its estimate (or the
+    secant's point without its lower neighbour) would answer an infeasible x. The lattice
+    search answers the least feasible point beyond the plateau, proven by evaluation."""
+    def g(x: float) -> float:
+        if x < 0.99:
+            return 1.0 - x
+        if x <= 1.05:
+            return 0.01
+        return 0.01 - 2.0 * (x - 1.05)
+
+    assert g(1.0) > 0  # the line's root is infeasible
+    k = _least_feasible_k(g)
+    for x0 in (0.0, 0.5, 0.98, 1.0, 2.0):
+        found, seen = _lattice(g, x0)
+        assert found.hi == k * UNIT and seen[found.hi] <= 0 < seen[found.lo] and found.lo == (k - 1) * UNIT
+        assert found.hi > 1.05
+
+
+def test_lattice_search_with_infinite_values_floor_and_cap() -> None:
+    """inf (no finite estimate) still brackets; a feasible floor is at_floor; an infeasible cap
+    raises NoFeasiblePoint, the ends being x_min and x_max themselves."""
+    def wall(x: float) -> float:
+        return math.inf if x < 0.3 else -math.inf
+
+    k = _least_feasible_k(wall)
+    for x0 in (-4.0, 0.0, 4.0):
+        found, _ = _lattice(wall, x0)
+        assert found.hi == k * UNIT and found.lo == (k - 1) * UNIT
+    floor, _ = _lattice(lambda x: -1.0, 0.0)
+    assert floor.at_floor and floor.hi == -5.0
+    with pytest.raises(search.NoFeasiblePoint) as refused:
+        _lattice(lambda x: 1.0, 0.0)
+    assert refused.value.x_max == 5.0
+
+
+def test_pld_calibration_is_the_least_certified_lattice_sigma_whatever_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pld's noise multiplier is e^{k XTOL} with its epsilon certified at most the target and
+    the lattice point below it certified above; a misleading start (a stored answer far away)
+    changes the evaluations, not one bit of the answer."""
+    from accounting.accountants import pld
+
+    monkeypatch.setattr(pld, "_LAST_ANSWER", {}, raising=False)
+    for q, t, eps, delta in [(0.01, 30, 1.0, 1e-5), (0.1, 100, 1.0, 1e-3), (1.0, 10, 2.0, 1e-5)]:
+        cold = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
+        sigma = cold.noise_multiplier
+        k = round(math.log(sigma) / pld.XTOL)
+        assert sigma == math.exp(k * pld.XTOL)
+        assert pld.sound_epsilon([(q, sigma, t)], delta)[0] <= eps < pld.sound_epsilon([(q, math.exp((k - 1) * pld.XTOL), t)], delta)[0]
+        for misleading in (0.2 * sigma, 5.0 * sigma):
+            pld._LAST_ANSWER[(q, t, eps, ())] = math.log(misleading)
+            again = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
+            assert again.noise_multiplier == sigma and again.epsilon == cold.epsilon

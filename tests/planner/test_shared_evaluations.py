@@ -48,14 +48,16 @@ def _key(history: Any) -> tuple[tuple[float, float, int], ...]:
 
 
 @pytest.fixture
-def pld_compositions(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[tuple[float, float, int], ...]]:
-    """How often pld composed each history: every composition, alone or in a batch, is a row
-    of ``pld._epsilons_and_errors``."""
-    seen: Counter[tuple[tuple[float, float, int], ...]] = Counter()
+def pld_compositions(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[tuple[tuple[float, float, int], ...], float]]:
+    """How often pld composed each history at each delta: every composition, alone or in a
+    batch, is a row of ``pld._epsilons_and_errors``. The delta is part of the question: the
+    discrete blocks' calibration asks the same sigma again at delta less the wrap charge
+    (docs/accounting.md §13.5, a lattice point both calibrations may land on)."""
+    seen: Counter[tuple[tuple[tuple[float, float, int], ...], float]] = Counter()
     many = pld._epsilons_and_errors
 
     def counted(histories: Any, delta: float) -> Any:
-        seen.update(_key(h) for h in histories)
+        seen.update((_key(h), delta) for h in histories)
         return many(histories, delta)
 
     monkeypatch.setattr(pld, "_epsilons_and_errors", counted)
@@ -82,7 +84,7 @@ def test_a_pld_plan_composes_each_final_history_once(method: RequestedMethod, pl
     assert finals
     for group_id, history in finals.items():
         # calibration (its last evaluation) or verification, never both; and no figure recomputes it
-        assert pld_compositions[history] == 1, (method, group_id, pld_compositions[history])
+        assert pld_compositions[(history, plan.scenario.delta)] == 1, (method, group_id, pld_compositions)
 
 
 @pytest.mark.parametrize("method", ["gdpfed_plus", "gdpfed", "idp_scale", "dp_fedavg"])
@@ -164,7 +166,7 @@ def test_a_ledger_row_composes_its_history_once(accountant: str, pld_composition
     pld_compositions.clear()
     rows = {row.id: row for row in group_ledgers(plan, rounds)}
     for group_id, history in histories.items():
-        assert pld_compositions[history] == 1, (group_id, pld_compositions[history])
+        assert pld_compositions[(history, plan.scenario.delta)] == 1, (group_id, pld_compositions)
         row = rows[group_id]
         assert (row.epsilon_rdp, row.epsilon_tight) == (alone[group_id].rdp, alone[group_id].tight)
         assert row.epsilon_spent == (row.epsilon_tight if accountant == "pld" else row.epsilon_rdp)
@@ -176,7 +178,7 @@ def test_a_ledger_row_composes_its_history_once(accountant: str, pld_composition
     figures = ledger.final_figures()
     spent = ledger.final_spent()
     for group_id, history in histories.items():
-        assert pld_compositions[history] == 1, (group_id, pld_compositions[history])
+        assert pld_compositions[(history, plan.scenario.delta)] == 1, (group_id, pld_compositions)
         assert figures[group_id] == alone[group_id]
         assert spent[group_id] == (alone[group_id].tight if accountant == "pld" else alone[group_id].rdp)
 
