@@ -184,24 +184,31 @@ def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case, tmp_
 # removed scenario.json, scenario.yaml and synthetic-3000.json are equal to before), and
 # fedhdp.json's adaptive_clip pool releases the count +-m (m = 600): its block's noise, b,
 # epsilon and overheads are those of the released sensitivities sqrt(D2^2 + m^2), D1 + m.
+# Re-pinned when pld's normal tails moved from scipy.special.ndtr / log_ndtr to accounting/normal.py
+# (issue 26 §3: Cephes' ndtr in numpy, whose exp differs from the C library's in the last bit on
+# ~1% of inputs): every pld plan here (scenario.json, scenario.yaml, silos.json, synthetic-3000.json,
+# fedhdp.json, and BIG_DEFAULT_GOLDEN[100]) moved in its last digits: noise multipliers, epsilons
+# and every other number by at most 1e-9 relative, except the discrete blocks' overheads
+# (differences of two near-equal epsilons) by up to 1e-6 relative (scenario.yaml's P1); no status,
+# pool, structure or refusal changed. changes.json and metric.json (no pld question) did not move.
 DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "e7ba72e6b9967b1d1c1d307253bdec008aa6f99ff8cbccf40c98c20ffd613d38",
-    ('scenario.json', None, 'compare'): "bd2abd0b59f4923092f6fb3b4cc0233c62a9e19481274f884d874fe52f614e46",
-    ('scenario.yaml', None, None): "ba99d5a33fe9966503a2ea1de621297ea936faea9aafa0a3b62dc7c6e2f019e8",
-    ('scenario.yaml', None, 'compare'): "82df0cf2cb84007711a9f76dc80fc466d722092fe97dc3b16aa6bfb0ee5f44ed",
-    ('silos.json', None, None): "006e1f390f759eb666a3b62567bdef184ea2aa8f860b71d00f0fffcfde9344f4",
+    ('scenario.json', None, None): "81bd26ada95d01028706f38dec4b303bafbcc86986fe71df6c427bd293c42840",
+    ('scenario.json', None, 'compare'): "81da27527a0a8e8edd0ba1853085b0d0670a22cb9baa378df25cd2caf093b129",
+    ('scenario.yaml', None, None): "93cfecff3280f711019474de41923decf850b1bb06f8cf52ad1042a3984da1fb",
+    ('scenario.yaml', None, 'compare'): "36c154056b6c98f30814afd01756365bcbbe212d8ba9172af1483fdf56ba58e1",
+    ('silos.json', None, None): "cd07623eea86b773c19a2ef81068e240a6a8f6eec8edc852979180a367fa9b3e",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "ec2752ac00a4b51dbc1d40faab71d872bc24335ec266ce8e5882a005f892cbe9",
-    ('synthetic-3000.json', None, 'compare'): "748ca6c7688d749f08734899633324c5d5e3f3583ece971e7a6ae9d7b8590961",
+    ('synthetic-3000.json', None, None): "bdda8edc27a6e49872042355595564c70f75707106c760b64bfcd62ab4b1b09e",
+    ('synthetic-3000.json', None, 'compare'): "ca3ad6b10732dd37c9744fef184be3338be7aaa751aa657b57c816256e9afe66",
     # fedhdp (pld) re-pinned when sigma_Delta was rounded up so that z_eff(sigma_Delta, sigma_b) >= z_eff
     # (planner/adaptive_clip.py): predicted.clients_needed's first expected_clients rose in its last
     # digits, 83.81175394858118 -> 83.81175394858124; no noise multiplier or epsilon moved.
-    ('fedhdp.json', 'pld', None): "f499b607c15b9ff4512a964f430132cb5df25a88980c8d29c27d47f50f8b2a99",
-    ('fedhdp.json', 'pld', 'compare'): "d601ece81b46811afebbe334e8933ed5a6fc1f4d8caf71c4bd641f39aa5af38c",
+    ('fedhdp.json', 'pld', None): "7d7e92abe1d5e8528acbc225ef87ec63db390f2e9b9f8d53e2da99217eef45ba",
+    ('fedhdp.json', 'pld', 'compare'): "c83f714a0a45c20222034b54fbf559b8b3143f3347aacf45db43bfa823a77401",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
@@ -237,7 +244,7 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 # sha256 of make_plan(bench.planner.big_scenario(100), "gdpfed_plus").model_dump_json() under
 # the default (pld), figures included: the many-group path of the tight calibration, on the
 # continuous path (named, its line left out; a Skellam table per pool is not what this pins).
-BIG_DEFAULT_GOLDEN = {100: "ca5051707c0b7877b8ba8a9ec54b8473f159a6735c655a2b8d76ed8ac40eed7e"}
+BIG_DEFAULT_GOLDEN = {100: "3915924f1dab0d34407bed09dcdb16002a1075a1db9e8b18331014d818fc80f4"}
 
 
 @pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
