@@ -96,6 +96,16 @@ def test_default_accountant_questions_import_no_scipy(tmp_path: Path, question: 
     assert "accounting.accountants.pld" in modules and "accounting.normal" in modules
 
 
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_account_question_loads_no_multiprocessing(tmp_path: Path, accountant: str) -> None:
+    # issue 26 §3: multiprocessing serves prv's isolated jobs only (accounting/prv.py
+    # run_isolated imports it), not every question that imports the accountants' registry
+    code, modules = imported(tmp_path, *ACCOUNT_EPSILON, "--accountant", accountant)
+    assert code == 0
+    assert "accounting.prv" in modules
+    assert loaded(modules, "multiprocessing") == []
+
+
 @pytest.mark.parametrize(
     "argv",
     [
