@@ -12,7 +12,9 @@ the pld accountant evaluates (issue 26 §3). These are the same algorithms:
   relative on 1.3 million seeded inputs); Cephes' own error against the exact function is
   documented as 3.4e-14 relative, a hundred times more. With the C library's ``exp``
   (``math.exp`` element by element) the result is scipy's bit for bit
-  (``tests/accounting/test_normal.py`` checks both).
+  (``tests/accounting/test_normal.py`` checks both). numpy pays per call, not per value:
+  small calls run the six polynomials on every value at once, large ones each branch on
+  its own values (:data:`STACKED_MAX`), the same operations value for value.
 - :func:`log_ndtr` is log Phi(x) for one float, from ``math.erfc`` where that is a
   normal number and from the asymptotic series of Mills' ratio below (x < -37), with the
   square in the exponent computed exactly (Dekker's product), so its error is a few units
@@ -47,45 +49,93 @@ _MAXLOG = 7.09782712893383996843e2  # Cephes' MAXLOG: exp(-x^2) underflows past 
 _SQRT1_2 = 0.70710678118654752440  # M_SQRT1_2
 
 
-def _polevl(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
-    """Cephes' polevl: Horner's rule from the leading coefficient, the same operations in order."""
-    out = np.full_like(x, coefficients[0])
-    for c in coefficients[1:]:
-        out = out * x + c
-    return out
+def _table() -> tuple[np.ndarray, np.ndarray]:
+    """Cephes' six polynomials as rows of one table ``[k, row]``: rows 0, 1 erf's numerator and
+    denominator (T, U, in x^2), rows 2, 3 erfc's on [1, 8) (P, Q), rows 4, 5 erfc's from 8 on
+    (R, S); monic denominators with their 1 written out, shorter polynomials padded with
+    leading zeros. Horner's steps over the padding give exactly 0 until the first coefficient,
+    then that coefficient, so each row takes exactly Cephes' polevl/p1evl operations (a monic
+    polynomial's first step, 1 * x + c, is p1evl's x + c). Returns the first row and the rest."""
+    rows = (_T, (1.0, *_U), _P, (1.0, *_Q), _R, (1.0, *_S))
+    width = max(len(c) for c in rows)
+    table = np.zeros((width, len(rows), 1))
+    for row, coefficients in enumerate(rows):
+        table[width - len(coefficients):, row, 0] = coefficients
+    return table[0].copy(), table[1:].copy()
 
 
-def _p1evl(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
-    """Cephes' p1evl: :func:`_polevl` with an implied leading coefficient 1."""
-    out = x + coefficients[0]
-    for c in coefficients[1:]:
-        out = out * x + c
-    return out
+_FIRST, _STEPS = _table()
+
+
+# Below this many values the six polynomials run on every value in one pass (about 40 numpy
+# calls whatever the size: for pld's few hundred values at a time the number of calls sets
+# the time); above it each branch runs on its own values only (a third of the arithmetic,
+# more calls). Both are Cephes' operations value for value: the same bits either way.
+STACKED_MAX = 2048
 
 
 def ndtr(a: np.ndarray | float, exp: Callable[[np.ndarray], np.ndarray] = np.exp) -> np.ndarray:
     """Phi(a), the standard normal distribution function, as Cephes' ``ndtr`` computes it:
-    ``0.5 + 0.5 erf(a/sqrt 2)`` where ``|a/sqrt 2| < 1``, else ``0.5 erfc(|a|/sqrt 2)``
-    (subtracted from 1 for a > 0); NaN stays NaN. ``exp`` is numpy's unless given
-    (``math.exp`` element by element reproduces scipy's bits; the tests use it)."""
+    ``0.5 + 0.5 erf(a/sqrt 2)`` where ``|a/sqrt 2| < 1`` (erf = x T(x^2)/U(x^2)), else
+    ``0.5 erfc(|a|/sqrt 2)``, subtracted from 1 for a > 0 (erfc = exp(-z^2) P(z)/Q(z) on
+    [1, 8), exp(-z^2) R(z)/S(z) from 8 on, 0 where -z^2 < -MAXLOG); NaN stays NaN.
+    ``exp`` is numpy's unless given (``math.exp`` element by element reproduces scipy's
+    bits; the tests use it)."""
     a = np.asarray(a, dtype=float)
-    x = a * _SQRT1_2
-    z = np.abs(x)
-    inner = z < 1.0
+    x = a.reshape(-1) * _SQRT1_2
     with np.errstate(all="ignore"):
-        xi = np.where(inner, x, 0.0)  # erf's branch; the other lanes get harmless values
-        zz = xi * xi
-        erf = xi * _polevl(zz, _T) / _p1evl(zz, _U)
-        y_inner = 0.5 + 0.5 * erf
-        zo = np.where(inner, 1.0, z)  # erfc's branch, z >= 1
-        e = exp(-zo * zo)
-        near = zo < 8.0
-        p = np.where(near, _polevl(zo, _P), _polevl(zo, _R))
-        q = np.where(near, _p1evl(zo, _Q), _p1evl(zo, _S))
-        erfc = np.where(-zo * zo < -_MAXLOG, 0.0, (e * p) / q)
-        y_outer = 0.5 * erfc
-        y_outer = np.where(x > 0, 1.0 - y_outer, y_outer)
-    return np.where(inner, y_inner, y_outer)
+        out = _stacked(x, exp) if x.size <= STACKED_MAX else _split(x, exp)
+    return out.reshape(a.shape)
+
+
+def _stacked(x: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """:func:`ndtr` at ``x sqrt 2`` with the six polynomials as one (6, n) Horner pass in
+    place, each value then taking its branch's. The arguments are clamped where a branch's
+    value is not used (x^2 to 1 for erf's rows, |x| to 27 for erfc's, past which exp(-x^2)
+    underflows), so no row overflows."""
+    z = np.abs(x)
+    square = z * z
+    argument = np.empty((6, x.size))
+    argument[:2] = np.minimum(square, 1.0)
+    argument[2:] = np.minimum(z, 27.0)
+    value = np.repeat(_FIRST, x.size, axis=1)
+    for c in _STEPS:
+        value *= argument
+        value += c
+    erf = (x * value[0]) / value[1]
+    near = z < 8.0
+    erfc = (exp(-square) * np.where(near, value[2], value[4])) / np.where(near, value[3], value[5])
+    half = 0.5 * np.where(-square < -_MAXLOG, 0.0, erfc)
+    return np.where(z < 1.0, 0.5 + 0.5 * erf, np.where(x > 0, 1.0 - half, half))
+
+
+def _horner(x: np.ndarray, row: int) -> np.ndarray:
+    """Row ``row`` of :data:`_STEPS`' polynomials at ``x`` (Cephes' polevl/p1evl, as :func:`_stacked`)."""
+    out = np.full_like(x, _FIRST[row, 0])
+    for c in _STEPS[:, row, 0]:
+        out *= x
+        out += c
+    return out
+
+
+def _split(x: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """:func:`ndtr` at ``x sqrt 2`` with each branch evaluated on its own values only."""
+    z = np.abs(x)
+    square = z * z
+    out = np.empty_like(x)
+    under = -square < -_MAXLOG
+    inner = np.flatnonzero(z < 1.0)
+    si = square[inner]
+    out[inner] = 0.5 + 0.5 * ((x[inner] * _horner(si, 0)) / _horner(si, 1))
+    near = np.flatnonzero((z >= 1.0) & (z < 8.0))
+    far = np.flatnonzero(~(z < 8.0) & ~under)  # NaN here: NaN out, as Cephes
+    for at, row in ((near, 2), (far, 4)):
+        zb = z[at]
+        half = 0.5 * ((exp(-square[at]) * _horner(zb, row)) / _horner(zb, row + 1))
+        out[at] = np.where(x[at] > 0, 1.0 - half, half)
+    at = np.flatnonzero(under)
+    out[at] = np.where(x[at] > 0, 1.0, 0.0)  # erfc underflows to 0: ndtr is 0 or 1
+    return out
 
 
 def survival(x: np.ndarray | float) -> np.ndarray:
