@@ -15,7 +15,6 @@ tested directly too.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import time
 import warnings
@@ -243,6 +242,10 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: fl
     instead of computing on for minutes as an orphan. Any exception in the child, a
     crash, or the deadline becomes a PrvFailure with the reason.
     """
+    # start-up time: imported here, so a question no PRV job answers (every pld or rdp
+    # question of `gdpfed account`) does not load multiprocessing (issue 26 §3)
+    import multiprocessing
+
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     if method == "fork":
         preload()

@@ -196,6 +196,13 @@ def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case, tmp_
 # synthetic-3000.json 0.087%, fedhdp.json 0.049%; 4 of scenario.json's 6 lower, 2 higher), and
 # what follows from them (blocks' variances, epsilons, clients_needed) by at most 0.37%.
 # changes.json, metric.json and silos.json's compare (rdp-ranked) did not move.
+# Re-pinned when pld's normal tails moved from scipy.special.ndtr / log_ndtr to accounting/normal.py
+# (issue 26 §3: Cephes' ndtr in numpy, whose exp differs from the C library's in the last bit on
+# ~1% of inputs): every pld plan here (scenario.json, scenario.yaml, silos.json, synthetic-3000.json,
+# fedhdp.json, and BIG_DEFAULT_GOLDEN[100]) moved in its last digits: noise multipliers, epsilons
+# and every other number by at most 1e-9 relative, except the discrete blocks' overheads
+# (differences of two near-equal epsilons) by up to 1e-6 relative (scenario.yaml's P1); no status,
+# pool, structure or refusal changed. changes.json and metric.json (no pld question) did not move.
 DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
@@ -252,6 +259,7 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 # Re-recorded for the lattice search (as DEFAULT_GOLDEN): its 200 noise multipliers moved by at
 # most 0.089% (80 lower, 120 higher, mean +0.013%).
 BIG_DEFAULT_GOLDEN = {100: "e8cf6c547459fc2757daecd8ca3350940c0968a9c64514c40437946e7a949b58"}
+BIG_DEFAULT_GOLDEN = {100: "3915924f1dab0d34407bed09dcdb16002a1075a1db9e8b18331014d818fc80f4"}
 
 
 @pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
