@@ -203,24 +203,26 @@ def test_an_rdp_plan_states_its_rdp_figure_as_its_epsilon_spent(case: Case, tmp_
 # and every other number by at most 1e-9 relative, except the discrete blocks' overheads
 # (differences of two near-equal epsilons) by up to 1e-6 relative (scenario.yaml's P1); no status,
 # pool, structure or refusal changed. changes.json and metric.json (no pld question) did not move.
+# The three passes above (the plan's Skellam figures, the lattice search, the normal tails) were
+# written in parallel and merged together; these digests are recorded on the merged code.
 DEFAULT_GOLDEN: dict[Case, str] = {
     ('changes.json', None, None): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('changes.json', None, 'compare'): "880e02e008208a82365a051a9911cb26e244c4be6c26ae28b55b917511305132",
     ('metric.json', None, None): "2cc329613cf0a1ae39f5e033bad3b20ae60115a46dc454b96cee8b92648ded7e",
     ('metric.json', None, 'compare'): "fed922d9b9f7e7c5a8027bd4eda763d8af9e44dc907e92999119ccb247bf2493",
-    ('scenario.json', None, None): "d06844fd2c9692b233a12aac4fce0c436cd7405c476f058b30ce8e4c9c72a22d",
-    ('scenario.json', None, 'compare'): "a73e7a639ccb40b106f970890c7e523e5a4b8bc61f7a43e017d56e5fd9f80853",
-    ('scenario.yaml', None, None): "3a1c0c2c968fa23af63ff304a1f923d6789c459e891d8e91afd9717ecbe2ed32",
-    ('scenario.yaml', None, 'compare'): "10331107f419dd29dd7e5cc5dba326ee584b86fe53085385a8ec9a21825c3cc8",
-    ('silos.json', None, None): "f8e058a7511914f4bcc3d488334412f84e41ea58fe34533abd0f117f43380a12",
+    ('scenario.json', None, None): "e302b57e3da2c21035ae2d8aaba5babd62d6ce91174687970039772ecf676626",
+    ('scenario.json', None, 'compare'): "e5063a760b556cae3c208e0e574c4512f417c2266d5f86d9d4ecdc25ba788dce",
+    ('scenario.yaml', None, None): "558a6264572a151749c8c822442f4a554e48c6a946fb8e099b8dd84053c290ec",
+    ('scenario.yaml', None, 'compare'): "7407105b476d6abfda4fce69e29d1e4e202ef20210bc3c889dfe49468d8007c9",
+    ('silos.json', None, None): "414b18013a7ffcb11c63ac58346442880029a86d9e4d2aa7791270303403af19",
     ('silos.json', None, 'compare'): "cf185342e052b93e56348a815f0fb9c1630ab2dc4370dacdd1e88b8273f9a9aa",
-    ('synthetic-3000.json', None, None): "e70535c435270ab2d74580ff014c4224833598d6b4a46d16f8f007e85d4cf8da",
-    ('synthetic-3000.json', None, 'compare'): "b745d4e757f62671895c61f01108b441609bd174ea35bd57d11efa7a87cbeed4",
+    ('synthetic-3000.json', None, None): "e6a833c64d7c679c635db3513dfbabde57c43b6020255dc15989d2141b370c91",
+    ('synthetic-3000.json', None, 'compare'): "34fc5e77218fcfccbffc2464b764f1314607c54215b3c56e28e68be6bb330400",
     # fedhdp (pld) re-pinned when sigma_Delta was rounded up so that z_eff(sigma_Delta, sigma_b) >= z_eff
     # (planner/adaptive_clip.py): predicted.clients_needed's first expected_clients rose in its last
     # digits, 83.81175394858118 -> 83.81175394858124; no noise multiplier or epsilon moved.
-    ('fedhdp.json', 'pld', None): "0ede8be202ac2baa6dde2efd7e94088e0c7373eb21f98a41e2a8fc41f06715ee",
-    ('fedhdp.json', 'pld', 'compare'): "755646f99eec01eae82ec9da9868942d1b1b03d0dd4ba85dd33ad3f4d22c1d2a",
+    ('fedhdp.json', 'pld', None): "baa2034b177aba9a87f023c262f22c72b401f432ea2793e6a59cf53d4561ccf5",
+    ('fedhdp.json', 'pld', 'compare'): "74d75eae807bdd6055e7ab97f6eb9aa93fd7619d2db167400e10dd703a563091",
 }
 
 DEFAULT_CASES: list[Case] = list(DEFAULT_GOLDEN)
@@ -257,9 +259,9 @@ def test_many_group_plan_is_bit_identical_to_before(groups: int) -> None:
 # the default (pld), figures included: the many-group path of the tight calibration, on the
 # continuous path (named, its line left out; a Skellam table per pool is not what this pins).
 # Re-recorded for the lattice search (as DEFAULT_GOLDEN): its 200 noise multipliers moved by at
-# most 0.089% (80 lower, 120 higher, mean +0.013%).
-BIG_DEFAULT_GOLDEN = {100: "e8cf6c547459fc2757daecd8ca3350940c0968a9c64514c40437946e7a949b58"}
-BIG_DEFAULT_GOLDEN = {100: "3915924f1dab0d34407bed09dcdb16002a1075a1db9e8b18331014d818fc80f4"}
+# most 0.089% (80 lower, 120 higher, mean +0.013%). Re-recorded again for the normal tails in numpy
+# (accounting/normal.py, issue 26 §3: last-digit moves, as DEFAULT_GOLDEN) in the same merge.
+BIG_DEFAULT_GOLDEN = {100: "ac238fe9e1f72af4353e7b2854bb61e6592b907556c28e25b9cd9358466d8560"}
 
 
 @pytest.mark.parametrize("groups", sorted(BIG_DEFAULT_GOLDEN))
