@@ -233,6 +233,22 @@ def history_accountant(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism 
     return plan.accountant
 
 
+def record_accountant(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism = CONTINUOUS) -> AccountantName:
+    """The accountant of ``group``'s figure of record on ``mechanism``: ``ledger_accountant`` of
+    :func:`history_accountant` (a prv plan's Skellam events are rdp's, docs/ledger.md §3)."""
+    return ledger_accountant(history_accountant(plan, group, mechanism))
+
+
+def rows_accountant(plan: Plan, mechanism: SecaggMechanism = CONTINUOUS) -> AccountantName:
+    """The accountant that prices the figures of record of a ledger of ``plan`` run on
+    ``mechanism`` (docs/ledger.md §3): the Skellam-priced groups' where the mechanism prices
+    any (on skellam no private group of such a ledger is priced by Gaussian phases:
+    :func:`check_mechanism` refuses a noised pool without a block and spent phases no events
+    record), else the plan's ``ledger_accountant``."""
+    discrete = {record_accountant(plan, g, mechanism) for g in plan.groups if counts_discrete(plan, g, mechanism)}
+    return discrete.pop() if len(discrete) == 1 else ledger_accountant(plan.accountant)
+
+
 def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
     """The delta ``run_history`` is accounted at: the plan's, less the wrap-around bound of
     every round run where the group's rounds are discrete (``planner.discrete.run_delta``;
@@ -433,7 +449,7 @@ def figures_by_group(
             # each figure of record under its own accountant (a prv plan's Skellam rounds are rdp's)
             known = {}
             for i, g in enumerate(members):
-                record = ledger_accountant(history_accountant(plan, g, mechanism))
+                record = record_accountant(plan, g, mechanism)
                 known.setdefault(record, [None] * len(members))[i] = spent[g.id]
         histories = [run_history(plan, g, rounds_run, mechanism) for g in members]
         by_id.update(zip((g.id for g in members), epsilon_figures(histories, delta, known), strict=True))

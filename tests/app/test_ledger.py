@@ -237,3 +237,30 @@ def test_a_stored_plan_of_the_old_default_reads_and_its_ledger_states_both_figur
         assert row["epsilon_rdp"] == row["epsilon_spent"] > 0
         assert 0 < row["epsilon_tight"] < row["epsilon_rdp"]
 
+
+
+def test_a_prv_plans_skellam_ledger_is_labelled_with_the_accountant_that_priced_its_rows(client: TestClient) -> None:
+    """prv cannot account the Skellam event: a prv plan's Skellam rows are priced by rdp
+    (planner.ledger.history_accountant), so its skellam ledger says rdp, not prv; reported on the
+    continuous shares its rows are prv's and say so."""
+    import copy
+
+    from planner import ledger as plan_ledger
+    from planner.schema import SecaggMechanism
+    from planner.units import load_plan
+    from tests.app.conftest import SMALL_SCENARIO
+
+    cases: list[tuple[SecaggMechanism, str]] = [("skellam", "rdp"), ("gaussian_continuous", "prv")]
+    for mechanism, accountant in cases:
+        scenario = {**copy.deepcopy(SMALL_SCENARIO), "accountant": "prv", "rounds": 5}
+        created = client.post("/v1/plans", json={"scenario": scenario})
+        assert created.status_code == 201, created.text
+        plan = load_plan(created.json())
+        assert plan.accountant == "prv" and any(p.discrete is not None for p in plan.pools)
+        assert _report(client, created.json()["id"], 0, secagg_mechanism=mechanism).status_code == 201
+        ledger = client.get(f"/v1/plans/{created.json()['id']}/ledger").json()
+        assert ledger["secagg_mechanism"] == mechanism and ledger["accountant"] == accountant, mechanism
+        for row in ledger["groups"]:
+            group = plan.group(row["id"])
+            assert plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism)) == accountant
+            assert row["epsilon_spent"] == plan_ledger.epsilon_spent(plan, group, 1, mechanism=mechanism)
