@@ -260,9 +260,10 @@ def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: Seca
 
 def missing_block_reason(pool_id: str) -> str:
     """Why a run on skellam cannot use pool ``pool_id``, a noised pool that states no ``discrete``
-    block: the one text of that refusal, the service's (:func:`check_mechanism`, HTTP 422) and the
-    trainer's (``trainer.units.client.discrete.discrete_pools``, exit 2), each naming its own field
-    (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
+    block: the one text of that refusal, the service's (:func:`check_mechanism`, HTTP 422), the
+    trainer's (``trainer.units.client.discrete.discrete_pools``, exit 2) and a running skellam
+    run's at a re-plan it cannot follow (``trainer.units.client.tally``), each naming its own
+    field (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
     return (
         f"pool {pool_id} states no discrete block: the skellam mechanism runs the plan's calibrated discrete noise "
         "and its ledger counts that noise's Skellam events, which this noised pool lacks (its rounds would be "
@@ -270,6 +271,16 @@ def missing_block_reason(pool_id: str) -> str:
         "secagg_mechanism: skellam (the planner's default), or run --secagg-mechanism gaussian_continuous "
         "(approximate)"
     )
+
+
+def pools_without_block(plan: Plan) -> list[str]:
+    """The noised pools of ``plan`` (a sampled private group, noise) that state no ``discrete``
+    block: those a skellam run cannot use (:func:`missing_block_reason`)."""
+    return [
+        pool.id for pool in plan.pools
+        if pool.discrete is None and pool.noise_multiplier > 0
+        and any(g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id)
+    ]
 
 
 def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
@@ -281,12 +292,8 @@ def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
     (:func:`unrecorded_spent_problem`)."""
     if mechanism != "skellam":
         return
-    for pool in plan.pools:
-        noised = pool.noise_multiplier > 0 and any(
-            g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id
-        )
-        if noised and pool.discrete is None:
-            raise InvalidInputError("secagg_mechanism", missing_block_reason(pool.id))
+    for pool_id in pools_without_block(plan):
+        raise InvalidInputError("secagg_mechanism", missing_block_reason(pool_id))
     for group in plan.groups:
         problem = unrecorded_spent_problem(group) if counts_discrete(plan, group, mechanism) else None
         if problem is not None:
