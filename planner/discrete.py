@@ -940,8 +940,14 @@ def spent_record(plan: Plan, group: GroupPlan, rounds_run: int) -> tuple[list[Po
     """What a re-plan after ``rounds_run`` rounds of ``plan`` records as ``group``'s spent history when
     ``plan``'s run executes the discrete mechanism (docs/planning.md §9): its Skellam events
     (:func:`group_history`) and the wrap-around probability charged to delta so far (delta less
-    :func:`run_delta`). ``None`` when ``plan`` states no discrete block (its run is continuous)
-    or the group's own spent history is not recorded as Skellam events."""
-    if all(pool.discrete is None for pool in plan.pools) or not spent_as_discrete(group):
+    :func:`run_delta`). ``None`` when ``plan``'s mechanism is not skellam (``scenario.mechanism``:
+    its run is continuous), when the group's own spent history is not recorded as Skellam events,
+    or when it was sampled with noise in a pool that states no block (rounds no Skellam event
+    records). A skellam plan without any block (every group exhausted: no noised pool) still
+    records its groups' spent Skellam events: the mechanism is the plan's, not "has blocks"."""
+    if plan.scenario.mechanism != "skellam" or not spent_as_discrete(group):
+        return None
+    pool = plan.pool(group.pool)
+    if pool.discrete is None and pool.noise_multiplier > 0 and group.sampling_rate > 0 and rounds_run > 0:
         return None
     return group_history(plan, group, rounds_run), float(plan.scenario.delta) - run_delta(plan, group, rounds_run)

@@ -233,6 +233,22 @@ def history_accountant(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism 
     return plan.accountant
 
 
+def record_accountant(plan: Plan, group: GroupPlan, mechanism: SecaggMechanism = CONTINUOUS) -> AccountantName:
+    """The accountant of ``group``'s figure of record on ``mechanism``: ``ledger_accountant`` of
+    :func:`history_accountant` (a prv plan's Skellam events are rdp's, docs/ledger.md §3)."""
+    return ledger_accountant(history_accountant(plan, group, mechanism))
+
+
+def rows_accountant(plan: Plan, mechanism: SecaggMechanism = CONTINUOUS) -> AccountantName:
+    """The accountant that prices the figures of record of a ledger of ``plan`` run on
+    ``mechanism`` (docs/ledger.md §3): the Skellam-priced groups' where the mechanism prices
+    any (on skellam no private group of such a ledger is priced by Gaussian phases:
+    :func:`check_mechanism` refuses a noised pool without a block and spent phases no events
+    record), else the plan's ``ledger_accountant``."""
+    discrete = {record_accountant(plan, g, mechanism) for g in plan.groups if counts_discrete(plan, g, mechanism)}
+    return discrete.pop() if len(discrete) == 1 else ledger_accountant(plan.accountant)
+
+
 def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
     """The delta ``run_history`` is accounted at: the plan's, less the wrap-around bound of
     every round run where the group's rounds are discrete (``planner.discrete.run_delta``;
@@ -244,9 +260,10 @@ def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: Seca
 
 def missing_block_reason(pool_id: str) -> str:
     """Why a run on skellam cannot use pool ``pool_id``, a noised pool that states no ``discrete``
-    block: the one text of that refusal, the service's (:func:`check_mechanism`, HTTP 422) and the
-    trainer's (``trainer.units.client.discrete.discrete_pools``, exit 2), each naming its own field
-    (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
+    block: the one text of that refusal, the service's (:func:`check_mechanism`, HTTP 422), the
+    trainer's (``trainer.units.client.discrete.discrete_pools``, exit 2) and a running skellam
+    run's at a re-plan it cannot follow (``trainer.units.client.tally``), each naming its own
+    field (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
     return (
         f"pool {pool_id} states no discrete block: the skellam mechanism runs the plan's calibrated discrete noise "
         "and its ledger counts that noise's Skellam events, which this noised pool lacks (its rounds would be "
@@ -254,6 +271,16 @@ def missing_block_reason(pool_id: str) -> str:
         "secagg_mechanism: skellam (the planner's default), or run --secagg-mechanism gaussian_continuous "
         "(approximate)"
     )
+
+
+def pools_without_block(plan: Plan) -> list[str]:
+    """The noised pools of ``plan`` (a sampled private group, noise) that state no ``discrete``
+    block: those a skellam run cannot use (:func:`missing_block_reason`)."""
+    return [
+        pool.id for pool in plan.pools
+        if pool.discrete is None and pool.noise_multiplier > 0
+        and any(g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id)
+    ]
 
 
 def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
@@ -265,12 +292,8 @@ def check_mechanism(plan: Plan, mechanism: SecaggMechanism) -> None:
     (:func:`unrecorded_spent_problem`)."""
     if mechanism != "skellam":
         return
-    for pool in plan.pools:
-        noised = pool.noise_multiplier > 0 and any(
-            g.sampling_rate > 0 and g.epsilon is not None for g in plan.groups if g.pool == pool.id
-        )
-        if noised and pool.discrete is None:
-            raise InvalidInputError("secagg_mechanism", missing_block_reason(pool.id))
+    for pool_id in pools_without_block(plan):
+        raise InvalidInputError("secagg_mechanism", missing_block_reason(pool_id))
     for group in plan.groups:
         problem = unrecorded_spent_problem(group) if counts_discrete(plan, group, mechanism) else None
         if problem is not None:
@@ -433,7 +456,7 @@ def figures_by_group(
             # each figure of record under its own accountant (a prv plan's Skellam rounds are rdp's)
             known = {}
             for i, g in enumerate(members):
-                record = ledger_accountant(history_accountant(plan, g, mechanism))
+                record = record_accountant(plan, g, mechanism)
                 known.setdefault(record, [None] * len(members))[i] = spent[g.id]
         histories = [run_history(plan, g, rounds_run, mechanism) for g in members]
         by_id.update(zip((g.id for g in members), epsilon_figures(histories, delta, known), strict=True))

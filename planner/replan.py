@@ -133,9 +133,9 @@ def _histories(plan: Plan, rounds_done: int) -> tuple[dict[str, list[Phase]], di
 
 def _discrete_histories(plan: Plan, rounds_done: int) -> SkellamHistories | None:
     """Each group's spent Skellam events and wrap-around charge after ``rounds_done`` rounds of
-    ``plan`` when its run executes the discrete mechanism (its pools state ``discrete`` blocks;
-    ``planner.discrete.spent_record``, what the run's ledger counts); ``None`` for a continuous
-    parent, or one whose own spent history is not recorded as Skellam events (the successor
+    ``plan`` when its run executes the discrete mechanism (its scenario's ``secagg_mechanism``,
+    even where no pool states a block: every group exhausted; ``planner.discrete.spent_record``,
+    what the run's ledger counts); ``None`` for a continuous parent, or one whose own spent history is not recorded as Skellam events (the successor
     then states no blocks: nothing is calibrated on a history that is not the one run)."""
     record = {g.id: plan_discrete.spent_record(plan, g, rounds_done) for g in plan.groups}
     if any(value is None for value in record.values()):

@@ -146,7 +146,8 @@ class LedgerOut(BaseModel):
     plan_id: str
     privacy_unit: str = Field(description="the notion of every epsilon below: client = client-level DP per group")
     accountant: AccountantName = Field(
-        description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form)"
+        description="accountant of epsilon_spent: the plan accountant's verified_by (the plan's; rdp for closed_form); "
+        "rows priced by Skellam events (secagg_mechanism skellam), their blocks' (rdp for a prv plan)"
     )
     delta: float
     start_round: int

@@ -33,7 +33,9 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    block (``planner.ledger.epsilon_spent`` on that mechanism, independently of the figures
    the planner wrote): it must be within the budget, and the plan's ``epsilon_spent`` (and
    the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant), where stated, must not
-   state less (docs/ledger.md §5).
+   state less (docs/ledger.md §5). ``gdpfed plan verify`` refuses a stated figure below it;
+   ``gdpfed train`` runs such a plan (one the previous release wrote, stating the continuous
+   Gaussian's figures) with one warning, since its ledger counts the executed figure anyway.
 7. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
@@ -44,6 +46,9 @@ with one line and writes nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.errors import InvalidInputError
@@ -61,21 +66,31 @@ _REL_TOL = 1e-9
 _STATED_TOL = 1e-12
 
 
-def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> None:
-    """Raise ``InvalidInputError`` unless ``plan`` is consistent and within every budget."""
+def verify_executable(
+    plan: Plan, *, epsilon_fn: EpsilonFn | None = None, understated: Literal["refuse", "report"] = "refuse"
+) -> list[UnderstatedFigure]:
+    """Raise ``InvalidInputError`` unless ``plan`` is consistent and within every budget.
+
+    A stated figure below its blocks' ledger (step 6) is refused (``understated="refuse"``, the
+    plan checker's and the default) or returned (``"report"``: ``gdpfed train``, whose ledger
+    counts the executed figure anyway and warns, docs/ledger.md §5); a budget the blocks
+    overspend is refused either way."""
     check_scenario_fixed(plan)
     _check_structure(plan)
     _check_noise(plan)
     for group in plan.groups:
         plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
     _check_privacy(plan, epsilon_fn)
-    _check_stated_figures(plan, epsilon_fn)
+    found = _check_stated_figures(plan, epsilon_fn)
+    if found and understated == "refuse":
+        raise InvalidInputError(found[0].field, found[0].reason())
     if plan.scenario.adaptive_clip is not None:
         check_adaptive_pools(
             plan.scenario, plan.pools, {g.id: g.clip_norm for g in plan.groups if g.sampling_rate > 0}
         )
     for pool in plan.pools:
         check_stated_graph(pool, plan.scenario.dropout_rate, plan.scenario.abort_probability)
+    return found
 
 
 def _check_structure(plan: Plan) -> None:
@@ -179,10 +194,53 @@ def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | No
         )
 
 
-def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
-    """Step 6: the Skellam-priced groups' recomputed full-run ledger against their budgets and
-    against what the plan states (``InvalidInputError`` naming the group's field)."""
+@dataclass(frozen=True)
+class UnderstatedFigure:
+    """A Skellam-priced group's stated figure below what its blocks spend over the plan's rounds
+    (step 6): ``field`` (e.g. ``groups.medium.epsilon_spent``) states ``stated``; the run's
+    ledger counts ``executed`` on ``mechanism`` under ``accountant``."""
+
+    group: str
+    field: str
+    stated: float
+    executed: float
+    mechanism: str
+    accountant: str
+    rounds: int
+
+    def reason(self) -> str:
+        """What is wrong, in the words of the refusal (``InvalidInputError``'s message)."""
+        return (
+            f"states {self.stated:.12g}, below epsilon {self.executed:.12g} that its pool's {self.mechanism} block "
+            f"spends over the plan's {self.rounds} rounds ({self.accountant}): the plan must state the figure of the "
+            "mechanism it runs; re-plan it (gdpfed plan) to state it"
+        )
+
+
+def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
+    """The one warning of a run that executes a plan whose stated figures are below its blocks'
+    ledger (a plan of a release that stated the continuous Gaussian's figures, docs/ledger.md §5):
+    the groups, and the figure the run's ledger counts instead."""
+    by_group: dict[str, UnderstatedFigure] = {}
+    for item in found:
+        by_group.setdefault(item.group, item)
+    named = "; ".join(
+        f"{g}: states {item.stated:.10g}, the ledger counts {item.executed:.10g}" for g, item in by_group.items()
+    )
+    mechanism = found[0].mechanism
+    return (
+        f"the plan states group figures below what its {mechanism} blocks spend ({named}); the blocks meet every "
+        f"budget, so the run goes on and its ledger and summary count the {mechanism} figures (a plan written "
+        "before the plans stated their mechanism's figures; re-plan it to state them, docs/ledger.md §5)"
+    )
+
+
+def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[UnderstatedFigure]:
+    """Step 6: the Skellam-priced groups' recomputed full-run ledger against their budgets
+    (``InvalidInputError`` naming the group) and against what the plan states: the stated
+    figures below it, one per field (empty: none)."""
     mechanism = plan.scenario.mechanism
+    found: list[UnderstatedFigure] = []
     for group in plan.groups:
         if not plan_ledger.counts_discrete(plan, group, mechanism) or group.epsilon is None:
             continue
@@ -196,16 +254,12 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
                 f"running this plan on {mechanism} spends epsilon {spent:.10g} (its pool's discrete block, "
                 f"{plan.rounds} rounds) above its budget {group.epsilon:g}",
             )
-        record = plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism))
+        record = plan_ledger.record_accountant(plan, group, mechanism)
         # the comparison figure of the record's accountant is the same number (docs/ledger.md §3);
         # a figure the document leaves out (null: a hand-written plan, one without the rdp / tight
         # figures) claims nothing, so only a stated one is compared
         same = ("epsilon_tight", group.epsilon_tight) if record == TIGHT_ACCOUNTANT else ("epsilon_rdp", group.epsilon_rdp)
         for name, value in (("epsilon_spent", group.epsilon_spent), same):
             if value is not None and value < spent * (1 - _STATED_TOL):
-                raise InvalidInputError(
-                    f"{field}.{name}",
-                    f"states {value:.12g}, below epsilon {spent:.12g} that "
-                    f"its pool's {mechanism} block spends over the plan's {plan.rounds} rounds ({record}): the plan "
-                    "must state the figure of the mechanism it runs",
-                )
+                found.append(UnderstatedFigure(group.id, f"{field}.{name}", value, spent, mechanism, record, plan.rounds))
+    return found

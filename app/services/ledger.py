@@ -339,7 +339,8 @@ def ledger(state: AppState, plan_id: str) -> BaseModel:
         label=unit.label,
         secagg_mechanism=mechanism,
         mechanism_label=MECHANISM_LABELS[mechanism] if mechanism is not None else None,
-        accountant=plan_ledger.ledger_accountant(plan.accountant),
+        # what priced the rows: a prv plan's Skellam rows are rdp's (planner.ledger.history_accountant)
+        accountant=plan_ledger.rows_accountant(plan, mechanism or plan_ledger.CONTINUOUS),
         delta=plan.scenario.delta,
         start_round=record.start_round,
         rounds=record.rounds,

@@ -237,3 +237,67 @@ def test_a_stored_plan_of_the_old_default_reads_and_its_ledger_states_both_figur
         assert row["epsilon_rdp"] == row["epsilon_spent"] > 0
         assert 0 < row["epsilon_tight"] < row["epsilon_rdp"]
 
+
+
+def test_a_stored_skellam_plan_stating_the_gaussians_figures_keeps_working(client: TestClient) -> None:
+    """A skellam plan stored by the release before the plans stated their Skellam figures (its
+    groups state the continuous Gaussian's, below the blocks' ledger;
+    tests/planner/data/plan-skellam-gaussian-figures.json, `gdpfed plan` at 99ba0bd) is served: its
+    rounds are reported, its ledger counts the Skellam events (never the understated figure), and
+    it is re-planned into a child that states its blocks' figures and verifies."""
+    import json
+    from pathlib import Path
+
+    from app.db import write_transaction
+    from app.models import PlanRecord
+    from planner import ledger as plan_ledger
+    from planner.units import load_plan
+    from planner.verify import verify_executable
+
+    document = json.loads(
+        (Path(__file__).parents[1] / "planner" / "data" / "plan-skellam-gaussian-figures.json").read_text())
+    plan = load_plan(document)
+    state = client.app.state.gdpfed  # type: ignore[attr-defined]
+    with write_transaction(state.sessions) as session:
+        session.add(PlanRecord(id="old-skellam", created_by="test", method=document["method"], privacy_unit="client",
+                               accountant=document["accountant"], start_round=0, rounds=document["rounds"],
+                               document=document))
+    assert client.get("/v1/plans/old-skellam").status_code == 200
+    for index in range(3):
+        assert _report(client, "old-skellam", index, secagg_mechanism="skellam").status_code == 201
+    ledger = client.get("/v1/plans/old-skellam/ledger").json()
+    assert ledger["secagg_mechanism"] == "skellam"
+    for row in ledger["groups"]:
+        assert row["epsilon_spent"] == plan_ledger.epsilon_spent(plan, plan.group(row["id"]), 3, mechanism="skellam")
+    replanned = client.post("/v1/plans/old-skellam/replan", json={})
+    assert replanned.status_code == 201, replanned.text
+    child = load_plan(replanned.json())
+    assert child.start_round == 3 and all(p.discrete is not None for p in child.pools if p.noise_multiplier > 0)
+    assert verify_executable(child) == []  # the child states its blocks' figures
+
+
+def test_a_prv_plans_skellam_ledger_is_labelled_with_the_accountant_that_priced_its_rows(client: TestClient) -> None:
+    """prv cannot account the Skellam event: a prv plan's Skellam rows are priced by rdp
+    (planner.ledger.history_accountant), so its skellam ledger says rdp, not prv; reported on the
+    continuous shares its rows are prv's and say so."""
+    import copy
+
+    from planner import ledger as plan_ledger
+    from planner.schema import SecaggMechanism
+    from planner.units import load_plan
+    from tests.app.conftest import SMALL_SCENARIO
+
+    cases: list[tuple[SecaggMechanism, str]] = [("skellam", "rdp"), ("gaussian_continuous", "prv")]
+    for mechanism, accountant in cases:
+        scenario = {**copy.deepcopy(SMALL_SCENARIO), "accountant": "prv", "rounds": 5}
+        created = client.post("/v1/plans", json={"scenario": scenario})
+        assert created.status_code == 201, created.text
+        plan = load_plan(created.json())
+        assert plan.accountant == "prv" and any(p.discrete is not None for p in plan.pools)
+        assert _report(client, created.json()["id"], 0, secagg_mechanism=mechanism).status_code == 201
+        ledger = client.get(f"/v1/plans/{created.json()['id']}/ledger").json()
+        assert ledger["secagg_mechanism"] == mechanism and ledger["accountant"] == accountant, mechanism
+        for row in ledger["groups"]:
+            group = plan.group(row["id"])
+            assert plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism)) == accountant
+            assert row["epsilon_spent"] == plan_ledger.epsilon_spent(plan, group, 1, mechanism=mechanism)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from planner.units import load_plan
 from tests.app.conftest import SMALL_SCENARIO, TestClient, auth
 
@@ -196,3 +198,56 @@ def test_a_skellam_runs_lowered_budget_is_checked_against_its_skellam_events(cli
     assert child.group("strict").epsilon == between and child.group("strict").status == "exhausted"
     changed = client.patch(f"/v1/populations/{population['id']}/groups/strict", json={"epsilon": between})
     assert changed.status_code == 200, changed.text
+
+
+def test_post_replan_lowering_a_skellam_run_to_exhaustion_then_raising_keeps_its_skellam_events(
+    client: TestClient,
+) -> None:
+    """The operator workflow through POST /replan: after 2 skellam rounds every budget is lowered to
+    what it spent (the child has no noised pool, so no block), 1 round of the child runs, then the
+    budgets are raised. The grandchild records the spent Skellam events (the run's mechanism is the
+    reported one, not "has blocks") and its ledger is those events then its own, as an independent
+    composition; before, the grandchild dropped them and stated no block."""
+    import accounting
+    from planner import ledger as plan_ledger
+    from planner.discrete import group_event
+
+    scenario = {**copy.deepcopy(SMALL_SCENARIO), "rounds": 8, "accountant": "rdp"}
+    created = _create(client, scenario=scenario)
+    parent = load_plan(created)
+    assert all(pool.discrete is not None for pool in parent.pools if pool.noise_multiplier > 0)
+    for index in range(2):
+        report = {"round_index": index, "secagg_mechanism": "skellam"}
+        assert client.post(f"/v1/plans/{created['id']}/rounds", json=report).status_code == 201
+    spent = plan_ledger.spent_by_group(parent, 2, mechanism="skellam")
+    lowered = client.post(f"/v1/plans/{created['id']}/replan", json={"changes": {"groups": [
+        *({"id": gid, "epsilon": eps} for gid, eps in spent.items()),
+        {"id": "public", "opt_out": True, "num_clients": 100},
+    ]}})
+    assert lowered.status_code == 201, lowered.text
+    child, child_id = load_plan(lowered.json()), lowered.json()["id"]
+    assert all(pool.discrete is None for pool in child.pools)
+    assert all(child.group(gid).status == "exhausted" for gid in spent)
+    report = {"round_index": 2, "secagg_mechanism": "skellam"}
+    assert client.post(f"/v1/plans/{child_id}/rounds", json=report).status_code == 201
+    raised = client.post(f"/v1/plans/{child_id}/replan", json={"changes": {"groups": [
+        {"id": g["id"], "epsilon": g["epsilon"]} for g in SMALL_SCENARIO["groups"]]}})  # type: ignore[attr-defined]
+    assert raised.status_code == 201, raised.text
+    grandchild, grandchild_id = load_plan(raised.json()), raised.json()["id"]
+    assert grandchild.start_round == 3
+    for index in range(3, 5):
+        report = {"round_index": index, "secagg_mechanism": "skellam"}
+        assert client.post(f"/v1/plans/{grandchild_id}/rounds", json=report).status_code == 201, index
+    ledger = client.get(f"/v1/plans/{grandchild_id}/ledger").json()
+    assert ledger["secagg_mechanism"] == "skellam"
+    for row in ledger["groups"]:
+        if row["id"] == "public":
+            continue
+        first, group = parent.group(row["id"]), grandchild.group(row["id"])
+        ran, own = group_event(parent, first, 2), group_event(grandchild, group, 2)
+        block, new = parent.pool(first.pool).discrete, grandchild.pool(group.pool).discrete
+        assert ran is not None and own is not None and block is not None and new is not None, grandchild.warnings
+        assert group.spent_discrete == [ran]
+        delta = parent.scenario.delta - 2 * block.wrap_probability_per_round - 2 * new.wrap_probability_per_round
+        expected = accounting.epsilon_of_events([ran, own], delta, "rdp").epsilon
+        assert row["epsilon_spent"] == pytest.approx(expected, rel=1e-9)

@@ -297,3 +297,47 @@ def test_a_skellam_ledger_refuses_spent_phases_that_no_skellam_events_record():
     assert reported.value.field == "secagg_mechanism" and "groups.a.spent_discrete" in reported.value.reason
     plan_ledger.check_mechanism(child, "skellam")  # the planner's own re-plan is counted
     assert plan_ledger.run_history(edited, edited.group("a"), 1) == plan_ledger.group_history(edited, edited.group("a"), 1)
+
+
+def test_a_skellam_child_exhausted_to_no_block_then_raised_keeps_its_spent_skellam_events():
+    """The operator lowers every budget of a skellam run to what it spent (each group exhausted: the
+    child has no noised pool, so no block), then raises them again. The child's run is still skellam
+    (its scenario's mechanism), so the grandchild records the spent Skellam events and calibrates its
+    blocks on them; before, "no block" read as a continuous run: the events were dropped and the
+    grandchild stated no block (a skellam run refused it)."""
+    import accounting
+    from accounting.events import PoissonSampledSkellam
+    from planner.discrete import rounded_l1_bound, rounded_l2_bound
+    from planner.verify import verify_executable
+
+    parent = skellam_parent()
+    spent = plan_ledger.spent_by_group(parent, 2, mechanism="skellam")
+    lowered = Changes.model_validate({"groups": [
+        *({"id": gid, "epsilon": eps} for gid, eps in spent.items()),
+        {"id": "public", "opt_out": True, "num_clients": 40},
+    ]})
+    child = replan(parent, 2, lowered, parent_plan_id="p", mechanism="skellam")
+    assert child.scenario.secagg_mechanism == "skellam" and all(pool.discrete is None for pool in child.pools)
+    assert {g.id: g.status for g in child.groups} == {"a": "exhausted", "b": "exhausted", "public": "active"}
+    raised = Changes.model_validate({"groups": [{"id": "a", "epsilon": 3.0}, {"id": "b", "epsilon": 5.0}]})
+    grandchild = replan(child, 1, raised, parent_plan_id="c", mechanism="skellam")
+    assert verify_executable(grandchild) == []
+    for gid in ("a", "b"):
+        first, group = parent.group(gid), grandchild.group(gid)
+        block = parent.pool(first.pool).discrete
+        assert block is not None and grandchild.pool(group.pool).discrete is not None, grandchild.warnings
+        # independently: the parent's block's event for the 2 rounds its run spent
+        l2 = rounded_l2_bound(first.clip_norm, block.scale, block.dimension)
+        ran = PoissonSampledSkellam(sampling_rate=first.sampling_rate, variance=block.total_variance, l2_sensitivity=l2,
+                                    l1_sensitivity=rounded_l1_bound(l2, block.dimension), steps=2)
+        assert group.spent_discrete == [ran]
+        assert group.spent_wrap_probability == pytest.approx(2 * block.wrap_probability_per_round, rel=1e-12)
+        own = grandchild.pool(group.pool).discrete
+        assert own is not None
+        l2 = rounded_l2_bound(group.clip_norm, own.scale, own.dimension)
+        new = PoissonSampledSkellam(sampling_rate=group.sampling_rate, variance=own.total_variance, l2_sensitivity=l2,
+                                    l1_sensitivity=rounded_l1_bound(l2, own.dimension), steps=grandchild.rounds)
+        delta = parent.scenario.delta - 2 * block.wrap_probability_per_round - own.wrap_probability_run
+        expected = accounting.epsilon_of_events([ran, new], delta, parent.accountant).epsilon
+        ledger = plan_ledger.epsilon_spent(grandchild, group, grandchild.rounds, mechanism="skellam")
+        assert ledger == pytest.approx(expected, rel=1e-9) and expected <= group.epsilon * (1 + 1e-9)  # type: ignore[operator]

@@ -223,3 +223,36 @@ def test_a_plan_of_the_old_continuous_default_reads_as_what_it_ran_verifies_and_
     # an old plan that asked for the blocks (report_discrete: true, the old spelling) runs skellam
     asked = {**document, "scenario": {**document["scenario"], "report_discrete": True}}
     assert load_plan(asked).scenario.mechanism == "skellam"
+
+
+# `gdpfed plan examples/scenario.json` at 99ba0bd: blocks (secagg_mechanism: skellam), and the
+# groups' figures the continuous Gaussian's, up to ~1e-7 relative below the blocks' ledger.
+OLD_SKELLAM_PLAN = Path(__file__).parent / "data" / "plan-skellam-gaussian-figures.json"
+
+
+def test_an_old_skellam_plans_understated_figures_are_refused_by_the_checker_and_reported_to_the_trainer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The plan checker (``understated="refuse"``, ``gdpfed plan verify``) refuses the first stated
+    figure below the blocks' ledger, naming the field, with the re-plan hint; the trainer's mode
+    (``"report"``) returns every such figure with the ledger's, the one computation of both."""
+    from app.cli import run
+    from planner import ledger as plan_ledger
+
+    plan = load_plan(json.loads(OLD_SKELLAM_PLAN.read_text()))
+    assert plan.scenario.mechanism == "skellam" and all(p.discrete is not None for p in plan.pools)
+    found = verify_executable(plan, understated="report")
+    assert found
+    for item in found:
+        group = plan.group(item.group)
+        assert item.executed == plan_ledger.epsilon_spent(plan, group, plan.rounds, mechanism="skellam")
+        assert item.stated == getattr(group, item.field.rsplit(".", 1)[1]) < item.executed
+        assert group.epsilon is not None and item.executed <= group.epsilon
+    assert {item.field.rsplit(".", 1)[1] for item in found} == {"epsilon_spent", "epsilon_tight"}  # pld
+    with pytest.raises(InvalidInputError) as refused:
+        verify_executable(plan)
+    assert refused.value.field == found[0].field and "re-plan it" in refused.value.message
+    assert run(["plan", "verify", str(OLD_SKELLAM_PLAN)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{OLD_SKELLAM_PLAN}: {found[0].field}: states " in err
+    assert "re-plan it" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,3 +282,86 @@ def test_a_yaml_plan_trains_like_its_json_and_bad_yaml_is_one_line(capsys, tmp_p
     code, _, err = gdpfed(capsys, "train", "--plan", broken, *TINY, "--out", tmp_path / "other")
     assert_one_line_error(code, err, "plan", f"{broken}:", "not valid YAML")
     assert not (tmp_path / "other").exists()
+
+
+# `gdpfed plan examples/scenario.json` at 99ba0bd, the release before the plans stated their
+# Skellam figures: blocks, and each group's figures the continuous Gaussian's, up to ~1e-7
+# relative below what the blocks spend (docs/ledger.md §5)
+OLD_SKELLAM_PLAN = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan-skellam-gaussian-figures.json"
+# `gdpfed train --plan` of that plan (TINY, --rounds 3) at 99ba0bd, interrupted after round 1
+OLD_SKELLAM_RUN = Path(__file__).resolve().parent / "old_runs" / "run-99ba0bd-skellam"
+
+
+def _understated_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if "below what its skellam blocks spend" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_an_old_skellam_plan_trains_with_one_warning_and_its_ledger_counts_the_skellam_figures(capsys, tmp_path):
+    """A plan stating the Gaussian's figures below its blocks' ledger was refused by gdpfed train
+    after the upgrade: it runs, warning once with the groups and the figure the ledger counts; a
+    hand edit whose blocks overspend is still refused."""
+    from planner import ledger as plan_ledger
+    from planner.units import load_plan
+
+    plan = load_plan(json.loads(OLD_SKELLAM_PLAN.read_text()))
+    executed = {
+        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, mechanism="skellam") for g in plan.groups
+    }
+    below = [g.id for g in plan.groups if g.epsilon_spent < executed[g.id]]  # type: ignore[operator]
+    assert below, "the fixture states no figure below the Skellam ledger"
+    out = tmp_path / "run"
+    code, stdout, err = gdpfed(capsys, "train", "--plan", OLD_SKELLAM_PLAN, *TINY, "--rounds", "1", "--out", out, "--json")
+    assert code == 0, err
+    line = _understated_line(err)
+    for group in plan.groups:
+        assert (f"{group.id}: states {group.epsilon_spent:.10g}, the ledger counts {executed[group.id]:.10g}" in line) == (
+            group.id in below), line
+    summary = json.loads(stdout)
+    for group in plan.groups:
+        one_round = plan_ledger.epsilon_spent(plan, group, 1, mechanism="skellam")
+        assert summary["epsilon_spent"][group.id] == pytest.approx(one_round, rel=1e-12)
+
+    # hand edits whose block, or whose stated noise, does not meet the budget are refused as before
+    for name in ("block", "sigma"):
+        document = json.loads(OLD_SKELLAM_PLAN.read_text())
+        pool = document["pools"][1]
+        if name == "block":
+            pool["discrete"]["total_variance"] *= 0.5
+            pool["discrete"]["share_variance"] *= 0.5
+        else:
+            for field in ("noise_multiplier", "noise_std", "noise_share_std"):
+                pool[field] *= 0.5
+            document["groups"][1]["effective_noise_multiplier"] *= 0.5
+            for phase in document["groups"][1]["phases"]:
+                phase["noise_multiplier"] *= 0.5
+        edited = tmp_path / f"{name}.json"
+        edited.write_text(json.dumps(document))
+        code, _, err = gdpfed(capsys, "train", "--plan", edited, *TINY, "--rounds", "1", "--out", tmp_path / name)
+        assert_one_line_error(code, err, "groups.medium", "above its budget 2")
+        assert not (tmp_path / name).exists()
+
+
+def test_a_run_of_an_old_skellam_plan_interrupted_before_the_upgrade_resumes(capsys, tmp_path):
+    """The run directory was written at 99ba0bd (checkpoint after round 1 of 3): --resume verifies
+    the stored plan again, which refused its Gaussian figures; it runs the last round on the
+    Skellam ledger, each round once."""
+    import shutil
+
+    from planner import ledger as plan_ledger
+    from planner.units import load_plan
+
+    out = tmp_path / "run"
+    shutil.copytree(OLD_SKELLAM_RUN, out)
+    code, stdout, err = gdpfed(capsys, "train", "--out", out, "--resume", "--json")
+    assert code == 0, err
+    _understated_line(err)
+    summary = json.loads(stdout)
+    assert summary["rounds_run"] == 3 and summary["complete"]
+    rounds = [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert rounds == [0, 1, 2]
+    plan = load_plan(json.loads((out / "plan.json").read_text()))
+    for group in plan.groups:
+        assert summary["epsilon_spent"][group.id] == pytest.approx(
+            plan_ledger.epsilon_spent(plan, group, 3, mechanism="skellam"), rel=1e-12)

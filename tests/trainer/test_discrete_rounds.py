@@ -455,6 +455,7 @@ def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
     """A successor that states no discrete block (here: its blocks taken off) cannot be followed
     by a skellam run: switching to the continuous shares would compose its budgets with a
     record of another mechanism."""
+    from planner.ledger import missing_block_reason
     from planner.replan import replan
     from trainer.data import load_dataset
     from trainer.run.replan import switch_plan
@@ -472,7 +473,8 @@ def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
     with pytest.raises(ReportingStoppedError) as stopped:
         switch_plan(prepared, tally, {**bare.model_dump(mode="json"), "id": "successor"}, 1)
     message = str(stopped.value)
-    assert "cannot follow the re-plan successor" in message and "states no discrete block for pool" in message
+    # the one text of that refusal (planner.ledger.missing_block_reason), as the service's and discrete_pools'
+    assert "cannot follow the re-plan successor" in message and missing_block_reason(bare.pools[0].id) in message
     assert prepared.plan is plan  # the run stays on its plan: nothing switched
 
 

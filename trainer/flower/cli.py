@@ -87,7 +87,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     with naming_file("plan", args.plan):
         plan = load_plan_document(document)
     flower = flower_unit(plan)  # a unit that does not run on Flower is refused now, by name
-    unit_of(plan).verify(plan)
+    understated = _verify(plan)
     refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
     if config.rounds > plan.rounds:
@@ -112,7 +112,25 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         f"run it on a deployment:  flwr run {out} <connection> --stream\n"
         f"or on 127.0.0.1:         gdpfed flower local {out}"
     )
+    if understated:
+        text += f"\nwarning: {understated}"
     return {"app_dir": str(out), "run_config": run_config}, text
+
+
+def _verify(plan: Any) -> str | None:
+    """The plan checked by its unit's verifier as ``gdpfed train`` checks it (the ServerApp's
+    ``prepare_run`` checks it again): a client plan whose stated figures are below its blocks'
+    ledger is written with the run's warning (``planner.verify.understated_warning``), not
+    refused, since the run's ledger counts the executed figures (docs/ledger.md §5)."""
+    from planner.schema import Plan
+    from planner.units import unit_of
+    from planner.verify import understated_warning, verify_executable
+
+    if not isinstance(plan, Plan):
+        unit_of(plan).verify(plan)
+        return None
+    found = verify_executable(plan, understated="report")
+    return understated_warning(found) if found else None
 
 
 def _bundle(app_dir: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:

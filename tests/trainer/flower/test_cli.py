@@ -210,3 +210,17 @@ def test_app_refuses_skellam_for_a_plan_without_discrete_blocks_before_writing(p
                         "skellam", *adaptive_option, "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
     assert code == 0, capsys.readouterr().err
     assert (tmp_path / "app" / "plan.json").exists()
+
+
+def test_app_writes_the_bundle_of_an_old_skellam_plan_with_the_runs_warning(tmp_path: Path, capsys) -> None:
+    """A plan of the release before the plans stated their Skellam figures (its groups state the
+    Gaussian's, below the blocks' ledger) is bundled as gdpfed train runs it, with its warning,
+    not refused (docs/ledger.md §5)."""
+    old = Path(__file__).resolve().parents[2] / "planner" / "data" / "plan-skellam-gaussian-figures.json"
+    code = app_cli.run(["flower", "app", "--plan", str(old), *TINY, "--rounds", "1",
+                        "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert (tmp_path / "app" / "plan.json").is_file()
+    warnings = [line for line in out.out.splitlines() if "below what its skellam blocks spend" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: "), out.out

@@ -14,7 +14,7 @@ from typing import Any
 
 from accounting.errors import InvalidInputError
 from planner.schema import Plan, PlanDocument, require_client_plan
-from planner.verify import verify_executable
+from planner.verify import UnderstatedFigure, understated_warning, verify_executable
 from trainer.device import choose_device, configure_float_math
 from trainer.engines import LocalTrainingConfig, flatten_params, num_params
 from trainer.run.config import TrainConfig
@@ -42,7 +42,7 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     strategy ``config.strategy`` (``options.select_strategy``: ``trainer.units.strategies``,
     options validated here).
     """
-    client_plan = checked_client_plan(plan, config, unit.mechanism)
+    client_plan, understated = checked_client_plan(plan, config, unit.mechanism)
     # the mechanism the run executes, resolved once from the plan it starts on and recorded so
     # (config.json, the fingerprint, the tally): a re-plan it follows keeps it
     config = config.model_copy(update={"secagg_mechanism": run_mechanism(config.secagg_mechanism, client_plan)})
@@ -61,6 +61,9 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     )
     dim = num_params(model)
     learnability = plan_warnings(client_plan, config, dim, warnings)
+    if understated and config.secagg_mechanism == client_plan.scenario.mechanism:
+        # on the continuous shares the ledger counts the plan's phases, as CONTINUOUS_ON_DISCRETE_PLAN says
+        warnings.append(understated_warning(understated))
 
     def build_strategy(for_plan: Plan) -> Strategy:
         return factory(
@@ -96,20 +99,26 @@ CONTINUOUS_ON_DISCRETE_PLAN = (
 )
 
 
-def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> Plan:
-    """``plan`` as a client-level plan, verified (never trusted) and covering ``config.rounds``."""
+def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> tuple[Plan, list[UnderstatedFigure]]:
+    """``plan`` as a client-level plan, verified (never trusted) and covering ``config.rounds``.
+
+    A plan whose stated group figures are below what its discrete blocks spend (written by a
+    release that stated the continuous Gaussian's figures) runs when the blocks meet every
+    budget: the run's ledger counts its own mechanism's figures anyway; those figures are
+    returned beside the plan, for the run's one warning (``planner.verify.understated_warning``,
+    docs/ledger.md §5)."""
     client_plan = require_client_plan(plan, f"the {mechanism} mechanism (client-level DP)")
     if client_plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
     # never trust a plan document: re-derive every mechanism and check every budget
-    verify_executable(client_plan)
+    understated = verify_executable(client_plan, understated="report")
     if config.rounds > client_plan.rounds:
         raise InvalidInputError(
             "rounds",
             f"{config.rounds} exceeds the plan's {client_plan.rounds} rounds; running more would spend "
             "more privacy than the plan allows (re-plan for more rounds)",
         )
-    return client_plan
+    return client_plan, understated
 
 
 def plan_warnings(plan: Plan, config: TrainConfig, dim: int, warnings: list[str]) -> str:

@@ -151,17 +151,11 @@ class ClientTally:
         return None
 
     def _discrete_history_problem(self, successor: Plan) -> str | None:
-        missing = [
-            pool.id for pool in successor.pools
-            if pool.discrete is None and pool.noise_multiplier > 0
-            and any(g.sampling_rate > 0 and g.epsilon is not None for g in successor.groups if g.pool == pool.id)
-        ]
+        missing = plan_ledger.pools_without_block(successor)
         if missing:
-            why = "; ".join(w for w in successor.warnings if w.startswith("report_discrete:"))
-            return (
-                "this run executes the skellam mechanism (the plan's discrete blocks), and the re-plan states no "
-                f"discrete block for pool {', '.join(missing)}" + (f" ({why})" if why else "")
-            )
+            # the planner's own reason for leaving the block out, where it gave one
+            why = "; ".join(w for w in successor.warnings if w.startswith("secagg_mechanism skellam:"))
+            return "the re-plan's " + plan_ledger.missing_block_reason(missing[0]) + (f" ({why})" if why else "")
         for group in successor.groups:
             mine = self.phases(group.id)
             theirs = successor.group(group.id)
