@@ -230,3 +230,12 @@ def test_skellam_histories_calibrate_in_lockstep_as_one_at_a_time() -> None:
     assert reduced.epsilon == sound_epsilon(history, at)[0] and reduced.spent_epsilon == sound_epsilon(_phases(charged), at)[0]
     assert isinstance(refused, InfeasibleError) and "epsilon inf" in str(refused)
     assert isinstance(marked, Calibration) and marked.fallback and "tabulated" in (marked.reason or "")
+
+
+@pytest.mark.parametrize(("starts", "field"), [([1.0], "starts"), ([0.0, None], "starts[0]"), ([None, float("nan")], "starts[1]")])
+def test_bad_starts_are_refused_naming_the_field(starts: list, field: str) -> None:
+    """``starts`` is one positive noise multiplier or None per question, refused naming it otherwise."""
+    questions = [QUESTIONS[0][0], QUESTIONS[1][0]]
+    with pytest.raises(InvalidInputError) as refused:
+        accounting.noise_multipliers(questions, "pld", starts=starts)
+    assert refused.value.field == field
