@@ -91,6 +91,7 @@ def noise_multipliers(
     accountant: AccountantName = "rdp",
     *,
     spent: Sequence[Spent] | None = None,
+    starts: Sequence[float | None] | None = None,
 ) -> list[Calibration | InfeasibleError]:
     """:func:`noise_multiplier` of every (sampling_rate, rounds, epsilon, delta) in ``questions``
     (each with ``spent[i]`` events, if given), in one call: entry i is the Calibration that
@@ -99,7 +100,11 @@ def noise_multipliers(
 
     pld runs the searches in lockstep and composes each round's candidate sigmas together
     (one batched FFT composition per round instead of one per question, §13.7); the other
-    accountants answer one question at a time. An invalid value is refused naming it, e.g.
+    accountants answer one question at a time. ``starts[i]``: a noise multiplier a neighbouring
+    question answered (the discrete blocks' re-calibration starts from the continuous answer),
+    where pld's search for question i starts (§13.5); None entries start from its guess. A start
+    changes how many evaluations the search takes, not its answer, where epsilon does not rise
+    with sigma, and never makes an answer unsound. An invalid value is refused naming it, e.g.
     ``questions[2].epsilon``.
     """
     chosen = get_accountant(accountant)
@@ -107,6 +112,12 @@ def noise_multipliers(
         raise InvalidInputError("questions", "must be a list of (sampling_rate, rounds, epsilon, delta)")
     if spent is not None and (not isinstance(spent, Sequence) or len(spent) != len(questions)):
         raise InvalidInputError("spent", f"must be a list of one event list per question ({len(questions)})")
+    if starts is not None and (not isinstance(starts, Sequence) or len(starts) != len(questions)):
+        raise InvalidInputError("starts", f"must be a list of one noise multiplier or null per question ({len(questions)})")
+    checked_starts = [
+        None if starts is None or starts[i] is None else validate_positive(f"starts[{i}]", starts[i])
+        for i in range(len(questions))
+    ]
     by_delta: dict[float, list[int]] = {}
     checked: list[tuple[float, int, float, list[ApproximateDpEvent]]] = []
     for i, question in enumerate(questions):
@@ -122,7 +133,9 @@ def noise_multipliers(
         by_delta.setdefault(delta, []).append(i)
     out: list[Calibration | InfeasibleError | None] = [None] * len(checked)
     for delta, members in by_delta.items():
-        answers = chosen.noise_multipliers([checked[i] for i in members], delta)
+        answers = chosen.noise_multipliers(
+            [checked[i] for i in members], delta, None if starts is None else [checked_starts[i] for i in members]
+        )
         for i, answer in zip(members, answers, strict=True):
             out[i] = answer
     return [answer for answer in out if answer is not None]

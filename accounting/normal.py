@@ -71,7 +71,7 @@ _FIRST, _STEPS = _table()
 # calls whatever the size: for pld's few hundred values at a time the number of calls sets
 # the time); above it each branch runs on its own values only (a third of the arithmetic,
 # more calls). Both are Cephes' operations value for value: the same bits either way.
-STACKED_MAX = 2048
+STACKED_MAX = 2048  # values (array elements) per call, not bytes
 
 
 def ndtr(a: np.ndarray | float, exp: Callable[[np.ndarray], np.ndarray] = np.exp) -> np.ndarray:

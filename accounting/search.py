@@ -9,10 +9,12 @@ extrapolation, so the result meets the target under the function that was evalua
 :func:`guided` places the evaluations with a cheap model, :func:`vector_search` runs
 bracket and refinement for many points at once, and :func:`integer_search` finds the
 largest integer that fits (rounds). :func:`bracket_steps` and :func:`refine_steps` are
-bracket and refine as generators that yield each point they need, so that :func:`lockstep`
-can run many searches side by side and answer each round's points in one call.
-:func:`lattice_steps` finds the least feasible point of a lattice (one or two points a round),
-an answer that does not depend on the path taken to it. The accountants (:mod:`accounting.accountants`) use
+bracket and refine as generators that yield each point they need. :func:`lattice_steps` finds
+the least feasible point of a lattice as a generator that yields one or two points a round, an
+answer that does not depend on the path taken to it where g does not increase (where g rises
+somewhere the answer is still an evaluated feasible point above an evaluated infeasible one, a
+deterministic function of g and the start); :func:`lockstep` runs many such searches side by
+side and answers each round's points in one call (pld's noise multipliers). The accountants (:mod:`accounting.accountants`) use
 these; nothing here knows about privacy.
 """
 
@@ -176,7 +178,10 @@ def lattice_steps(
     The answer is a proven pair of neighbours: ``hi = x_k`` evaluated feasible and ``lo =
     x_{k-1}`` evaluated infeasible, so for a g that does not increase it is the same lattice
     point whichever way it was reached: a better start or estimate changes the cost, not the
-    answer. Each round estimates the root from what is known (a Newton step of the typical
+    answer. A g that rises somewhere can cross the bracket (a pair's lower point feasible, its
+    upper infeasible): the search then goes on from the least feasible point known and the
+    largest infeasible one below it (down from it where there is none), so the answer is still a
+    proven pair, a deterministic function of g and the start (docs/accounting.md §7.8). Each round estimates the root from what is known (a Newton step of the typical
     ``slope`` from one point, the secant through the two closest to the root, inverse quadratic
     interpolation in a bracket) and asks for the two lattice points around it, so an accurate
     estimate finishes in that round. Without a bracket each further jump at least doubles the
@@ -203,7 +208,8 @@ def lattice_steps(
     while True:
         ask = sorted({k for k in ask if k_min <= k <= k_max and k not in known
                       and (lo is None or k > lo) and (hi is None or k < hi)})
-        assert ask, "every round asks for an unknown point inside the bracket"
+        if not ask:  # unreachable (each branch below asks an unknown point inside the bracket)
+            raise RuntimeError("lattice search: no unknown point left to ask")
         values = yield [point(k) for k in ask]
         evaluations += len(ask)
         for k, gk in zip(ask, values, strict=True):
@@ -212,6 +218,13 @@ def lattice_steps(
                 lo = k if lo is None else max(lo, k)
             else:
                 hi = k if hi is None else min(hi, k)
+        if lo is not None and hi is not None and lo > hi:
+            # a crossed bracket: g rose somewhere between hi and lo (it is not monotone there). The
+            # least feasible point known stays the upper end; the lower is the largest infeasible
+            # point known below it, or none (then the search goes down from hi), so the search
+            # goes on inside the evaluated points, a deterministic function of g and the start
+            below = [k for k in known if k < hi and known[k] > 0]
+            lo = max(below) if below else None
         if hi is not None and hi == k_min:
             return Bracket(point(k_min), point(k_min), known[k_min], known[k_min], evaluations, True)
         if lo is not None and lo == k_max:
@@ -226,7 +239,9 @@ def lattice_steps(
         side = 1 if lo is not None else -1
         edge = lo if lo is not None else hi
         assert edge is not None
-        root, from_one = _lattice_root(known, slope * unit)
+        # the points on the searched side only (all of them where g is monotone): after a crossed
+        # bracket, the infeasible points above hi say nothing of the root below it
+        root, from_one = _lattice_root({k: v for k, v in known.items() if (v > 0) == (side > 0)}, slope * unit)
         misses += 1
         if root is None:  # only infinite values known: no estimate, bracket's first step
             step = max(math.ceil(0.05 / unit), 1)
@@ -263,7 +278,7 @@ def _lattice_root(known: dict[int, float], slope_per_k: float) -> tuple[float | 
 # point is trusted enough to ask for both of its neighbours in one round; farther, one point is
 # asked and the next estimate comes from it (measured on the accounting bench's cases: the
 # hard one, q 0.001 T 2000, 8 -> 7 evaluations; outside a bracket the same rule cost more).
-PAIR_WITHIN = 24
+PAIR_WITHIN = 24  # lattice points (units of ``unit`` in x)
 
 
 def _lattice_in_bracket(known: dict[int, float], lo: int, hi: int, previous_width: int) -> list[int]:

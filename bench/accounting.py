@@ -159,7 +159,7 @@ def pld_table(
 
     rows = []
     for k, ((q, t, eps, delta), prv_row) in enumerate(zip(cases, prv_rows)):
-        # each call a first request (a repeated one starts from its stored answer, §13.5)
+        # every call is the whole search from its own start (pld keeps nothing between calls, §13.5)
         ours = _pld_fresh(q, t, eps, delta)
         our_s = time_calls(lambda: _pld_fresh(q, t, eps, delta), repeats)
         sigma = ours.noise_multiplier
@@ -195,21 +195,17 @@ def pld_table(
 
 
 def _pld_fresh(q: float, t: int, eps: float, delta: float) -> Any:
-    """pld's calibration of a question it has not answered before: the stored answers its
-    searches start from emptied (docs/accounting.md §13.5), so a repeat times the whole search."""
+    """pld's calibration of one question from its own start (pld keeps nothing between calls,
+    docs/accounting.md §13.5, so every repeat times the whole search)."""
     import accounting
-    from accounting.accountants import pld
 
-    pld.forget_answers()
     return accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
 
 
 def _pld_fresh_many(cases: list[tuple[float, int, float, float]]) -> Any:
     """:func:`_pld_fresh` of every case, in one ``accounting.noise_multipliers`` call."""
     import accounting
-    from accounting.accountants import pld
 
-    pld.forget_answers()
     return accounting.noise_multipliers(cases, "pld")
 
 

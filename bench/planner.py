@@ -227,8 +227,8 @@ root = Path(sys.argv[2])
 
 
 def forget():
-    # a first request: no noise table, and no stored pld answer to start a search from (a tree
-    # before the lattice search has none)
+    # a first request: no noise table, and no stored pld answer to start a search from (only
+    # the lattice search's trees up to 54be41d kept one)
     _cached_table.cache_clear()
     from accounting.accountants import pld
     getattr(pld, "_LAST_ANSWER", {}).clear()
@@ -285,9 +285,9 @@ def _tree_times(tree: str, cases: list[tuple[int, str, bool, int]]) -> list[tupl
 
 def plan_targets(quick: bool) -> list[dict[str, Any]]:
     """make_plan (gdpfed_plus, every prediction) against issue 26 §2's targets: median wall
-    seconds warm (the noise table and pld's stored answers reused: a repeated request) and
-    cold (both emptied first) and CPU seconds of each, beside the previous tree's: timed in the
-    same run where ``GDPFED_BENCH_BASELINE`` names its checkout, else the recorded
+    seconds warm (the noise table reused: a repeated request; a tree of the lattice search
+    up to 54be41d also reused pld's stored answers) and cold (emptied first) and CPU seconds of
+    each, beside the previous tree's: timed in the same run where ``GDPFED_BENCH_BASELINE`` names its checkout, else the recorded
     ``PREVIOUS_PLAN_S``; ``x_faster``: previous over now (warm CPU, or as recorded),
     ``x_faster_cold``: the same of cold CPU (same run only). 3 groups: ``examples/scenario.json``, the
     continuous plan and with ``report_discrete``; more: ``big_scenario(n)``. The 1,000-group
@@ -342,13 +342,11 @@ def plan_targets(quick: bool) -> list[dict[str, Any]]:
 
 
 def _cold(call: Any) -> Any:
-    """``call()`` with planner.calibration's noise-table cache and pld's stored answers
-    (docs/accounting.md §13.5) emptied first."""
-    from accounting.accountants import pld
+    """``call()`` with planner.calibration's noise-table cache emptied first (pld keeps no
+    answers between calls, docs/accounting.md §13.5)."""
     from planner.calibration import _cached_table
 
     _cached_table.cache_clear()
-    pld.forget_answers()
     return call()
 
 

@@ -277,7 +277,9 @@ def _skellam_epsilon(
 class _Member:
     """A noised group of a pool: its sampling rate, budget and clip norm, and what a re-plan's
     group already spent (docs/planning.md §9): its Skellam events under parent plans and the
-    wrap-around probability those rounds charged to delta."""
+    wrap-around probability those rounds charged to delta. ``start``: the group's continuous
+    noise multiplier (its plan's ``noise_multiplier_required``), where pld's re-calibration at
+    delta less the wrap charge starts (docs/accounting.md §13.5); None where none is known."""
 
     group: str
     sampling_rate: float
@@ -285,6 +287,7 @@ class _Member:
     clip_norm: float
     spent: tuple[PoissonSampledSkellam, ...] = ()
     spent_wrap: float = 0.0
+    start: float | None = None
 
 
 @dataclass(frozen=True)
@@ -578,10 +581,15 @@ def _tight(questions: list[_PoolQuestion], run: _Run, deadline: float | None = N
     plan's own rounds alone (no spent events) with the continuous Gaussian of equal noise.
     """
     keys = [(i, m) for i, question in enumerate(questions) for m in question.members]
+    # each search starts from its group's continuous answer where the plan states it: the
+    # question differs only by the wrap charge taken from delta, so one round of two evaluations
+    # usually proves the answer (docs/accounting.md §13.5); the start is part of the plan, so
+    # the planner and every process deriving the blocks from the plan ask the same searches
     answers = accounting.noise_multipliers(
         [(m.sampling_rate, run.rounds, m.epsilon, run.mech_delta(m)) for _, m in keys],
         TIGHT_ACCOUNTANT,
         spent=[list(m.spent) for _, m in keys],
+        starts=[m.start for _, m in keys],
     )
     sigma: dict[tuple[int, str], float] = {}
     for (i, m), answer in zip(keys, answers, strict=True):
@@ -807,7 +815,7 @@ def pool_mechanisms(
             members=tuple(
                 _Member(
                     g.id, g.sampling_rate, float(g.epsilon), g.clip_norm,  # type: ignore[arg-type]
-                    tuple(g.spent_discrete), g.spent_wrap_probability,
+                    tuple(g.spent_discrete), g.spent_wrap_probability, _start(g.noise_multiplier_required),
                 )
                 for g in members
             ),
@@ -823,6 +831,12 @@ def pool_mechanisms(
     if calibration_accountant(plan.scenario.accountant) == RDP_ACCOUNTANT:
         return [_rdp_pool(question, run, deadline) for question in questions]
     return _tight(questions, run, deadline)
+
+
+def _start(sigma: float | None) -> float | None:
+    """A stated continuous noise multiplier as a search start (a hand-edited plan's 0, NaN or
+    infinity is none: the search then starts from its own guess, with the same answer)."""
+    return sigma if sigma is not None and math.isfinite(sigma) and sigma > 0 else None
 
 
 def _count_factor(plan: Plan, noise_multiplier: float, l2_bound: float) -> int:

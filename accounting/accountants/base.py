@@ -150,12 +150,16 @@ class Accountant(abc.ABC):
         """Most rounds T (0 allowed) meeting the target (docs/accounting.md §7.4)."""
 
     def noise_multipliers(
-        self, questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]], delta: float
+        self,
+        questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]],
+        delta: float,
+        starts: Sequence[float | None] | None = None,
     ) -> list[Calibration | InfeasibleError]:
         """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), each entry
         the Calibration or the InfeasibleError that call raises; an accountant that can search
         many at once (pld, docs/accounting.md §13.7) overrides this with a lockstep
-        equivalent, answer for answer the same."""
+        equivalent, answer for answer the same. ``starts`` (a neighbouring answer per question
+        that pld's lattice search starts from, §13.5) is ignored here."""
         out: list[Calibration | InfeasibleError] = []
         for q, t, target, spent in questions:
             try:

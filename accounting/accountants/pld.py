@@ -698,13 +698,17 @@ class PldAccountant(Accountant):
         )
 
     def noise_multipliers(
-        self, questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]], delta: float
+        self,
+        questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]],
+        delta: float,
+        starts: Sequence[float | None] | None = None,
     ) -> list[Calibration | InfeasibleError]:
         """:meth:`noise_multiplier` of every (sampling_rate, rounds, target, spent), equal to it
         answer for answer, bit for bit (docs/accounting.md §13.7): the searches run in lockstep
         (:func:`search.lockstep`) and each round's sigmas are composed together
-        (:func:`sound_epsilons`); questions that are the same (q, T, target and spent history)
-        share one search, whose answer each gets."""
+        (:func:`sound_epsilons`); questions that are the same (q, T, target, spent history and
+        start) share one search, whose answer each gets. ``starts[i]``: a neighbouring answer
+        question i's search starts from (:func:`_sigma_search`, §13.5), None for the default."""
         out: list[Calibration | InfeasibleError | None] = [None] * len(questions)
         searches: list[Generator[list[float], list[Answer], Calibration]] = []
         asked: list[tuple[int, float, int, History]] = []  # (question, q, T, history) of each search
@@ -723,12 +727,13 @@ class PldAccountant(Accountant):
             if isinstance(prior, Calibration):
                 out[i] = prior
                 continue
-            key = (q, t, target, tuple(prior.phases), prior.delta, prior.spent_epsilon)
+            start = None if starts is None else starts[i]
+            key = (q, t, target, tuple(prior.phases), prior.delta, prior.spent_epsilon, start)
             if key in same:
                 copies.append((i, same[key]))
                 continue
             same[key] = len(searches)
-            searches.append(_sigma_search(q, t, target, delta, prior))
+            searches.append(_sigma_search(q, t, target, delta, prior, start))
             asked.append((i, q, t, prior))
 
         def answer_many(points: list[tuple[int, list[float]]]) -> list[list[Answer]]:
@@ -738,11 +743,11 @@ class PldAccountant(Accountant):
                 (asked[k][3].plus(asked[k][1], sigma, asked[k][2]), asked[k][3].composed_at(delta))
                 for k, sigmas in points for sigma in sigmas
             ])
-            out, at = [], 0
+            rounds, at = [], 0
             for _, sigmas in points:
-                out.append(flat[at : at + len(sigmas)])
+                rounds.append(flat[at : at + len(sigmas)])
                 at += len(sigmas)
-            return out
+            return rounds
 
         results = search.lockstep(searches, answer_many)
         for (i, *_), result in zip(asked, results, strict=True):
@@ -887,21 +892,8 @@ def _pld_delta(events: Sequence[ApproximateDpEvent], delta: float) -> float:
     return delta - extra if extra else delta
 
 
-# The lattice point of each question's last answer (docs/accounting.md §13.5), by (q, T, target,
-# spent phases): where a neighbouring question (the same one at a slightly smaller delta, as the
-# discrete blocks ask after the continuous calibration, or a repeated request) starts. A start
-# only: the answer is the lattice point any start finds.
-_LAST_ANSWER: dict[tuple[float, int, float, tuple[PhaseTuple, ...]], float] = {}
-_LAST_ANSWER_MAX = 4096
-
-
-def forget_answers() -> None:
-    """Empty the stored answers searches start from (a first request, as benchmarks time one)."""
-    _LAST_ANSWER.clear()
-
-
 def _sigma_search(
-    q: float, t: int, target: float, delta: float, history: History
+    q: float, t: int, target: float, delta: float, history: History, start: float | None = None
 ) -> Generator[list[float], list[Answer], Calibration]:
     """The noise-multiplier search of docs/accounting.md §13.5 as a generator: it yields each
     round's sigmas (one or two) it needs the answers of :func:`sound_epsilon` for
@@ -909,21 +901,23 @@ def _sigma_search(
     (:func:`search.drive`) and many in lockstep (:func:`search.lockstep`) run the same steps.
     The answer is the smallest sigma of the lattice e^{k XTOL} found feasible whose lower
     neighbour was found infeasible (:func:`search.lattice_steps`): both evaluated, so the sigma
-    is certified by the evaluation that found it, and the same whichever start the search had."""
+    is certified by the evaluation that found it, and the same whichever start the search had
+    where epsilon does not rise with sigma. ``start``: a neighbouring question's answer (sigma)
+    the caller knows, whose lattice point and the one below are asked first (§13.5); without
+    it the search starts from :func:`sigma_guess`. Nothing else is kept between searches: the
+    answer is a function of the question and ``start`` alone."""
     answers: dict[float, Answer] = {}  # sigma -> its answer, each asked once
-    key = (q, t, target, tuple(history.phases))
-    last = _LAST_ANSWER.get(key)
-    if last is not None:
-        start, expected = last, True
+    if start is not None:
+        x0, expected = math.log(start), True
     else:
         remaining = max(target - (history.spent_epsilon or 0.0), 0.05 * target)
-        start, expected = math.log(float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])), False
+        x0, expected = math.log(float(sigma_guess(np.array([q]), t, np.array([remaining]), delta)[0])), False
     try:
         # log epsilon falls 2-5 times as fast as log sigma rises near the answer: the first
         # step (|g(guess)| / slope) then lands next to the root, not 2-3x beyond it
         found = yield from _on_log_sigma(
             search.lattice_steps(
-                start, XTOL, math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE, expected=expected
+                x0, XTOL, math.log(SIGMA_MIN), math.log(SIGMA_MAX), slope=BRACKET_SLOPE, expected=expected
             ),
             answers,
             target,
@@ -931,9 +925,6 @@ def _sigma_search(
     except search.NoFeasiblePoint:
         raise no_noise_meets(target, q, t, delta) from None
     sigma = math.exp(found.hi)
-    if len(_LAST_ANSWER) >= _LAST_ANSWER_MAX:
-        _LAST_ANSWER.clear()
-    _LAST_ANSWER[key] = found.hi
     achieved, failed = answers[sigma]  # hi is always an evaluated point
     return noise_result(
         q, sigma, t, delta, target, achieved, PldAccountant.name, history.spent_epsilon,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from accounting.requests import EpsilonRequest, NoiseMultiplierRequest, answer
+from accounting.results import Calibration
 from app.cli import run
 
 
@@ -115,7 +116,7 @@ def test_request_models_for_the_service() -> None:
          "spent": [{"sampling_rate": 0.02, "noise_multiplier": 1.0, "steps": 200}]}
     )
     result = answer(request)
-    assert result.spent_epsilon is not None and result.epsilon <= 3.0
+    assert isinstance(result, Calibration) and result.spent_epsilon is not None and result.epsilon <= 3.0
     import pydantic
 
     with pytest.raises(pydantic.ValidationError) as error:
@@ -151,3 +152,31 @@ def test_account_without_a_computation_imports_no_scipy(argv: list[str]) -> None
     completed = subprocess.run([sys.executable, "-c", _MODULES_AFTER, *argv], capture_output=True, text=True, timeout=60)
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["code"] in (0, 2) and result["scipy"] == [], result
+
+
+def test_readme_account_example_is_what_the_commands_print(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `gdpfed account` console block, command by command (as
+    tests/planner/test_silo_sample.py pins the silo block): a text answer's lines are printed
+    whole; a ``--json`` answer shown on one line (``...`` eliding the rest) states each field it
+    shows with the printed value, bit for bit."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [block] = [b.split("```")[0] for b in readme.split("```console\n")[1:] if b.startswith("$ gdpfed account ")]
+    commands: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            commands.append((shlex.split(line[2:])[2:], []))
+        elif line.strip():
+            commands[-1][1].append(line.rstrip())
+    assert [argv[0] for argv, _ in commands] == ["noise-multiplier", "epsilon"]
+    for argv, shown in commands:
+        code, out, _ = _run(capsys, *argv)
+        assert code == 0
+        if "--json" not in argv:
+            assert [line.rstrip() for line in out.splitlines()] == shown
+            continue
+        [line] = shown
+        stated = json.loads(line.replace(", ...}", "}"))
+        printed = json.loads(out)
+        assert stated == {key: printed[key] for key in stated}, f"README's `gdpfed account {' '.join(argv)}`"

@@ -71,7 +71,6 @@ def test_the_searches_share_each_rounds_composition(monkeypatch: pytest.MonkeyPa
         return real(histories, delta)
 
     monkeypatch.setattr(pld_module, "sound_epsilons", counted)
-    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {})  # no earlier answer to start from
     questions = [q for q, _ in QUESTIONS[:4]]
     accounting.noise_multipliers(questions, "pld")
     # each search proves its answer by two evaluations at least (the lattice point and the one below)
@@ -80,11 +79,11 @@ def test_the_searches_share_each_rounds_composition(monkeypatch: pytest.MonkeyPa
 
 def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """The discrete blocks' re-calibration (docs/accounting.md §13.5): each group's question again
-    at delta less a tiny wrap charge starts from its continuous answer and is proven by one round
-    of two evaluations per question, the answer the one a first request at that delta gets."""
-    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
+    at delta less a tiny wrap charge, started from its continuous answer (``starts``), is proven by
+    one round of two evaluations per question, the answer the one a search from its own guess gets."""
     questions = [q for q, _ in QUESTIONS[:2]] + [QUESTIONS[3][0]]
-    accounting.noise_multipliers(questions, "pld")
+    first = accounting.noise_multipliers(questions, "pld")
+    starts = [answer.noise_multiplier for answer in first if isinstance(answer, Calibration)]
     smaller = [(q, t, eps, delta - 1e-12) for q, t, eps, delta in questions]
     calls: list[int] = []
     real = pld_module.sound_epsilons
@@ -94,17 +93,39 @@ def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkey
         return real(histories, delta)
 
     monkeypatch.setattr(pld_module, "sound_epsilons", counted)
-    again = accounting.noise_multipliers(smaller, "pld")
+    again = accounting.noise_multipliers(smaller, "pld", starts=starts)
     assert calls == [2 * len(questions)]
-    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
     assert again == accounting.noise_multipliers(smaller, "pld")
+
+
+def test_an_answer_does_not_depend_on_what_was_asked_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No answer is kept between calls (the service answers many questions in one process): on a
+    curve where epsilon rises once with sigma (pld answers a sigma it fails at with rdp's larger
+    figure), a question gets the same noise multiplier whether or not a neighbouring question (the
+    same one at another delta) was asked first. A search kept each question's last answer as the
+    next one's start, and from there found the feasible sigma above the rise instead."""
+
+    def curve(items: list, delta: float | None = None) -> list:
+        out = []
+        for phases, at in items:
+            sigma = phases[-1][1]
+            rising = at < 1.5e-5 and 0.5 <= sigma < 2.0  # feasible here at the smaller delta only
+            out.append((0.5 if rising or sigma >= 3.0 else 2.0, None))
+        return out
+
+    monkeypatch.setattr(pld_module, "_sound_answers", curve)
+    question = (0.01, 1000, 1.0, 1e-5)
+    fresh = accounting.noise_multiplier(*question, accountant="pld")
+    assert 0.5 <= fresh.noise_multiplier < 0.51
+    accounting.noise_multiplier(0.01, 1000, 1.0, 2e-5, accountant="pld")  # answered above 3
+    assert _same(accounting.noise_multiplier(*question, accountant="pld"), fresh)
+    assert _same(accounting.noise_multipliers([question], "pld")[0], fresh)
 
 
 def test_the_same_question_twice_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Groups with the same rate, rounds, budget and spent history (a pool's members of one
     tier) share one search: each round composes their history once, and each gets the answer
     noise_multiplier gives alone, bit for bit, infeasible ones their InfeasibleError."""
-    monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
     distinct = [QUESTIONS[0], QUESTIONS[4], QUESTIONS[6]]  # plain, a spent history, infeasible
     repeated = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[1], distinct[2]]
     calls: list[int] = []
@@ -119,7 +140,6 @@ def test_the_same_question_twice_is_searched_once(monkeypatch: pytest.MonkeyPatc
     assert max(calls) <= 2 * 2  # two searches (the infeasible one never searches), two points a round at most
     monkeypatch.setattr(pld_module, "sound_epsilons", real)
     for (question, spent), answer in zip(repeated, together, strict=True):
-        monkeypatch.setattr(pld_module, "_LAST_ANSWER", {}, raising=False)
         assert _same(answer, _one(question, spent)), question
     assert isinstance(together[3], InfeasibleError) and together[0] is not together[2]
 
@@ -210,3 +230,12 @@ def test_skellam_histories_calibrate_in_lockstep_as_one_at_a_time() -> None:
     assert reduced.epsilon == sound_epsilon(history, at)[0] and reduced.spent_epsilon == sound_epsilon(_phases(charged), at)[0]
     assert isinstance(refused, InfeasibleError) and "epsilon inf" in str(refused)
     assert isinstance(marked, Calibration) and marked.fallback and "tabulated" in (marked.reason or "")
+
+
+@pytest.mark.parametrize(("starts", "field"), [([1.0], "starts"), ([0.0, None], "starts[0]"), ([None, float("nan")], "starts[1]")])
+def test_bad_starts_are_refused_naming_the_field(starts: list, field: str) -> None:
+    """``starts`` is one positive noise multiplier or None per question, refused naming it otherwise."""
+    questions = [QUESTIONS[0][0], QUESTIONS[1][0]]
+    with pytest.raises(InvalidInputError) as refused:
+        accounting.noise_multipliers(questions, "pld", starts=starts)
+    assert refused.value.field == field

@@ -19,7 +19,7 @@ XTOL = math.log1p(1e-4)
 class Counted:
     """A function wrapper that counts its calls."""
 
-    def __init__(self, fn):  # type: ignore[no-untyped-def]
+    def __init__(self, fn):
         self.fn = fn
         self.calls = 0
 
@@ -28,7 +28,7 @@ class Counted:
         return self.fn(x)
 
 
-def _check_bracket(found: search.Bracket, g, xtol: float) -> None:  # type: ignore[no-untyped-def]
+def _check_bracket(found: search.Bracket, g, xtol: float) -> None:
     assert found.hi - found.lo <= xtol
     assert g(found.hi) <= 0 < g(found.lo)
 
@@ -44,7 +44,7 @@ def _check_bracket(found: search.Bracket, g, xtol: float) -> None:  # type: igno
         lambda x: math.nan,
     ],
 )
-def test_guided_keeps_the_bracket_guarantees_whatever_the_model(model) -> None:  # type: ignore[no-untyped-def]
+def test_guided_keeps_the_bracket_guarantees_whatever_the_model(model) -> None:
     def g(x: float) -> float:  # non-increasing, root at 0.2, a kink at 0.25
         return 0.2 - x if x < 0.25 else -0.05 - 3.0 * (x - 0.25)
 
@@ -94,7 +94,7 @@ def test_noise_multiplier_uses_few_objective_evaluations(monkeypatch: pytest.Mon
     counts: list[int] = []
     original = search.guided
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def counting(*args, **kwargs):
         found = original(*args, **kwargs)
         counts.append(found.evaluations)
         return found
@@ -235,13 +235,34 @@ def test_lattice_search_with_infinite_values_floor_and_cap() -> None:
     assert refused.value.x_max == 5.0
 
 
-def test_pld_calibration_is_the_least_certified_lattice_sigma_whatever_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rising_step_crossing_the_bracket_resolves_deterministically() -> None:
+    """A curve that rises once (as pld's where it fails at one sigma and answers with rdp's larger
+    figure): asking a pair across the step finds the lower point feasible and the upper one not, a
+    crossed bracket. The search goes on inside the evaluated points, with no assertion, and ends at
+    an evaluated feasible point whose lower neighbour was evaluated infeasible; the same one each
+    time from the same start."""
+    k_step = 40  # g(x_k) falls through 0 at k = 10, then jumps above 0 on [40, 60) and falls again
+
+    def rising(x: float) -> float:
+        k = round(x / UNIT)
+        return 0.5 if k_step <= k < k_step + 20 else 0.02 * (10.5 - k)
+
+    # expected: the first round asks the start's point and the one below, exactly across the step
+    for x0, expected in [(k_step * UNIT, True), ((k_step + 1) * UNIT, True), ((k_step + 19) * UNIT, True),
+                         (70 * UNIT, False), (-3.0, False), (30 * UNIT, True)]:
+        found, seen = _lattice(rising, x0, expected)
+        again, _ = _lattice(rising, x0, expected)
+        assert found == again
+        assert rising(found.hi) <= 0 < rising(found.lo) and found.lo in seen and found.hi in seen
+        assert round(found.hi / UNIT) - round(found.lo / UNIT) == 1, (x0, found)
+
+
+def test_pld_calibration_is_the_least_certified_lattice_sigma_whatever_its_start() -> None:
     """pld's noise multiplier is e^{k XTOL} with its epsilon certified at most the target and
-    the lattice point below it certified above; a misleading start (a stored answer far away)
-    changes the evaluations, not one bit of the answer."""
+    the lattice point below it certified above; a misleading start (a neighbouring answer far
+    away) changes the evaluations, not one bit of the answer."""
     from accounting.accountants import pld
 
-    monkeypatch.setattr(pld, "_LAST_ANSWER", {}, raising=False)
     for q, t, eps, delta in [(0.01, 30, 1.0, 1e-5), (0.1, 100, 1.0, 1e-3), (1.0, 10, 2.0, 1e-5)]:
         cold = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
         sigma = cold.noise_multiplier
@@ -249,6 +270,6 @@ def test_pld_calibration_is_the_least_certified_lattice_sigma_whatever_its_start
         assert sigma == math.exp(k * pld.XTOL)
         assert pld.sound_epsilon([(q, sigma, t)], delta)[0] <= eps < pld.sound_epsilon([(q, math.exp((k - 1) * pld.XTOL), t)], delta)[0]
         for misleading in (0.2 * sigma, 5.0 * sigma):
-            pld._LAST_ANSWER[(q, t, eps, ())] = math.log(misleading)
-            again = accounting.noise_multiplier(q, t, eps, delta, accountant="pld")
+            again = accounting.noise_multipliers([(q, t, eps, delta)], "pld", starts=[misleading])[0]
+            assert isinstance(again, accounting.Calibration)
             assert again.noise_multiplier == sigma and again.epsilon == cold.epsilon
