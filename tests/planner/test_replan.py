@@ -217,15 +217,25 @@ def test_a_replan_of_a_continuous_run_states_no_discrete_block():
 
 
 def planned_skellam_parent():
-    """The planner's own skellam plan of the attached runs' scenario (pld, 4 rounds): after 2 rounds
-    group strict's Gaussian record (1.75300) is above its Skellam events' figure (1.75291), a
-    relative 5e-5 apart, well outside the re-plan's 1e-6 margin."""
+    """The planner's own skellam plan of the attached runs' scenario (pld, 4 rounds) with each block's
+    noise 5% above what the planner calibrated (a block may carry more noise than its budget needs:
+    before the lattice search, docs/accounting.md §13.5, the planner's own blocks did by about 5e-5):
+    after 2 rounds group strict's Gaussian record (1.7532) is then above its Skellam events' figure
+    (1.6520), well outside the re-plan's 1e-6 margin. The planner's blocks today sit on the
+    continuous answer's lattice point at a smaller delta, so their Skellam record is the larger
+    (``test_a_continuous_runs_budget_is_checked_against_its_gaussian_phases`` covers that order)."""
     from planner.schema import Scenario
     from tests.trainer.test_reporting import SCENARIO
 
     plan = make_plan(Scenario.model_validate({**SCENARIO, "rounds": 4}), "gdpfed_plus", clients_needed=False)
     assert all(pool.discrete is not None for pool in plan.pools), plan.warnings
-    return plan
+    noisier = []
+    for pool in plan.pools:
+        block = pool.discrete
+        assert block is not None
+        noisier.append(pool.model_copy(update={"discrete": block.model_copy(update={
+            "total_variance": block.total_variance * 1.05, "share_variance": block.share_variance * 1.05})}))
+    return plan.model_copy(update={"pools": noisier})
 
 
 def test_a_budget_is_checked_against_the_record_of_the_mechanism_the_run_reported():
