@@ -196,3 +196,21 @@ def test_a_skellam_runs_lowered_budget_is_checked_against_its_skellam_events(cli
     assert child.group("strict").epsilon == between and child.group("strict").status == "exhausted"
     changed = client.patch(f"/v1/populations/{population['id']}/groups/strict", json={"epsilon": between})
     assert changed.status_code == 200, changed.text
+
+
+def test_replan_of_a_prv_plan_after_skellam_reports(client: TestClient) -> None:
+    """POST /replan of a prv plan (blocks calibrated by rdp, which prices their Skellam events; prv cannot)
+    failed with 'accountant prv does not support poisson_sampled_skellam events'; after two skellam reports
+    it is 201 now, the same for closed_form."""
+    from tests.trainer.test_reporting import SCENARIO
+
+    for accountant in ("prv", "closed_form"):
+        plan = _create(client, scenario={**SCENARIO, "rounds": 4, "accountant": accountant})
+        for index in range(2):
+            report = {"round_index": index, "secagg_mechanism": "skellam"}
+            assert client.post(f"/v1/plans/{plan['id']}/rounds", json=report).status_code == 201
+        replanned = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": {}})
+        assert replanned.status_code == 201, replanned.text
+        child = load_plan(replanned.json())
+        assert child.accountant == accountant and child.start_round == 2
+        assert all(g.status == "active" and g.spent_discrete for g in child.groups)

@@ -248,3 +248,24 @@ def test_replan_takes_the_mechanism_the_run_executed(capsys, tmp_path):
     err = one_line_error(capsys, ["plan", "replan", str(silo), "--rounds-done", "1", "--changes", str(changes),
                                   "--secagg-mechanism", "skellam"])
     assert err.startswith("gdpfed plan: error: --secagg-mechanism") and "silo_sample" in err
+
+
+def test_replan_of_a_prv_or_closed_form_plan_through_the_cli(capsys, tmp_path):
+    """``gdpfed plan replan`` of a prv plan failed on every call (exit 2: 'accountant prv does not support
+    poisson_sampled_skellam events'): its spent Skellam events were priced with prv, not with the blocks'
+    accountant (rdp) its ledger uses. Both a prv and a closed_form plan re-plan with no changes (exit 0)."""
+    from tests.trainer.test_reporting import SCENARIO
+
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({**SCENARIO, "rounds": 4}))
+    changes = tmp_path / "changes.json"
+    changes.write_text("{}")
+    for accountant in ("prv", "closed_form"):
+        parent = tmp_path / f"{accountant}.json"
+        assert run(["plan", str(scenario), "--accountant", accountant, "--out", str(parent)]) == 0
+        capsys.readouterr()
+        assert run(["plan", "replan", str(parent), "--rounds-done", "2", "--changes", str(changes), "--json"]) == 0, (
+            capsys.readouterr().err)
+        child = load_plan(json.loads(capsys.readouterr().out))
+        assert child.accountant == accountant and child.start_round == 2
+        assert all(g.status == "active" and g.spent_discrete for g in child.groups)

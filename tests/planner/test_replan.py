@@ -297,3 +297,35 @@ def test_a_skellam_ledger_refuses_spent_phases_that_no_skellam_events_record():
     assert reported.value.field == "secagg_mechanism" and "groups.a.spent_discrete" in reported.value.reason
     plan_ledger.check_mechanism(child, "skellam")  # the planner's own re-plan is counted
     assert plan_ledger.run_history(edited, edited.group("a"), 1) == plan_ledger.group_history(edited, edited.group("a"), 1)
+
+
+@pytest.mark.parametrize("accountant", ["prv", "closed_form"])
+def test_a_replan_of_a_prv_or_closed_form_skellam_plan_prices_its_skellam_events_as_its_ledger(accountant):
+    """A prv or closed_form plan's blocks are calibrated by rdp (neither accounts the Skellam event): the
+    re-plan priced the spent Skellam events with the plan's own accountant, so every re-plan of such a
+    plan failed ('accountant prv does not support poisson_sampled_skellam events'). It now prices them as
+    the ledger does (planner.ledger.history_accountant), the Gaussian phases by ledger_accountant, for
+    every mechanism; a budget below the record of the run's mechanism is refused naming that figure."""
+    from planner.schema import Scenario
+    from tests.trainer.test_reporting import SCENARIO
+
+    parent = make_plan(Scenario.model_validate({**SCENARIO, "rounds": 4, "accountant": accountant}), "gdpfed_plus",
+                       clients_needed=False)
+    assert all(pool.discrete is not None for pool in parent.pools), parent.warnings
+    mechanisms: tuple[SecaggMechanism | None, ...] = (None, "skellam", "gaussian_continuous")
+    for mechanism in mechanisms:
+        child = replan(parent, 2, Changes(), mechanism=mechanism)
+        assert child.start_round == 2 and [g.status for g in child.groups] == ["active", "active"]
+        for group in child.groups:
+            assert group.epsilon is not None and group.epsilon_spent is not None
+            assert group.epsilon_spent <= group.epsilon * (1 + 1e-9)
+    strict = parent.group("strict")
+    skellam = plan_ledger.epsilon_spent(parent, strict, 2, mechanism="skellam")
+    gaussian = plan_ledger.epsilon_spent(parent, strict, 2)
+    assert skellam is not None and gaussian is not None
+    for mechanism, spent in ((None, max(skellam, gaussian)), ("skellam", skellam), ("gaussian_continuous", gaussian)):
+        with pytest.raises(BudgetConflictError) as refused:
+            replan(parent, 2, Changes.model_validate({"groups": [{"id": "strict", "epsilon": spent * 0.999}]}),
+                   mechanism=mechanism)
+        assert refused.value.field == "changes.groups.0.epsilon" and f"{spent:.6g}" in refused.value.reason
+
