@@ -214,13 +214,29 @@ def _refuse_budgets_below_spent(
         spent, _, _, discrete = _spent_record(
             history[change.id], record, plan.scenario.delta, plan.scenario.accountant, mechanism
         )
-        which = " (its Skellam events: the run executes the discrete mechanism)" if discrete else ""
+        which = _record_named(mechanism, record is not None, discrete)
         if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
             raise BudgetConflictError(
                 field,
                 f"group {change.id!r} has already spent epsilon {spent:.6g}{which}; its budget cannot be "
                 f"lowered to {change.epsilon:g} (the ledger would already exceed it)",
             )
+
+
+def _record_named(mechanism: SecaggMechanism | None, skellam_recorded: bool, discrete: bool) -> str:
+    """Which record a refusal's spent figure is (:func:`_spent_record`, docs/planning.md §9 point 5)."""
+    if not skellam_recorded or mechanism == "gaussian_continuous":
+        return ""
+    if mechanism is None:
+        # the operator can lift this (a budget between the two records may be one the run has
+        # not spent), so the text says how to name the mechanism
+        larger = "its Skellam events" if discrete else "its Gaussian phases"
+        return (
+            f" (the larger of its Gaussian phases and its Skellam events, here {larger}, because the run's "
+            "mechanism is unknown: give it with --secagg-mechanism on the CLI; the service knows it once a "
+            "round is reported)"
+        )
+    return " (its Skellam events: the run executes the discrete mechanism)"
 
 
 def _apply_changes(

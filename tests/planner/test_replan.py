@@ -329,3 +329,20 @@ def test_a_replan_of_a_prv_or_closed_form_skellam_plan_prices_its_skellam_events
                    mechanism=mechanism)
         assert refused.value.field == "changes.groups.0.epsilon" and f"{spent:.6g}" in refused.value.reason
 
+
+def test_a_refusal_while_the_mechanism_is_unknown_says_so_and_how_to_give_it():
+    """With the run's mechanism unknown the spent figure is the larger of the two records; the refusal said
+    '(its Skellam events: the run executes the discrete mechanism)', which nobody had said. It names the
+    larger-of rule, which record that is, and how to give the mechanism (--secagg-mechanism; the service
+    once a round is reported). A skellam run's refusal keeps its text."""
+    parent = skellam_parent()
+    lowered = {"groups": [{"id": "a", "epsilon": 1.5}]}
+    with pytest.raises(BudgetConflictError) as refused:
+        replan(parent, 2, lowered)
+    reason = refused.value.reason
+    assert "the run executes the discrete mechanism" not in reason, reason
+    assert "the larger of its Gaussian phases and its Skellam events, here its Skellam events" in reason
+    assert "mechanism is unknown" in reason and "--secagg-mechanism" in reason and "once a round is reported" in reason
+    with pytest.raises(BudgetConflictError) as known:
+        replan(parent, 2, lowered, mechanism="skellam")
+    assert "(its Skellam events: the run executes the discrete mechanism)" in known.value.reason
