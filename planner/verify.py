@@ -28,12 +28,14 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    re-derived from the block and the pool's ``noise_multiplier`` (z_eff, what the ledger
    composes), ``sigma_b > z_eff / 2``, and every sampled group is clipped at the one
    scenario clip norm (docs/planning.md §15).
-6. **Stated figures.** A group whose run the plan's mechanism prices by Skellam events (a
-   pool's ``discrete`` block under skellam) has its full-run ledger recomputed from the
-   block (``planner.ledger.epsilon_spent`` on that mechanism, independently of the figures
-   the planner wrote): it must be within the budget, and the plan's ``epsilon_spent`` (and
-   the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant), where stated, must not
-   state less (docs/ledger.md §5).
+6. **Stated figures.** Every protected group's full-run ledger on the plan's mechanism is
+   recomputed (``planner.ledger.epsilon_spent`` and ``figures_by_group``, independently of the
+   figures the planner wrote; a group whose run the mechanism prices by Skellam events, a
+   pool's ``discrete`` block under skellam, from the block): a Skellam-priced one must be
+   within the budget, and no stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight``
+   (where stated) may be below its recomputation, for every mechanism; a sampled group's
+   stated ``epsilon_spent`` above the budget is refused unless the group says ``sound: false``
+   (docs/ledger.md §5).
 7. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from accounting.accountants import TIGHT_ACCOUNTANT
+from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import check_adaptive_pools
@@ -56,9 +58,6 @@ from planner.secagg import check_stated_graph
 # The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
 VERIFY_SLACK = 1e-9
 _REL_TOL = 1e-9
-# A stated figure is recomputed from the same events by the same code and JSON keeps every
-# float exactly, so it may sit below the recomputation by round-off at most.
-_STATED_TOL = 1e-12
 
 
 def verify_executable(plan: Plan, *, epsilon_fn: EpsilonFn | None = None) -> None:
@@ -180,32 +179,71 @@ def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | No
 
 
 def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> None:
-    """Step 6: the Skellam-priced groups' recomputed full-run ledger against their budgets and
-    against what the plan states (``InvalidInputError`` naming the group's field)."""
+    """Step 6 (docs/ledger.md §5): every protected client group's full-run ledger on the plan's
+    mechanism, recomputed from the fields the run uses, against its budget where Skellam events
+    price it (the Gaussian phases' is step 4) and against every figure the plan states for it
+    (``InvalidInputError`` naming ``groups.<id>.<field>``).
+
+    No stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight`` may be below its
+    recomputation (relative ``VERIFY_SLACK``), whatever the mechanism; a figure left out (null:
+    a hand-written plan, one without the rdp / tight figures) claims nothing and is not
+    compared, nor computed. A sampled group's stated ``epsilon_spent`` above the budget is refused
+    unless the group says ``sound: false`` (then step 4 says why); an exhausted group (rate 0)
+    spends nothing more and states what its history spent."""
     mechanism = plan.scenario.mechanism
-    for group in plan.groups:
-        if not plan_ledger.counts_discrete(plan, group, mechanism) or group.epsilon is None:
+    protected = [
+        g for g in plan.groups if g.epsilon is not None and not plan_ledger.is_unprotected(plan, g, plan.rounds)
+    ]
+    for group in protected:
+        assert group.epsilon is not None
+        # a group this plan does not sample spends nothing more: an exhausted one may state the
+        # history a re-plan accepted within its margin above the budget (planner.replan), truly
+        if group.sampling_rate == 0:
             continue
-        spent = plan_ledger.epsilon_spent(plan, group, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
-        if spent is None:
-            continue  # never protected: _check_privacy refuses what needs refusing
-        field = f"groups.{group.id}"
-        if spent > group.epsilon * (1 + VERIFY_SLACK):
+        if group.sound and group.epsilon_spent is not None and group.epsilon_spent > group.epsilon * (1 + VERIFY_SLACK):
             raise InvalidInputError(
-                field,
-                f"running this plan on {mechanism} spends epsilon {spent:.10g} (its pool's discrete block, "
+                f"groups.{group.id}.epsilon_spent",
+                f"states {group.epsilon_spent:.12g}, above its budget {group.epsilon:g}, without sound: false",
+            )
+    priced = {g.id for g in protected if plan_ledger.counts_discrete(plan, g, mechanism)}
+    # the figure of record is needed for a Skellam-priced group's budget and for any stated figure
+    # (figures_by_group reuses it as the figure of its own accountant rather than composing again)
+    needed = [g for g in protected if g.id in priced or _stated(g)]
+    spent: dict[str, float | None] = {
+        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        for g in needed
+    }
+    for group in (g for g in needed if g.id in priced):
+        value = spent[group.id]
+        assert group.epsilon is not None and value is not None  # protected
+        if value > group.epsilon * (1 + VERIFY_SLACK):
+            raise InvalidInputError(
+                f"groups.{group.id}",
+                f"running this plan on {mechanism} spends epsilon {value:.10g} (its pool's discrete block, "
                 f"{plan.rounds} rounds) above its budget {group.epsilon:g}",
             )
+    compared = [g.id for g in needed if g.epsilon_rdp is not None or g.epsilon_tight is not None]
+    figures = plan_ledger.figures_by_group(plan, plan.rounds, spent, mechanism=mechanism, only=compared) if compared else {}
+    for group in needed:
+        if not _stated(group):
+            continue
         record = plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism))
-        # the comparison figure of the record's accountant is the same number (docs/ledger.md §3);
-        # a figure the document leaves out (null: a hand-written plan, one without the rdp / tight
-        # figures) claims nothing, so only a stated one is compared
-        same = ("epsilon_tight", group.epsilon_tight) if record == TIGHT_ACCOUNTANT else ("epsilon_rdp", group.epsilon_rdp)
-        for name, value in (("epsilon_spent", group.epsilon_spent), same):
-            if value is not None and value < spent * (1 - _STATED_TOL):
+        both = figures.get(group.id)
+        recomputed = (
+            ("epsilon_spent", group.epsilon_spent, spent[group.id], record),
+            ("epsilon_rdp", group.epsilon_rdp, None if both is None else both.rdp, RDP_ACCOUNTANT),
+            ("epsilon_tight", group.epsilon_tight, None if both is None else both.tight, TIGHT_ACCOUNTANT),
+        )
+        for name, stated, value, accountant in recomputed:
+            if stated is not None and value is not None and stated < value * (1 - VERIFY_SLACK):
+                how = f"its pool's {mechanism} block spends" if group.id in priced else "its Gaussian phases spend"
                 raise InvalidInputError(
-                    f"{field}.{name}",
-                    f"states {value:.12g}, below epsilon {spent:.12g} that "
-                    f"its pool's {mechanism} block spends over the plan's {plan.rounds} rounds ({record}): the plan "
-                    "must state the figure of the mechanism it runs",
+                    f"groups.{group.id}.{name}",
+                    f"states {stated:.12g}, below epsilon {value:.12g} that {how} over the plan's {plan.rounds} "
+                    f"rounds ({accountant}): the plan must state the figure of the mechanism it runs",
                 )
+
+
+def _stated(group: GroupPlan) -> bool:
+    """Whether the plan states any of the group's figures (a null one claims nothing)."""
+    return any(value is not None for value in (group.epsilon_spent, group.epsilon_rdp, group.epsilon_tight))
