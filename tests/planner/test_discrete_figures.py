@@ -136,7 +136,8 @@ def test_gdpfed_plan_verify_refuses_a_plan_file_stating_less_than_its_blocks_spe
     assert run(["plan", str(EXAMPLES / "scenario.json"), "--out", str(written)]) == 0
     capsys.readouterr()
     assert run(["plan", "verify", str(written), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"plan": str(written), "privacy_unit": "client", "verified": True}
+    assert json.loads(capsys.readouterr().out) == {
+        "plan": str(written), "privacy_unit": "client", "mechanism": "skellam", "accountants": ["pld"], "verified": True}
     document = json.loads(written.read_text())
     group = document["groups"][2]
     group["epsilon_spent"] *= 1 - 1e-8
