@@ -23,6 +23,7 @@ from typing import Any, get_args
 from accounting.accountants import ACCOUNTANT_NAMES
 from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
+from planner import ledger as plan_ledger
 from planner.loading import (
     load_changes,
     load_plan_document_file,
@@ -34,6 +35,7 @@ from planner.loading import (
 from planner.report import sweep_text
 from planner.sweep import plot_sweep, sweep
 from planner.units import make_plan, privacy_unit, unit_of, verify
+from planner.units.base import PrivacyUnit
 
 
 def register(subparsers: Any) -> None:
@@ -144,9 +146,24 @@ def _verify(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     with naming_file("plan", path):
         verify(plan)
     unit = unit_of(plan)
-    return {"plan": path, "privacy_unit": unit.name, "verified": True}, (
-        f"{path}: verified ({unit.name} plan): it passes the checks gdpfed train makes before round 0 (docs/ledger.md §5)"
+    mechanism, accountants = _checked_with(plan, unit)
+    checked = f", checked with {', '.join(accountants)}" if accountants else ""
+    return {"plan": path, "privacy_unit": unit.name, "mechanism": mechanism, "accountants": accountants,
+            "verified": True}, (
+        f"{path}: verified ({unit.name} plan, mechanism {mechanism}{checked}): it passes the checks gdpfed train "
+        "makes before round 0 (docs/ledger.md §5)"
     )
+
+
+def _checked_with(plan: Any, unit: PrivacyUnit) -> tuple[str, list[str]]:
+    """The mechanism a verified plan's figures are of and the accountants its verifier recomputed
+    them with: a client plan's from its ledger (``planner.ledger.stated_mechanism``,
+    ``stated_accountants``; docs/ledger.md §5), another unit's its own mechanism and its plan's
+    accountant (none for a metric plan, whose leakages add)."""
+    if unit.secagg_mechanisms:
+        return plan_ledger.stated_mechanism(plan), list(plan_ledger.stated_accountants(plan))
+    accountant = getattr(plan, "accountant", None)
+    return unit.mechanism, [] if accountant is None else [str(accountant)]
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:

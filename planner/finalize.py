@@ -28,9 +28,8 @@ from planner.objective import objective_terms
 from planner.problem import Problem
 from planner.schema import GroupPlan, Plan, PoolPlan, Predicted
 from planner.secagg import planned_participants, pool_thresholds, secagg_graph
+from planner.verify import VERIFY_SLACK
 
-# Relative slack for comparing a verified epsilon with its target (float round-off only).
-_VERIFY_SLACK = 1e-9
 # How often a prv plan raises a group's sigma after a failed verification before using rdp.
 _PRV_ATTEMPTS = 3
 
@@ -126,7 +125,7 @@ def _stating(plan: Plan, executed: dict[str, plan_ledger.StatedFigures], *, both
             "epsilon_rdp": executed[g.id].figures.rdp if both or g.epsilon_rdp is not None else None,
             "epsilon_tight": executed[g.id].figures.tight if both or g.epsilon_tight is not None else None,
             "epsilon_spent_prv_upper": None,
-            "sound": g.epsilon is not None and executed[g.id].spent <= float(g.epsilon) * (1 + _VERIFY_SLACK),
+            "sound": g.epsilon is not None and executed[g.id].spent <= float(g.epsilon) * (1 + VERIFY_SLACK),
         })
         if g.id in executed and g.epsilon_spent is not None and g.sound else g
         for g in plan.groups
@@ -366,7 +365,7 @@ def _verify(
     reports: dict[int, tuple[object, bool]] = {}
     for g in checked:
         report = known.get(g) or verified[g]
-        reports[g] = (report, report.epsilon <= float(problem.epsilons[g]) * (1 + _VERIFY_SLACK))
+        reports[g] = (report, report.epsilon <= float(problem.epsilons[g]) * (1 + VERIFY_SLACK))
     return phases, reports
 
 

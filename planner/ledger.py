@@ -249,6 +249,24 @@ def rows_accountant(plan: Plan, mechanism: SecaggMechanism = CONTINUOUS) -> Acco
     return discrete.pop() if len(discrete) == 1 else ledger_accountant(plan.accountant)
 
 
+def stated_mechanism(plan: Plan) -> SecaggMechanism:
+    """The mechanism whose figures a client plan states as its groups' ``epsilon_spent``
+    (docs/ledger.md §3, "What a plan states"): skellam where its mechanism prices a group by
+    Skellam events (:func:`counts_discrete`), else gaussian_continuous (a continuous plan, or a
+    skellam one that states no block: its figures are the Gaussian phases')."""
+    mechanism = plan.scenario.mechanism
+    return "skellam" if any(counts_discrete(plan, g, mechanism) for g in plan.groups) else CONTINUOUS
+
+
+def stated_accountants(plan: Plan) -> list[AccountantName]:
+    """The accountants of a client plan's figures of record on its own mechanism, the ones
+    ``planner.verify`` recomputes them with (``ledger_accountant`` of :func:`history_accountant`
+    for each private group, in the plans' order, once each; the plan's own for a plan without one)."""
+    mechanism = plan.scenario.mechanism
+    names = [ledger_accountant(history_accountant(plan, g, mechanism)) for g in plan.groups if g.epsilon is not None]
+    return list(dict.fromkeys(names)) or [ledger_accountant(plan.accountant)]
+
+
 def history_delta(plan: Plan, group: GroupPlan, rounds_run: int, mechanism: SecaggMechanism = CONTINUOUS) -> float:
     """The delta ``run_history`` is accounted at: the plan's, less the wrap-around bound of
     every round run where the group's rounds are discrete (``planner.discrete.run_delta``;

@@ -10,6 +10,7 @@ from dataclasses import replace
 from accounting.accountants import get_accountant
 from accounting.errors import GdpfedError, InfeasibleError, InvalidInputError
 from planner import learnability
+from planner import ledger as plan_ledger
 from planner.finalize import History, PendingFigures, finalize, finalize_without_figures
 from planner.methods import METHODS, Design, design, method_problem
 from planner.problem import Problem, build_problem
@@ -21,6 +22,7 @@ from planner.schema import (
     Recommendation,
     RequestedMethod,
     Scenario,
+    SecaggMechanism,
 )
 
 PLAN_METHODS: tuple[str, ...] = tuple(METHODS)
@@ -173,8 +175,11 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
         raise errors.get("gdpfed_plus") or next(iter(errors.values()), None) or InfeasibleError(
             "no private method is feasible for this scenario"
         )
+    # the other rows' figures are their designs' Gaussian verification; the recommended row's
+    # the plan's own, of the mechanism it runs (docs/planning.md §10)
     rows = {m: comparison_row(p) for m, p in plans.items()}
-    rows[main.method] = comparison_row(main).model_copy(update={"recommended": True})
+    recommended = comparison_row(main, plan_ledger.stated_mechanism(main))
+    rows[main.method] = recommended.model_copy(update={"recommended": True})
     rows.update({
         m: ComparisonRow(method=m, feasible=False, private=m != "nonprivate", error=exc.message)
         for m, exc in errors.items() if m not in plans
@@ -252,9 +257,11 @@ def _reason(
     return "; ".join(parts)
 
 
-def comparison_row(plan: Plan) -> ComparisonRow:
-    """One self-contained row of the paper's noise table from a plan (docs/planning.md §10)."""
+def comparison_row(plan: Plan, mechanism: SecaggMechanism = "gaussian_continuous") -> ComparisonRow:
+    """One self-contained row of the paper's noise table from a plan (docs/planning.md §10);
+    ``mechanism``: the one its ``epsilon_spent`` figures are of (none for nonprivate: no figures)."""
     return ComparisonRow(
+        mechanism=mechanism if plan.method != "nonprivate" else None,
         method=plan.method,
         feasible=True,
         private=plan.method != "nonprivate",

@@ -27,7 +27,6 @@ from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInput
 from accounting.events import Phase, PoissonSampledSkellam, PrivacyEvent
 from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
-from planner.calibration import verify_group
 from planner.finalize import History
 from planner.plan import compare_problem, plan_problem
 from planner.problem import Problem, build_problem
@@ -144,8 +143,15 @@ def _discrete_histories(plan: Plan, rounds_done: int) -> SkellamHistories | None
 
 
 def _skellam_spent(events: list[PoissonSampledSkellam], wrap: float, delta: float, accountant: AccountantName) -> float:
-    """Epsilon of a skellam run's spent events at delta less their wrap-around charge, as its ledger."""
-    return float(verify_group(events, delta - wrap, accountant).epsilon) if events else 0.0
+    """Epsilon of a skellam run's spent events at delta less their wrap-around charge, as its ledger
+    prices them: by the blocks' calibration accountant of the plan's ``accountant``
+    (``planner.discrete.calibration_accountant``, as ``planner.ledger.history_accountant``)."""
+    return plan_ledger.history_epsilon(events, delta - wrap, _skellam_accountant(accountant))
+
+
+def _skellam_accountant(accountant: AccountantName) -> AccountantName:
+    """The accountant a plan of ``accountant`` prices Skellam events by (docs/ledger.md §3)."""
+    return plan_discrete.calibration_accountant(accountant)
 
 
 def _spent_record(
@@ -156,11 +162,16 @@ def _spent_record(
     its epsilon, the history and the wrap-around charge a probe of the remaining rounds composes
     with, and whether that is the Skellam record.
 
+    ``accountant`` is the plan's; each record is priced as the run's ledger prices it
+    (``planner.ledger.history_accountant``, docs/ledger.md §3): the Gaussian phases by
+    ``ledger_accountant(accountant)``, the Skellam events by the blocks' calibration accountant
+    (:func:`_skellam_spent`; prv and closed_form cannot account them).
+
     ``gaussian_continuous``: the Gaussian phases at delta (the continuous run's ledger, which
     charges no wrap-around); ``skellam``: the Skellam events at delta less their wrap-around
     charge (the skellam run's ledger); ``None`` (the mechanism is not known yet), or a parent that
     records no Skellam events: the larger of the two, so neither under-counts."""
-    gaussian = float(verify_group(phases, delta, accountant).epsilon) if phases else 0.0
+    gaussian = plan_ledger.history_epsilon(phases, delta, accountant)
     if skellam is None or mechanism == "gaussian_continuous":
         return gaussian, list(phases), 0.0, False
     events, wrap = skellam
@@ -187,7 +198,6 @@ def _refuse_budgets_below_spent(
     Gaussian phases, and the larger of the two while the mechanism is unknown.
     """
     groups = {g.id: g for g in plan.groups}
-    accountant = plan_ledger.ledger_accountant(plan.accountant)
     for index, change in enumerate(changes.groups):
         if change.epsilon is None or change.id not in groups:
             continue
@@ -201,14 +211,32 @@ def _refuse_budgets_below_spent(
         record = None if skellam is None else skellam[change.id]
         if not history[change.id] and (record is None or not record[0]):
             continue
-        spent, _, _, discrete = _spent_record(history[change.id], record, plan.scenario.delta, accountant, mechanism)
-        which = " (its Skellam events: the run executes the discrete mechanism)" if discrete else ""
+        spent, _, _, discrete = _spent_record(
+            history[change.id], record, plan.scenario.delta, plan.scenario.accountant, mechanism
+        )
+        which = _record_named(mechanism, record is not None, discrete)
         if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
             raise BudgetConflictError(
                 field,
                 f"group {change.id!r} has already spent epsilon {spent:.6g}{which}; its budget cannot be "
                 f"lowered to {change.epsilon:g} (the ledger would already exceed it)",
             )
+
+
+def _record_named(mechanism: SecaggMechanism | None, skellam_recorded: bool, discrete: bool) -> str:
+    """Which record a refusal's spent figure is (:func:`_spent_record`, docs/planning.md §9 point 5)."""
+    if not skellam_recorded or mechanism == "gaussian_continuous":
+        return ""
+    if mechanism is None:
+        # the operator can lift this (a budget between the two records may be one the run has
+        # not spent), so the text says how to name the mechanism
+        larger = "its Skellam events" if discrete else "its Gaussian phases"
+        return (
+            f" (the larger of its Gaussian phases and its Skellam events, here {larger}, because the run's "
+            "mechanism is unknown: give it with --secagg-mechanism on the CLI; the service knows it once a "
+            "round is reported)"
+        )
+    return " (its Skellam events: the run executes the discrete mechanism)"
 
 
 def _apply_changes(
@@ -280,7 +308,7 @@ def _budget_status(
             f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
             "sampled at rate 0 from now on"
         )
-    if not _room_left(spec, probe_history, scenario.delta - wrap, remaining, scenario):
+    if not _room_left(spec, probe_history, scenario.delta - wrap, remaining, scenario, discrete):
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.4g} of {spec.epsilon:g}; what is left is too little "
             f"for {remaining} more rounds even at one expected client a round, so it is sampled at rate 0"
@@ -289,7 +317,7 @@ def _budget_status(
     # (planner.finalize; its blocks on the Skellam one): a skellam run's Gaussian record can
     # stand above its Skellam events' figure and leave those phases no room
     if discrete and spent and not _room_left(spec, spent, scenario.delta, remaining, scenario):
-        gaussian = float(verify_group(spent, scenario.delta, scenario.accountant).epsilon)
+        gaussian = plan_ledger.history_epsilon(spent, scenario.delta, scenario.accountant)
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.6g} of {spec.epsilon:.6g} (its Skellam events); the plan's "
             f"Gaussian record of the same rounds ({gaussian:.6g}) leaves its phases too little for {remaining} more "
@@ -298,15 +326,21 @@ def _budget_status(
     return "active", None
 
 
-def _room_left(spec: GroupSpec, history: Sequence[PrivacyEvent], delta: float, remaining: int, scenario: Scenario) -> bool:
+def _room_left(
+    spec: GroupSpec, history: Sequence[PrivacyEvent], delta: float, remaining: int, scenario: Scenario,
+    discrete: bool = False,
+) -> bool:
     """Whether ``remaining`` more rounds at one expected client a round fit ``spec``'s epsilon after
-    ``history`` at ``delta`` (a noise multiplier under the calibration cap exists)."""
+    ``history`` at ``delta`` (a noise multiplier under the calibration cap exists). ``discrete``:
+    ``history`` is Skellam events, probed by the accountant that prices them (:func:`_skellam_spent`),
+    as the successor's blocks are calibrated on them."""
     assert spec.epsilon is not None
     probe = max(spec.min_sampling_rate, 1.0 / spec.num_clients)
-    fast = plan_ledger.ledger_accountant(scenario.accountant, per_round=True)
+    priced_by = _skellam_accountant(scenario.accountant) if discrete else scenario.accountant
+    fast = plan_ledger.ledger_accountant(priced_by, per_round=True)
     # the fast accountant (rdp) over-states a history the tight one calibrated (pld): where it
     # finds no room, the plan's own accountant decides (issue 26)
-    for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(scenario.accountant))):
+    for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(priced_by))):
         try:
             noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, delta, accountant, spent=history)
             return True

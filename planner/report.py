@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from planner import ledger as plan_ledger
 from planner.adaptive_clip import initial_clip_norm
-from planner.schema import MECHANISM_LABELS, Plan
+from planner.schema import CLIENT_NOTION, MECHANISM_LABELS, Plan
 from planner.secagg import graph_and_reason, graph_label, planned_participants
 
 
@@ -16,6 +17,7 @@ def plan_text(plan: Plan) -> str:
     lines = [
         f"plan: method={plan.method} accountant={plan.accountant} rounds={plan.rounds} "
         f"(start round {plan.start_round}) K={plan.scenario.participation:g} delta={plan.scenario.delta:g}",
+        f"privacy: {privacy_text(plan)}",
     ]
     if plan.parent_plan_id:
         lines.append(f"parent plan: {plan.parent_plan_id}")
@@ -60,6 +62,23 @@ def plan_text(plan: Plan) -> str:
         lines.append("warnings:")
         lines.extend(f"  - {w}" for w in plan.warnings)
     return "\n".join(lines)
+
+
+def privacy_text(plan: Plan) -> str:
+    """What a client plan's figures are: the notion and the mechanism its groups' 'eps spent' is
+    of (``planner.ledger.stated_mechanism``; docs/planning.md §8), as a silo plan's
+    ``privacy:`` line names its notion."""
+    mechanism = plan_ledger.stated_mechanism(plan)
+    if mechanism == "skellam":
+        how = (
+            f"exact; threat model: honest-but-curious server, {plan.scenario.colluding_clients} colluding "
+            "client(s), see below"
+        )
+    elif plan.scenario.mechanism == "skellam":
+        how = "approximate: the plan states no discrete block, see warnings"
+    else:
+        how = "approximate"
+    return f"{CLIENT_NOTION}; secagg_mechanism={mechanism} ({how})"
 
 
 def pool_lines(plan: Plan) -> list[str]:
@@ -145,7 +164,7 @@ def comparison_text(plan: Plan) -> str:
     for row in plan.comparison or []:
         name = row.method + (" *" if row.recommended else "")
         if not row.feasible:
-            rows.append([name, "infeasible", "", "", "", "", "", row.error or ""])
+            rows.append([name, "infeasible", "", "", "", "", "", "", row.error or ""])
             continue
         sigmas = " ".join(f"{p.id}({','.join(p.groups)})={_num(p.noise_multiplier)}" for p in row.pools)
         rates = " ".join(f"{k}={_num(v)}" for k, v in row.sampling_rates.items())
@@ -154,11 +173,11 @@ def comparison_text(plan: Plan) -> str:
         if len(row.sampling_rates) > 4:
             rates = f"{len(row.sampling_rates)} groups"
         rows.append([
-            name, row.accountant or "", _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective),
+            name, row.accountant or "", row.mechanism or "", _num(row.noise_energy), _num(row.sparsification_error), _num(row.objective),
             _num(row.noise_to_signal), sigmas, rates,
         ])
     return table(
-        ["method", "acct", "noise energy", "sparsif. error", "J", "noise/signal", "sigma per pool (groups)",
+        ["method", "acct", "mechanism", "noise energy", "sparsif. error", "J", "noise/signal", "sigma per pool (groups)",
          "q per group"],
         rows,
     )

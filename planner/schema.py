@@ -358,6 +358,9 @@ class GroupPlan(NumbersModel):
 # The two noise mechanisms of a pool that runs secure aggregation, and what each claims
 # (docs/secure-aggregation.md §Discrete noise; SecaggMechanism names them): the continuous path
 # stays available by name.
+# The privacy notion of a client plan's figures (planner.units.client, planner.report).
+CLIENT_NOTION = "client-level (epsilon, delta)-DP per group"
+
 MECHANISM_LABELS: dict[str, str] = {
     "skellam": "distributed Skellam (exact: rounding, integer noise and modular sum accounted)",
     "gaussian_continuous": "continuous Gaussian (approximate: per-client rounding after noise is not accounted)",
@@ -588,6 +591,11 @@ class ComparisonRow(NumbersModel):
     epsilon_spent: dict[str, float | None] = Field(
         default_factory=dict, description="group id -> epsilon over all rounds: the recommended row's is the plan's "
         "(under skellam its blocks'), every other row's the verification of its design's Gaussian phases; null = no DP"
+    )
+    mechanism: SecaggMechanism | None = Field(
+        None, description="the mechanism this row's epsilon_spent is the figure of: the recommended row's is the "
+        "plan's (skellam where its blocks price its groups), every other row's gaussian_continuous; null: an "
+        "infeasible row, nonprivate (no figures), or a document written before the field"
     )
     noise_energy: float | None = None
     sparsification_error: float | None = None

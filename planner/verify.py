@@ -28,14 +28,17 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    re-derived from the block and the pool's ``noise_multiplier`` (z_eff, what the ledger
    composes), ``sigma_b > z_eff / 2``, and every sampled group is clipped at the one
    scenario clip norm (docs/planning.md §15).
-6. **Stated figures.** A group whose run the plan's mechanism prices by Skellam events (a
-   pool's ``discrete`` block under skellam) has its full-run ledger recomputed from the
-   block (``planner.ledger.epsilon_spent`` on that mechanism, independently of the figures
-   the planner wrote): it must be within the budget, and the plan's ``epsilon_spent`` (and
-   the ``epsilon_rdp`` / ``epsilon_tight`` of the same accountant), where stated, must not
-   state less (docs/ledger.md §5). ``gdpfed plan verify`` refuses a stated figure below it;
-   ``gdpfed train`` runs such a plan (one the previous release wrote, stating the continuous
-   Gaussian's figures) with one warning, since its ledger counts the executed figure anyway.
+6. **Stated figures.** Every protected group's full-run ledger on the plan's mechanism is
+   recomputed (``planner.ledger.epsilon_spent`` and ``figures_by_group``, independently of the
+   figures the planner wrote; a group whose run the mechanism prices by Skellam events, a
+   pool's ``discrete`` block under skellam, from the block): a Skellam-priced one must be
+   within the budget, and no stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight``
+   (where stated) may be below its recomputation, for every mechanism; a sampled group's
+   stated ``epsilon_spent`` above the budget is refused unless the group says ``sound: false``
+   (docs/ledger.md §5). ``gdpfed plan verify`` refuses a stated figure below its recomputation;
+   ``gdpfed train`` runs such a plan (one an earlier release wrote: the continuous Gaussian's
+   figures on a skellam plan, or a figure that release's pld computed lower in its last digits)
+   with one warning, since its ledger counts the executed figure anyway.
 7. **Secure-aggregation graph.** A pool's stated graph (full or SecAgg+ with k, t) is the
    one ``planner.secagg.secagg_graph`` derives for it (docs/secure-aggregation.md §SecAgg).
 
@@ -50,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from accounting.accountants import TIGHT_ACCOUNTANT
+from accounting.accountants import RDP_ACCOUNTANT, TIGHT_ACCOUNTANT
 from accounting.errors import InvalidInputError
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import check_adaptive_pools
@@ -61,9 +64,6 @@ from planner.secagg import check_stated_graph
 # The planner's own verification slack (planner.finalize): rounding of JSON numbers only.
 VERIFY_SLACK = 1e-9
 _REL_TOL = 1e-9
-# A stated figure is recomputed from the same events by the same code and JSON keeps every
-# float exactly, so it may sit below the recomputation by round-off at most.
-_STATED_TOL = 1e-12
 
 
 def verify_executable(
@@ -196,9 +196,10 @@ def _check_group_budget(plan: Plan, group: GroupPlan, epsilon_fn: EpsilonFn | No
 
 @dataclass(frozen=True)
 class UnderstatedFigure:
-    """A Skellam-priced group's stated figure below what its blocks spend over the plan's rounds
-    (step 6): ``field`` (e.g. ``groups.medium.epsilon_spent``) states ``stated``; the run's
-    ledger counts ``executed`` on ``mechanism`` under ``accountant``."""
+    """A group's stated figure below what its run spends over the plan's rounds (step 6):
+    ``field`` (e.g. ``groups.medium.epsilon_spent``) states ``stated``; the run's ledger counts
+    ``executed`` on ``mechanism`` under ``accountant``, spent by ``source`` (its pool's block or
+    its Gaussian phases)."""
 
     group: str
     field: str
@@ -207,20 +208,21 @@ class UnderstatedFigure:
     mechanism: str
     accountant: str
     rounds: int
+    source: str
 
     def reason(self) -> str:
         """What is wrong, in the words of the refusal (``InvalidInputError``'s message)."""
         return (
-            f"states {self.stated:.12g}, below epsilon {self.executed:.12g} that its pool's {self.mechanism} block "
-            f"spends over the plan's {self.rounds} rounds ({self.accountant}): the plan must state the figure of the "
-            "mechanism it runs; re-plan it (gdpfed plan) to state it"
+            f"states {self.stated:.12g}, below epsilon {self.executed:.12g} that {self.source} over the plan's "
+            f"{self.rounds} rounds ({self.accountant}): the plan must state the figure of the mechanism it runs; "
+            "re-plan it (gdpfed plan) to state it"
         )
 
 
 def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
-    """The one warning of a run that executes a plan whose stated figures are below its blocks'
-    ledger (a plan of a release that stated the continuous Gaussian's figures, docs/ledger.md §5):
-    the groups, and the figure the run's ledger counts instead."""
+    """The one warning of a run that executes a plan whose stated figures are below its run's
+    ledger (a plan of an earlier release, docs/ledger.md §5): the groups, and the figure the
+    run's ledger counts instead."""
     by_group: dict[str, UnderstatedFigure] = {}
     for item in found:
         by_group.setdefault(item.group, item)
@@ -229,37 +231,79 @@ def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
     )
     mechanism = found[0].mechanism
     return (
-        f"the plan states group figures below what its {mechanism} blocks spend ({named}); the blocks meet every "
-        f"budget, so the run goes on and its ledger and summary count the {mechanism} figures (a plan written "
-        "before the plans stated their mechanism's figures; re-plan it to state them, docs/ledger.md §5)"
+        f"the plan states group figures below what its {mechanism} run spends ({named}); the run meets every "
+        f"budget, so it goes on and its ledger and summary count the {mechanism} figures (a plan written by an "
+        "earlier release; re-plan it to state them, docs/ledger.md §5)"
     )
 
 
 def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[UnderstatedFigure]:
-    """Step 6: the Skellam-priced groups' recomputed full-run ledger against their budgets
-    (``InvalidInputError`` naming the group) and against what the plan states: the stated
-    figures below it, one per field (empty: none)."""
+    """Step 6 (docs/ledger.md §5): every protected client group's full-run ledger on the plan's
+    mechanism, recomputed from the fields the run uses, against its budget where Skellam events
+    price it (the Gaussian phases' is step 4; ``InvalidInputError`` naming the group) and against
+    every figure the plan states for it: the stated figures below it, one per field (empty: none).
+
+    No stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight`` may be below its
+    recomputation (relative ``VERIFY_SLACK``), whatever the mechanism; a figure left out (null:
+    a hand-written plan, one without the rdp / tight figures) claims nothing and is not
+    compared, nor computed. A sampled group's stated ``epsilon_spent`` above the budget is refused
+    unless the group says ``sound: false`` (then step 4 says why); an exhausted group (rate 0)
+    spends nothing more and states what its history spent."""
     mechanism = plan.scenario.mechanism
-    found: list[UnderstatedFigure] = []
-    for group in plan.groups:
-        if not plan_ledger.counts_discrete(plan, group, mechanism) or group.epsilon is None:
+    protected = [
+        g for g in plan.groups if g.epsilon is not None and not plan_ledger.is_unprotected(plan, g, plan.rounds)
+    ]
+    for group in protected:
+        assert group.epsilon is not None
+        # a group this plan does not sample spends nothing more: an exhausted one may state the
+        # history a re-plan accepted within its margin above the budget (planner.replan), truly
+        if group.sampling_rate == 0:
             continue
-        spent = plan_ledger.epsilon_spent(plan, group, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
-        if spent is None:
-            continue  # never protected: _check_privacy refuses what needs refusing
-        field = f"groups.{group.id}"
-        if spent > group.epsilon * (1 + VERIFY_SLACK):
+        if group.sound and group.epsilon_spent is not None and group.epsilon_spent > group.epsilon * (1 + VERIFY_SLACK):
             raise InvalidInputError(
-                field,
-                f"running this plan on {mechanism} spends epsilon {spent:.10g} (its pool's discrete block, "
+                f"groups.{group.id}.epsilon_spent",
+                f"states {group.epsilon_spent:.12g}, above its budget {group.epsilon:g}, without sound: false",
+            )
+    priced = {g.id for g in protected if plan_ledger.counts_discrete(plan, g, mechanism)}
+    # the figure of record is needed for a Skellam-priced group's budget and for any stated figure
+    # (figures_by_group reuses it as the figure of its own accountant rather than composing again)
+    needed = [g for g in protected if g.id in priced or _stated(g)]
+    spent: dict[str, float | None] = {
+        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        for g in needed
+    }
+    for group in (g for g in needed if g.id in priced):
+        value = spent[group.id]
+        assert group.epsilon is not None and value is not None  # protected
+        if value > group.epsilon * (1 + VERIFY_SLACK):
+            raise InvalidInputError(
+                f"groups.{group.id}",
+                f"running this plan on {mechanism} spends epsilon {value:.10g} (its pool's discrete block, "
                 f"{plan.rounds} rounds) above its budget {group.epsilon:g}",
             )
-        record = plan_ledger.record_accountant(plan, group, mechanism)
-        # the comparison figure of the record's accountant is the same number (docs/ledger.md §3);
-        # a figure the document leaves out (null: a hand-written plan, one without the rdp / tight
-        # figures) claims nothing, so only a stated one is compared
-        same = ("epsilon_tight", group.epsilon_tight) if record == TIGHT_ACCOUNTANT else ("epsilon_rdp", group.epsilon_rdp)
-        for name, value in (("epsilon_spent", group.epsilon_spent), same):
-            if value is not None and value < spent * (1 - _STATED_TOL):
-                found.append(UnderstatedFigure(group.id, f"{field}.{name}", value, spent, mechanism, record, plan.rounds))
+    compared = [g.id for g in needed if g.epsilon_rdp is not None or g.epsilon_tight is not None]
+    figures = plan_ledger.figures_by_group(plan, plan.rounds, spent, mechanism=mechanism, only=compared) if compared else {}
+    found: list[UnderstatedFigure] = []
+    for group in needed:
+        if not _stated(group):
+            continue
+        record = plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism))
+        both = figures.get(group.id)
+        recomputed = (
+            ("epsilon_spent", group.epsilon_spent, spent[group.id], record),
+            ("epsilon_rdp", group.epsilon_rdp, None if both is None else both.rdp, RDP_ACCOUNTANT),
+            ("epsilon_tight", group.epsilon_tight, None if both is None else both.tight, TIGHT_ACCOUNTANT),
+        )
+        for name, stated, value, accountant in recomputed:
+            if stated is not None and value is not None and stated < value * (1 - VERIFY_SLACK):
+                how = f"its pool's {mechanism} block spends" if group.id in priced else "its Gaussian phases spend"
+                found.append(
+                    UnderstatedFigure(group.id, f"groups.{group.id}.{name}", stated, value, mechanism, accountant,
+                                      plan.rounds, how)
+                )
     return found
+
+
+def _stated(group: GroupPlan) -> bool:
+    """Whether the plan states any of the group's figures (a null one claims nothing)."""
+    return any(value is not None for value in (group.epsilon_spent, group.epsilon_rdp, group.epsilon_tight))

@@ -15,7 +15,7 @@ from planner.methods import METHODS
 from planner.plan import make_plan
 from planner.replan import replan
 from planner.report import plan_text
-from planner.schema import Changes, Plan, Scenario, SecaggMechanism
+from planner.schema import CLIENT_NOTION, Changes, Plan, Scenario, SecaggMechanism
 from planner.units.base import Participations, PrivacyUnit
 from planner.verify import verify_executable
 
@@ -46,7 +46,7 @@ def _replan(plan: Plan, rounds_done: int, changes: Changes, participations: Part
 
 UNIT = PrivacyUnit(
     name="client",
-    notion="client-level (epsilon, delta)-DP per group",
+    notion=CLIENT_NOTION,
     scenario_model=Scenario,
     plan_model=Plan,
     methods=(*METHODS, "compare"),

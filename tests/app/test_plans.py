@@ -251,3 +251,21 @@ def test_post_replan_lowering_a_skellam_run_to_exhaustion_then_raising_keeps_its
         delta = parent.scenario.delta - 2 * block.wrap_probability_per_round - 2 * new.wrap_probability_per_round
         expected = accounting.epsilon_of_events([ran, own], delta, "rdp").epsilon
         assert row["epsilon_spent"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_replan_of_a_prv_plan_after_skellam_reports(client: TestClient) -> None:
+    """POST /replan of a prv plan (blocks calibrated by rdp, which prices their Skellam events; prv cannot)
+    failed with 'accountant prv does not support poisson_sampled_skellam events'; after two skellam reports
+    it is 201 now, the same for closed_form."""
+    from tests.trainer.test_reporting import SCENARIO
+
+    for accountant in ("prv", "closed_form"):
+        plan = _create(client, scenario={**SCENARIO, "rounds": 4, "accountant": accountant})
+        for index in range(2):
+            report = {"round_index": index, "secagg_mechanism": "skellam"}
+            assert client.post(f"/v1/plans/{plan['id']}/rounds", json=report).status_code == 201
+        replanned = client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": {}})
+        assert replanned.status_code == 201, replanned.text
+        child = load_plan(replanned.json())
+        assert child.accountant == accountant and child.start_round == 2
+        assert all(g.status == "active" and g.spent_discrete for g in child.groups)

@@ -248,3 +248,83 @@ def test_replan_takes_the_mechanism_the_run_executed(capsys, tmp_path):
     err = one_line_error(capsys, ["plan", "replan", str(silo), "--rounds-done", "1", "--changes", str(changes),
                                   "--secagg-mechanism", "skellam"])
     assert err.startswith("gdpfed plan: error: --secagg-mechanism") and "silo_sample" in err
+
+
+def test_replan_of_a_prv_or_closed_form_plan_through_the_cli(capsys, tmp_path):
+    """``gdpfed plan replan`` of a prv plan failed on every call (exit 2: 'accountant prv does not support
+    poisson_sampled_skellam events'): its spent Skellam events were priced with prv, not with the blocks'
+    accountant (rdp) its ledger uses. Both a prv and a closed_form plan re-plan with no changes (exit 0)."""
+    from tests.trainer.test_reporting import SCENARIO
+
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({**SCENARIO, "rounds": 4}))
+    changes = tmp_path / "changes.json"
+    changes.write_text("{}")
+    for accountant in ("prv", "closed_form"):
+        parent = tmp_path / f"{accountant}.json"
+        assert run(["plan", str(scenario), "--accountant", accountant, "--out", str(parent)]) == 0
+        capsys.readouterr()
+        assert run(["plan", "replan", str(parent), "--rounds-done", "2", "--changes", str(changes), "--json"]) == 0, (
+            capsys.readouterr().err)
+        child = load_plan(json.loads(capsys.readouterr().out))
+        assert child.accountant == accountant and child.start_round == 2
+        assert all(g.status == "active" and g.spent_discrete for g in child.groups)
+
+
+def test_client_plan_text_names_its_notion_and_mechanism(capsys, tmp_path):
+    """A client plan's header named neither its privacy notion nor the mechanism its 'eps spent' is of
+    (a silo plan prints 'privacy: ...'): it prints a privacy line, skellam (exact, its threat model) or
+    gaussian_continuous (approximate)."""
+    assert run(["plan", str(EXAMPLE)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(
+        "privacy: client-level (epsilon, delta)-DP per group; secagg_mechanism=skellam (exact; threat model: "
+        "honest-but-curious server, 0 colluding client(s)"), lines[:2]
+    continuous = tmp_path / "continuous.json"
+    continuous.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "secagg_mechanism": "gaussian_continuous"}))
+    assert run(["plan", str(continuous)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "privacy: client-level (epsilon, delta)-DP per group; secagg_mechanism=gaussian_continuous (approximate)")
+
+
+def test_plan_verify_names_the_mechanism_and_the_accountants_it_checked_with(capsys, tmp_path):
+    """``gdpfed plan verify`` said only 'verified (client plan)': it names the mechanism the figures are of
+    and the accountant(s) it recomputed them with, in text and --json (a prv skellam plan's Skellam-priced
+    groups are checked with rdp, the blocks' accountant)."""
+    written = tmp_path / "plan.json"
+    assert run(["plan", str(EXAMPLE), "--out", str(written)]) == 0
+    capsys.readouterr()
+    assert run(["plan", "verify", str(written)]) == 0
+    assert "verified (client plan, mechanism skellam, checked with pld)" in capsys.readouterr().out
+    assert run(["plan", "verify", str(written), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "plan": str(written), "privacy_unit": "client", "mechanism": "skellam", "accountants": ["pld"], "verified": True}
+    from tests.trainer.test_reporting import SCENARIO
+
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({**SCENARIO, "rounds": 4, "accountant": "prv"}))
+    assert run(["plan", str(scenario), "--out", str(written)]) == 0
+    capsys.readouterr()
+    assert run(["plan", "verify", str(written)]) == 0
+    assert "verified (client plan, mechanism skellam, checked with rdp)" in capsys.readouterr().out
+
+
+def test_compare_rows_say_which_mechanism_their_figures_are_of(capsys):
+    """Each comparison row's epsilon_spent is of a mechanism: the recommended row's the plan's (skellam),
+    the others their design's Gaussian verification (nonprivate has none); the row says so (``mechanism``)
+    in JSON and the table."""
+    assert run(["plan", str(EXAMPLE), "--method", "compare", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["comparison"]
+    assert [row["mechanism"] for row in rows if row["recommended"]] == ["skellam"]
+    assert {row["mechanism"] for row in rows if not row["recommended"] and row["feasible"] and row["private"]} == {
+        "gaussian_continuous"}
+    assert [row["mechanism"] for row in rows if not row["private"]] == [None]  # nonprivate: no figures
+    assert run(["plan", str(EXAMPLE), "--method", "compare"]) == 0
+    text = capsys.readouterr().out.split("comparison (one row per method; * = recommended):\n")[1]
+    table = text.split("\n\n")[0].splitlines()
+    assert table[0].split()[:3] == ["method", "acct", "mechanism"]
+    recommended = [line.split() for line in table[2:] if " * " in line]
+    others = [line.split() for line in table[2:]
+              if " * " not in line and "infeasible" not in line and not line.startswith("nonprivate")]
+    assert [row[3] for row in recommended] == ["skellam"] and others
+    assert all(row[2] == "gaussian_continuous" for row in others)

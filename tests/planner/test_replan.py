@@ -351,3 +351,52 @@ def test_a_skellam_child_exhausted_to_no_block_then_raised_keeps_its_spent_skell
         expected = accounting.epsilon_of_events([ran, new], delta, parent.accountant).epsilon
         ledger = plan_ledger.epsilon_spent(grandchild, group, grandchild.rounds, mechanism="skellam")
         assert ledger == pytest.approx(expected, rel=1e-9) and expected <= group.epsilon * (1 + 1e-9)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("accountant", ["prv", "closed_form"])
+def test_a_replan_of_a_prv_or_closed_form_skellam_plan_prices_its_skellam_events_as_its_ledger(accountant):
+    """A prv or closed_form plan's blocks are calibrated by rdp (neither accounts the Skellam event): the
+    re-plan priced the spent Skellam events with the plan's own accountant, so every re-plan of such a
+    plan failed ('accountant prv does not support poisson_sampled_skellam events'). It now prices them as
+    the ledger does (planner.ledger.history_accountant), the Gaussian phases by ledger_accountant, for
+    every mechanism; a budget below the record of the run's mechanism is refused naming that figure."""
+    from planner.schema import Scenario
+    from tests.trainer.test_reporting import SCENARIO
+
+    parent = make_plan(Scenario.model_validate({**SCENARIO, "rounds": 4, "accountant": accountant}), "gdpfed_plus",
+                       clients_needed=False)
+    assert all(pool.discrete is not None for pool in parent.pools), parent.warnings
+    mechanisms: tuple[SecaggMechanism | None, ...] = (None, "skellam", "gaussian_continuous")
+    for mechanism in mechanisms:
+        child = replan(parent, 2, Changes(), mechanism=mechanism)
+        assert child.start_round == 2 and [g.status for g in child.groups] == ["active", "active"]
+        for group in child.groups:
+            assert group.epsilon is not None and group.epsilon_spent is not None
+            assert group.epsilon_spent <= group.epsilon * (1 + 1e-9)
+    strict = parent.group("strict")
+    skellam = plan_ledger.epsilon_spent(parent, strict, 2, mechanism="skellam")
+    gaussian = plan_ledger.epsilon_spent(parent, strict, 2)
+    assert skellam is not None and gaussian is not None
+    for mechanism, spent in ((None, max(skellam, gaussian)), ("skellam", skellam), ("gaussian_continuous", gaussian)):
+        with pytest.raises(BudgetConflictError) as refused:
+            replan(parent, 2, Changes.model_validate({"groups": [{"id": "strict", "epsilon": spent * 0.999}]}),
+                   mechanism=mechanism)
+        assert refused.value.field == "changes.groups.0.epsilon" and f"{spent:.6g}" in refused.value.reason
+
+
+def test_a_refusal_while_the_mechanism_is_unknown_says_so_and_how_to_give_it():
+    """With the run's mechanism unknown the spent figure is the larger of the two records; the refusal said
+    '(its Skellam events: the run executes the discrete mechanism)', which nobody had said. It names the
+    larger-of rule, which record that is, and how to give the mechanism (--secagg-mechanism; the service
+    once a round is reported). A skellam run's refusal keeps its text."""
+    parent = skellam_parent()
+    lowered = {"groups": [{"id": "a", "epsilon": 1.5}]}
+    with pytest.raises(BudgetConflictError) as refused:
+        replan(parent, 2, lowered)
+    reason = refused.value.reason
+    assert "the run executes the discrete mechanism" not in reason, reason
+    assert "the larger of its Gaussian phases and its Skellam events, here its Skellam events" in reason
+    assert "mechanism is unknown" in reason and "--secagg-mechanism" in reason and "once a round is reported" in reason
+    with pytest.raises(BudgetConflictError) as known:
+        replan(parent, 2, lowered, mechanism="skellam")
+    assert "(its Skellam events: the run executes the discrete mechanism)" in known.value.reason
