@@ -223,18 +223,26 @@ def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
     """The one warning of a run that executes a plan whose stated figures are below its run's
     ledger (a plan of an earlier release, docs/ledger.md §5): the groups, and the figure the
     run's ledger counts instead."""
-    by_group: dict[str, UnderstatedFigure] = {}
+    by_group: dict[str, list[UnderstatedFigure]] = {}
     for item in found:
-        by_group.setdefault(item.group, item)
-    named = "; ".join(
-        f"{g}: states {item.stated:.10g}, the ledger counts {item.executed:.10g}" for g, item in by_group.items()
-    )
+        by_group.setdefault(item.group, []).append(item)
+    named = "; ".join(_understated_part(g, items) for g, items in by_group.items())
     mechanism = found[0].mechanism
     return (
         f"the plan states group figures below what its {mechanism} run spends ({named}); the run meets every "
         f"budget, so it goes on and its ledger and summary count the {mechanism} figures (a plan written by an "
         "earlier release; re-plan it to state them, docs/ledger.md §5)"
     )
+
+
+def _understated_part(group: str, items: list[UnderstatedFigure]) -> str:
+    """One group's part of :func:`understated_warning`: the figure of record (``epsilon_spent``,
+    what the ledger counts) where it is understated, else the comparison figure that is."""
+    record = [item for item in items if item.field.endswith(".epsilon_spent")]
+    if record:
+        return f"{group}: states {record[0].stated:.10g}, the ledger counts {record[0].executed:.10g}"
+    item = items[0]
+    return f"{group}: {item.field.rsplit('.', 1)[1]} states {item.stated:.10g}, recomputed {item.executed:.10g}"
 
 
 def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[UnderstatedFigure]:

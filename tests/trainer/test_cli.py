@@ -293,7 +293,7 @@ OLD_SKELLAM_RUN = Path(__file__).resolve().parent / "old_runs" / "run-99ba0bd-sk
 
 
 def _understated_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if "below what its skellam blocks spend" in line]
+    lines = [line for line in err.splitlines() if "below what its skellam run spends" in line]
     assert len(lines) == 1, err
     return lines[0]
 

@@ -190,6 +190,31 @@ def test_a_stated_block_is_re_derived_never_trusted(plan):
     assert error.value.field == "secagg_mechanism"
 
 
+def test_a_block_of_another_calibration_runs_at_its_own_noise_only_within_the_budgets(plan):
+    """A block whose noise differs from today's derivation (an earlier release's search stopped at
+    another point of the budget) runs at its own noise when that noise is consistent and its
+    Skellam events meet every member's budget: more noise than derived runs; less noise that
+    overspends a budget is refused naming total_variance, whichever bit width it states."""
+    block = plan.pools[0].discrete
+
+    def with_noise(factor: float) -> Plan:
+        from planner.discrete import bits_for
+
+        share = block.share_variance * factor
+        widest = max(plan.group(g).clip_norm for g in plan.pools[0].groups)
+        bits, _ = bits_for(block.wrap_probability_per_round, block.max_clients, widest, block.scale, block.dimension,
+                           share, block.count_factor)
+        changed = block.model_copy(update={"share_variance": share, "total_variance": share * block.honest_survivors,
+                                           "bits": bits})
+        return plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": changed}), plan.pools[1]]})
+
+    noisier = with_noise(1.05)
+    make_engine(noisier, DIM, secagg_mechanism="skellam")
+    with pytest.raises(InvalidInputError) as error:
+        make_engine(with_noise(0.9), DIM, secagg_mechanism="skellam")
+    assert error.value.field == "pools.pa.discrete.total_variance" and "above its budget" in error.value.reason
+
+
 def _linear_run(plan: Plan, tmp_path, name: str = "run", **options):
     """A 2-round run of a linear model on synthetic data (610 parameters), prepared and executed."""
     from trainer.data import load_dataset

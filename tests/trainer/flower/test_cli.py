@@ -222,5 +222,5 @@ def test_app_writes_the_bundle_of_an_old_skellam_plan_with_the_runs_warning(tmp_
     out = capsys.readouterr()
     assert code == 0, out.err
     assert (tmp_path / "app" / "plan.json").is_file()
-    warnings = [line for line in out.out.splitlines() if "below what its skellam blocks spend" in line]
+    warnings = [line for line in out.out.splitlines() if "below what its skellam run spends" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: "), out.out

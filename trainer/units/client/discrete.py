@@ -22,10 +22,11 @@ import numpy as np
 
 from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
-from planner.discrete import padded_dimension
+from planner.discrete import bits_for, padded_dimension
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
-from planner.ledger import missing_block_reason
+from planner.ledger import epsilon_spent, missing_block_reason
 from planner.schema import DiscreteMechanism, Plan
+from planner.verify import VERIFY_SLACK
 from trainer.choices import SECAGG_MECHANISMS, RequestedMechanism
 from trainer.secagg import discrete as dm
 from trainer.secagg.encoding import word_dtype
@@ -34,6 +35,16 @@ from trainer.units.client.mechanism import finite_update
 
 # Floats of a stated block may differ from the re-derivation by JSON rounding only.
 _RELATIVE_TOLERANCE = 1e-9
+# The fields a block's calibration sets: its noise and what follows from it (the bit width
+# that keeps the wrap-around bound at that noise, and the figures). An earlier release's search
+# stopped at another point of the same budget (docs/secure-aggregation.md §Discrete noise,
+# "The trainer side"), so a stated block may differ from today's derivation in these alone; it
+# then runs at its own noise once that noise is checked (:func:`_check_own_noise`).
+_CALIBRATED = frozenset({
+    "total_variance", "share_variance", "equivalent_noise_multiplier", "bits", "epsilon",
+    "gaussian_epsilon_same_bound", "discretisation_overhead", "gaussian_epsilon", "overhead_vs_continuous",
+    "count_noise_std",
+})
 
 
 def run_mechanism(requested: RequestedMechanism, plan: Plan) -> SecaggMechanism:
@@ -225,7 +236,9 @@ def discrete_pools(plan: Plan, dim: int,
         if stated is None:
             # the service's refusal of the same plan's skellam reports says the same (planner.ledger)
             raise InvalidInputError(field, missing_block_reason(pool.id))
-        _require_same(stated, expected, field)
+        if _differs(stated, expected) is not None:
+            _require_same(stated, expected, field, skip=_CALIBRATED)
+            _check_own_noise(plan, pool.id, stated, field)
         if padded_dimension(dim) > stated.padded_dimension:
             raise InvalidInputError(
                 "model",
@@ -248,15 +261,78 @@ def discrete_pools(plan: Plan, dim: int,
     return pools
 
 
-def _require_same(stated: DiscreteMechanism, expected: DiscreteMechanism, field: str) -> None:
-    """Refuse the first field of ``stated`` that is not ``expected``'s."""
+def _differs(stated: DiscreteMechanism, expected: DiscreteMechanism, skip: frozenset[str] = frozenset()) -> str | None:
+    """The first field of ``stated`` (outside ``skip``) that is not ``expected``'s; None if none."""
     for name, want in expected.model_dump().items():
+        if name in skip:
+            continue
         have = getattr(stated, name)
         if isinstance(want, float) and isinstance(have, (int, float)) and not isinstance(have, bool):
             same = math.isclose(float(have), want, rel_tol=_RELATIVE_TOLERANCE, abs_tol=0.0)
         else:
             same = have == want
         if not same:
+            return name
+    return None
+
+
+def _require_same(
+    stated: DiscreteMechanism, expected: DiscreteMechanism, field: str, skip: frozenset[str] = frozenset()
+) -> None:
+    """Refuse the first field of ``stated`` (outside ``skip``) that is not ``expected``'s."""
+    name = _differs(stated, expected, skip)
+    if name is not None:
+        raise InvalidInputError(
+            f"{field}.{name}",
+            f"states {getattr(stated, name)!r}, the plan's scenario derives {getattr(expected, name)!r}: "
+            "the block was altered",
+        )
+
+
+def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field: str) -> None:
+    """A block whose every field but the calibrated ones (``_CALIBRATED``) is the derivation's
+    runs at its own noise when that noise is one the planner could have stated: the shares
+    sum to the total (``share_variance`` x ``honest_survivors``), ``bits`` is the smallest
+    width keeping the wrap-around bound at that noise (``planner.discrete.bits_for``), the
+    count coordinate's std follows from it, and every member group's full-run Skellam
+    ledger at that noise is within its budget (``planner.ledger.epsilon_spent`` on skellam,
+    the events the run counts). Anything else is refused naming the field, "altered"."""
+    total = stated.share_variance * stated.honest_survivors
+    if not math.isclose(total, stated.total_variance, rel_tol=_RELATIVE_TOLERANCE, abs_tol=0.0):
+        raise InvalidInputError(
+            f"{field}.share_variance",
+            f"states {stated.share_variance!r}, but total_variance / honest_survivors is "
+            f"{stated.total_variance / stated.honest_survivors!r}: the block was altered",
+        )
+    pool = plan.pool(pool_id)
+    widest_clip = max(plan.group(g).clip_norm for g in pool.groups)
+    bits, _ = bits_for(
+        stated.wrap_probability_per_round, stated.max_clients, widest_clip, stated.scale, stated.dimension,
+        stated.share_variance, stated.count_factor,
+    )
+    if bits != stated.bits:
+        raise InvalidInputError(
+            f"{field}.bits", f"states {stated.bits}, its own noise needs {bits} to keep the wrap-around bound "
+            f"{stated.wrap_probability_per_round:g} per round: the block was altered",
+        )
+    if stated.count_factor:
+        std = math.sqrt(stated.total_variance) / (2.0 * stated.count_factor)
+        if stated.count_noise_std is None or not math.isclose(stated.count_noise_std, std, rel_tol=_RELATIVE_TOLERANCE):
             raise InvalidInputError(
-                f"{field}.{name}", f"states {have!r}, the plan's scenario derives {want!r}: the block was altered"
+                f"{field}.count_noise_std", f"states {stated.count_noise_std!r}, its own noise gives {std!r}: "
+                "the block was altered",
             )
+    for group_id in pool.groups:
+        group = plan.group(group_id)
+        if group.epsilon is None or group.sampling_rate <= 0:
+            continue
+        spent = epsilon_spent(plan, group, plan.rounds, mechanism="skellam")
+        if spent is not None and spent > group.epsilon * (1 + VERIFY_SLACK):
+            raise InvalidInputError(
+                f"{field}.total_variance",
+                f"states {stated.total_variance!r}: group {group_id}'s Skellam events at that noise spend epsilon "
+                f"{spent:.10g} over the plan's {plan.rounds} rounds, above its budget {group.epsilon:g}: "
+                "the block was altered",
+            )
+
+
