@@ -163,11 +163,15 @@ def test_replan_of_a_plan_with_discrete_blocks_records_the_skellam_events(client
 
 
 def test_a_skellam_runs_lowered_budget_is_checked_against_its_skellam_events(client: TestClient) -> None:
-    """Issue 27: the service re-plans with the mechanism the run reported. After 2 rounds of a skellam run
-    group strict's Skellam events spent 1.75291, the plan's Gaussian record says 1.75300: a budget between
-    the two is one the run has not spent, so both the re-plan (POST /replan) and the population's change
-    (PATCH) accept it (the group exhausted: its phases have no room); before, the larger record refused
-    it (409). A budget below the Skellam figure stays 409 naming the field."""
+    """Issue 27: the service re-plans with the mechanism the run reported. After 2 rounds of the plan
+    group strict's Gaussian phases spent 1.75316 and its Skellam events 1.75328 (the blocks sit on the
+    continuous answer's lattice point at delta less the wrap charge, docs/accounting.md §13.5): a
+    budget between the two is one a continuous run has not spent but a skellam run has. The plan whose
+    run reported skellam refuses it (409 naming the field) and its ledger counts the Skellam figure;
+    the population's member plan, whose run reported gaussian_continuous, refuses one below its
+    Gaussian figure as spent, and finds room left under the one between (refused only because that
+    room cannot sample min_clients_per_pool); before, the larger record refused any budget between
+    the two as spent, whatever the run reported."""
     from planner import ledger as plan_ledger
     from tests.trainer.test_reporting import SCENARIO
 
@@ -178,26 +182,27 @@ def test_a_skellam_runs_lowered_budget_is_checked_against_its_skellam_events(cli
     parent = load_plan(plan)
     gaussian = plan_ledger.epsilon_spent(parent, parent.group("strict"), 2)
     skellam = plan_ledger.epsilon_spent(parent, parent.group("strict"), 2, mechanism="skellam")
-    assert gaussian is not None and skellam is not None and skellam < gaussian * (1 - 1e-5)
+    assert gaussian is not None and skellam is not None and gaussian < skellam * (1 - 1e-5)
     assert load_plan(member).model_dump(exclude={"created_at"}) == parent.model_dump(exclude={"created_at"})
-    for plan_id in (plan["id"], member["id"]):
+    for plan_id, mechanism in ((plan["id"], "skellam"), (member["id"], "gaussian_continuous")):
         for index in range(2):
-            report = {"round_index": index, "secagg_mechanism": "skellam"}
+            report = {"round_index": index, "secagg_mechanism": mechanism}
             assert client.post(f"/v1/plans/{plan_id}/rounds", json=report).status_code == 201
     ledger = client.get(f"/v1/plans/{plan['id']}/ledger").json()
     assert {row["id"]: row["epsilon_spent"] for row in ledger["groups"]}["strict"] == skellam
 
-    below = client.post(f"/v1/plans/{plan['id']}/replan",
-                        json={"changes": {"groups": [{"id": "strict", "epsilon": skellam * 0.999}]}})
-    assert below.status_code == 409 and below.json()["field"] == "changes.groups.0.epsilon", below.text
     between = (skellam + gaussian) / 2
-    replanned = client.post(f"/v1/plans/{plan['id']}/replan",
-                            json={"changes": {"groups": [{"id": "strict", "epsilon": between}]}})
-    assert replanned.status_code == 201, replanned.text
-    child = load_plan(replanned.json())
-    assert child.group("strict").epsilon == between and child.group("strict").status == "exhausted"
+    refused = client.post(f"/v1/plans/{plan['id']}/replan",
+                          json={"changes": {"groups": [{"id": "strict", "epsilon": between}]}})
+    assert refused.status_code == 409 and refused.json()["field"] == "changes.groups.0.epsilon", refused.text
+    assert f"{skellam:.6g}" in refused.text
+    below = client.patch(f"/v1/populations/{population['id']}/groups/strict", json={"epsilon": gaussian * 0.999})
+    assert below.status_code == 409 and "spent" in below.text, below.text
+    # between the records a continuous run has room left (what it did not spend): the budget check
+    # passes and the re-plan is refused only because the room is too small for min_clients_per_pool
     changed = client.patch(f"/v1/populations/{population['id']}/groups/strict", json={"epsilon": between})
-    assert changed.status_code == 200, changed.text
+    assert changed.status_code == 409 and "spent" not in changed.text, changed.text
+    assert "can expect at most" in changed.text and "min_clients_per_pool" in changed.text
 
 
 def test_post_replan_lowering_a_skellam_run_to_exhaustion_then_raising_keeps_its_skellam_events(
