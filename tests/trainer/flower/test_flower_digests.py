@@ -17,10 +17,12 @@ from trainer.flower.settings import FlowerOptions, run_config_of
 from trainer.flower.testing import LoopbackGrid
 from trainer.runner import TrainConfig
 
-# recorded on the code before issue 28 moved it
+# recorded on the code before issue 28 moved it; the summary digest re-recorded for issue 26 §3 (pld's
+# normal tails in numpy moved the summary's epsilon_tight in its 13th digit, strict 4.488661294138794 ->
+# 4.488661294137307, as in tests/trainer/test_run_digests.py; rounds and params unchanged)
 EXPECTED = {
     "rounds": "7086b53db03129d0ea7c87c9ee0f833e48457ce0fe9168a5af131b63714d9f67",
-    "summary": "da686aa3c4dfba569cf9b4604849025a27c90b21471eaaaea7227c7aa8bf55b1",
+    "summary": "15166ca504cdc881b475f432e79a9cba531c623dcc5fbfb58facad5f6083cc09",
     "params": "84e61769766e53457e51fc92b454e32478e5d1dd66f5f89bfe49b0cd22786921",
 }
 
