@@ -74,11 +74,12 @@ def register(subparsers: Any) -> None:
 def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from planner.loading import naming_file, read_document
+    from planner.schema import Plan
     from planner.units import load_plan_document, unit_of
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
     from trainer.flower.server_app import flower_unit
-    from trainer.flower.settings import FlowerOptions, run_config_of, train_config
+    from trainer.flower.settings import FlowerOptions, run_config_of, run_mechanism, train_config
     from trainer.run.options import config_from_args, refuse_unused_options
     from trainer.units.registry import unit_for
 
@@ -92,6 +93,10 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     config = config_from_args(args, None, plan.rounds)
     if config.rounds > plan.rounds:
         raise InvalidInputError("rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds")
+    if understated and isinstance(plan, Plan) and run_mechanism(config, plan) != plan.scenario.mechanism:
+        # the run executes another mechanism than the plan's: its ledger counts that one's figures,
+        # which the plan's skellam figures do not describe (docs/ledger.md §5), as gdpfed train says
+        understated = None
     options = FlowerOptions.model_validate({
         "out-dir": str(args.run_dir.resolve()), "report-to": args.report_to, "plan-id": args.plan_id,
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,
@@ -99,7 +104,6 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     flower.check_strategy(plan, config)  # refuse an unknown strategy, a bad option or another unit now
     if config.strategy_options.get("adaptive_clip"):
         # imported when the subcommand runs: start-up time
-        from planner.schema import Plan
         from trainer.units.client.adaptive_clip import AdaptiveClipping
 
         # only a client plan's strategies take adaptive_clip (flower.check_strategy refused the others)
