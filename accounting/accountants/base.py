@@ -49,7 +49,7 @@ from accounting.events import (
     PoissonSampledGaussian,
     validate_events,
 )
-from accounting.results import Calibration, EpsilonReport
+from accounting.results import Calibration, EpsilonReport, SolvedFor
 
 # Search limits (docs/accounting.md §7.1): answers outside them are reported, never clamped silently.
 SIGMA_MIN = 1e-3
@@ -279,75 +279,58 @@ FLOOR_REASON = "the target is met already at the search floor noise_multiplier={
 FULL_RATE_REASON = "every client in every round (sampling_rate=1) meets the target"
 
 
+@dataclass(frozen=True)
+class Answered:
+    """What the Calibration of a noise-multiplier or a sampling-rate question states whichever
+    was solved for (docs/accounting.md §7.1, §7.3): the point found (``sampling_rate``,
+    ``noise_multiplier``), the ``rounds`` and ``delta`` asked, the ``target`` epsilon, the
+    epsilon ``achieved`` there, the ``accountant`` asked and ``spent_epsilon`` (``None``: no
+    spent events). :func:`noise_result` and :func:`rate_result` add the reason."""
+
+    sampling_rate: float
+    noise_multiplier: float
+    rounds: int
+    delta: float
+    target: float
+    achieved: float
+    accountant: AccountantName
+    spent_epsilon: float | None
+
+    def calibration(self, solved_for: SolvedFor, reason: str | None, failed: str | None,
+                    used: AccountantName | None) -> Calibration:
+        """The Calibration solving for ``solved_for``: ``failed``, the reason another accountant
+        (``used``) answered, else ``reason``."""
+        return Calibration(
+            solved_for=solved_for,
+            sampling_rate=self.sampling_rate,
+            noise_multiplier=self.noise_multiplier,
+            rounds=self.rounds,
+            delta=self.delta,
+            target_epsilon=self.target,
+            epsilon=self.achieved,
+            accountant=self.accountant,
+            accountant_used=used or self.accountant,
+            spent_epsilon=self.spent_epsilon,
+            fallback=failed is not None,
+            reason=failed or reason,
+        )
+
+
 def noise_result(
-    sampling_rate: float,
-    noise_multiplier: float,
-    rounds: int,
-    delta: float,
-    target: float,
-    achieved: float,
-    accountant: AccountantName,
-    spent_epsilon: float | None,
-    *,
-    at_floor: bool,
-    failed: str | None = None,
-    used: AccountantName | None = None,
+    answer: Answered, *, at_floor: bool, failed: str | None = None, used: AccountantName | None = None
 ) -> Calibration:
     """The Calibration of a noise-multiplier question (docs/accounting.md §7.1): ``failed``, the
     reason another accountant (``used``) answered, else why sigma sits at the search floor."""
-    return Calibration(
-        solved_for="noise_multiplier",
-        **_answer(sampling_rate, noise_multiplier, rounds, delta, target, achieved, accountant, spent_epsilon, used),
-        fallback=failed is not None,
-        reason=failed or (FLOOR_REASON.format(floor=SIGMA_MIN) if at_floor else None),
+    return answer.calibration(
+        "noise_multiplier", FLOOR_REASON.format(floor=SIGMA_MIN) if at_floor else None, failed, used
     )
 
 
-def _answer(
-    sampling_rate: float,
-    noise_multiplier: float,
-    rounds: int,
-    delta: float,
-    target: float,
-    achieved: float,
-    accountant: AccountantName,
-    spent_epsilon: float | None,
-    used: AccountantName | None,
-) -> dict[str, Any]:
-    """The fields every Calibration states, whichever quantity was solved for."""
-    return dict(
-        sampling_rate=sampling_rate,
-        noise_multiplier=noise_multiplier,
-        rounds=rounds,
-        delta=delta,
-        target_epsilon=target,
-        epsilon=achieved,
-        accountant=accountant,
-        accountant_used=used or accountant,
-        spent_epsilon=spent_epsilon,
-    )
-
-
-def rate_result(
-    sampling_rate: float,
-    noise_multiplier: float,
-    rounds: int,
-    delta: float,
-    target: float,
-    achieved: float,
-    accountant: AccountantName,
-    spent_epsilon: float | None,
-    *,
-    failed: str | None = None,
-    used: AccountantName | None = None,
-) -> Calibration:
+def rate_result(answer: Answered, *, failed: str | None = None, used: AccountantName | None = None) -> Calibration:
     """The Calibration of a sampling-rate question (docs/accounting.md §7.3): ``failed``, the
     reason another accountant (``used``) answered, else why q is 1."""
-    return Calibration(
-        solved_for="sampling_rate",
-        **_answer(sampling_rate, noise_multiplier, rounds, delta, target, achieved, accountant, spent_epsilon, used),
-        fallback=failed is not None,
-        reason=failed or (FULL_RATE_REASON if sampling_rate == 1.0 else None),
+    return answer.calibration(
+        "sampling_rate", FULL_RATE_REASON if answer.sampling_rate == 1.0 else None, failed, used
     )
 
 

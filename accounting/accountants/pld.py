@@ -31,6 +31,7 @@ from accounting.accountants.base import (
     SIGMA_MAX,
     SIGMA_MIN,
     Accountant,
+    Answered,
     History,
     PhaseTuple,
     no_noise_meets,
@@ -800,7 +801,7 @@ class PldAccountant(Accountant):
             rate = min(1.0, math.exp(-found.hi))
         achieved, failed = sound_epsilon(history.plus(rate, sigma, t), history.composed_at(delta))
         return rate_result(
-            rate, sigma, t, delta, target, achieved, self.name, history.spent_epsilon,
+            Answered(rate, sigma, t, delta, target, achieved, self.name, history.spent_epsilon),
             failed=failed, used=_RDP.name if failed else None,
         )
 
@@ -927,7 +928,7 @@ def _sigma_search(
     sigma = math.exp(found.hi)
     achieved, failed = answers[sigma]  # hi is always an evaluated point
     return noise_result(
-        q, sigma, t, delta, target, achieved, PldAccountant.name, history.spent_epsilon,
+        Answered(q, sigma, t, delta, target, achieved, PldAccountant.name, history.spent_epsilon),
         at_floor=found.at_floor, failed=failed, used=_RDP.name if failed else None,
     )
 

@@ -22,6 +22,7 @@ from accounting.accountants.base import (
     SIGMA_MIN,
     XTOL,
     Accountant,
+    Answered,
     noise_result,
     phase_tuples,
     rate_result,
@@ -114,7 +115,7 @@ class PrvAccountant(Accountant):
         if isinstance(outcome, Calibration):
             return outcome
         sigma, bounds, spent_upper, at_floor = outcome
-        return noise_result(q, sigma, t, delta, target, bounds[2], self.name, spent_upper, at_floor=at_floor)
+        return noise_result(Answered(q, sigma, t, delta, target, bounds[2], self.name, spent_upper), at_floor=at_floor)
 
     def sampling_rate(
         self,
@@ -135,7 +136,7 @@ class PrvAccountant(Accountant):
         if isinstance(outcome, Calibration):
             return outcome
         rate, bounds, spent_upper = outcome
-        return rate_result(rate, sigma, t, delta, target, bounds[2], self.name, spent_upper)
+        return rate_result(Answered(rate, sigma, t, delta, target, bounds[2], self.name, spent_upper))
 
     def rounds(
         self,

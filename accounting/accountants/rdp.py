@@ -24,6 +24,7 @@ from accounting.accountants.base import (
     SIGMA_MIN,
     XTOL,
     Accountant,
+    Answered,
     no_noise_meets,
     noise_result,
     rate_result,
@@ -109,7 +110,9 @@ class RdpAccountant(Accountant):
         grid = rdp.order_grid()
         spent_curve, spent_eps = _spent_rdp(spent, delta, target, grid)
         sigma, at_floor, achieved = _sigma_search(grid, q, t, target, delta, spent_curve, spent_eps)
-        return noise_result(q, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None, at_floor=at_floor)
+        return noise_result(
+            Answered(q, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None), at_floor=at_floor
+        )
 
     def sampling_rate(
         self,
@@ -127,7 +130,7 @@ class RdpAccountant(Accountant):
         spent_curve, spent_eps = _spent_rdp(spent, delta, target, grid)
         rate = _rate_search(grid, sigma, t, target, delta, spent_curve)
         achieved = full_epsilon(grid, spent_curve, rate, sigma, t, delta)
-        return rate_result(rate, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None)
+        return rate_result(Answered(rate, sigma, t, delta, target, achieved, self.name, spent_eps if spent else None))
 
     def rounds(
         self,
