@@ -220,6 +220,20 @@ def released_sensitivities(l2_bound: float, l1_bound: float, count_factor: int) 
     return math.sqrt(l2_bound * l2_bound + count_factor * count_factor), l1_bound + count_factor
 
 
+def widest_clip(plan: Plan, pool_id: str) -> float:
+    """The largest clip norm of any group of pool ``pool_id``, the norm its bit width b covers
+    (docs/secure-aggregation.md §Discrete noise): the planner's derivation and the trainer's
+    check of a block's own noise (``trainer.units.client.discrete``) read it alike."""
+    return max(g.clip_norm for g in plan.groups if g.pool == pool_id)
+
+
+def count_std(total_variance: float, count_factor: int) -> float | None:
+    """The count coordinate's noise std sqrt(mu) / (2 m) at total variance mu and count factor
+    m (docs/secure-aggregation.md §Discrete noise, "Adaptive clipping"); ``None`` without a
+    count (m = 0). The block states it; the trainer re-derives it from a block's own noise."""
+    return math.sqrt(total_variance) / (2.0 * count_factor) if count_factor else None
+
+
 def choose_scale(clip_norm: float, dimension: int, inflation: float = ROUNDING_INFLATION) -> float:
     """The smallest power of two s with (rounded_l2_bound / (C s))^2 <= 1 + ``inflation``."""
     scale = 2.0 ** math.floor(math.log2(1.0 / clip_norm))
@@ -508,7 +522,7 @@ def _block(
         overhead_vs_continuous=_overhead(own, continuous),
         threat_model=threat_model_line(question.min_survivors, question.colluding_clients),
         count_factor=m,
-        count_noise_std=math.sqrt(share * question.honest) / (2.0 * m) if m else None,
+        count_noise_std=count_std(share * question.honest, m),
     )
 
 
@@ -823,7 +837,7 @@ def pool_mechanisms(
             min_survivors=t,
             max_clients=n,
             colluding_clients=c,
-            widest_clip=max(g.clip_norm for g in plan.groups if g.pool == pool.id),
+            widest_clip=widest_clip(plan, pool.id),
             count_factor=_count_factor(
                 plan, float(pool.noise_multiplier), rounded_l2_bound(smallest_clip, scale, run.dimension)
             ),

@@ -22,7 +22,7 @@ import numpy as np
 
 from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
-from planner.discrete import bits_for, padded_dimension
+from planner.discrete import bits_for, count_std, padded_dimension, widest_clip
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
 from planner.ledger import epsilon_spent, missing_block_reason
 from planner.schema import DiscreteMechanism, Plan
@@ -304,25 +304,23 @@ def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field:
             f"states {stated.share_variance!r}, but total_variance / honest_survivors is "
             f"{stated.total_variance / stated.honest_survivors!r}: the block was altered",
         )
-    pool = plan.pool(pool_id)
-    widest_clip = max(plan.group(g).clip_norm for g in pool.groups)
     bits, _ = bits_for(
-        stated.wrap_probability_per_round, stated.max_clients, widest_clip, stated.scale, stated.dimension,
-        stated.share_variance, stated.count_factor,
+        stated.wrap_probability_per_round, stated.max_clients, widest_clip(plan, pool_id), stated.scale,
+        stated.dimension, stated.share_variance, stated.count_factor,
     )
     if bits != stated.bits:
         raise InvalidInputError(
             f"{field}.bits", f"states {stated.bits}, its own noise needs {bits} to keep the wrap-around bound "
             f"{stated.wrap_probability_per_round:g} per round: the block was altered",
         )
-    if stated.count_factor:
-        std = math.sqrt(stated.total_variance) / (2.0 * stated.count_factor)
+    std = count_std(stated.total_variance, stated.count_factor)
+    if std is not None:
         if stated.count_noise_std is None or not math.isclose(stated.count_noise_std, std, rel_tol=_RELATIVE_TOLERANCE):
             raise InvalidInputError(
                 f"{field}.count_noise_std", f"states {stated.count_noise_std!r}, its own noise gives {std!r}: "
                 "the block was altered",
             )
-    for group_id in pool.groups:
+    for group_id in plan.pool(pool_id).groups:
         group = plan.group(group_id)
         if group.epsilon is None or group.sampling_rate <= 0:
             continue
