@@ -31,7 +31,8 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
 6. **Stated figures.** Every protected group's full-run ledger on the plan's mechanism is
    recomputed (``planner.ledger.epsilon_spent`` and ``figures_by_group``, independently of the
    figures the planner wrote; a group whose run the mechanism prices by Skellam events, a
-   pool's ``discrete`` block under skellam, from the block): a Skellam-priced one must be
+   pool's ``discrete`` block under skellam, from the block, through ``skellam_spent``, which the
+   trainer's check of an earlier calibration's block reads again): a Skellam-priced one must be
    within the budget, and no stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight``
    (where stated) may be below its recomputation, for every mechanism; a sampled group's
    stated ``epsilon_spent`` above the budget is refused unless the group says ``sound: false``
@@ -276,8 +277,11 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[Unde
     # the figure of record is needed for a Skellam-priced group's budget and for any stated figure
     # (figures_by_group reuses it as the figure of its own accountant rather than composing again)
     needed = [g for g in protected if g.id in priced or _stated(g)]
+    # a Skellam-priced group's through skellam_spent, which keeps it for the trainer's check of
+    # a block an earlier calibration wrote (trainer.units.client.discrete): composed once
     spent: dict[str, float | None] = {
-        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        g.id: plan_ledger.skellam_spent(plan, g) if g.id in priced and epsilon_fn is None
+        else plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
         for g in needed
     }
     for group in (g for g in needed if g.id in priced):

@@ -365,3 +365,54 @@ def test_a_run_of_an_old_skellam_plan_interrupted_before_the_upgrade_resumes(cap
     for group in plan.groups:
         assert summary["epsilon_spent"][group.id] == pytest.approx(
             plan_ledger.epsilon_spent(plan, group, 3, mechanism="skellam"), rel=1e-12)
+
+
+def _full_run_ledgers(monkeypatch, plan_path: Path) -> dict[str, int]:
+    """group id -> how often its full-run Skellam ledger (the events of the plan's rounds on skellam)
+    is composed from here on: ``planner.ledger.default_epsilon_fn`` counted, the process's kept
+    ledgers (``planner.ledger._SKELLAM_SPENT``) emptied first."""
+    from planner import ledger as plan_ledger
+    from planner.calibration import history_key
+    from planner.units import load_plan
+    from trainer.units.client.discrete import discrete_pools
+
+    plan = load_plan(json.loads(plan_path.read_text()))
+    # the blocks are an earlier calibration's: the trainer checks them at their own noise
+    assert any(pool.own_noise for pool in discrete_pools(plan, plan.scenario.model_dim).values())
+    full_run = {
+        history_key(plan_ledger.run_history(plan, g, plan.rounds, "skellam")): g.id
+        for g in plan.groups if g.epsilon is not None and g.sampling_rate > 0
+    }
+    counts = dict.fromkeys(full_run.values(), 0)
+    compose = plan_ledger.default_epsilon_fn
+
+    def counted(events: Any, delta: float, accountant: Any) -> float:
+        group = full_run.get(history_key(events))
+        if group is not None:
+            counts[group] += 1
+        return compose(events, delta, accountant)
+
+    monkeypatch.setattr(plan_ledger, "default_epsilon_fn", counted)
+    monkeypatch.setattr(plan_ledger, "_SKELLAM_SPENT", {}, raising=False)
+    return counts
+
+
+@pytest.mark.parametrize("start", ["plan", "resume"])
+def test_an_old_skellam_plans_full_run_ledger_is_composed_once_before_it_trains(capsys, tmp_path, monkeypatch, start):
+    """The old plan's blocks are an earlier calibration's: planner.verify's step 6 and the trainer's
+    check of each block's own noise (trainer.units.client.discrete) both need every member's full-run
+    Skellam ledger; it is composed once per group (twice before), for a new run and for the resume
+    of the run written at 99ba0bd alike."""
+    import shutil
+
+    out = tmp_path / "run"
+    if start == "resume":
+        shutil.copytree(OLD_SKELLAM_RUN, out)
+        counts = _full_run_ledgers(monkeypatch, out / "plan.json")
+        code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    else:
+        counts = _full_run_ledgers(monkeypatch, OLD_SKELLAM_PLAN)
+        code, _, err = gdpfed(capsys, "train", "--plan", OLD_SKELLAM_PLAN, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    _understated_line(err)
+    assert counts and counts == dict.fromkeys(counts, 1), counts

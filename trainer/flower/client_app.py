@@ -321,16 +321,19 @@ class NodeClient:
         ``state`` (``Context.state``) under the fingerprint of the plan copy it was derived from
         (with the mechanism, the protocol version and the gdpfed version), and used only while
         the node's own copy has that fingerprint; a changed plan is derived again. The comparison
-        with the stated blocks runs in every message (docs/flower.md §2 "The discrete mechanism
-        and the wire version")."""
+        with the stated blocks runs in every message; the check of a block an earlier calibration
+        wrote at its own noise (its members' full-run Skellam ledger) runs once, its outcome kept
+        with the derivation under the same key (docs/flower.md §2 "The discrete mechanism and the
+        wire version")."""
         # start-up time: a node loads the planner's discrete derivation only when a message needs it
         from trainer.units.client.discrete import derived_blocks, run_discrete_pools
 
         key = (plan_print, dim, secagg_mechanism, adaptive)
         if key not in self._discrete:
-            derived = None
+            derived, checked = None, frozenset[str]()
+            kept: dict[str, str | int] | None = None
             if secagg_mechanism == "skellam":  # the one mechanism with blocks to derive
-                kept: dict[str, str | int] = {
+                kept = {
                     "plan_fingerprint": plan_print, "secagg_mechanism": secagg_mechanism,
                     "protocol_version": messages.PROTOCOL_VERSION, "gdpfed_version": version("gdpfed"),
                 }
@@ -338,7 +341,15 @@ class NodeClient:
                 if derived is None:
                     derived = derived_blocks(plan)
                     messages.record_derived_blocks(state, kept, derived)
-            self._discrete[key] = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=adaptive, derived=derived)
+                else:
+                    checked = messages.checked_blocks_of(state, kept)
+            pools = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=adaptive, derived=derived, checked=checked)
+            # a block an earlier calibration wrote, accepted at its own noise: the outcome is kept with
+            # the derivation, so its members' full-run ledger is not composed in every message
+            own_noise = {pool.pool_id for pool in pools.values() if pool.own_noise}
+            if kept is not None and derived is not None and not own_noise <= checked:
+                messages.record_derived_blocks(state, kept, derived, checked=own_noise | checked)
+            self._discrete[key] = pools
         return self._discrete[key].get(pool_id)
 
     @staticmethod

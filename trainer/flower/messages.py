@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -482,11 +482,29 @@ def derived_blocks_of(state: RecordDict, key: dict[str, str | int]) -> dict[str,
         return None
 
 
-def record_derived_blocks(state: RecordDict, key: dict[str, str | int], blocks: Mapping[str, DiscreteMechanism]) -> None:
+def checked_blocks_of(state: RecordDict, key: dict[str, str | int]) -> frozenset[str]:
+    """The pools whose stated block (an earlier calibration's) this node's check accepted at its
+    own noise for ``key``, kept with the derived blocks (``record_derived_blocks``); empty when
+    it kept none for ``key`` or the record does not read back (check them again)."""
+    record = state.config_records.get(DERIVED_BLOCKS)
+    if record is None or any(record.get(name) != value for name, value in key.items()):
+        return frozenset()
+    try:
+        pools = json.loads(_str(record, "checked")) if "checked" in record else []
+    except (ProtocolError, ValueError):
+        return frozenset()
+    if not isinstance(pools, list) or not all(isinstance(pool, str) for pool in pools):
+        return frozenset()
+    return frozenset(pools)
+
+
+def record_derived_blocks(state: RecordDict, key: dict[str, str | int], blocks: Mapping[str, DiscreteMechanism],
+                          checked: Collection[str] = ()) -> None:
     """Keep the blocks this node derived from its plan copy, under ``key``, for its next
-    messages (one entry: another plan's replaces it; never sent)."""
+    messages, with ``checked``, the pools whose stated block its check accepted at its own
+    noise (``checked_blocks_of``; one entry: another plan's replaces it; never sent)."""
     encoded = json.dumps({pool: block.model_dump(mode="json") for pool, block in blocks.items()})
-    state[DERIVED_BLOCKS] = ConfigRecord({**key, "blocks": encoded})
+    state[DERIVED_BLOCKS] = ConfigRecord({**key, "blocks": encoded, "checked": json.dumps(sorted(checked))})
 
 
 # ---- PERSONAL

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -274,7 +274,10 @@ class EveryMessageANewProcess(NodeClient):
     derived in one message's process is left in the next's, except what its ``Context.state`` keeps."""
 
     def keys(self, content: Any, context: Any) -> Any:
+        from planner import ledger as plan_ledger
+
         self._discrete.clear()
+        plan_ledger._SKELLAM_SPENT.clear()  # nor the full-run ledgers composed there
         return super().keys(content, context)
 
 
@@ -334,6 +337,81 @@ def test_a_node_derives_its_plans_blocks_once_per_plan_and_again_for_a_changed_p
     assert rejoined and len(derivations) == len(set(rejoined))
     assert all(grid.contexts[node].state.config_records[messages.DERIVED_BLOCKS]["plan_fingerprint"]
                == plan_fingerprint(longer) for node in rejoined)
+
+
+def with_noisier_blocks(plan: Any, factor: float) -> Any:
+    """``plan`` with every block's noise ``factor`` times the calibrated one (its bit width the one
+    that noise needs): a block an earlier release's search wrote, which a run takes at its own noise
+    once checked (docs/secure-aggregation.md §Discrete noise, "The trainer side")."""
+    from planner.discrete import bits_for, widest_clip
+
+    pools = []
+    for pool in plan.pools:
+        block = pool.discrete
+        share = block.share_variance * factor
+        bits, _ = bits_for(block.wrap_probability_per_round, block.max_clients, widest_clip(plan, pool.id),
+                           block.scale, block.dimension, share, block.count_factor)
+        changed = block.model_copy(update={"share_variance": share, "total_variance": share * block.honest_survivors,
+                                           "bits": bits})
+        pools.append(pool.model_copy(update={"discrete": changed}))
+    return plan.model_copy(update={"pools": pools})
+
+
+class CountingNode(EveryMessageANewProcess):
+    """Counts, per node, its processes' compositions of a group's full-run Skellam ledger."""
+
+    full_run: ClassVar[frozenset[str]] = frozenset()  # history_key of each group's full-run Skellam events
+    composed: ClassVar[list[int]] = []  # the node id of each composition
+    current: ClassVar[int | None] = None
+
+    def keys(self, content: Any, context: Any) -> Any:
+        CountingNode.current = context.node_id
+        try:
+            return super().keys(content, context)
+        finally:
+            CountingNode.current = None
+
+
+def test_a_nodes_check_of_an_earlier_calibrations_block_runs_once_per_node_across_rounds(tmp_path, monkeypatch):
+    """Blocks at another noise than today's derivation (an earlier release's) are checked at their own
+    noise, every member's full-run Skellam ledger composed; a node keeps the check's outcome with the
+    derived blocks in its Context.state (same key), so it composes them in its first KEYS message only,
+    not in every message's process (docs/flower.md §2 "The discrete mechanism and the wire version")."""
+    from importlib.metadata import version
+
+    from planner import ledger as plan_ledger
+    from planner.calibration import history_key
+    from trainer.flower.client_app import plan_fingerprint
+    from trainer.strategies import RoundContext
+    from trainer.units.client.discrete import discrete_pools
+
+    plan = with_noisier_blocks(skellam_plan(dropout_rate=0.0), 1.05)
+    dim = plan.scenario.model_dim
+    assert all(pool.own_noise for pool in discrete_pools(plan, dim).values())  # checked at their own noise
+    CountingNode.full_run = frozenset(
+        history_key(plan_ledger.run_history(plan, g, plan.rounds, "skellam")) for g in plan.groups
+    )
+    CountingNode.composed = []
+    compose = plan_ledger.default_epsilon_fn
+
+    def counted(events: Any, delta: float, accountant: Any) -> float:
+        if CountingNode.current is not None and history_key(events) in CountingNode.full_run:
+            CountingNode.composed.append(CountingNode.current)
+        return compose(events, delta, accountant)
+
+    monkeypatch.setattr(plan_ledger, "default_epsilon_fn", counted)
+    grid, engine, _ = skellam_grid(plan, tmp_path, dim, CountingNode)
+    for global_round in range(ROUNDS):
+        _, outcome = engine.run(RoundContext(global_round, global_round, seed=0), torch.zeros(dim))
+        assert sum(outcome.survived.values()) > 0 and not outcome.aborted_pools
+    joined = [m.metadata.dst_node_id for m in grid.delivered if m.metadata.message_type == messages.KEYS]
+    assert len(joined) > len(set(joined))  # some nodes handled both rounds' KEYS messages
+    # each node composed every group's ledger once (the plan's groups are all in noised pools)
+    assert sorted(CountingNode.composed) == sorted(node for node in set(joined) for _ in plan.groups)
+    key: dict[str, str | int] = {"plan_fingerprint": plan_fingerprint(plan), "secagg_mechanism": "skellam",
+                                 "protocol_version": messages.PROTOCOL_VERSION, "gdpfed_version": version("gdpfed")}
+    assert messages.checked_blocks_of(grid.contexts[joined[0]].state, key) == {pool.id for pool in plan.pools}
+    assert not messages.checked_blocks_of(grid.contexts[joined[0]].state, {**key, "plan_fingerprint": "0" * 64})
 
 
 def test_a_node_refuses_a_session_whose_version_mechanism_or_block_is_not_its_own_plans(tmp_path):

@@ -15,7 +15,7 @@ numpy and the planner only, no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from planner.discrete import bits_for, count_std, padded_dimension, widest_clip
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
-from planner.ledger import epsilon_spent, missing_block_reason
+from planner.ledger import missing_block_reason, skellam_spent
 from planner.schema import DiscreteMechanism, Plan
 from planner.verify import VERIFY_SLACK
 from trainer.choices import SECAGG_MECHANISMS, RequestedMechanism
@@ -76,6 +76,8 @@ class DiscretePool:
     # the model's parameter count (None: the block's dimension); a smaller model's updates are
     # zero-padded to the block's dimension and the release keeps its first model_dim coordinates
     model_dim: int | None = None
+    # the stated block is an earlier calibration's, run at its own noise once checked (_check_own_noise)
+    own_noise: bool = False
 
     @property
     def dim(self) -> int:
@@ -159,7 +161,8 @@ class DiscretePool:
 
 
 def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool,
-                       derived: Mapping[str, DiscreteMechanism] | None = None) -> dict[str, DiscretePool]:
+                       derived: Mapping[str, DiscreteMechanism] | None = None,
+                       checked: Collection[str] = ()) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism for a run of ``secagg_mechanism`` (as resolved by
     :func:`run_mechanism`; none for ``gaussian_continuous``), the one check the simulator's
     round engine and the Flower server and nodes make of a run's mechanism (docs/flower.md §2
@@ -171,6 +174,8 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
     ``adaptive_clip`` block; docs/secure-aggregation.md §Discrete noise, "Adaptive clipping").
     ``derived``: :func:`derived_blocks` of this very plan, when the caller kept them (a Flower
     node, docs/flower.md §2 "The discrete mechanism and the wire version"); else derived here.
+    ``checked``: the pools whose stated block this very plan's check accepted at its own noise
+    (``DiscretePool.own_noise``), kept by the same caller with ``derived``; not checked again.
     """
     if secagg_mechanism not in SECAGG_MECHANISMS:
         raise InvalidInputError(
@@ -178,7 +183,7 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
         )
     if secagg_mechanism != "skellam":
         return {}
-    pools = discrete_pools(plan, dim, derived)
+    pools = discrete_pools(plan, dim, derived, checked)
     if adaptive and any(not pool.count_factor for pool in pools.values()):
         raise InvalidInputError(
             "secagg_mechanism",
@@ -208,8 +213,8 @@ def derived_blocks(plan: Plan) -> dict[str, DiscreteMechanism]:
         raise InvalidInputError("secagg_mechanism", f"skellam: {error.reason}") from None
 
 
-def discrete_pools(plan: Plan, dim: int,
-                   derived: Mapping[str, DiscreteMechanism] | None = None) -> dict[str, DiscretePool]:
+def discrete_pools(plan: Plan, dim: int, derived: Mapping[str, DiscreteMechanism] | None = None,
+                   checked: Collection[str] = ()) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism, for every pool of ``plan`` with noise, after checking the blocks.
 
     Refuses (``InvalidInputError`` naming the field) a noised pool without a ``discrete`` block
@@ -221,7 +226,9 @@ def discrete_pools(plan: Plan, dim: int,
     (:meth:`DiscretePool.padded`; docs/secure-aggregation.md §Discrete noise, "A model smaller
     than the plan's model_dim"): every bound the block states then holds as calibrated.
     Pools without noise keep the fixed-point path: they carry no noise to discretise.
-    ``derived``: :func:`derived_blocks` of ``plan``, kept by the caller (derived here when ``None``).
+    ``derived``: :func:`derived_blocks` of ``plan``, kept by the caller (derived here when ``None``);
+    ``checked``: the pools whose block :func:`_check_own_noise` accepted for ``plan`` before, kept
+    by the same caller (the block must still differ from ``derived`` in the calibrated fields alone).
     """
     if derived is None:
         derived = derived_blocks(plan)
@@ -236,9 +243,11 @@ def discrete_pools(plan: Plan, dim: int,
         if stated is None:
             # the service's refusal of the same plan's skellam reports says the same (planner.ledger)
             raise InvalidInputError(field, missing_block_reason(pool.id))
-        if _differs(stated, expected) is not None:
+        own_noise = _differs(stated, expected) is not None
+        if own_noise:
             _require_same(stated, expected, field, skip=_CALIBRATED)
-            _check_own_noise(plan, pool.id, stated, field)
+            if pool.id not in checked:
+                _check_own_noise(plan, pool.id, stated, field)
         if padded_dimension(dim) > stated.padded_dimension:
             raise InvalidInputError(
                 "model",
@@ -257,7 +266,7 @@ def discrete_pools(plan: Plan, dim: int,
             )
             for g in pool.groups
         }
-        pools[pool.id] = DiscretePool(pool.id, stated, params, dim)
+        pools[pool.id] = DiscretePool(pool.id, stated, params, dim, own_noise)
     return pools
 
 
@@ -324,7 +333,8 @@ def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field:
         group = plan.group(group_id)
         if group.epsilon is None or group.sampling_rate <= 0:
             continue
-        spent = epsilon_spent(plan, group, plan.rounds, mechanism="skellam")
+        # the figure planner.verify's step 6 composed for this group, when it did (verify_executable)
+        spent = skellam_spent(plan, group)
         if spent is not None and spent > group.epsilon * (1 + VERIFY_SLACK):
             raise InvalidInputError(
                 f"{field}.total_variance",
