@@ -29,7 +29,6 @@ through the same code (docs/ledger.md §3, "Which mechanism").
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
@@ -376,39 +375,6 @@ def epsilon_spent(
         run_history(plan, group, rounds_run, mechanism), history_delta(plan, group, rounds_run, mechanism),
         history_accountant(plan, group, mechanism), per_round=per_round, epsilon_fn=epsilon_fn,
     )
-
-
-# Full-run Skellam ledgers composed in this process, by what they compose: the events
-# (history_key, bit for bit), the delta and the accountant. A block an earlier calibration
-# wrote has each member's ledger asked twice before round 0, by planner.verify's step 6 and by
-# the trainer's check of the block's own noise (trainer.units.client.discrete); the same
-# events give the same figure, so the second reads the first's. A value depends on its key
-# alone (no search start, nothing asked before), and a run checks a plan or two (a re-plan's
-# next), so a few hundred entries are plenty.
-_SKELLAM_SPENT: dict[tuple[str, float, AccountantName], float] = {}
-_SKELLAM_SPENT_KEPT = 256
-_SKELLAM_SPENT_LOCK = threading.Lock()  # the service's threads: evicting while another inserts
-
-
-def skellam_spent(plan: Plan, group: GroupPlan) -> float | None:
-    """``epsilon_spent(plan, group, plan.rounds, mechanism="skellam")``: the group's full-run
-    ledger on skellam (``None``: no DP), composed once per process for the same events, delta
-    and accountant (docs/ledger.md §5, "An earlier calibration's block"): what verification's
-    step 6 and the trainer's check of a block's own noise both ask."""
-    if is_unprotected(plan, group, plan.rounds):
-        return None
-    events = run_history(plan, group, plan.rounds, "skellam")
-    delta = history_delta(plan, group, plan.rounds, "skellam")
-    accountant = history_accountant(plan, group, "skellam")
-    key = (history_key(events), delta, accountant)
-    value = _SKELLAM_SPENT.get(key)
-    if value is None:
-        value = history_epsilon(events, delta, accountant)
-        with _SKELLAM_SPENT_LOCK:
-            if len(_SKELLAM_SPENT) >= _SKELLAM_SPENT_KEPT:
-                del _SKELLAM_SPENT[next(iter(_SKELLAM_SPENT))]  # the oldest
-            _SKELLAM_SPENT[key] = value
-    return value
 
 
 def history_epsilon(

@@ -31,8 +31,8 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
 6. **Stated figures.** Every protected group's full-run ledger on the plan's mechanism is
    recomputed (``planner.ledger.epsilon_spent`` and ``figures_by_group``, independently of the
    figures the planner wrote; a group whose run the mechanism prices by Skellam events, a
-   pool's ``discrete`` block under skellam, from the block, through ``skellam_spent``, which the
-   trainer's check of an earlier calibration's block reads again): a Skellam-priced one must be
+   pool's ``discrete`` block under skellam, from the block; ``verify_executable(skellam_spent=)``
+   hands those to the trainer's check of an earlier calibration's block): a Skellam-priced one must be
    within the budget, and no stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight``
    (where stated) may be below its recomputation, for every mechanism; a sampled group's
    stated ``epsilon_spent`` above the budget is refused unless the group says ``sound: false``
@@ -68,21 +68,26 @@ _REL_TOL = 1e-9
 
 
 def verify_executable(
-    plan: Plan, *, epsilon_fn: EpsilonFn | None = None, understated: Literal["refuse", "report"] = "refuse"
+    plan: Plan, *, epsilon_fn: EpsilonFn | None = None, understated: Literal["refuse", "report"] = "refuse",
+    skellam_spent: dict[str, float] | None = None,
 ) -> list[UnderstatedFigure]:
     """Raise ``InvalidInputError`` unless ``plan`` is consistent and within every budget.
 
     A stated figure below its blocks' ledger (step 6) is refused (``understated="refuse"``, the
     plan checker's and the default) or returned (``"report"``: ``gdpfed train``, whose ledger
     counts the executed figure anyway and warns, docs/ledger.md §5); a budget the blocks
-    overspend is refused either way."""
+    overspend is refused either way. ``skellam_spent``, when given, receives step 6's
+    group id -> full-run ledger on skellam (``epsilon_spent(plan, g, plan.rounds,
+    mechanism="skellam")``) of each Skellam-priced group, with the default ``epsilon_fn`` only:
+    the figures the trainer's check of a block an earlier calibration wrote needs for this very
+    plan (``trainer.units.client.discrete.discrete_pools``; docs/ledger.md §5)."""
     check_scenario_fixed(plan)
     _check_structure(plan)
     _check_noise(plan)
     for group in plan.groups:
         plan_ledger.spent_history(plan, group)  # refuses an own phase other than the one run
     _check_privacy(plan, epsilon_fn)
-    found = _check_stated_figures(plan, epsilon_fn)
+    found = _check_stated_figures(plan, epsilon_fn, skellam_spent)
     if found and understated == "refuse":
         raise InvalidInputError(found[0].field, found[0].reason())
     if plan.scenario.adaptive_clip is not None:
@@ -246,7 +251,8 @@ def _understated_part(group: str, items: list[UnderstatedFigure]) -> str:
     return f"{group}: {item.field.rsplit('.', 1)[1]} states {item.stated:.10g}, recomputed {item.executed:.10g}"
 
 
-def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[UnderstatedFigure]:
+def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None,
+                          skellam_spent: dict[str, float] | None = None) -> list[UnderstatedFigure]:
     """Step 6 (docs/ledger.md §5): every protected client group's full-run ledger on the plan's
     mechanism, recomputed from the fields the run uses, against its budget where Skellam events
     price it (the Gaussian phases' is step 4; ``InvalidInputError`` naming the group) and against
@@ -257,7 +263,8 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[Unde
     a hand-written plan, one without the rdp / tight figures) claims nothing and is not
     compared, nor computed. A sampled group's stated ``epsilon_spent`` above the budget is refused
     unless the group says ``sound: false`` (then step 4 says why); an exhausted group (rate 0)
-    spends nothing more and states what its history spent."""
+    spends nothing more and states what its history spent. ``skellam_spent``: receives the
+    Skellam-priced groups' figures (``verify_executable``)."""
     mechanism = plan.scenario.mechanism
     protected = [
         g for g in plan.groups if g.epsilon is not None and not plan_ledger.is_unprotected(plan, g, plan.rounds)
@@ -277,11 +284,8 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[Unde
     # the figure of record is needed for a Skellam-priced group's budget and for any stated figure
     # (figures_by_group reuses it as the figure of its own accountant rather than composing again)
     needed = [g for g in protected if g.id in priced or _stated(g)]
-    # a Skellam-priced group's through skellam_spent, which keeps it for the trainer's check of
-    # a block an earlier calibration wrote (trainer.units.client.discrete): composed once
     spent: dict[str, float | None] = {
-        g.id: plan_ledger.skellam_spent(plan, g) if g.id in priced and epsilon_fn is None
-        else plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
+        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, epsilon_fn=epsilon_fn, mechanism=mechanism)
         for g in needed
     }
     for group in (g for g in needed if g.id in priced):
@@ -293,6 +297,9 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None) -> list[Unde
                 f"running this plan on {mechanism} spends epsilon {value:.10g} (its pool's discrete block, "
                 f"{plan.rounds} rounds) above its budget {group.epsilon:g}",
             )
+    if skellam_spent is not None and epsilon_fn is None:
+        # the trainer's check of a block an earlier calibration wrote needs them again: composed once
+        skellam_spent.update({g: value for g, value in spent.items() if g in priced and value is not None})
     compared = [g.id for g in needed if g.epsilon_rdp is not None or g.epsilon_tight is not None]
     figures = plan_ledger.figures_by_group(plan, plan.rounds, spent, mechanism=mechanism, only=compared) if compared else {}
     found: list[UnderstatedFigure] = []

@@ -260,6 +260,27 @@ def test_an_old_skellam_plans_understated_figures_are_refused_by_the_checker_and
     assert "re-plan it" in err
 
 
+def test_verification_hands_over_each_skellam_priced_groups_full_run_ledger_when_asked() -> None:
+    """``verify_executable(skellam_spent=)`` receives step 6's full-run ledger on skellam of every
+    Skellam-priced group, the figure ``epsilon_spent(..., mechanism="skellam")`` gives, for the
+    trainer's check of a block an earlier calibration wrote (docs/ledger.md §5); none under another
+    ``epsilon_fn`` (not the check's figure) nor on a continuous plan (none is Skellam-priced)."""
+    from planner import ledger as plan_ledger
+
+    plan = load_plan(json.loads(OLD_SKELLAM_PLAN.read_text()))
+    figures: dict[str, float] = {}
+    verify_executable(plan, understated="report", skellam_spent=figures)
+    assert figures and figures == {
+        g.id: plan_ledger.epsilon_spent(plan, g, plan.rounds, mechanism="skellam")
+        for g in plan.groups if g.epsilon is not None and g.sampling_rate > 0
+    }
+    other: dict[str, float] = {}
+    verify_executable(plan, understated="report", epsilon_fn=plan_ledger.default_epsilon_fn, skellam_spent=other)
+    continuous: dict[str, float] = {}
+    verify_executable(load_plan(_document(secagg_mechanism="gaussian_continuous")), skellam_spent=continuous)
+    assert other == {} and continuous == {}
+
+
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 @pytest.mark.parametrize("mechanism", ["gaussian_continuous", "skellam"])
 def test_every_stated_figure_of_every_group_is_checked_against_its_recomputation(mechanism: str, accountant: str) -> None:

@@ -369,8 +369,7 @@ def test_a_run_of_an_old_skellam_plan_interrupted_before_the_upgrade_resumes(cap
 
 def _full_run_ledgers(monkeypatch, plan_path: Path) -> dict[str, int]:
     """group id -> how often its full-run Skellam ledger (the events of the plan's rounds on skellam)
-    is composed from here on: ``planner.ledger.default_epsilon_fn`` counted, the process's kept
-    ledgers (``planner.ledger._SKELLAM_SPENT``) emptied first."""
+    is composed from here on: ``planner.ledger.default_epsilon_fn`` counted."""
     from planner import ledger as plan_ledger
     from planner.calibration import history_key
     from planner.units import load_plan
@@ -393,7 +392,6 @@ def _full_run_ledgers(monkeypatch, plan_path: Path) -> dict[str, int]:
         return compose(events, delta, accountant)
 
     monkeypatch.setattr(plan_ledger, "default_epsilon_fn", counted)
-    monkeypatch.setattr(plan_ledger, "_SKELLAM_SPENT", {}, raising=False)
     return counts
 
 

@@ -195,24 +195,51 @@ def test_a_block_of_another_calibration_runs_at_its_own_noise_only_within_the_bu
     another point of the budget) runs at its own noise when that noise is consistent and its
     Skellam events meet every member's budget: more noise than derived runs; less noise that
     overspends a budget is refused naming total_variance, whichever bit width it states."""
-    block = plan.pools[0].discrete
-
-    def with_noise(factor: float) -> Plan:
-        from planner.discrete import bits_for
-
-        share = block.share_variance * factor
-        widest = max(plan.group(g).clip_norm for g in plan.pools[0].groups)
-        bits, _ = bits_for(block.wrap_probability_per_round, block.max_clients, widest, block.scale, block.dimension,
-                           share, block.count_factor)
-        changed = block.model_copy(update={"share_variance": share, "total_variance": share * block.honest_survivors,
-                                           "bits": bits})
-        return plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": changed}), plan.pools[1]]})
-
-    noisier = with_noise(1.05)
+    noisier = with_noise(plan, 1.05)
     make_engine(noisier, DIM, secagg_mechanism="skellam")
     with pytest.raises(InvalidInputError) as error:
-        make_engine(with_noise(0.9), DIM, secagg_mechanism="skellam")
+        make_engine(with_noise(plan, 0.9), DIM, secagg_mechanism="skellam")
     assert error.value.field == "pools.pa.discrete.total_variance" and "above its budget" in error.value.reason
+
+
+def with_noise(plan: Plan, factor: float) -> Plan:
+    """``plan`` with pool pa's block at ``factor`` times its noise (the bit width that noise needs):
+    a block of another calibration than today's derivation."""
+    from planner.discrete import bits_for, widest_clip
+
+    block = plan.pools[0].discrete
+    assert block is not None
+    share = block.share_variance * factor
+    bits, _ = bits_for(block.wrap_probability_per_round, block.max_clients, widest_clip(plan, plan.pools[0].id),
+                       block.scale, block.dimension, share, block.count_factor)
+    changed = block.model_copy(update={"share_variance": share, "total_variance": share * block.honest_survivors,
+                                       "bits": bits})
+    return plan.model_copy(update={"pools": [plan.pools[0].model_copy(update={"discrete": changed}), *plan.pools[1:]]})
+
+
+def test_the_check_of_a_blocks_own_noise_reads_the_ledgers_verification_composed_for_the_plan(plan):
+    """A block at its own noise needs each member's full-run Skellam ledger, which planner.verify's
+    step 6 composed for the same plan before round 0: verify_executable(skellam_spent=) hands the
+    figures over and discrete_pools(skellam_spent=) checks with them (docs/ledger.md §5), so a figure
+    given is the one judged (one above the budget is refused naming total_variance, with that figure);
+    a group without one is composed there, as for a caller that gives none (a Flower node)."""
+    from planner.ledger import epsilon_spent
+    from planner.verify import verify_executable
+    from trainer.units.client.discrete import discrete_pools
+
+    noisier = with_noise(plan, 1.05)
+    figures: dict[str, float] = {}
+    verify_executable(noisier, skellam_spent=figures)
+    group = noisier.group("a")
+    assert figures["a"] == epsilon_spent(noisier, group, noisier.rounds, mechanism="skellam")
+    assert discrete_pools(noisier, DIM, skellam_spent=figures)["pa"].own_noise
+    assert discrete_pools(noisier, DIM, skellam_spent={})["pa"].own_noise  # composed in the check
+    assert group.epsilon is not None
+    above = group.epsilon * 1.01
+    with pytest.raises(InvalidInputError) as error:
+        discrete_pools(noisier, DIM, skellam_spent={**figures, "a": above})
+    assert error.value.field == "pools.pa.discrete.total_variance"
+    assert f"spend epsilon {above:.10g}" in error.value.reason and "above its budget" in error.value.reason
 
 
 def _linear_run(plan: Plan, tmp_path, name: str = "run", **options):

@@ -274,10 +274,7 @@ class EveryMessageANewProcess(NodeClient):
     derived in one message's process is left in the next's, except what its ``Context.state`` keeps."""
 
     def keys(self, content: Any, context: Any) -> Any:
-        from planner import ledger as plan_ledger
-
         self._discrete.clear()
-        plan_ledger._SKELLAM_SPENT.clear()  # nor the full-run ledgers composed there
         return super().keys(content, context)
 
 

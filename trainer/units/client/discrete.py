@@ -24,7 +24,7 @@ from accounting.choices import SecaggMechanism
 from accounting.errors import InvalidInputError
 from planner.discrete import bits_for, count_std, padded_dimension, widest_clip
 from planner.discrete import pool_mechanisms as derived_pool_mechanisms
-from planner.ledger import missing_block_reason, skellam_spent
+from planner.ledger import epsilon_spent, missing_block_reason
 from planner.schema import DiscreteMechanism, Plan
 from planner.verify import VERIFY_SLACK
 from trainer.choices import SECAGG_MECHANISMS, RequestedMechanism
@@ -161,8 +161,8 @@ class DiscretePool:
 
 
 def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive: bool,
-                       derived: Mapping[str, DiscreteMechanism] | None = None,
-                       checked: Collection[str] = ()) -> dict[str, DiscretePool]:
+                       derived: Mapping[str, DiscreteMechanism] | None = None, checked: Collection[str] = (),
+                       skellam_spent: Mapping[str, float] | None = None) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism for a run of ``secagg_mechanism`` (as resolved by
     :func:`run_mechanism`; none for ``gaussian_continuous``), the one check the simulator's
     round engine and the Flower server and nodes make of a run's mechanism (docs/flower.md §2
@@ -176,6 +176,8 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
     node, docs/flower.md §2 "The discrete mechanism and the wire version"); else derived here.
     ``checked``: the pools whose stated block this very plan's check accepted at its own noise
     (``DiscretePool.own_noise``), kept by the same caller with ``derived``; not checked again.
+    ``skellam_spent``: group id -> this very plan's full-run ledger on skellam, as
+    ``planner.verify.verify_executable`` composed it (``discrete_pools``).
     """
     if secagg_mechanism not in SECAGG_MECHANISMS:
         raise InvalidInputError(
@@ -183,7 +185,7 @@ def run_discrete_pools(plan: Plan, dim: int, secagg_mechanism: str, *, adaptive:
         )
     if secagg_mechanism != "skellam":
         return {}
-    pools = discrete_pools(plan, dim, derived, checked)
+    pools = discrete_pools(plan, dim, derived, checked, skellam_spent)
     if adaptive and any(not pool.count_factor for pool in pools.values()):
         raise InvalidInputError(
             "secagg_mechanism",
@@ -214,7 +216,8 @@ def derived_blocks(plan: Plan) -> dict[str, DiscreteMechanism]:
 
 
 def discrete_pools(plan: Plan, dim: int, derived: Mapping[str, DiscreteMechanism] | None = None,
-                   checked: Collection[str] = ()) -> dict[str, DiscretePool]:
+                   checked: Collection[str] = (),
+                   skellam_spent: Mapping[str, float] | None = None) -> dict[str, DiscretePool]:
     """Pool id -> its discrete mechanism, for every pool of ``plan`` with noise, after checking the blocks.
 
     Refuses (``InvalidInputError`` naming the field) a noised pool without a ``discrete`` block
@@ -228,7 +231,10 @@ def discrete_pools(plan: Plan, dim: int, derived: Mapping[str, DiscreteMechanism
     Pools without noise keep the fixed-point path: they carry no noise to discretise.
     ``derived``: :func:`derived_blocks` of ``plan``, kept by the caller (derived here when ``None``);
     ``checked``: the pools whose block :func:`_check_own_noise` accepted for ``plan`` before, kept
-    by the same caller (the block must still differ from ``derived`` in the calibrated fields alone).
+    by the same caller (the block must still differ from ``derived`` in the calibrated fields alone);
+    ``skellam_spent``: group id -> ``plan``'s full-run ledger on skellam, composed by
+    ``planner.verify.verify_executable(skellam_spent=)`` for this very plan (``gdpfed train``), read
+    by :func:`_check_own_noise` instead of composing it again; a group it lacks is composed there.
     """
     if derived is None:
         derived = derived_blocks(plan)
@@ -247,7 +253,7 @@ def discrete_pools(plan: Plan, dim: int, derived: Mapping[str, DiscreteMechanism
         if own_noise:
             _require_same(stated, expected, field, skip=_CALIBRATED)
             if pool.id not in checked:
-                _check_own_noise(plan, pool.id, stated, field)
+                _check_own_noise(plan, pool.id, stated, field, skellam_spent or {})
         if padded_dimension(dim) > stated.padded_dimension:
             raise InvalidInputError(
                 "model",
@@ -298,14 +304,16 @@ def _require_same(
         )
 
 
-def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field: str) -> None:
+def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field: str,
+                     skellam_spent: Mapping[str, float]) -> None:
     """A block whose every field but the calibrated ones (``_CALIBRATED``) is the derivation's
     runs at its own noise when that noise is one the planner could have stated: the shares
     sum to the total (``share_variance`` x ``honest_survivors``), ``bits`` is the smallest
     width keeping the wrap-around bound at that noise (``planner.discrete.bits_for``), the
     count coordinate's std follows from it, and every member group's full-run Skellam
     ledger at that noise is within its budget (``planner.ledger.epsilon_spent`` on skellam,
-    the events the run counts). Anything else is refused naming the field, "altered"."""
+    the events the run counts; ``skellam_spent``'s figure where verification composed it for
+    this plan, docs/ledger.md §5). Anything else is refused naming the field, "altered"."""
     total = stated.share_variance * stated.honest_survivors
     if not math.isclose(total, stated.total_variance, rel_tol=_RELATIVE_TOLERANCE, abs_tol=0.0):
         raise InvalidInputError(
@@ -333,8 +341,9 @@ def _check_own_noise(plan: Plan, pool_id: str, stated: DiscreteMechanism, field:
         group = plan.group(group_id)
         if group.epsilon is None or group.sampling_rate <= 0:
             continue
-        # the figure planner.verify's step 6 composed for this group, when it did (verify_executable)
-        spent = skellam_spent(plan, group)
+        # the figure planner.verify's step 6 composed for this very plan, when the caller kept it
+        spent = skellam_spent[group_id] if group_id in skellam_spent else epsilon_spent(
+            plan, group, plan.rounds, mechanism="skellam")
         if spent is not None and spent > group.epsilon * (1 + VERIFY_SLACK):
             raise InvalidInputError(
                 f"{field}.total_variance",

@@ -41,7 +41,7 @@ the decoded count (docs/secure-aggregation.md §Discrete noise, "Adaptive clippi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import get_args
 
 import numpy as np
@@ -129,6 +129,7 @@ class RoundEngine:
         secagg_mechanism: RequestedMechanism = "plan",
         on_encoded: EncodedHook | None = None,
         keep_pool_sums: bool = False,
+        skellam_spent: Mapping[str, float] | None = None,
     ) -> None:
         """``secagg_mode``: each pool's graph; ``auto`` keeps the one the plan states for the
         pool (re-derived, never read from the document), ``full``/``sparse`` force it; (k, t)
@@ -138,7 +139,8 @@ class RoundEngine:
         ``secagg_mechanism``: the noise the pools' sessions carry; ``plan`` (the default) is
         ``skellam`` where the plan's noised pools carry discrete blocks, else
         ``gaussian_continuous`` (``discrete.run_mechanism``); ``skellam`` runs each noised
-        pool's stated block, re-derived and checked here (``discrete.discrete_pools``);
+        pool's stated block, re-derived and checked here (``discrete.discrete_pools``, with
+        ``skellam_spent``, the full-run ledgers ``planner.verify`` composed for this very plan);
         ``on_encoded`` is called for the continuous path only."""
         # adaptive clipping is the strategy's choice (its controller holds S^t); the plan must state
         # the noise for it (docs/trainer.md §Adaptive clipping)
@@ -170,7 +172,8 @@ class RoundEngine:
         self.secagg_mechanism = mechanism
         # pool id -> its discrete mechanism (noised pools under skellam; none otherwise); under
         # adaptive clipping each block carries the count coordinate
-        self.discrete: dict[str, DiscretePool] = run_discrete_pools(plan, dim, mechanism, adaptive=self.adaptive)
+        self.discrete: dict[str, DiscretePool] = run_discrete_pools(
+            plan, dim, mechanism, adaptive=self.adaptive, skellam_spent=skellam_spent)
         self.on_encoded = on_encoded
         self.keep_pool_sums = keep_pool_sums
         self._pool_of_group = {g: m.pool_id for m in self.mechanisms for g in m.group_ids}

@@ -9,6 +9,7 @@ gives (the Flower scale-out's).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     strategy ``config.strategy`` (``options.select_strategy``: ``trainer.units.strategies``,
     options validated here).
     """
-    client_plan, understated = checked_client_plan(plan, config, unit.mechanism)
+    client_plan, understated, skellam_spent = checked_client_plan(plan, config, unit.mechanism)
     # the mechanism the run executes, resolved once from the plan it starts on and recorded so
     # (config.json, the fingerprint, the tally): a re-plan it follows keeps it
     config = config.model_copy(update={"secagg_mechanism": run_mechanism(config.secagg_mechanism, client_plan)})
@@ -78,13 +79,15 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     unused = unused_adaptive_clip_warning(client_plan, strategy, None if options.strategy_factory else config.strategy)
     if unused:
         warnings.append(unused)
-    # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does
+    # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does;
+    # the simulator's first engine checks client_plan's blocks with the ledgers verification composed
     engine_factory = options.engine_factory or build_engine
+    first = options.engine_factory or partial(build_engine, skellam_spent=skellam_spent)
     return PreparedRun(
         plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
         resume=options.resume, dataset=dataset, model=model, device=device, population=population,
         initial_params=flatten_params(model).to(device), strategy=strategy,
-        engine=engine_factory(client_plan, strategy, population, dim, config, config.rounds), warnings=warnings,
+        engine=first(client_plan, strategy, population, dim, config, config.rounds), warnings=warnings,
         build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
         run_start=client_plan.start_round,
     )
@@ -99,26 +102,28 @@ CONTINUOUS_ON_DISCRETE_PLAN = (
 )
 
 
-def checked_client_plan(plan: PlanDocument, config: TrainConfig, mechanism: str) -> tuple[Plan, list[UnderstatedFigure]]:
+def checked_client_plan(plan: PlanDocument, config: TrainConfig,
+                        mechanism: str) -> tuple[Plan, list[UnderstatedFigure], dict[str, float]]:
     """``plan`` as a client-level plan, verified (never trusted) and covering ``config.rounds``.
 
     A plan whose stated group figures are below what its discrete blocks spend (written by a
     release that stated the continuous Gaussian's figures) runs when the blocks meet every
     budget: the run's ledger counts its own mechanism's figures anyway; those figures are
     returned beside the plan, for the run's one warning (``planner.verify.understated_warning``,
-    docs/ledger.md §5)."""
+    docs/ledger.md §5), and the full-run Skellam ledgers verification composed (``skellam_spent``)."""
     client_plan = require_client_plan(plan, f"the {mechanism} mechanism (client-level DP)")
     if client_plan.rounds < 1:
         raise InvalidInputError("plan", "the plan covers 0 rounds: nothing to train")
     # never trust a plan document: re-derive every mechanism and check every budget
-    understated = verify_executable(client_plan, understated="report")
+    skellam_spent: dict[str, float] = {}
+    understated = verify_executable(client_plan, understated="report", skellam_spent=skellam_spent)
     if config.rounds > client_plan.rounds:
         raise InvalidInputError(
             "rounds",
             f"{config.rounds} exceeds the plan's {client_plan.rounds} rounds; running more would spend "
             "more privacy than the plan allows (re-plan for more rounds)",
         )
-    return client_plan, understated
+    return client_plan, understated, skellam_spent
 
 
 def plan_warnings(plan: Plan, config: TrainConfig, dim: int, warnings: list[str]) -> str:
@@ -170,7 +175,7 @@ def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: 
 
 
 def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
-                 rounds: int) -> RoundEngine:
+                 rounds: int, skellam_spent: dict[str, float] | None = None) -> RoundEngine:
     return RoundEngine(
         plan,
         strategy,
@@ -182,4 +187,5 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         secagg_execution=config.secagg_execution,
         secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
         secagg_mechanism=config.secagg_mechanism,
+        skellam_spent=skellam_spent,
     )
