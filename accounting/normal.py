@@ -81,8 +81,14 @@ def ndtr(a: np.ndarray | float, exp: Callable[[np.ndarray], np.ndarray] = np.exp
     [1, 8), exp(-z^2) R(z)/S(z) from 8 on, 0 where -z^2 < -MAXLOG); NaN stays NaN.
     ``exp`` is numpy's unless given (``math.exp`` element by element reproduces scipy's
     bits; the tests use it)."""
-    a = np.asarray(a, dtype=float)
-    x = a.reshape(-1) * _SQRT1_2
+    return _scaled(np.asarray(a, dtype=float), _SQRT1_2, exp)
+
+
+def _scaled(a: np.ndarray, scale: float, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """:func:`ndtr` at ``a * scale * sqrt 2`` for ``scale`` = +-1/sqrt 2: ``x = a * scale``, one
+    multiplication (rounding is symmetric in sign, so ``a * -c`` is ``(-a) * c`` bit for bit,
+    and :func:`survival` needs no negated copy)."""
+    x = a.reshape(-1) * scale
     with np.errstate(all="ignore"):
         out = _stacked(x, exp) if x.size <= STACKED_MAX else _split(x, exp)
     return out.reshape(a.shape)
@@ -130,12 +136,13 @@ def _split(x: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray
     §13.9); what the whole-array pass saves is the gathers and scatters of the common branch."""
     z = np.abs(x)
     square = z * z
-    half = exp(-square)
+    minus = np.negative(square)
+    half = exp(minus)
     half *= _horner(z, 2)
     half /= _horner(z, 3)
     half *= 0.5
-    out = np.where(x > 0, 1.0 - half, half)
-    under = -square < -_MAXLOG
+    out = np.subtract(1.0, half, out=half, where=x > 0)  # where not: half itself
+    under = minus < -_MAXLOG
     inner = np.flatnonzero(z < 1.0)
     if inner.size:
         si = square[inner]
@@ -153,7 +160,7 @@ def _split(x: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray
 
 def survival(x: np.ndarray | float) -> np.ndarray:
     """P(N(0, 1) > x) = Phi(-x) (:func:`ndtr`, as scipy's ``ndtr(-x)``)."""
-    return ndtr(-np.asarray(x, dtype=float))
+    return _scaled(np.asarray(x, dtype=float), -_SQRT1_2, np.exp)
 
 
 # Below this x, Phi(x) < 1e-299 nears the subnormal range, where erfc loses relative accuracy:
