@@ -141,7 +141,7 @@ def _split(x: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray
     half *= _horner(z, 2)
     half /= _horner(z, 3)
     half *= 0.5
-    out = np.subtract(1.0, half, out=half, where=x > 0)  # where not: half itself
+    out = np.where(x > 0, 1.0 - half, half)
     under = minus < -_MAXLOG
     inner = np.flatnonzero(z < 1.0)
     if inner.size:
