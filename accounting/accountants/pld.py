@@ -100,7 +100,10 @@ def _threshold(eps: np.ndarray, q: float | np.ndarray, sigma: float | np.ndarray
 
 def _into(ufunc: np.ufunc, a: np.ndarray, b: float | np.ndarray) -> np.ndarray:
     """``ufunc(a, b)``, written over ``a`` (a temporary of the caller's) where it has the result's shape."""
-    return ufunc(a, b, out=a) if np.shape(b) == () or np.broadcast_shapes(a.shape, np.shape(b)) == a.shape else ufunc(a, b)
+    try:
+        return ufunc(a, b, out=a)
+    except ValueError:  # ``b`` broadcasts ``a`` to a larger shape: a new array
+        return ufunc(a, b)
 
 
 def _tails(
