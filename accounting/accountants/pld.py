@@ -83,13 +83,28 @@ def _sf(x: np.ndarray) -> np.ndarray:
 
 def _threshold(eps: np.ndarray, q: float | np.ndarray, sigma: float | np.ndarray, direction: str) -> np.ndarray:
     """x at which the loss equals ``eps``: remove: L(x) = log(1-q+q e^{(2x-1)/2s^2}) rises in x;
-    add: L(x) = -log(...) falls in x. nan where no x reaches ``eps``."""
+    add: L(x) = -log(...) falls in x. nan where no x reaches ``eps``. Computed in place, in
+    the order ``sigma^2 log(inner / q) + 0.5``: the same operations on every value x is
+    returned at (the others are set to nan)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if direction == "remove":
-            inner = np.expm1(eps) + q  # e^eps - (1-q), without cancellation
-        else:
-            inner = np.expm1(-eps) + q
-        return np.where(inner > 0, sigma**2 * np.log(np.where(inner > 0, inner, 1.0) / q) + 0.5, np.nan)
+        # e^eps - (1-q) (remove) or e^-eps - (1-q) (add), without cancellation
+        inner = np.asarray(np.expm1(eps if direction == "remove" else -eps))
+        inner = _into(np.add, inner, q)
+        outside = ~(inner > 0)
+        x = _into(np.divide, inner, q)
+        np.log(x, out=x)
+        x = _into(np.multiply, x, np.square(sigma))
+        x += 0.5
+        np.copyto(x, np.nan, where=outside)
+        return x
+
+
+def _into(ufunc: np.ufunc, a: np.ndarray, b: float | np.ndarray) -> np.ndarray:
+    """``ufunc(a, b)``, written over ``a`` (a temporary of the caller's) where it has the result's shape."""
+    try:
+        return ufunc(a, b, out=a)
+    except ValueError:  # ``b`` broadcasts ``a`` to a larger shape: a new array
+        return ufunc(a, b)
 
 
 def _tails(
@@ -98,15 +113,21 @@ def _tails(
     """P(L > eps) under the direction's first distribution P, and Q(L > eps) (docs/accounting.md §13.1)."""
     x = _threshold(eps, q, sigma, direction)
     below = np.isnan(x)  # remove: eps below log(1-q), every x has L > eps; add: eps above -log(1-q), none has
-    x = np.where(below, 0.0, x)
+    np.copyto(x, 0.0, where=below)
     if direction == "remove":  # P = mu1 = (1-q) N(0) + q N(1), Q = mu0 = N(0); L > eps iff x > threshold
-        qq = _sf(x / sigma)
-        p = (1 - q) * qq + q * _sf((x - 1) / sigma)
-        return np.where(below, 1.0, p), np.where(below, 1.0, qq)
-    # add: P = mu0, Q = mu1; L > eps iff x < threshold
-    p = _sf(-x / sigma)
-    qq = (1 - q) * p + q * _sf((1 - x) / sigma)
-    return np.where(below, 0.0, p), np.where(below, 0.0, qq)
+        first = _sf(x / sigma)  # Q's tail
+        second = _sf((x - 1) / sigma)
+        fill = 1.0
+    else:  # add: P = mu0, Q = mu1; L > eps iff x < threshold
+        first = _sf(-x / sigma)  # P's tail
+        second = _sf((1 - x) / sigma)
+        fill = 0.0
+    # the mixture's tail (1-q) first + q second, computed in that order
+    mixed = _into(np.multiply, second, q)
+    mixed = np.add((1 - q) * first, mixed, out=mixed if mixed.shape == first.shape else None)
+    np.copyto(mixed, fill, where=below)
+    np.copyto(first, fill, where=below)
+    return (mixed, first) if direction == "remove" else (first, mixed)
 
 
 def single_delta(eps: float, q: float, sigma: float, direction: str) -> float:
@@ -139,8 +160,14 @@ class Composed:
         budget = delta - self.inf_mass - self.error
         if budget <= 0:
             return math.inf
-        keep = self.losses > 0
-        losses, pmf = self.losses[keep], self.pmf[keep]
+        # the positive losses: a suffix of the grid (its losses rise with the index, §13.3), read
+        # as a view; the mask where they are not one (never on a grid of finite spacing)
+        first = int(np.searchsorted(self.losses, 0.0, side="right"))
+        if first == self.losses.size or (self.losses[first] > 0 and (first == 0 or self.losses[first - 1] <= 0)):
+            losses, pmf = self.losses[first:], self.pmf[first:]
+        else:
+            keep = self.losses > 0
+            losses, pmf = self.losses[keep], self.pmf[keep]
         if pmf.size == 0:
             return 0.0
         # from the top: A_k = sum_{j>=k} p_j, B_k = sum_{j>=k} p_j e^{-l_j} (in logs: e^{-l} overflows
@@ -151,8 +178,14 @@ class Composed:
         # delta at each grid loss l_k counts the points above it: A_{k+1} - e^{l_k} B_{k+1} (<= A_{k+1})
         a_next = np.append(a[1:], 0.0)
         log_b_next = np.append(log_b[1:], -np.inf)
-        at_points = a_next - np.exp(losses + log_b_next)
-        k = int(np.nonzero(at_points <= budget)[0][0])  # the last point fits (nothing above it)
+        # delta at l_k <= A_{k+1} (e^x >= 0): the first k it fits at is at or below the first
+        # k0 with A_{k0+1} <= budget, so the points above k0 need no exp (the last point has
+        # A = 0 and fits: nothing is above it)
+        k0 = int(np.argmax(a_next <= budget))
+        head = losses[: k0 + 1] + log_b_next[: k0 + 1]
+        np.exp(head, out=head)
+        at_points = np.subtract(a_next[: k0 + 1], head, out=head)
+        k = int(np.nonzero(at_points <= budget)[0][0])  # (a NaN budget fits nowhere: IndexError, as before)
         if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
             return 0.0
         if a[k] <= budget or not math.isfinite(log_b[k]):
@@ -355,17 +388,32 @@ class _Pmfs:
 
         self.losses = grid = spread(h) * (spread(lo) + index).astype(float)
         p_tail, q_tail = _tails(grid, spread(q), spread(sigma), direction)
-        cell = (index < spread(length) - 1)[:-1]  # cell k = (grid_k, grid_{k+1}], both points of one step
-        p_cell = np.where(cell, np.maximum(p_tail[:-1] - p_tail[1:], 0.0), 0.0)
-        q_cell = np.where(cell, np.maximum(q_tail[:-1] - q_tail[1:], 0.0), 0.0)
+        # cell k = (grid_k, grid_{k+1}], both points of one step: all but each step's last point;
+        # the quantities below are computed in place on every k, then 0 at those few (``ends``),
+        # the values the masked expressions of docs/accounting.md §13.1 give, bit for bit
+        ends = (self.starts + length - 1)[:-1] if q.size > 1 else np.zeros(0, dtype=np.int64)
+        p_cell = np.subtract(p_tail[:-1], p_tail[1:])
+        np.maximum(p_cell, 0.0, out=p_cell)
+        p_cell[ends] = 0.0
+        q_cell = np.subtract(q_tail[:-1], q_tail[1:])
+        np.maximum(q_cell, 0.0, out=q_cell)
+        q_cell[ends] = 0.0
         e_grid = np.exp(grid)  # exp acts element by element: the same values as exp of each slice
         e_lo = e_grid[:-1]
         e_hi = e_grid[1:]
         down, up = spread(np.expm1(h)), spread(-np.expm1(-h))
         if not np.isscalar(down):
             down, up = down[:-1], up[:-1]
-        to_lower = np.where(cell, np.maximum((e_hi * q_cell - p_cell) / down, 0.0), 0.0)
-        to_upper = np.where(cell, np.maximum((p_cell - e_lo * q_cell) / up, 0.0), 0.0)
+        to_lower = np.multiply(e_hi, q_cell)
+        to_lower -= p_cell
+        to_lower /= down
+        np.maximum(to_lower, 0.0, out=to_lower)
+        to_lower[ends] = 0.0
+        to_upper = np.multiply(e_lo, q_cell)
+        np.subtract(p_cell, to_upper, out=to_upper)
+        to_upper /= up
+        np.maximum(to_upper, 0.0, out=to_upper)
+        to_upper[ends] = 0.0
         mass = np.zeros(row.size)
         mass[:-1] += to_lower
         mass[1:] += to_upper
@@ -389,7 +437,9 @@ class _Pmfs:
             at = self.starts[:, None] + np.minimum(np.arange(int(lengths.max()))[None, :], lengths[:, None] - 1)
             inside = np.arange(at.shape[1])[None, :] < lengths[:, None]
             losses, mass = self.losses[at], np.where(inside, self.mass[at], 0.0)
-            terms = np.exp(lambdas[None, :, None] * losses[:, None, :] - shift[:, :, None])
+            terms = np.multiply(lambdas[None, :, None], losses[:, None, :])
+            terms -= shift[:, :, None]
+            np.exp(terms, out=terms)
             with np.errstate(divide="ignore"):
                 return shift + np.log(np.matmul(terms, mass[:, :, None])[:, :, 0])
         # a few lambdas per step (the fine pass): one weighted count per lambda
@@ -397,10 +447,15 @@ class _Pmfs:
         lengths = self.tops - self.starts + 1
         for k in range(lam.shape[1]):
             if lam.shape[0] == 1:
-                terms = np.exp(lam[0, k] * self.losses - shift[0, k])
+                terms = np.multiply(lam[0, k], self.losses)
+                terms -= shift[0, k]
             else:
-                terms = np.exp(np.repeat(lam[:, k], lengths) * self.losses - np.repeat(shift[:, k], lengths))
-            sums[:, k] = np.add.reduceat(terms * self.mass, self.starts)
+                terms = np.repeat(lam[:, k], lengths)
+                terms *= self.losses
+                terms -= np.repeat(shift[:, k], lengths)
+            np.exp(terms, out=terms)
+            terms *= self.mass
+            sums[:, k] = np.add.reduceat(terms, self.starts)
         with np.errstate(divide="ignore"):
             return shift + np.log(sums)
 
@@ -507,13 +562,16 @@ def _compose_rows(
     spectrum_l2 = per_history(t_r * bound.c_n * l2 + (t_r * (math.pi + 1) + 4) * bound.U + 4 * bound.U)
     fft_l1 = math.sqrt(n) * (spectrum_l2 + bound.c_n)
     powered = _integer_powers(np.fft.rfft(placed, axis=1), t_r.astype(np.int64))
-    spectrum = np.multiply.reduceat(powered, starts, axis=0)
+    # one phase per history: each history's product is its one row (reduceat would copy it)
+    spectrum = powered if starts.size == rows.size else np.multiply.reduceat(powered, starts, axis=0)
     composed = np.fft.irfft(spectrum, n, axis=1)
     shift = ((window_lo - offset) % n).astype(np.int64)
-    read = (shift[:, None] + np.arange(n)[None, :]) % n
-    values = np.take_along_axis(composed, read, axis=1)
+    values = np.empty_like(composed)
+    for r, s in enumerate(shift.tolist()):  # the window starts at index s of the circle: rotate row r by s
+        values[r, : n - s] = composed[r, s:]
+        values[r, n - s :] = composed[r, :s]
     noise = np.sum(np.where(values < 0, -values, 0.0), axis=1)
-    values = np.maximum(values, 0.0)
+    np.maximum(values, 0.0, out=values)
     # the Chernoff bound on the mass above the window, on the fine pmfs (as compose)
     best = _LAMBDAS[np.argmin(up[part] - _LAMBDAS[None, :] * (window_hi * h)[:, None], axis=1)]
     lambdas = best[:, None] * np.array([0.8, 1.0])[None, :]
