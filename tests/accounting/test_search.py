@@ -358,3 +358,68 @@ def test_pld_lockstep_of_forty_questions_takes_five_rounds() -> None:
         assert answer.noise_multiplier == math.exp(k * pld.XTOL)
         below = pld.sound_epsilon([(q, math.exp((k - 1) * pld.XTOL), t)], delta)[0]
         assert answer.epsilon == pld.sound_epsilon([(q, answer.noise_multiplier, t)], delta)[0] <= eps < below
+
+
+SPENT_QUESTIONS = [  # (q, T, target, spent (q, sigma, steps)): a re-plan's groups, spent 49-66% of the budget
+    (0.01, 60, 0.8, (0.0184, 0.8712, 40)),
+    (0.0421, 60, 2.0, (0.0641, 1.2164, 40)),
+    (0.144, 60, 4.0, (0.2174, 1.9634, 40)),
+    (0.0083, 60, 2.0, (0.0641, 1.2164, 40)),
+    (0.01, 100, 1.0, (0.01, 1.0, 200)),
+    (0.05, 50, 3.0, (0.05, 1.1, 100)),
+]
+
+
+def test_pld_calibration_after_spent_events_searches_the_share_left() -> None:
+    """After spent events that took most of the budget, log(epsilon / target) barely moves with
+    sigma and a Newton step of the typical slope landed far from the root; the search's g is the
+    new phase's share of what is left, log((epsilon - spent) / (target - spent)), with the same
+    sign (docs/accounting.md §13.5). Six re-plan questions take at most 37 compositions (the spent
+    history's own included; 48 on log(epsilon / target)), and each answer is the least certified
+    lattice sigma, the same from a misleading start."""
+    from accounting.accountants import pld
+    from accounting.events import PoissonSampledGaussian
+
+    compositions = [0]
+    original = pld.sound_epsilons
+
+    def counting(histories, delta):
+        compositions[0] += len(histories)
+        return original(histories, delta)
+
+    delta = 1e-3
+    answers = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pld, "sound_epsilons", counting)
+        for q, t, target, (sq, ss, st) in SPENT_QUESTIONS:
+            spent = [PoissonSampledGaussian(sampling_rate=sq, noise_multiplier=ss, steps=st)]
+            answers.append(accounting.noise_multiplier(q, t, target, delta, "pld", spent=spent))
+    assert compositions[0] <= 37, compositions[0]
+    for (q, t, target, phase), answer in zip(SPENT_QUESTIONS, answers, strict=True):
+        sigma = answer.noise_multiplier
+        k = round(math.log(sigma) / pld.XTOL)
+        assert sigma == math.exp(k * pld.XTOL) and answer.spent_epsilon is not None
+        assert answer.epsilon == pld.sound_epsilon([phase, (q, sigma, t)], delta)[0] <= target
+        assert pld.sound_epsilon([phase, (q, math.exp((k - 1) * pld.XTOL), t)], delta)[0] > target
+    spent_lists = [[PoissonSampledGaussian(sampling_rate=sq, noise_multiplier=ss, steps=st)]
+                   for *_, (sq, ss, st) in SPENT_QUESTIONS]
+    for scale in (0.2, 5.0):
+        again = accounting.noise_multipliers(
+            [(q, t, target, delta) for q, t, target, _ in SPENT_QUESTIONS], "pld", spent=spent_lists,
+            starts=[scale * a.noise_multiplier for a in answers],
+        )
+        assert [a.noise_multiplier for a in again] == [a.noise_multiplier for a in answers]  # type: ignore[union-attr]
+
+
+def test_the_shifted_ratio_keeps_the_sign_of_feasibility() -> None:
+    """g after spent events is feasible (<= 0) exactly where epsilon <= target, including values a
+    rounding error apart and epsilons at or below the spent one."""
+    from accounting.accountants.pld import _shifted_ratio
+
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        target = float(rng.uniform(0.1, 10.0))
+        spent = float(target * rng.uniform(0.0, 1.0))
+        for epsilon in (float(target * rng.uniform(0.0, 2.0)), target, math.nextafter(target, math.inf),
+                        math.nextafter(target, 0.0), spent, 0.0, math.inf, math.nan):
+            assert (_shifted_ratio(epsilon, target, spent) <= 0) == (epsilon <= target), (epsilon, target, spent)
