@@ -203,7 +203,9 @@ def lattice_steps(
     ask = [k0 - 1, k0] if expected else [k0]
     jump = 1  # the last jump without a bracket
     misses = 0  # rounds that ended without a bracket
+    growing = False  # a jump was doubled: every later one is at least double the last
     width = k_max - k_min
+    in_bracket = 0  # rounds asked inside a bracket
     evaluations = 0
     while True:
         ask = sorted({k for k in ask if k_min <= k <= k_max and k not in known
@@ -232,7 +234,9 @@ def lattice_steps(
         if lo is not None and hi is not None:
             if hi - lo == 1:
                 return Bracket(point(lo), point(hi), known[lo], known[hi], evaluations, False)
-            ask = _lattice_in_bracket(known, lo, hi, width)
+            # the first round inside a bracket need not halve it (its far end is a stale guess)
+            ask = _lattice_in_bracket(known, lo, hi, in_bracket > 1 and 2 * (hi - lo) > width)
+            in_bracket += 1
             width = hi - lo
             continue
         # no bracket yet: every known point is on one side (``side`` +1: all infeasible, go up)
@@ -249,8 +253,13 @@ def lattice_steps(
             step = max(math.ceil(1.25 * side * (root - edge)), 1)
         else:  # the secant: the two neighbours around the root
             step = max(math.ceil(side * (root - edge)) if side > 0 else math.floor(side * (root - edge)) + 1, 1)
-        if misses > 2:  # the estimates fell short twice: at least double the jump (ends for any g)
+        if misses > 2 and (growing or SHRINK * step > jump):
+            # the estimates fell short twice: at least double the jump (ends for any g), unless they
+            # are closing in (each jump at most 1/SHRINK of the last, before any doubling): a secant
+            # next to the root that asked the pair just below it then lands, where doubling threw the
+            # search tens of points past it and back (docs/accounting.md §7.8)
             step = max(step, 2 * jump)
+            growing = True
         jump = step
         target = min(max(edge + side * step, k_min), k_max)  # edge < k_max (up) or > k_min (down)
         if from_one:
@@ -279,14 +288,18 @@ def _lattice_root(known: dict[int, float], slope_per_k: float) -> tuple[float | 
 # asked and the next estimate comes from it (measured on the accounting bench's cases: the
 # hard one, q 0.001 T 2000, 8 -> 7 evaluations; outside a bracket the same rule cost more).
 PAIR_WITHIN = 24  # lattice points (units of ``unit`` in x)
+# Outside a bracket, a jump at most 1/SHRINK of the last is the estimates closing in on the root,
+# taken as it is; after the first doubled jump (or a larger one) every jump doubles, so the number of
+# rounds stays logarithmic in the width for any g: shrinking by 4 at least, then doubling.
+SHRINK = 4
 
 
-def _lattice_in_bracket(known: dict[int, float], lo: int, hi: int, previous_width: int) -> list[int]:
+def _lattice_in_bracket(known: dict[int, float], lo: int, hi: int, bisect: bool) -> list[int]:
     """The next points inside a proven bracket lo < hi (lattice units): the neighbours around the
-    interpolated root, or the middle after a round that did not halve the bracket."""
+    interpolated root, or the middle where ``bisect`` (the last round did not halve the bracket)."""
     if hi - lo == 2:
         return [lo + 1]
-    if 2 * (hi - lo) > previous_width:
+    if bisect:
         return [(lo + hi) // 2]
     extra = None
     others = [k for k in known if k not in (lo, hi) and math.isfinite(known[k])]

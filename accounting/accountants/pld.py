@@ -980,6 +980,7 @@ def _sigma_search(
             ),
             answers,
             target,
+            history.spent_epsilon,
         )
     except search.NoFeasiblePoint:
         raise no_noise_meets(target, q, t, delta) from None
@@ -992,10 +993,13 @@ def _sigma_search(
 
 
 def _on_log_sigma(
-    steps: Generator[list[float], list[float], search.Bracket], answers: dict[float, Answer], target: float
+    steps: Generator[list[float], list[float], search.Bracket],
+    answers: dict[float, Answer],
+    target: float,
+    spent: float | None = None,
 ) -> Generator[list[float], list[Answer], search.Bracket]:
-    """Run a search on x = log sigma (g(x) = log(epsilon / target)), asking for the answer at
-    each sigma = e^x once (``answers`` keeps them)."""
+    """Run a search on x = log sigma (g(x) = log(epsilon / target), or :func:`_shifted_ratio` after
+    ``spent``), asking for the answer at each sigma = e^x once (``answers`` keeps them)."""
     try:
         xs = next(steps)
         while True:
@@ -1004,6 +1008,22 @@ def _on_log_sigma(
             if new:
                 for sigma, answer in zip(new, (yield new), strict=True):
                     answers[sigma] = answer
-            xs = steps.send([search.log_ratio(answers[sigma][0], target) for sigma in sigmas])
+            xs = steps.send([_shifted_ratio(answers[sigma][0], target, spent) for sigma in sigmas])
     except StopIteration as stop:
         return stop.value
+
+
+def _shifted_ratio(epsilon: float, target: float, spent: float | None) -> float:
+    """g of the noise-multiplier search (docs/accounting.md §13.5): log(epsilon / target), or, after
+    spent events of epsilon ``spent`` below the target, log((epsilon - spent) / (target - spent)),
+    the new phase's share of what is left. Its sign is always that of log(epsilon / target) (the
+    feasibility that certifies the answer); only its shape changes: where the spent events take
+    most of the budget log(epsilon / target) barely moves with sigma, and a Newton step of the
+    typical slope from it landed far from the root."""
+    plain = search.log_ratio(epsilon, target)
+    if spent is None or not 0.0 < spent < target or not math.isfinite(plain):
+        return plain
+    shifted = search.log_ratio(epsilon - spent, target - spent)
+    if plain > 0:  # infeasible stays infeasible, whatever the subtraction rounded
+        return shifted if shifted > 0 else math.ulp(0.0)
+    return min(shifted, 0.0)
