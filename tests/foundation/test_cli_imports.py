@@ -173,6 +173,17 @@ def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
         assert loaded(modules, heavy) == [], heavy
 
 
+def test_plan_imports_no_interpolation(tmp_path: Path) -> None:
+    # issue 26 §3: the noise curves' PCHIP is numpy (planner/curves.py pchip, scipy's bits):
+    # scipy.interpolate was about 0.03 s of every gdpfed plan's start; a plan still loads
+    # scipy.optimize (the allocation's SLSQP polish) and scipy.special
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenario.json"
+    code, modules = imported(tmp_path, "plan", str(scenario))
+    assert code == 0
+    assert "planner.curves" in modules
+    assert loaded(modules, "scipy.interpolate") == []
+
+
 def test_client_plan_builds_no_other_units_validators(tmp_path: Path) -> None:
     # issue 26 §3: the silo and metric units' models and the service's wire models build
     # their validators on first use, so planning a client scenario does not pay for them
