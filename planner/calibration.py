@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 import accounting
 from accounting.accountants import TIGHT_ACCOUNTANT, AccountantName, get_accountant
@@ -170,6 +169,10 @@ def _interpolate_in_epsilon(nodes: np.ndarray, table: np.ndarray, eps: np.ndarra
     log_table = np.log(table)
     infeasible = ~np.isfinite(log_table)
     ceiling = np.log(SIGMA_CAP) + 1.0
+    # start-up time: scipy.interpolate is imported where a table is interpolated, as in
+    # planner/curves.py build_curves
+    from scipy.interpolate import PchipInterpolator
+
     spline = PchipInterpolator(np.log(nodes), np.where(infeasible, ceiling, log_table), axis=1)
     values = np.exp(spline(np.log(eps)))
     # a group whose bracketing nodes include an infeasible one is infeasible there too

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,56 @@ class NoiseCurves:
         return rate[:, 0] if squeeze else rate
 
 
+def pchip(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The monotone cubic (PCHIP, Fritsch-Carlson with Moler's one-sided ends) through
+    ``(x[i], y[i, g])`` for every column g: its polynomial pieces ``c[k, i, g]`` (the value on
+    [x[i], x[i+1]] is sum_k c[k, i, g] (t - x[i])^(3-k)) and each column's slope at x[0]
+    (docs/planning.md §4.2). x is increasing, y finite, at least two rows.
+
+    The operations of scipy's ``PchipInterpolator(x, y, axis=0)`` (``_find_derivatives``,
+    ``_edge_case`` and ``CubicHermiteSpline``'s coefficients, scipy 1.17), in the same order,
+    so ``c`` is its ``.c`` and the slope its ``.derivative()(x[0])`` bit for bit
+    (``tests/planner/test_curves.py`` compares them): importing scipy.interpolate cost every
+    ``gdpfed plan`` about 0.03 s of its start for these few lines of numpy (issue 26 §3).
+    """
+    xv = x[:, None]
+    hk = xv[1:] - xv[:-1]
+    mk = (y[1:] - y[:-1]) / hk
+    dk = np.zeros_like(y)
+    if y.shape[0] == 2:  # two points: the line through them
+        dk[0] = mk
+        dk[1] = mk
+    else:
+        smk = np.sign(mk)
+        condition = (smk[1:] != smk[:-1]) | (mk[1:] == 0) | (mk[:-1] == 0)
+        w1 = 2 * hk[1:] + hk[:-1]
+        w2 = hk[1:] + 2 * hk[:-1]
+        with np.errstate(divide="ignore", invalid="ignore"):  # where condition holds; not used
+            whmean = (w1 / mk[:-1] + w2 / mk[1:]) / (w1 + w2)
+        dk[1:-1][~condition] = 1.0 / whmean[~condition]
+        dk[0] = _pchip_end(hk[0], hk[1], mk[0], mk[1])
+        dk[-1] = _pchip_end(hk[-1], hk[-2], mk[-1], mk[-2])
+    dx = np.diff(x)[:, None]
+    slope = np.diff(y, axis=0) / dx
+    t = (dk[:-1] + dk[1:] - 2 * slope) / dx
+    coefficients = np.stack((t / dx, (slope - dk[:-1]) / dx - t, dk[:-1], y[:-1]))
+    # scipy evaluates the derivative's piece at x[0] by Horner's rule from 0.0: 0.0 + dk[0]
+    # (a -0.0 slope comes out +0.0), the higher terms times 0 adding nothing
+    return coefficients, 0.0 + dk[0]
+
+
+def _pchip_end(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray) -> np.ndarray:
+    """The slope at an end: the one-sided three-point estimate, made shape-preserving (0 where
+    its sign differs from the end piece's, 3 m0 where it overshoots at a change of direction)."""
+    d = ((2 * h0 + h1) * m0 - h0 * m1) / (h0 + h1)
+    mask = np.sign(d) != np.sign(m0)
+    mask2 = (np.sign(m0) != np.sign(m1)) & (np.abs(d) > 3.0 * np.abs(m0))
+    mmm = (~mask) & mask2
+    d[mask] = 0.0
+    d[mmm] = 3.0 * m0[mmm]
+    return d
+
+
 def build_curves(rate_grid: np.ndarray, noise_multipliers: np.ndarray, clip_norms: np.ndarray) -> NoiseCurves:
     """Curves from a table sigma[i, g] at rate_grid[i] (inf or nan where infeasible).
 
@@ -112,9 +161,7 @@ def build_curves(rate_grid: np.ndarray, noise_multipliers: np.ndarray, clip_norm
     log_s = np.where(feasible, log_s, continuation)
     # Enforce monotonicity against calibration round-off (1e-4 relative tolerance).
     log_s = np.maximum.accumulate(log_s, axis=0)
-    spline = PchipInterpolator(log_q, log_s, axis=0, extrapolate=True)
-    coefficients = np.asarray(spline.c)
-    left_slope = spline.derivative()(log_q[0])
+    coefficients, left_slope = pchip(log_q, log_s)
     return NoiseCurves(
         log_q=log_q,
         coefficients=coefficients,

@@ -173,6 +173,48 @@ def test_plan_imports_no_signal_processing_or_trainer(tmp_path: Path) -> None:
         assert loaded(modules, heavy) == [], heavy
 
 
+def test_plan_imports_no_interpolation(tmp_path: Path) -> None:
+    # issue 26 §3: the noise curves' PCHIP is numpy (planner/curves.py pchip, scipy's bits):
+    # scipy.interpolate was about 0.03 s of every gdpfed plan's start; a plan still loads
+    # scipy.optimize (the allocation's SLSQP polish) and scipy.special
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenario.json"
+    code, modules = imported(tmp_path, "plan", str(scenario))
+    assert code == 0
+    assert "planner.curves" in modules
+    assert loaded(modules, "scipy.interpolate") == []
+
+
+# What scipy.interpolate brought with it: scipy.optimize and the packages it imports.
+OPTIMISATION = ("scipy.interpolate", "scipy.optimize", "scipy.linalg", "scipy.sparse", "scipy.spatial")
+
+
+@pytest.mark.parametrize("argv", [["plan", "--help"], ["plan", "verify", "PLAN"]], ids=["plan-help", "plan-verify"])
+def test_planner_without_an_allocation_loads_no_optimisation(tmp_path: Path, argv: list[str]) -> None:
+    # issue 26 §3: planner/calibration.py and planner/curves.py imported scipy.interpolate, and
+    # with it scipy.optimize, linalg, sparse and spatial, into every process that imported the
+    # planner's ledger (`gdpfed plan verify`, the trainer, the service); only an allocation's
+    # SLSQP polish needs scipy.optimize, and it imports it where it runs
+    root = Path(__file__).resolve().parents[2]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(make_plan(load_scenario(root / "examples" / "scenario.json"), "dp_fedavg",
+                                         clients_needed=False).model_dump(mode="json")))
+    code, modules = imported(tmp_path, *[str(plan) if a == "PLAN" else a for a in argv])
+    assert code == 0
+    assert "planner.calibration" in modules and "planner.curves" in modules
+    for heavy in OPTIMISATION:
+        assert loaded(modules, heavy) == [], heavy
+
+
+def test_service_import_loads_no_optimisation() -> None:
+    probe = (
+        "import sys, app.main\n"
+        "assert 'planner.calibration' in sys.modules\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' and m.startswith({OPTIMISATION!r})))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
+
+
 def test_client_plan_builds_no_other_units_validators(tmp_path: Path) -> None:
     # issue 26 §3: the silo and metric units' models and the service's wire models build
     # their validators on first use, so planning a client scenario does not pay for them
