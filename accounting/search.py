@@ -189,7 +189,7 @@ def lattice_steps(
     for any g. ``expected``: ``x0`` is the answer's likely lattice point (a neighbouring
     question's), and the first round asks it and the point below. The result is a
     :class:`Bracket` (``at_floor``: x_min itself is feasible); g(x_max) > 0 raises
-    :class:`NoFeasiblePoint`.
+    :class:`NoFeasiblePoint`. A NaN value is infeasible (it is not <= 0) and kept as +inf.
     """
     k_min, k_max = math.floor(x_min / unit), math.ceil(x_max / unit)
 
@@ -215,6 +215,8 @@ def lattice_steps(
         values = yield [point(k) for k in ask]
         evaluations += len(ask)
         for k, gk in zip(ask, values, strict=True):
+            if gk != gk:  # NaN is not <= 0: infeasible (as log_ratio says), +inf for every test below
+                gk = math.inf
             known[k] = gk
             if gk > 0:
                 lo = k if lo is None else max(lo, k)
