@@ -184,12 +184,13 @@ def lattice_steps(
     proven pair, a deterministic function of g and the start (docs/accounting.md §7.8). Each round estimates the root from what is known (a Newton step of the typical
     ``slope`` from one point, the secant through the two closest to the root, inverse quadratic
     interpolation in a bracket) and asks for the two lattice points around it, so an accurate
-    estimate finishes in that round. Without a bracket each further jump at least doubles the
-    last; in a bracket a round that does not halve it is followed by a bisection, so it ends
-    for any g. ``expected``: ``x0`` is the answer's likely lattice point (a neighbouring
+    estimate finishes in that round. Without a bracket, from the third round on, each jump at
+    least doubles the last unless the estimates are closing in (a jump at most 1/``SHRINK`` of
+    the last, none doubled yet); in a bracket a round that does not halve it is followed by a
+    bisection, the first round inside it excepted; so it ends for any g. ``expected``: ``x0`` is the answer's likely lattice point (a neighbouring
     question's), and the first round asks it and the point below. The result is a
     :class:`Bracket` (``at_floor``: x_min itself is feasible); g(x_max) > 0 raises
-    :class:`NoFeasiblePoint`.
+    :class:`NoFeasiblePoint`. A NaN value is infeasible (it is not <= 0) and kept as +inf.
     """
     k_min, k_max = math.floor(x_min / unit), math.ceil(x_max / unit)
 
@@ -215,6 +216,8 @@ def lattice_steps(
         values = yield [point(k) for k in ask]
         evaluations += len(ask)
         for k, gk in zip(ask, values, strict=True):
+            if gk != gk:  # NaN is not <= 0: infeasible (as log_ratio says), +inf for every test below
+                gk = math.inf
             known[k] = gk
             if gk > 0:
                 lo = k if lo is None else max(lo, k)

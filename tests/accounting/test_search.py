@@ -235,6 +235,28 @@ def test_lattice_search_with_infinite_values_floor_and_cap() -> None:
     assert refused.value.x_max == 5.0
 
 
+def test_lattice_search_never_certifies_a_nan_evaluation() -> None:
+    """x is feasible where g(x) <= 0 (docs/accounting.md §7.8), and NaN <= 0 is false: a point whose
+    evaluation failed (NaN) is infeasible, never the answer nor the floor. Before, a NaN counted as
+    feasible (``g > 0`` is false for it): a curve infeasible up to 4.0 with NaN on [1.0, 1.1) was
+    answered inside the NaN stretch, and a NaN at x_min was a feasible floor."""
+    def g(x: float) -> float:  # infeasible below 4.0, feasible from it; NaN on [1.0, 1.1)
+        if 1.0 <= x < 1.1:
+            return math.nan
+        return 0.2 if x < 4.0 else -0.5
+
+    k = _least_feasible_k(lambda x: 0.2 if x < 4.0 else -0.5)
+    for x0 in (-4.0, 0.5, 1.05, 3.0, 4.5):
+        for expected in (False, True):
+            found, seen = _lattice(g, x0, expected)
+            assert found.hi == k * UNIT and found.lo == (k - 1) * UNIT, (x0, expected, found)
+            assert seen[found.hi] <= 0 < seen[found.lo]
+    found, seen = _lattice(lambda x: math.nan if x < -4.9 else -1.0, 0.0)
+    assert not found.at_floor and not math.isnan(seen[found.hi]) and math.isnan(seen[found.lo])
+    with pytest.raises(search.NoFeasiblePoint):
+        _lattice(lambda x: math.nan, 0.0)
+
+
 def test_a_rising_step_crossing_the_bracket_resolves_deterministically() -> None:
     """A curve that rises once (as pld's where it fails at one sigma and answers with rdp's larger
     figure): asking a pair across the step finds the lower point feasible and the upper one not, a
