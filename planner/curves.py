@@ -96,6 +96,12 @@ def pchip(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (``tests/planner/test_curves.py`` compares them): importing scipy.interpolate cost every
     ``gdpfed plan`` about 0.03 s of its start for these few lines of numpy (issue 26 §3).
     """
+    # scipy's PchipInterpolator refused these, and build_curves relied on it: a table whose
+    # infeasible (non-finite) entries are not a suffix must stop here, not become NaN pieces
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("pchip: x and y must contain only finite values")
+    if y.shape[0] < 2 or np.any(np.diff(x) <= 0):
+        raise ValueError("pchip: x must be strictly increasing, with at least two points")
     xv = x[:, None]
     hk = xv[1:] - xv[:-1]
     mk = (y[1:] - y[:-1]) / hk

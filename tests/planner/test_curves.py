@@ -54,3 +54,24 @@ def test_pchip_is_scipys_bit_for_bit(seed: int) -> None:
     theirs, their_slope = _scipy(x, y)
     assert _same_bits(ours, theirs)
     assert _same_bits(our_slope, their_slope)
+
+
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        ([1.0, 2.0, 3.0], [[1.0], [np.nan], [2.0]]),
+        ([1.0, 2.0, 3.0], [[1.0], [np.inf], [2.0]]),
+        ([1.0, np.nan, 3.0], [[1.0], [1.5], [2.0]]),
+        ([1.0, 1.0, 3.0], [[1.0], [1.5], [2.0]]),
+        ([1.0], [[1.0]]),
+    ],
+)
+def test_pchip_refuses_what_scipy_refused(x: list[float], y: list[list[float]]) -> None:
+    """Non-finite values, x not strictly increasing, fewer than two points: scipy raised
+    ValueError, and build_curves relies on that (a table whose infeasible entries are not a
+    suffix must not become NaN pieces the allocation runs on)."""
+    xs, ys = np.asarray(x), np.asarray(y)
+    with pytest.raises(ValueError):
+        PchipInterpolator(xs, ys, axis=0)
+    with pytest.raises(ValueError, match="pchip"):
+        pchip(xs, ys)
