@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import json
+from pathlib import Path
+
 import pytest
 
 from accounting.errors import BudgetConflictError, InvalidInputError
@@ -400,3 +404,78 @@ def test_a_refusal_while_the_mechanism_is_unknown_says_so_and_how_to_give_it():
     with pytest.raises(BudgetConflictError) as known:
         replan(parent, 2, lowered, mechanism="skellam")
     assert "(its Skellam events: the run executes the discrete mechanism)" in known.value.reason
+
+
+def _changes_replan_counted(monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, list[int]]:
+    """examples/changes.json's re-plan of examples/scenario.json after 40 rounds (the CLI test's):
+    its output, the histories pld composed (each direction's call counts its histories) and, for
+    each room question (planner.replan._room_left), the distinct histories it composed."""
+    import accounting.accountants.pld as pld_module
+    from planner.loading import load_scenario
+
+    replan_module = importlib.import_module("planner.replan")  # the package's name is the function
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    parent = make_plan(load_scenario(json.loads((examples / "scenario.json").read_text())))
+    changes = json.loads((examples / "changes.json").read_text())
+    composed = [0]
+    asked: set[tuple[object, ...]] | None = None
+    per_question: list[int] = []
+    compose_many, room_left = pld_module.compose_many, replan_module._room_left
+
+    def counting(histories, delta, direction):
+        composed[0] += len(histories)
+        if asked is not None:
+            asked.update((tuple(map(tuple, h)), delta) for h in histories)
+        return compose_many(histories, delta, direction)
+
+    def room(*args, **kwargs):
+        nonlocal asked
+        asked = set()
+        try:
+            return room_left(*args, **kwargs)
+        finally:
+            per_question.append(len(asked))
+            asked = None
+
+    monkeypatch.setattr(pld_module, "compose_many", counting)
+    monkeypatch.setattr(replan_module, "_room_left", room)
+    out = replan(parent, 40, changes, parent_plan_id="p1").model_dump_json()
+    return out, composed[0], per_question
+
+
+def test_the_room_question_of_the_changes_replan_is_one_composition_at_the_cap(monkeypatch):
+    """Issue 26 §2: whether a group has room left is pld's spent history and the new phase at the
+    search's top sigma, composed once together (planner.replan._pld_fits_at_cap), not a whole
+    noise-multiplier calibration (10 histories a question before): the same re-plan, bit for
+    bit, as with the calibration's answer, for fewer compositions."""
+    replan_module = importlib.import_module("planner.replan")
+    out, composed, per_question = _changes_replan_counted(monkeypatch)
+    assert per_question and all(count <= 2 for count in per_question), per_question
+    monkeypatch.undo()
+    # the calibration's answer to the same questions (the path a question pld hands to rdp takes)
+    monkeypatch.setattr(replan_module, "_pld_fits_at_cap", lambda *args: None, raising=False)
+    calibrated, composed_calibrating, _ = _changes_replan_counted(monkeypatch)
+    assert out == calibrated
+    assert composed < composed_calibrating
+
+
+@pytest.mark.parametrize("sampling_rate, rounds", [(0.01, 60), (1.0, 60), (1.0, 10**6)])
+@pytest.mark.parametrize("share", [-1e-3, 1e-9, 1e-7, 1e-6, 1e-5, 1e-2])
+def test_room_at_the_cap_answers_as_the_pld_calibration(sampling_rate, rounds, share):
+    """planner.replan._pld_fits_at_cap is yes exactly where accounting.noise_multiplier(pld) finds
+    a sigma and no where it raises InfeasibleError: the spent events alone above the target, or
+    no sigma up to SIGMA_MAX (budgets around the spent figure, both answers occur)."""
+    from accounting import noise_multiplier
+    from accounting.accountants.pld import sound_epsilon
+    from accounting.errors import InfeasibleError
+    from accounting.events import PoissonSampledGaussian
+    from planner.replan import _pld_fits_at_cap
+
+    spent = [PoissonSampledGaussian(sampling_rate=0.3, noise_multiplier=1.1, steps=40)]
+    target = sound_epsilon([(0.3, 1.1, 40)], 1e-5)[0] * (1 + share)
+    try:
+        noise_multiplier(sampling_rate, rounds, target, 1e-5, "pld", spent=spent)
+        calibrated = True
+    except InfeasibleError:
+        calibrated = False
+    assert _pld_fits_at_cap(sampling_rate, rounds, target, 1e-5, spent) is calibrated
