@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from accounting.calibration import (
         closed_form_noise_multiplier,
         noise_multiplier,
+        noise_multiplier_exists,
         noise_multipliers,
         noise_multipliers_batch,
         noise_multipliers_rdp,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ACCOUNTANTS", "ACCOUNTANT_NAMES", "AccountantName", "get_accountant"), "accounting.accountants"),
     **dict.fromkeys(
-        ("closed_form_noise_multiplier", "noise_multiplier", "noise_multipliers", "noise_multipliers_batch",
+        ("closed_form_noise_multiplier", "noise_multiplier", "noise_multiplier_exists", "noise_multipliers", "noise_multipliers_batch",
          "noise_multipliers_rdp", "rounds", "sampling_rate"),
         "accounting.calibration",
     ),
@@ -115,6 +116,7 @@ __all__ = [
     "get_accountant",
     "metric_leakage",
     "noise_multiplier",
+    "noise_multiplier_exists",
     "noise_multipliers",
     "noise_multipliers_batch",
     "noise_multipliers_rdp",

@@ -86,6 +86,28 @@ def noise_multiplier(
     return chosen.noise_multiplier(q, t, eps, delta, events, raw=raw, time_limit_s=time_limit_s)
 
 
+def noise_multiplier_exists(
+    sampling_rate: float,
+    rounds: int,
+    epsilon: float,
+    delta: float,
+    accountant: AccountantName = "rdp",
+    *,
+    spent: Spent = (),
+) -> bool:
+    """Whether :func:`noise_multiplier` with the same arguments returns rather than raising
+    InfeasibleError: some sigma up to ``SIGMA_MAX`` meets ``epsilon`` after ``spent``
+    (docs/accounting.md §7.9). pld answers from one composition at its search's top point
+    instead of the search; the answer is the same. Invalid input is refused as by
+    :func:`noise_multiplier`."""
+    q = validate_sampling_rate(sampling_rate)
+    t = validate_count("rounds", rounds)
+    eps = validate_positive("epsilon", epsilon)
+    delta = validate_delta(delta)
+    chosen = get_accountant(accountant)
+    return chosen.noise_multiplier_exists(q, t, eps, delta, _spent(chosen, spent))
+
+
 def noise_multipliers(
     questions: Sequence[tuple[float, int, float, float]],
     accountant: AccountantName = "rdp",

@@ -17,18 +17,14 @@ and against the larger of the two records where that is unknown (docs/planning.m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from accounting import noise_multiplier, search
-from accounting.accountants import AccountantName, get_accountant
-from accounting.accountants.base import SIGMA_MAX
-from accounting.accountants.pld import sound_epsilons
+from accounting import noise_multiplier_exists
+from accounting.accountants import AccountantName
 from accounting.choices import SecaggMechanism
-from accounting.errors import BudgetConflictError, InfeasibleError, InvalidInputError
+from accounting.errors import BudgetConflictError, InvalidInputError
 from accounting.events import Phase, PoissonSampledSkellam, PrivacyEvent
-from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
 from planner import discrete as plan_discrete
 from planner import ledger as plan_ledger
 from planner.finalize import History
@@ -345,55 +341,10 @@ def _room_left(
     # the fast accountant (rdp) over-states a history the tight one calibrated (pld): where it
     # finds no room, the plan's own accountant decides (issue 26)
     for accountant in dict.fromkeys((fast, plan_ledger.ledger_accountant(priced_by))):
-        if accountant == "pld":
-            # pld's calibration is many compositions; its yes/no is one at the cap (issue 26 §2)
-            fits = _pld_fits_at_cap(min(probe, 1.0), remaining, spec.epsilon, delta, history)
-            if fits is not None:
-                if fits:
-                    return True
-                continue
-        try:
-            noise_multiplier(min(probe, 1.0), remaining, spec.epsilon, delta, accountant, spent=history)
+        # pld answers from one composition at its search's cap, not a calibration (issue 26 §2)
+        if noise_multiplier_exists(min(probe, 1.0), remaining, spec.epsilon, delta, accountant, spent=history):
             return True
-        except InfeasibleError:
-            continue
     return False
-
-
-def _pld_fits_at_cap(
-    sampling_rate: float, rounds: int, target: float, delta: float, history: Sequence[PrivacyEvent]
-) -> bool | None:
-    """Whether ``noise_multiplier(sampling_rate, rounds, target, delta, "pld", spent=history)``
-    returns rather than raising InfeasibleError, from one composition of ``history`` plus the
-    new phase at the search's top point instead of the search (docs/planning.md §9 point 3);
-    ``None`` where pld hands the question to rdp (events it does not represent), which the caller
-    then asks as before. Invalid input raises the calibration's InvalidInputError.
-
-    The calibration raises when the spent history alone exceeds the target
-    (``Accountant.history_or_fallback``, docs/accounting.md §7.5) or when its lattice search
-    evaluates its top point ``exp(log(SIGMA_MAX))`` infeasible (``search.lattice_steps``, §7.8):
-    feasibility there is ``log_ratio(epsilon, target) <= 0`` (the sign of §13.5's g), epsilon
-    being :func:`sound_epsilon` of the phases at the delta they compose at. Epsilon does not rise
-    with sigma, so the top point is feasible exactly when some sigma under it is; were it to rise
-    somewhere (numerically), this answer is the more cautious one: the search's answer is never
-    "no" where the top point is feasible."""
-    sampling_rate = validate_sampling_rate(sampling_rate)
-    rounds = validate_count("rounds", rounds)
-    target = validate_positive("epsilon", target)
-    delta = validate_delta(delta)
-    pld = get_accountant("pld")
-    events = pld.accepted_events(list(history), "spent")
-    if pld.unrepresented(events):
-        return None
-    phases = pld.phases(events)
-    composed_at = pld.composition_delta(events, delta) if phases else delta
-    top = math.exp(math.log(SIGMA_MAX))  # the search's x_max = log(SIGMA_MAX), as it evaluates it
-    at_top = [*phases, (sampling_rate, top, rounds)]
-    # sound_epsilons is sound_epsilon of each history bit for bit, both composed in one pass
-    answers = sound_epsilons([phases, at_top] if phases else [at_top], composed_at)
-    if phases and answers[0][0] > target:
-        return False
-    return search.log_ratio(answers[-1][0], target) <= 0
 
 
 def _with_notes(problem: Problem, notes: list[str]) -> Problem:

@@ -149,6 +149,20 @@ class Accountant(abc.ABC):
     ) -> Calibration:
         """Most rounds T (0 allowed) meeting the target (docs/accounting.md §7.4)."""
 
+    def noise_multiplier_exists(
+        self, sampling_rate: float, rounds: int, target: float, delta: float, spent: list[ApproximateDpEvent]
+    ) -> bool:
+        """Whether :meth:`noise_multiplier` of the same question returns rather than raising
+        InfeasibleError (some sigma up to ``SIGMA_MAX`` meets the target after ``spent``,
+        docs/accounting.md §7.9). Here by asking it; an accountant that can tell from fewer
+        evaluations (pld: one composition at the search's top point) overrides this with an
+        equivalent answer."""
+        try:
+            self.noise_multiplier(sampling_rate, rounds, target, delta, spent)
+        except InfeasibleError:
+            return False
+        return True
+
     def noise_multipliers(
         self,
         questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]],

@@ -756,6 +756,26 @@ class PldAccountant(Accountant):
             lambda sigmas: _sound_answers([(history.plus(q, sigma, t), history.composed_at(delta)) for sigma in sigmas]),
         )
 
+    def noise_multiplier_exists(
+        self, sampling_rate: float, rounds: int, target: float, delta: float, spent: list[ApproximateDpEvent]
+    ) -> bool:
+        """docs/accounting.md §7.9: :meth:`noise_multiplier` raises InfeasibleError exactly when
+        the spent events alone exceed the target (:meth:`_history`) or when its lattice search
+        evaluates its top point e^{log SIGMA_MAX} infeasible (§7.8; feasible is
+        ``log_ratio(epsilon, target) <= 0``, the sign of §13.5's g). So one composition at that
+        point answers, where the search takes several (a re-plan's room question, issue 26 §2).
+        Events pld does not represent are asked of rdp, as the calibration falls back."""
+        q, t = sampling_rate, rounds
+        try:
+            prior = self._history(spent, delta, target, lambda: _RDP.noise_multiplier(q, t, target, delta, spent))
+        except InfeasibleError:
+            return False
+        if isinstance(prior, Calibration):  # rdp answered for events pld does not represent
+            return True
+        top = math.exp(math.log(SIGMA_MAX))  # the search's x_max, as _on_log_sigma evaluates it
+        ((epsilon, _),) = _sound_answers([(prior.plus(q, top, t), prior.composed_at(delta))])
+        return search.log_ratio(epsilon, target) <= 0
+
     def noise_multipliers(
         self,
         questions: Sequence[tuple[float, int, float, list[ApproximateDpEvent]]],

@@ -168,3 +168,26 @@ def test_batch_calibration_meets_every_target_and_matches_scalar() -> None:
 def test_batch_marks_infeasible_points_inf() -> None:
     sigmas = accounting.noise_multipliers_rdp(np.array([1.0]), 10**6, np.array([1e-4, 100.0]), 1e-5)
     assert np.isinf(sigmas[0]) and np.isfinite(sigmas[1])
+
+
+@pytest.mark.parametrize("sampling_rate, rounds", [(0.01, 60), (1.0, 60), (1.0, 10**6)])
+@pytest.mark.parametrize("share", [-1e-3, 1e-9, 1e-7, 1e-6, 1e-5, 1e-2])
+def test_noise_multiplier_exists_answers_as_the_calibration(sampling_rate, rounds, share):
+    """accounting.noise_multiplier_exists (pld: one composition at the search's top point,
+    docs/accounting.md §7.9) is yes exactly where accounting.noise_multiplier finds a sigma and
+    no where it raises InfeasibleError: the spent events alone above the target, or no sigma up
+    to SIGMA_MAX (budgets around the spent figure, both answers occur); rdp asks its calibration."""
+    from accounting import noise_multiplier, noise_multiplier_exists
+    from accounting.accountants.pld import sound_epsilon
+    from accounting.errors import InfeasibleError
+    from accounting.events import PoissonSampledGaussian
+
+    spent = [PoissonSampledGaussian(sampling_rate=0.3, noise_multiplier=1.1, steps=40)]
+    target = sound_epsilon([(0.3, 1.1, 40)], 1e-5)[0] * (1 + share)
+    for accountant in ("pld", "rdp"):
+        try:
+            noise_multiplier(sampling_rate, rounds, target, 1e-5, accountant, spent=spent)
+            calibrated = True
+        except InfeasibleError:
+            calibrated = False
+        assert noise_multiplier_exists(sampling_rate, rounds, target, 1e-5, accountant, spent=spent) is calibrated

@@ -445,37 +445,17 @@ def _changes_replan_counted(monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, 
 
 def test_the_room_question_of_the_changes_replan_is_one_composition_at_the_cap(monkeypatch):
     """Issue 26 §2: whether a group has room left is pld's spent history and the new phase at the
-    search's top sigma, composed once together (planner.replan._pld_fits_at_cap), not a whole
+    search's top sigma, composed once together (accounting.noise_multiplier_exists), not a whole
     noise-multiplier calibration (10 histories a question before): the same re-plan, bit for
     bit, as with the calibration's answer, for fewer compositions."""
-    replan_module = importlib.import_module("planner.replan")
+    from accounting.accountants import get_accountant
+    from accounting.accountants.base import Accountant
+
     out, composed, per_question = _changes_replan_counted(monkeypatch)
     assert per_question and all(count <= 2 for count in per_question), per_question
     monkeypatch.undo()
-    # the calibration's answer to the same questions (the path a question pld hands to rdp takes)
-    monkeypatch.setattr(replan_module, "_pld_fits_at_cap", lambda *args: None, raising=False)
+    # the calibration's answer to the same questions (what every other accountant asks)
+    monkeypatch.setattr(type(get_accountant("pld")), "noise_multiplier_exists", Accountant.noise_multiplier_exists)
     calibrated, composed_calibrating, _ = _changes_replan_counted(monkeypatch)
     assert out == calibrated
     assert composed < composed_calibrating
-
-
-@pytest.mark.parametrize("sampling_rate, rounds", [(0.01, 60), (1.0, 60), (1.0, 10**6)])
-@pytest.mark.parametrize("share", [-1e-3, 1e-9, 1e-7, 1e-6, 1e-5, 1e-2])
-def test_room_at_the_cap_answers_as_the_pld_calibration(sampling_rate, rounds, share):
-    """planner.replan._pld_fits_at_cap is yes exactly where accounting.noise_multiplier(pld) finds
-    a sigma and no where it raises InfeasibleError: the spent events alone above the target, or
-    no sigma up to SIGMA_MAX (budgets around the spent figure, both answers occur)."""
-    from accounting import noise_multiplier
-    from accounting.accountants.pld import sound_epsilon
-    from accounting.errors import InfeasibleError
-    from accounting.events import PoissonSampledGaussian
-    from planner.replan import _pld_fits_at_cap
-
-    spent = [PoissonSampledGaussian(sampling_rate=0.3, noise_multiplier=1.1, steps=40)]
-    target = sound_epsilon([(0.3, 1.1, 40)], 1e-5)[0] * (1 + share)
-    try:
-        noise_multiplier(sampling_rate, rounds, target, 1e-5, "pld", spent=spent)
-        calibrated = True
-    except InfeasibleError:
-        calibrated = False
-    assert _pld_fits_at_cap(sampling_rate, rounds, target, 1e-5, spent) is calibrated
