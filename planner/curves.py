@@ -143,10 +143,11 @@ def _pchip_end(h0: np.ndarray, h1: np.ndarray, m0: np.ndarray, m1: np.ndarray) -
 def build_curves(rate_grid: np.ndarray, noise_multipliers: np.ndarray, clip_norms: np.ndarray) -> NoiseCurves:
     """Curves from a table sigma[i, g] at rate_grid[i] (inf or nan where infeasible).
 
-    Infeasible entries must form a suffix in each column (sigma grows with q). They are
-    replaced by a log-log linear continuation of the feasible part so the interpolant is
-    defined everywhere; ``rate_cap`` marks where the group's domain ends.
-    docs/planning.md §4.2.
+    Infeasible entries form a suffix in each column (sigma grows with q); a feasible entry
+    above an infeasible one (a calibration that fell back between grid points) is taken as
+    infeasible too, which only lowers the group's ``rate_cap``. They are replaced by a
+    log-log linear continuation of the feasible part so the interpolant is defined
+    everywhere; ``rate_cap`` marks where the group's domain ends. docs/planning.md §4.2.
     """
     q = np.asarray(rate_grid, dtype=float)
     table = np.asarray(noise_multipliers, dtype=float)
@@ -155,7 +156,9 @@ def build_curves(rate_grid: np.ndarray, noise_multipliers: np.ndarray, clip_norm
     log_q = np.log(q)
     log_s = np.log(np.where(np.isfinite(table) & (table > 0), table, np.nan))
     log_s = log_s + np.log(np.asarray(clip_norms, dtype=float))[None, :]
-    feasible = np.isfinite(log_s)
+    # everything from a column's first infeasible entry on: the continuation starts at the
+    # last entry of the feasible prefix, never from a NaN inside the column
+    feasible = np.logical_and.accumulate(np.isfinite(log_s), axis=0)
     n_feasible = feasible.sum(axis=0)
     if np.any(n_feasible < 2):
         raise ValueError("build_curves: each group needs at least two feasible grid points")

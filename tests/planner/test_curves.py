@@ -75,3 +75,21 @@ def test_pchip_refuses_what_scipy_refused(x: list[float], y: list[list[float]]) 
         PchipInterpolator(xs, ys, axis=0)
     with pytest.raises(ValueError, match="pchip"):
         pchip(xs, ys)
+
+
+def test_build_curves_takes_a_column_from_its_first_infeasible_entry_on_as_infeasible() -> None:
+    """A feasible entry above an infeasible one (not the suffix the table should have) was
+    continued from a NaN: scipy's PCHIP refused the NaN table (a ValueError, not a curve). The
+    column is now cut at its first infeasible entry: finite pieces, and the same curves as a
+    table whose later entries are marked infeasible outright."""
+    from planner.curves import build_curves
+
+    rates = np.geomspace(1e-3, 1.0, 6)
+    table = np.array([[1.0, 1.0], [1.1, 1.2], [np.nan, 1.5], [2.0, 2.0], [np.inf, 3.0], [np.inf, 4.0]])
+    curves = build_curves(rates, table, np.ones(2))
+    assert np.all(np.isfinite(curves.coefficients))
+    cut = table.copy()
+    cut[2:, 0] = np.inf
+    expected = build_curves(rates, cut, np.ones(2))
+    assert np.array_equal(curves.coefficients, expected.coefficients)
+    assert np.array_equal(curves.rate_cap, expected.rate_cap) and curves.rate_cap[0] == rates[1]
