@@ -54,6 +54,20 @@ def closed_form_noise_multiplier(sampling_rate: float, rounds: int, epsilon: flo
     return closed_form.closed_form_sigma(q, t, eps, validate_delta(delta))
 
 
+def _sigma_question(
+    sampling_rate: float, rounds: int, epsilon: float, delta: float, accountant: AccountantName
+) -> tuple[float, int, float, float, Accountant]:
+    """A noise-multiplier question's values, validated in the order their errors are named, and
+    its accountant."""
+    return (
+        validate_sampling_rate(sampling_rate),
+        validate_count("rounds", rounds),
+        validate_positive("epsilon", epsilon),
+        validate_delta(delta),
+        get_accountant(accountant),
+    )
+
+
 def noise_multiplier(
     sampling_rate: float,
     rounds: int,
@@ -72,11 +86,7 @@ def noise_multiplier(
     unless ``raw``). Raises InfeasibleError when the spent events alone exceed the target
     or when sigma would exceed ``SIGMA_MAX``.
     """
-    q = validate_sampling_rate(sampling_rate)
-    t = validate_count("rounds", rounds)
-    eps = validate_positive("epsilon", epsilon)
-    delta = validate_delta(delta)
-    chosen = get_accountant(accountant)
+    q, t, eps, delta, chosen = _sigma_question(sampling_rate, rounds, epsilon, delta, accountant)
     if not isinstance(raw, bool):
         raise InvalidInputError("raw", "must be true or false")
     if raw and not chosen.raw_formula:
@@ -100,11 +110,7 @@ def noise_multiplier_exists(
     (docs/accounting.md §7.9). pld answers from one composition at its search's top point
     instead of the search; the answer is the same. Invalid input is refused as by
     :func:`noise_multiplier`."""
-    q = validate_sampling_rate(sampling_rate)
-    t = validate_count("rounds", rounds)
-    eps = validate_positive("epsilon", epsilon)
-    delta = validate_delta(delta)
-    chosen = get_accountant(accountant)
+    q, t, eps, delta, chosen = _sigma_question(sampling_rate, rounds, epsilon, delta, accountant)
     return chosen.noise_multiplier_exists(q, t, eps, delta, _spent(chosen, spent))
 
 
