@@ -8,7 +8,8 @@ Both return the evaluated, feasible end ``hi``: the answer never depends on an
 extrapolation, so the result meets the target under the function that was evaluated.
 :func:`guided` places the evaluations with a cheap model, :func:`vector_search` runs
 bracket and refinement for many points at once, and :func:`integer_search` finds the
-largest integer that fits (rounds). :func:`bracket_steps` and :func:`refine_steps` are
+largest integer that fits (rdp's rounds), :func:`largest_fitting` the same by steps on log n from
+a start, certified (pld's rounds). :func:`bracket_steps` and :func:`refine_steps` are
 bracket and refine as generators that yield each point they need. :func:`lattice_steps` finds
 the least feasible point of a lattice as a generator that yields one or two points a round, an
 answer that does not depend on the path taken to it where g does not increase (where g rises
@@ -568,6 +569,78 @@ def integer_search(fits: Callable[[int], bool], upper: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def largest_fitting(g: Callable[[int], float], upper: int, start: int, slope: float = 0.5) -> int:
+    """Largest n in [0, upper] with g(n) <= 0 (n = 0 assumed to fit), g not decreasing in n, found
+    by steps on log n (docs/accounting.md §7.4): the answer is certified, g(n) evaluated <= 0 and
+    g(n + 1) evaluated > 0 (or n = upper fits, or g(1) > 0 and n = 0), so where g does not decrease
+    every ``start`` lands on the same n: a better start changes the cost, not the answer.
+
+    g is log(value / target) (:func:`log_ratio`); each round estimates where it crosses 0 on log n:
+    a Newton step of ``slope`` (d g / d log n; 0.5 for an epsilon that grows like sqrt(n)) from one
+    finite value, the secant through the two closest to 0 after that, and asks the integer below the
+    estimate, then the one above it once a value at or below it fits. A NaN is infeasible
+    (:func:`infeasible_nan`). Safeguards keep it logarithmic for any g: without a bracket, after
+    two rounds each step goes at least twice as far as n (up) or half way to 1 (down); in a
+    bracket, two rounds in a row that do not halve it are followed by a bisection; the neighbour
+    that closes on the estimate (lo + 1 or hi - 1) is asked regardless, but not three rounds in a row."""
+    known: dict[int, float] = {}
+    lo, hi = 0, upper + 1  # lo fits (0 assumed), hi does not (upper + 1 never asked)
+    n = min(max(start, 1), upper)
+    misses = 0
+    width = hi - lo
+    bisect_next = False
+    slow = 0  # rounds in a row that did not halve the bracket
+    closed_last = 0  # rounds in a row that asked a closing neighbour
+    while True:
+        value = infeasible_nan(g(n))
+        known[n] = value
+        if value <= 0:
+            lo = max(lo, n)
+        else:
+            hi = min(hi, n)
+        if hi - lo <= 1:
+            return lo
+        bracketed = lo > 0 and hi <= upper
+        if bracketed:  # two rounds in a row that did not halve the bracket: the next is a bisection
+            slow = slow + 1 if 2 * (hi - lo) > width else 0
+            bisect_next, width = slow >= 2, hi - lo
+        estimate = _log_root(known, slope)
+        if estimate is None:  # no finite value yet: halve the bracket, or double / halve n
+            n = (lo + hi) // 2 if bracketed else (2 * lo if lo > 0 else max(hi // 2, 1))
+        else:  # the pair around the estimate: its lower integer first, the upper once that fits
+            below = math.floor(estimate)
+            n = below + 1 if below <= lo else below
+        n = min(max(n, lo + 1), hi - 1)
+        # the neighbour that closes on the estimate (lo + 1, hi - 1) is asked whatever the safeguards
+        # say, but not three rounds in a row: that would let a badly shaped g walk one integer a round
+        closing = n in (lo + 1, hi - 1) and closed_last < 2
+        if not closing and bracketed and bisect_next:
+            n = (lo + hi) // 2
+        elif not closing and not bracketed and estimate is not None:
+            misses += 1
+            if misses > 2:  # the estimates fell short twice: at least double (or halve)
+                n = max(n, 2 * lo) if lo > 0 else min(n, max(hi // 2, 1))
+        closed_last = closed_last + 1 if closing else 0
+        n = min(max(n, lo + 1), hi - 1)
+
+
+def _log_root(known: dict[int, float], slope: float) -> float | None:
+    """Where g crosses 0, as a real n, from the known values on log n: the secant through the two
+    finite values closest to 0 where it rises, else a Newton step of ``slope`` from the closest;
+    None where no value is finite."""
+    closest = sorted((k for k in known if math.isfinite(known[k])), key=lambda k: abs(known[k]))[:2]
+    if not closest:
+        return None
+    if len(closest) == 2:
+        (ka, ga), (kb, gb) = ((k, known[k]) for k in closest)
+        rise = (gb - ga) / (math.log(kb) - math.log(ka))
+        if rise > 0:
+            root = math.log(kb) - gb / rise
+            return math.exp(min(root, 700.0))
+    k = closest[0]
+    return math.exp(min(math.log(k) - known[k] / slope, 700.0))
 
 
 def vector_search(
