@@ -8,14 +8,16 @@ Both return the evaluated, feasible end ``hi``: the answer never depends on an
 extrapolation, so the result meets the target under the function that was evaluated.
 :func:`guided` places the evaluations with a cheap model, :func:`vector_search` runs
 bracket and refinement for many points at once, and :func:`integer_search` finds the
-largest integer that fits (rounds). :func:`bracket_steps` and :func:`refine_steps` are
+largest integer that fits (rdp's rounds), :func:`largest_fitting` the same by steps on log n from
+a start, certified (pld's rounds). :func:`bracket_steps` and :func:`refine_steps` are
 bracket and refine as generators that yield each point they need. :func:`lattice_steps` finds
 the least feasible point of a lattice as a generator that yields one or two points a round, an
 answer that does not depend on the path taken to it where g does not increase (where g rises
 somewhere the answer is still an evaluated feasible point above an evaluated infeasible one, a
 deterministic function of g and the start); :func:`lockstep` runs many such searches side by
 side and answers each round's points in one call (pld's noise multipliers). The accountants (:mod:`accounting.accountants`) use
-these; nothing here knows about privacy.
+these; nothing here knows about privacy. Every search reads each g value through
+:func:`infeasible_nan`: NaN is not <= 0, so a failed evaluation is infeasible.
 """
 
 from __future__ import annotations
@@ -39,8 +41,19 @@ class Bracket(NamedTuple):
 X = TypeVar("X")
 V = TypeVar("V")
 R = TypeVar("R")
+F = TypeVar("F", float, np.ndarray)
 # A search written as a generator: it yields the x it needs g at, is sent g(x), and returns its result.
 Steps = Generator[float, float, R]
+
+
+def infeasible_nan(value: F) -> F:
+    """``value`` with NaN replaced by +inf: x is feasible where g(x) <= 0 and NaN <= 0 is false, so a
+    failed evaluation is infeasible (docs/accounting.md §7). Every search here reads each g value
+    through this one rule (a float or, for :func:`vector_search`, an array), so none mistakes a NaN
+    (for which ``g > 0`` is false too) for a feasible point."""
+    if isinstance(value, np.ndarray):
+        return np.where(np.isnan(value), np.inf, value)
+    return math.inf if value != value else value
 
 
 class NoFeasiblePoint(Exception):
@@ -77,14 +90,14 @@ def bracket_steps(
     """:func:`bracket` as a generator: it yields each x it needs g at and is sent g(x), so
     that many searches can run in lockstep (:func:`lockstep`)."""
     x0 = min(max(x0, x_min), x_max)
-    g0 = yield x0
+    g0 = infeasible_nan((yield x0))
     evaluations = 1
     step = max(first_step, abs(g0) / slope * 1.25) if math.isfinite(g0) else first_step
     if g0 > 0:
         lo, g_lo = x0, g0
         while True:
             x = min(lo + step, x_max)
-            gx = yield x
+            gx = infeasible_nan((yield x))
             evaluations += 1
             if gx <= 0:
                 return Bracket(lo, x, g_lo, gx, evaluations, False)
@@ -95,7 +108,7 @@ def bracket_steps(
     hi, g_hi = x0, g0
     while True:
         x = max(hi - step, x_min)
-        gx = yield x
+        gx = infeasible_nan((yield x))
         evaluations += 1
         if gx > 0:
             return Bracket(x, hi, gx, g_hi, evaluations, False)
@@ -142,7 +155,7 @@ def refine_steps(start: Bracket, xtol: float, max_evaluations: int = 200) -> Ste
         width = hi - lo
         estimate = _estimate(lo, hi, g_lo, g_hi, extra, bisect_next)
         up = min(max(estimate + 0.5 * xtol, lo + 0.25 * xtol), hi - 0.25 * xtol)
-        g_up = yield up
+        g_up = infeasible_nan((yield up))
         evaluations += 1
         if g_up > 0:
             extra = (lo, g_lo)
@@ -152,7 +165,7 @@ def refine_steps(start: Bracket, xtol: float, max_evaluations: int = 200) -> Ste
             hi, g_hi = up, g_up
             down = max(up - xtol, lo + 0.25 * xtol)
             if down < hi and hi - lo > xtol:
-                g_down = yield down
+                g_down = infeasible_nan((yield down))
                 evaluations += 1
                 if g_down > 0:
                     lo, g_lo = down, g_down
@@ -215,9 +228,8 @@ def lattice_steps(
             raise RuntimeError("lattice search: no unknown point left to ask")
         values = yield [point(k) for k in ask]
         evaluations += len(ask)
-        for k, gk in zip(ask, values, strict=True):
-            if gk != gk:  # NaN is not <= 0: infeasible (as log_ratio says), +inf for every test below
-                gk = math.inf
+        for k, value in zip(ask, values, strict=True):
+            gk = infeasible_nan(value)  # +inf for every test below
             known[k] = gk
             if gk > 0:
                 lo = k if lo is None else max(lo, k)
@@ -431,7 +443,7 @@ def guided(
         x = min(max(x, x_min), x_max)
         if not lo < x < hi:
             break
-        gx = g(x)
+        gx = infeasible_nan(g(x))
         evaluations += 1
         if gx > 0:
             lo, g_lo = x, gx
@@ -532,7 +544,7 @@ def _illinois(f: Callable[[float], float], x0: float, x_min: float, x_max: float
 
 def log_ratio(value: float, target: float) -> float:
     """log(value / target) with 0 -> -inf and inf/NaN -> +inf (NaN counts as infeasible)."""
-    if value != value or value == math.inf:
+    if infeasible_nan(value) == math.inf:
         return math.inf
     if value <= 0:
         return -math.inf
@@ -559,6 +571,78 @@ def integer_search(fits: Callable[[int], bool], upper: int) -> int:
     return lo
 
 
+def largest_fitting(g: Callable[[int], float], upper: int, start: int, slope: float = 0.5) -> int:
+    """Largest n in [0, upper] with g(n) <= 0 (n = 0 assumed to fit), g not decreasing in n, found
+    by steps on log n (docs/accounting.md §7.4): the answer is certified, g(n) evaluated <= 0 and
+    g(n + 1) evaluated > 0 (or n = upper fits, or g(1) > 0 and n = 0), so where g does not decrease
+    every ``start`` lands on the same n: a better start changes the cost, not the answer.
+
+    g is log(value / target) (:func:`log_ratio`); each round estimates where it crosses 0 on log n:
+    a Newton step of ``slope`` (d g / d log n; 0.5 for an epsilon that grows like sqrt(n)) from one
+    finite value, the secant through the two closest to 0 after that, and asks the integer below the
+    estimate, then the one above it once a value at or below it fits. A NaN is infeasible
+    (:func:`infeasible_nan`). Safeguards keep it logarithmic for any g: without a bracket, after
+    two rounds each step goes at least twice as far as n (up) or half way to 1 (down); in a
+    bracket, two rounds in a row that do not halve it are followed by a bisection; the neighbour
+    that closes on the estimate (lo + 1 or hi - 1) is asked regardless, but not three rounds in a row."""
+    known: dict[int, float] = {}
+    lo, hi = 0, upper + 1  # lo fits (0 assumed), hi does not (upper + 1 never asked)
+    n = min(max(start, 1), upper)
+    misses = 0
+    width = hi - lo
+    bisect_next = False
+    slow = 0  # rounds in a row that did not halve the bracket
+    closed_last = 0  # rounds in a row that asked a closing neighbour
+    while True:
+        value = infeasible_nan(g(n))
+        known[n] = value
+        if value <= 0:
+            lo = max(lo, n)
+        else:
+            hi = min(hi, n)
+        if hi - lo <= 1:
+            return lo
+        bracketed = lo > 0 and hi <= upper
+        if bracketed:  # two rounds in a row that did not halve the bracket: the next is a bisection
+            slow = slow + 1 if 2 * (hi - lo) > width else 0
+            bisect_next, width = slow >= 2, hi - lo
+        estimate = _log_root(known, slope)
+        if estimate is None:  # no finite value yet: halve the bracket, or double / halve n
+            n = (lo + hi) // 2 if bracketed else (2 * lo if lo > 0 else max(hi // 2, 1))
+        else:  # the pair around the estimate: its lower integer first, the upper once that fits
+            below = math.floor(estimate)
+            n = below + 1 if below <= lo else below
+        n = min(max(n, lo + 1), hi - 1)
+        # the neighbour that closes on the estimate (lo + 1, hi - 1) is asked whatever the safeguards
+        # say, but not three rounds in a row: that would let a badly shaped g walk one integer a round
+        closing = n in (lo + 1, hi - 1) and closed_last < 2
+        if not closing and bracketed and bisect_next:
+            n = (lo + hi) // 2
+        elif not closing and not bracketed and estimate is not None:
+            misses += 1
+            if misses > 2:  # the estimates fell short twice: at least double (or halve)
+                n = max(n, 2 * lo) if lo > 0 else min(n, max(hi // 2, 1))
+        closed_last = closed_last + 1 if closing else 0
+        n = min(max(n, lo + 1), hi - 1)
+
+
+def _log_root(known: dict[int, float], slope: float) -> float | None:
+    """Where g crosses 0, as a real n, from the known values on log n: the secant through the two
+    finite values closest to 0 where it rises, else a Newton step of ``slope`` from the closest;
+    None where no value is finite."""
+    closest = sorted((k for k in known if math.isfinite(known[k])), key=lambda k: abs(known[k]))[:2]
+    if not closest:
+        return None
+    if len(closest) == 2:
+        (ka, ga), (kb, gb) = ((k, known[k]) for k in closest)
+        rise = (gb - ga) / (math.log(kb) - math.log(ka))
+        if rise > 0:
+            root = math.log(kb) - gb / rise
+            return math.exp(min(root, 700.0))
+    k = closest[0]
+    return math.exp(min(math.log(k) - known[k] / slope, 700.0))
+
+
 def vector_search(
     g: Callable[[np.ndarray, np.ndarray], np.ndarray], x0: np.ndarray, x_min: float, x_max: float, xtol: float
 ) -> np.ndarray:
@@ -566,11 +650,15 @@ def vector_search(
 
     Bracket (steps that double, away from x0) then the same two-probe regula falsi as
     :func:`refine`. Returns hi per point: feasible and evaluated; +inf where even
-    x_max is infeasible; x_min where x_min is already feasible.
+    x_max is infeasible; x_min where x_min is already feasible. A NaN value is infeasible
+    (:func:`infeasible_nan`).
     """
+    def checked(points: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return infeasible_nan(np.asarray(g(points, x), dtype=float))
+
     m = x0.size
     x0 = np.clip(x0, x_min, x_max)
-    g0 = g(np.arange(m), x0)
+    g0 = checked(np.arange(m), x0)
     lo = np.where(g0 > 0, x0, -np.inf)
     hi = np.where(g0 > 0, np.inf, x0)
     g_lo = np.where(g0 > 0, g0, np.nan)
@@ -586,7 +674,7 @@ def vector_search(
             break
         if need_up.size:
             x = np.minimum(lo[need_up] + step[need_up], x_max)
-            gx = g(need_up, x)
+            gx = checked(need_up, x)
             ok = gx <= 0
             hi[need_up[ok]], g_hi[need_up[ok]] = x[ok], gx[ok]
             bad = need_up[~ok]
@@ -595,7 +683,7 @@ def vector_search(
             step[need_up] *= 2.0
         if need_down.size:
             x = np.maximum(hi[need_down] - step[need_down], x_min)
-            gx = g(need_down, x)
+            gx = checked(need_down, x)
             ok = gx > 0
             lo[need_down[ok]], g_lo[need_down[ok]] = x[ok], gx[ok]
             still = need_down[~ok]
@@ -613,7 +701,7 @@ def vector_search(
         with np.errstate(invalid="ignore", divide="ignore"):
             estimate = np.where(usable, a_lo + a_glo * width / (a_glo - a_ghi), 0.5 * (a_lo + a_hi))
         up = np.minimum(np.maximum(estimate + 0.5 * xtol, a_lo + 0.25 * xtol), a_hi - 0.25 * xtol)
-        g_up = g(active, up)
+        g_up = checked(active, up)
         infeasible = g_up > 0
         lo[active[infeasible]], g_lo[active[infeasible]] = up[infeasible], g_up[infeasible]
         feasible_points = active[~infeasible]
@@ -622,7 +710,7 @@ def vector_search(
         probe = (down < hi[feasible_points]) & (hi[feasible_points] - lo[feasible_points] > xtol)
         probe_points = feasible_points[probe]
         if probe_points.size:
-            g_down = g(probe_points, down[probe])
+            g_down = checked(probe_points, down[probe])
             above = g_down > 0
             lo[probe_points[above]], g_lo[probe_points[above]] = down[probe][above], g_down[above]
             below = probe_points[~above]

@@ -445,3 +445,56 @@ def test_the_shifted_ratio_keeps_the_sign_of_feasibility() -> None:
         for epsilon in (float(target * rng.uniform(0.0, 2.0)), target, math.nextafter(target, math.inf),
                         math.nextafter(target, 0.0), spent, 0.0, math.inf, math.nan):
             assert (_shifted_ratio(epsilon, target, spent) <= 0) == (epsilon <= target), (epsilon, target, spent)
+
+
+def _nan_stretch(x: float) -> float:
+    """Decreasing through 0 at 0.5, but NaN on [0.3, 0.6): with NaN infeasible, the least feasible
+    point is 0.6 (g jumps from NaN to -0.1 there)."""
+    if 0.3 <= x < 0.6:
+        return math.nan
+    return 0.5 - x
+
+
+def _search_nan_stretch(name: str, x0: float, xtol: float) -> float:
+    """The answer ``hi`` of the search ``name`` on :func:`_nan_stretch` from x0."""
+    if name == "bracket":
+        found = search.bracket(_nan_stretch, x0, -5.0, 5.0)
+        assert found.lo < 0.6 and not math.isnan(found.g_hi), found
+        return 0.6 if found.hi >= 0.6 else found.hi  # a bracket's hi is any feasible point
+    if name == "refine":
+        return search.refine(_nan_stretch, search.bracket(lambda x: 0.6 - x, x0, -5.0, 5.0), xtol).hi
+    if name == "refine_wide":  # the NaN stretch inside a proven bracket
+        return search.refine(_nan_stretch, search.Bracket(0.0, 2.0, 0.5, -1.5, 2, False), xtol).hi
+    if name == "guided":
+        return search.guided(_nan_stretch, lambda x: 0.5 - x, x0, -5.0, 5.0, xtol).hi
+    xs = search.vector_search(
+        lambda points, v: np.array([_nan_stretch(float(x)) for x in v]), np.array([x0, x0 + 0.01]), -5.0, 5.0, xtol
+    )
+    assert xs[0] == xs[0] and xs[1] == xs[1]
+    return float(max(xs)) if min(xs) >= 0.6 else float(min(xs))
+
+
+@pytest.mark.parametrize("name", ["bracket", "refine", "refine_wide", "guided", "vector_search"])
+@pytest.mark.parametrize("x0", [-0.5, 0.0, 0.35, 0.45, 0.55, 0.65, 1.0, 2.5])
+def test_every_search_takes_a_nan_evaluation_as_infeasible(name: str, x0: float) -> None:
+    """x is feasible where g(x) <= 0 and NaN <= 0 is false (docs/accounting.md §7, search.infeasible_nan):
+    bracket, refine, guided and vector_search, like lattice_steps, never answer a point whose
+    evaluation was NaN: on a g NaN on [0.3, 0.6) and decreasing through 0 at 0.5, the answer is
+    within xtol above 0.6. Before, ``g > 0`` was false for a NaN, so it counted as feasible:
+    bracket(g, 0.35, ...) returned hi=0.35 with g_hi=nan."""
+    xtol = 1e-3
+    hi = _search_nan_stretch(name, x0, xtol)
+    assert 0.6 <= hi <= 0.6 + xtol and not math.isnan(_nan_stretch(hi)), hi
+
+
+def test_a_search_where_g_is_nan_everywhere_finds_no_feasible_point() -> None:
+    """NaN everywhere is an infeasible range: NoFeasiblePoint, as for a g positive up to the cap
+    (before, the first NaN was taken as feasible and returned as the answer)."""
+    with pytest.raises(search.NoFeasiblePoint):
+        search.bracket(lambda x: math.nan, 0.0, -5.0, 5.0)
+    with pytest.raises(search.NoFeasiblePoint):
+        search.guided(lambda x: math.nan, lambda x: 0.5 - x, 0.0, -5.0, 5.0, 1e-3)
+    out = search.vector_search(lambda points, xs: np.full(xs.size, np.nan), np.zeros(3), -5.0, 5.0, 1e-3)
+    assert np.all(np.isinf(out)), out
+    refined = search.refine(lambda x: math.nan, search.Bracket(0.0, 2.0, 0.5, -1.5, 2, False), 1e-3)
+    assert refined.hi == 2.0 and refined.lo > 2.0 - 1e-3, refined  # never a NaN point below the proven end
