@@ -59,25 +59,20 @@ def test_many_calibrations_are_each_question_alone_bit_for_bit() -> None:
     assert kinds.count("InfeasibleError") == 2 and isinstance(together[5], Calibration) and together[5].fallback
 
 
-def test_the_searches_share_each_rounds_composition(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_searches_share_each_rounds_composition(sound_epsilons_calls: list[tuple[int, float]]) -> None:
     """The questions' searches run in lockstep: each round's sigmas are composed by one call
     of sound_epsilons, so there are as many calls as the longest search has evaluations, not
     one per evaluation of every question."""
-    calls: list[int] = []
-    real = pld_module.sound_epsilons
-
-    def counted(histories: list, delta: float) -> list:
-        calls.append(len(histories))
-        return real(histories, delta)
-
-    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
     questions = [q for q, _ in QUESTIONS[:4]]
     accounting.noise_multipliers(questions, "pld")
+    calls = [count for count, _ in sound_epsilons_calls]
     # each search proves its answer by two evaluations at least (the lattice point and the one below)
     assert sum(calls) >= 4 * 2 and len(calls) < sum(calls) and calls[0] == 4
 
 
-def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(
+    sound_epsilons_calls: list[tuple[int, float]],
+) -> None:
     """The discrete blocks' re-calibration (docs/accounting.md §13.5): each group's question again
     at delta less a tiny wrap charge, started from its continuous answer (``starts``), is proven by
     one round of two evaluations per question, the answer the one a search from its own guess gets."""
@@ -85,15 +80,9 @@ def test_a_question_asked_again_at_a_smaller_delta_is_proven_in_one_round(monkey
     first = accounting.noise_multipliers(questions, "pld")
     starts = [answer.noise_multiplier for answer in first if isinstance(answer, Calibration)]
     smaller = [(q, t, eps, delta - 1e-12) for q, t, eps, delta in questions]
-    calls: list[int] = []
-    real = pld_module.sound_epsilons
-
-    def counted(histories: list, delta: float) -> list:
-        calls.append(len(histories))
-        return real(histories, delta)
-
-    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    sound_epsilons_calls.clear()  # the first answers' calls: only the re-calibration's count
     again = accounting.noise_multipliers(smaller, "pld", starts=starts)
+    calls = [count for count, _ in sound_epsilons_calls]
     assert calls == [2 * len(questions)]
     assert again == accounting.noise_multipliers(smaller, "pld")
 
@@ -122,23 +111,15 @@ def test_an_answer_does_not_depend_on_what_was_asked_before(monkeypatch: pytest.
     assert _same(accounting.noise_multipliers([question], "pld")[0], fresh)
 
 
-def test_the_same_question_twice_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_question_twice_is_searched_once(sound_epsilons_calls: list[tuple[int, float]]) -> None:
     """Groups with the same rate, rounds, budget and spent history (a pool's members of one
     tier) share one search: each round composes their history once, and each gets the answer
     noise_multiplier gives alone, bit for bit, infeasible ones their InfeasibleError."""
     distinct = [QUESTIONS[0], QUESTIONS[4], QUESTIONS[6]]  # plain, a spent history, infeasible
     repeated = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[1], distinct[2]]
-    calls: list[int] = []
-    real = pld_module.sound_epsilons
-
-    def counted(histories: list, delta: float) -> list:
-        calls.append(len(histories))
-        return real(histories, delta)
-
-    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
     together = accounting.noise_multipliers([q for q, _ in repeated], "pld", spent=[s for _, s in repeated])
-    assert max(calls) <= 2 * 2  # two searches (the infeasible one never searches), two points a round at most
-    monkeypatch.setattr(pld_module, "sound_epsilons", real)
+    # two searches (the infeasible one never searches), two points a round at most
+    assert max(count for count, _ in sound_epsilons_calls) <= 2 * 2
     for (question, spent), answer in zip(repeated, together, strict=True):
         assert _same(answer, _one(question, spent)), question
     assert isinstance(together[3], InfeasibleError) and together[0] is not together[2]

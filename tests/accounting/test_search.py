@@ -392,7 +392,9 @@ SPENT_QUESTIONS = [  # (q, T, target, spent (q, sigma, steps)): a re-plan's grou
 ]
 
 
-def test_pld_calibration_after_spent_events_searches_the_share_left() -> None:
+def test_pld_calibration_after_spent_events_searches_the_share_left(
+    sound_epsilons_calls: list[tuple[int, float]],
+) -> None:
     """After spent events that took most of the budget, log(epsilon / target) barely moves with
     sigma and a Newton step of the typical slope landed far from the root; the search's g is the
     new phase's share of what is left, log((epsilon - spent) / (target - spent)), with the same
@@ -402,21 +404,13 @@ def test_pld_calibration_after_spent_events_searches_the_share_left() -> None:
     from accounting.accountants import pld
     from accounting.events import PoissonSampledGaussian
 
-    compositions = [0]
-    original = pld.sound_epsilons
-
-    def counting(histories, delta):
-        compositions[0] += len(histories)
-        return original(histories, delta)
-
     delta = 1e-3
     answers = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pld, "sound_epsilons", counting)
-        for q, t, target, (sq, ss, st) in SPENT_QUESTIONS:
-            spent = [PoissonSampledGaussian(sampling_rate=sq, noise_multiplier=ss, steps=st)]
-            answers.append(accounting.noise_multiplier(q, t, target, delta, "pld", spent=spent))
-    assert compositions[0] <= 37, compositions[0]
+    for q, t, target, (sq, ss, st) in SPENT_QUESTIONS:
+        spent = [PoissonSampledGaussian(sampling_rate=sq, noise_multiplier=ss, steps=st)]
+        answers.append(accounting.noise_multiplier(q, t, target, delta, "pld", spent=spent))
+    compositions = sum(count for count, _ in sound_epsilons_calls)
+    assert compositions <= 37, compositions
     for (q, t, target, phase), answer in zip(SPENT_QUESTIONS, answers, strict=True):
         sigma = answer.noise_multiplier
         k = round(math.log(sigma) / pld.XTOL)
