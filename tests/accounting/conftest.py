@@ -60,21 +60,3 @@ def _quiet_reference_libraries() -> None:
     # dp-accounting logs a warning per non-converging fractional order; it is expected.
     logging.getLogger("absl").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-
-
-@pytest.fixture
-def sound_epsilons_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float]]:
-    """Each call of pld's ``sound_epsilons`` from here on (one round of a lockstep search, or one
-    question's evaluation): how many histories it composed, and at which delta."""
-    from accounting.accountants import pld
-
-    calls: list[tuple[int, float]] = []
-    real = pld.sound_epsilons
-
-    def counted(histories: list, delta: float) -> list:
-        calls.append((len(histories), delta))
-        return real(histories, delta)
-
-    monkeypatch.setattr(pld, "sound_epsilons", counted)
-    return calls
-

@@ -378,26 +378,20 @@ def test_a_replanned_counted_block_is_calibrated_on_its_spent_events_by_its_rout
     assert block.overhead_vs_continuous == pytest.approx(own / block.gaussian_epsilon - 1.0, rel=1e-12)
 
 
-def test_the_blocks_recalibration_starts_from_the_plans_continuous_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_blocks_recalibration_starts_from_the_plans_continuous_answers(
+        sound_epsilons_calls: list[tuple[int, float]]) -> None:
     """pld's re-calibration at delta - T w (docs/accounting.md §13.5) starts each group's search
     from the noise multiplier the plan states for it: one lockstep round of two evaluations per
     group proves every answer; a plan stating none (a hand-written one) gets the same blocks, bit
     for bit, from the searches' own guesses, in more rounds."""
-    from accounting.accountants import pld as pld_module
     from planner.loading import load_scenario
     from planner.plan import make_plan
 
     plan = make_plan(load_scenario(EXAMPLES / "scenario.json"), "gdpfed_plus")
     noised = [g for g in plan.groups if g.noise_multiplier_required]
     assert len(noised) == 3
-    rounds: list[tuple[int, float]] = []
-    real = pld_module.sound_epsilons
-
-    def counted(histories: list, delta: float) -> list:
-        rounds.append((len(histories), delta))
-        return real(histories, delta)
-
-    monkeypatch.setattr(pld_module, "sound_epsilons", counted)
+    rounds = sound_epsilons_calls  # every call since the test began (tests/conftest.py)
+    rounds.clear()  # the plan's own: only the re-calibration's count
     started = discrete.pool_mechanisms(plan)
     started_rounds = list(rounds)
     assert started_rounds[0][0] == 2 * len(noised)  # each group's stated point and the one below
