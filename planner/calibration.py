@@ -78,12 +78,16 @@ def noise_table(
     delta: float,
     accountant: AccountantName,
     spent: Sequence[Sequence[PrivacyEvent]] | None = None,
+    *,
+    spent_epsilons: Sequence[float | None] | None = None,
 ) -> np.ndarray:
     """sigma[i, g] needed at ``rates[i]`` by a group with budget ``epsilons[g]``; inf if infeasible.
 
     A tabulating accountant whose sigma is linear in q (closed form), without history: one
     formula per group. Otherwise the fast accountant (``per_round``, rdp): vectorised when
-    no group has a history, per point with ``spent=`` when some do.
+    no group has a history, per point with ``spent=`` when some do. ``spent_epsilons[g]``:
+    ``spent[g]``'s epsilon at ``delta`` under the accountant's ``verified_by``, where the caller
+    composed it already (a re-plan, docs/planning.md §9); None entries are composed here.
     """
     q = np.asarray(rates, dtype=float)
     eps = np.asarray(epsilons, dtype=float)
@@ -98,7 +102,9 @@ def noise_table(
         left = eps.copy()
         for g, phases in enumerate(spent):
             if phases:
-                used = accounting.epsilon_of_events(list(phases), delta, chosen.verified_by).epsilon
+                known = None if spent_epsilons is None else spent_epsilons[g]
+                used = known if known is not None else accounting.epsilon_of_events(
+                    list(phases), delta, chosen.verified_by).epsilon
                 left[g] = eps[g] - used if eps[g] > used else np.nan
         table = np.full((len(q), len(eps)), np.inf)
         fine = np.isfinite(left)

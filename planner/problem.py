@@ -35,6 +35,14 @@ class Problem:
     spent: tuple[tuple[Phase, ...], ...]  # each group's phases before this plan
     frozen: np.ndarray  # bool: sampled at rate 0 in this plan (exhausted or removed)
     notes: tuple[str, ...] = field(default=())
+    # each group's spent phases' epsilon at delta under the accountant's verified_by, where the
+    # caller composed it (a re-plan's records, planner.replan.SpentRecord); None: not composed.
+    # The design's noise table reads it instead of composing the history again (docs/planning.md §9)
+    spent_epsilons: tuple[float | None, ...] = field(default=())
+
+    def spent_epsilon(self, g: int) -> float | None:
+        """Group ``g``'s ``spent_epsilons`` entry; None where the caller gave none."""
+        return self.spent_epsilons[g] if g < len(self.spent_epsilons) else None
 
     @property
     def n_groups(self) -> int:
@@ -68,8 +76,10 @@ def build_problem(
     rounds: int | None = None,
     spent: Sequence[Sequence[Phase]] | None = None,
     frozen: Sequence[bool] | None = None,
+    spent_epsilons: Sequence[float | None] | None = None,
 ) -> Problem:
-    """Arrays for ``scenario``; re-planning passes the remaining rounds, spent phases and frozen groups.
+    """Arrays for ``scenario``; re-planning passes the remaining rounds, spent phases and frozen groups,
+    and the spent phases' epsilons it composed (``Problem.spent_epsilons``).
 
     Raises :class:`InfeasibleError` when K exceeds the clients that may still be sampled
     (docs/planning.md §7).
@@ -106,4 +116,5 @@ def build_problem(
         expected_clients=float(k),
         spent=spent_phases,
         frozen=frozen_mask,
+        spent_epsilons=tuple(spent_epsilons) if spent_epsilons is not None else (),
     )

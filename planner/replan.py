@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from accounting import noise_multiplier_exists
 from accounting.accountants import AccountantName
@@ -37,6 +38,19 @@ SkellamHistories = dict[str, tuple[list[PoissonSampledSkellam], float]]
 
 # A budget within this relative margin of what is spent counts as used up.
 _EXHAUSTED_MARGIN = 1e-6
+
+
+class SpentRecord(NamedTuple):
+    """What a group spent before the re-plan, composed once (:func:`_spent_record`): the figure of
+    record, the history and wrap-around charge a probe of the remaining rounds composes with, whether
+    that is the Skellam record, and the Gaussian phases' epsilon at delta (what the successor's
+    phases are calibrated after, and what guides the design's noise table)."""
+
+    epsilon: float
+    history: list[PrivacyEvent]
+    wrap: float
+    discrete: bool
+    gaussian: float
 
 
 def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: str | None = None,
@@ -63,7 +77,9 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
 
     history, unprotected, statuses = _histories(plan, rounds_done)
     skellam = _discrete_histories(plan, rounds_done)
-    _refuse_budgets_below_spent(plan, changes, history, unprotected, skellam, mechanism)
+    # group id -> what it spent, composed once for the budget checks and the design's noise table
+    records: dict[str, SpentRecord] = {}
+    _refuse_budgets_below_spent(plan, changes, history, unprotected, skellam, mechanism, records)
     specs, statuses, notes = _apply_changes(plan, changes, statuses)
     for spec in specs:
         history.setdefault(spec.id, [])
@@ -87,7 +103,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
         if status == "active" and spec.epsilon is not None:
             status, note = _budget_status(
                 spec, history[spec.id], unprotected[spec.id], remaining, scenario,
-                None if skellam is None else skellam[spec.id], mechanism,
+                None if skellam is None else skellam[spec.id], mechanism, records,
             )
             if note:
                 notes.append(note)
@@ -98,6 +114,7 @@ def replan(plan: Plan, rounds_done: int, changes: Changes, *, parent_plan_id: st
         rounds=remaining,
         spent=[history[spec.id] for spec in specs],
         frozen=frozen,
+        spent_epsilons=[records[spec.id].gaussian if spec.id in records else None for spec in specs],
     )
     problem = _with_notes(problem, notes)
     hist = History(
@@ -157,10 +174,10 @@ def _skellam_accountant(accountant: AccountantName) -> AccountantName:
 def _spent_record(
     phases: list[Phase], skellam: tuple[list[PoissonSampledSkellam], float] | None, delta: float,
     accountant: AccountantName, mechanism: SecaggMechanism | None,
-) -> tuple[float, list[PrivacyEvent], float, bool]:
+) -> SpentRecord:
     """What a group spent, by the record of the run's ``mechanism`` (docs/planning.md §9 point 5):
     its epsilon, the history and the wrap-around charge a probe of the remaining rounds composes
-    with, and whether that is the Skellam record.
+    with, whether that is the Skellam record, and the Gaussian phases' epsilon (:class:`SpentRecord`).
 
     ``accountant`` is the plan's; each record is priced as the run's ledger prices it
     (``planner.ledger.history_accountant``, docs/ledger.md §3): the Gaussian phases by
@@ -173,17 +190,18 @@ def _spent_record(
     records no Skellam events: the larger of the two, so neither under-counts."""
     gaussian = plan_ledger.history_epsilon(phases, delta, accountant)
     if skellam is None or mechanism == "gaussian_continuous":
-        return gaussian, list(phases), 0.0, False
+        return SpentRecord(gaussian, list(phases), 0.0, False, gaussian)
     events, wrap = skellam
     discrete = _skellam_spent(events, wrap, delta, accountant)
     if mechanism == "skellam" or discrete > gaussian:
-        return discrete, list(events), wrap, True
-    return gaussian, list(phases), wrap, False
+        return SpentRecord(discrete, list(events), wrap, True, gaussian)
+    return SpentRecord(gaussian, list(phases), wrap, False, gaussian)
 
 
 def _refuse_budgets_below_spent(
     plan: Plan, changes: Changes, history: dict[str, list[Phase]], unprotected: dict[str, int],
     skellam: SkellamHistories | None = None, mechanism: SecaggMechanism | None = None,
+    records: dict[str, SpentRecord] | None = None,
 ) -> None:
     """One rule for every budget change (docs/planning.md §9, docs/ledger.md §4).
 
@@ -195,7 +213,9 @@ def _refuse_budgets_below_spent(
     without noise (opted out) has no finite epsilon, so no budget can be given back to it.
     What the group spent is the record of the run's ``mechanism`` (:func:`_spent_record`): a
     skellam run's Skellam events at delta less their wrap-around charge, a continuous run's
-    Gaussian phases, and the larger of the two while the mechanism is unknown.
+    Gaussian phases, and the larger of the two while the mechanism is unknown. ``records``, when
+    given, receives each checked group's :class:`SpentRecord` (the re-plan's budget status and
+    noise table read it rather than composing the history again).
     """
     groups = {g.id: g for g in plan.groups}
     for index, change in enumerate(changes.groups):
@@ -211,9 +231,10 @@ def _refuse_budgets_below_spent(
         record = None if skellam is None else skellam[change.id]
         if not history[change.id] and (record is None or not record[0]):
             continue
-        spent, _, _, discrete = _spent_record(
-            history[change.id], record, plan.scenario.delta, plan.scenario.accountant, mechanism
-        )
+        spent_record = _spent_record(history[change.id], record, plan.scenario.delta, plan.scenario.accountant, mechanism)
+        if records is not None:
+            records[change.id] = spent_record
+        spent, discrete = spent_record.epsilon, spent_record.discrete
         which = _record_named(mechanism, record is not None, discrete)
         if change.epsilon < spent * (1 - _EXHAUSTED_MARGIN):
             raise BudgetConflictError(
@@ -287,13 +308,16 @@ def _budget_status(
     spec: GroupSpec, spent: list[Phase], unprotected: int, remaining: int, scenario: Scenario,
     skellam: tuple[list[PoissonSampledSkellam], float] | None = None,
     mechanism: SecaggMechanism | None = None,
+    records: dict[str, SpentRecord] | None = None,
 ) -> tuple[str, str | None]:
     """active, or exhausted with the reason (used up, sampled without noise, or no room left).
 
     ``skellam``: the group's spent Skellam events and their wrap-around charge when the plan
     states discrete blocks; the spent figure is the record of the run's ``mechanism``
     (:func:`_spent_record`: the larger of the two while it is unknown), and the room left is
-    probed after that record's history (docs/planning.md §9)."""
+    probed after that record's history (docs/planning.md §9). ``records``: group id -> its
+    :class:`SpentRecord` where the re-plan composed it already (read, not composed again); the
+    group's record is added to it when composed here."""
     assert spec.epsilon is not None
     if unprotected > 0:
         return "exhausted", (
@@ -302,7 +326,12 @@ def _budget_status(
         )
     if not spent and (skellam is None or not skellam[0]):
         return "active", None
-    used, probe_history, wrap, discrete = _spent_record(spent, skellam, scenario.delta, scenario.accountant, mechanism)
+    record = None if records is None else records.get(spec.id)
+    if record is None:
+        record = _spent_record(spent, skellam, scenario.delta, scenario.accountant, mechanism)
+        if records is not None:
+            records[spec.id] = record
+    used, probe_history, wrap, discrete = record.epsilon, record.history, record.wrap, record.discrete
     if used >= spec.epsilon * (1 - _EXHAUSTED_MARGIN):
         return "exhausted", (
             f"group {spec.id!r} has already spent epsilon {used:.4g} of its budget {spec.epsilon:g}; it is "
@@ -317,10 +346,9 @@ def _budget_status(
     # (planner.finalize; its blocks on the Skellam one): a skellam run's Gaussian record can
     # stand above its Skellam events' figure and leave those phases no room
     if discrete and spent and not _room_left(spec, spent, scenario.delta, remaining, scenario):
-        gaussian = plan_ledger.history_epsilon(spent, scenario.delta, scenario.accountant)
         return "exhausted", (
             f"group {spec.id!r} has spent epsilon {used:.6g} of {spec.epsilon:.6g} (its Skellam events); the plan's "
-            f"Gaussian record of the same rounds ({gaussian:.6g}) leaves its phases too little for {remaining} more "
+            f"Gaussian record of the same rounds ({record.gaussian:.6g}) leaves its phases too little for {remaining} more "
             "rounds, so it is sampled at rate 0"
         )
     return "active", None

@@ -59,6 +59,7 @@ def noise_curves(problem: Problem, indices: np.ndarray) -> NoiseCurves:
         s.delta,
         s.accountant,
         [problem.spent[g] for g in indices] if problem.has_spent else None,
+        spent_epsilons=[problem.spent_epsilon(g) for g in indices] if problem.has_spent else None,
     )
     feasible = np.isfinite(table).sum(axis=0)
     for row, g in enumerate(indices):

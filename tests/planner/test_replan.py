@@ -459,3 +459,34 @@ def test_the_room_question_of_the_changes_replan_is_one_composition_at_the_cap(m
     calibrated, composed_calibrating, _ = _changes_replan_counted(monkeypatch)
     assert out == calibrated
     assert composed < composed_calibrating
+
+
+def test_the_changes_replan_composes_each_spent_history_once_for_its_records_and_the_noise_table(monkeypatch):
+    """A re-plan needs each group's spent Gaussian phases' epsilon for its budget checks (a changed
+    budget against what was spent, the room left) and for the design's noise table (the budget left
+    guides a pld plan's table, planner.calibration.noise_table): composed once, in planner/replan.py,
+    and handed to the table through the problem (was 3 times for the group whose budget changed,
+    twice for the others); the same re-plan bit for bit."""
+    import accounting
+    from planner.loading import load_scenario
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    parent = make_plan(load_scenario(json.loads((examples / "scenario.json").read_text())))
+    changes = json.loads((examples / "changes.json").read_text())
+    before = replan(parent, 40, changes, parent_plan_id="p1").model_dump_json()
+    spent = {g.id: plan_ledger.group_history(parent, g, 40) for g in parent.groups}
+    spent = {gid: phases for gid, phases in spent.items() if phases}
+    assert len(spent) >= 3 and any(c["id"] in spent and "epsilon" in c for c in changes["groups"])
+    composed = dict.fromkeys(spent, 0)
+    epsilon_of_events = accounting.epsilon_of_events
+
+    def counted(events, delta, *args, **kwargs):
+        for gid, phases in spent.items():
+            if list(events) == list(phases) and delta == parent.scenario.delta:
+                composed[gid] += 1
+        return epsilon_of_events(events, delta, *args, **kwargs)
+
+    monkeypatch.setattr(accounting, "epsilon_of_events", counted)
+    child = replan(parent, 40, changes, parent_plan_id="p1")
+    assert composed == dict.fromkeys(spent, 1), composed
+    assert child.model_dump_json() == before
