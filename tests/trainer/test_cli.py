@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app import cli as app_cli
+from tests.trainer.old_skellam import OLD_SKELLAM_PLAN, OLD_SKELLAM_RUN, full_run_ledgers
 from tests.trainer.trainer_plans import hand_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -284,14 +284,6 @@ def test_a_yaml_plan_trains_like_its_json_and_bad_yaml_is_one_line(capsys, tmp_p
     assert not (tmp_path / "other").exists()
 
 
-# `gdpfed plan examples/scenario.json` at 99ba0bd, the release before the plans stated their
-# Skellam figures: blocks, and each group's figures the continuous Gaussian's, up to ~1e-7
-# relative below what the blocks spend (docs/ledger.md §5)
-OLD_SKELLAM_PLAN = Path(__file__).resolve().parents[1] / "planner" / "data" / "plan-skellam-gaussian-figures.json"
-# `gdpfed train --plan` of that plan (TINY, --rounds 3) at 99ba0bd, interrupted after round 1
-OLD_SKELLAM_RUN = Path(__file__).resolve().parent / "old_runs" / "run-99ba0bd-skellam"
-
-
 def _understated_line(err: str) -> str:
     lines = [line for line in err.splitlines() if "below what its skellam run spends" in line]
     assert len(lines) == 1, err
@@ -367,34 +359,6 @@ def test_a_run_of_an_old_skellam_plan_interrupted_before_the_upgrade_resumes(cap
             plan_ledger.epsilon_spent(plan, group, 3, mechanism="skellam"), rel=1e-12)
 
 
-def _full_run_ledgers(monkeypatch, plan_path: Path) -> dict[str, int]:
-    """group id -> how often its full-run Skellam ledger (the events of the plan's rounds on skellam)
-    is composed from here on: ``planner.ledger.default_epsilon_fn`` counted."""
-    from planner import ledger as plan_ledger
-    from planner.calibration import history_key
-    from planner.units import load_plan
-    from trainer.units.client.discrete import discrete_pools
-
-    plan = load_plan(json.loads(plan_path.read_text()))
-    # the blocks are an earlier calibration's: the trainer checks them at their own noise
-    assert any(pool.own_noise for pool in discrete_pools(plan, plan.scenario.model_dim).values())
-    full_run = {
-        history_key(plan_ledger.run_history(plan, g, plan.rounds, "skellam")): g.id
-        for g in plan.groups if g.epsilon is not None and g.sampling_rate > 0
-    }
-    counts = dict.fromkeys(full_run.values(), 0)
-    compose = plan_ledger.default_epsilon_fn
-
-    def counted(events: Any, delta: float, accountant: Any) -> float:
-        group = full_run.get(history_key(events))
-        if group is not None:
-            counts[group] += 1
-        return compose(events, delta, accountant)
-
-    monkeypatch.setattr(plan_ledger, "default_epsilon_fn", counted)
-    return counts
-
-
 @pytest.mark.parametrize("start", ["plan", "resume"])
 def test_an_old_skellam_plans_full_run_ledger_is_composed_once_before_it_trains(capsys, tmp_path, monkeypatch, start):
     """The old plan's blocks are an earlier calibration's: planner.verify's step 6 and the trainer's
@@ -406,10 +370,10 @@ def test_an_old_skellam_plans_full_run_ledger_is_composed_once_before_it_trains(
     out = tmp_path / "run"
     if start == "resume":
         shutil.copytree(OLD_SKELLAM_RUN, out)
-        counts = _full_run_ledgers(monkeypatch, out / "plan.json")
+        counts = full_run_ledgers(monkeypatch, out / "plan.json")
         code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
     else:
-        counts = _full_run_ledgers(monkeypatch, OLD_SKELLAM_PLAN)
+        counts = full_run_ledgers(monkeypatch, OLD_SKELLAM_PLAN)
         code, _, err = gdpfed(capsys, "train", "--plan", OLD_SKELLAM_PLAN, *TINY, "--rounds", "1", "--out", out)
     assert code == 0, err
     _understated_line(err)
