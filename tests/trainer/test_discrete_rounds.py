@@ -530,6 +530,47 @@ def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
     assert prepared.plan is plan  # the run stays on its plan: nothing switched
 
 
+def test_a_followed_re_plans_block_is_checked_with_the_ledgers_its_verification_composed(tmp_path, monkeypatch):
+    """A re-plan whose block is an earlier calibration's (here: more noise than today's derivation,
+    as a service of another release may state) is verified when the run switches to it (planner.verify's
+    step 6 composes each member's full-run Skellam ledger) and its engine checks the block at its own
+    noise with the same ledgers: TrainingUnit.verify hands them to the engine factory, so each is
+    composed once (twice before; trainer.run.replan.switch_plan, docs/ledger.md §5)."""
+    from planner import ledger as plan_ledger
+    from planner.calibration import history_key
+    from planner.replan import replan
+    from planner.schema import Changes
+    from trainer.data import load_dataset
+    from trainer.run.replan import switch_plan
+    from trainer.runner import TrainConfig, prepare_run
+    from trainer.units.client.rounds import RoundEngine
+
+    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    tally.record_round()
+    successor = with_noise(replan(plan, 1, Changes(), parent_plan_id="parent"), 1.05)
+    members = successor.pools[0].groups
+    full_run = {history_key(plan_ledger.run_history(successor, successor.group(g), successor.rounds, "skellam")): g
+                for g in members}
+    counts = dict.fromkeys(members, 0)
+    compose = plan_ledger.default_epsilon_fn
+
+    def counted(events, delta, accountant):
+        group = full_run.get(history_key(events))
+        if group is not None:
+            counts[group] += 1
+        return compose(events, delta, accountant)
+
+    monkeypatch.setattr(plan_ledger, "default_epsilon_fn", counted)
+    switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    assert isinstance(prepared.engine, RoundEngine)
+    assert prepared.engine.discrete[successor.pools[0].id].own_noise  # checked at its own noise
+    assert counts == dict.fromkeys(members, 1), counts
+
+
 def test_a_skellam_run_that_followed_a_re_plan_resumes_on_it(tmp_path, monkeypatch):
     """Interrupted after round 2 (on the re-plan since round 1) and resumed: the checkpoint's
     ledger (both plans' Skellam events) loads into the tally rebuilt on the re-plan, and the

@@ -33,7 +33,7 @@ version or mechanism is left out (docs/flower.md §2 "The discrete mechanism and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -161,10 +161,13 @@ class FlowerRoundEngine:
         secagg_mechanism: str = messages.DEFAULT_MECHANISM,
         step_timeout: float = 600.0,
         log: Log = print,
+        skellam_spent: Mapping[str, float] | None = None,
     ) -> None:
         """``secagg_mechanism``: the noise the pools' sessions carry, checked as the simulator's
         round engine checks it (``run_discrete_pools``: skellam runs each noised pool's stated
-        block, re-derived; under adaptive clipping with its count coordinate)."""
+        block, re-derived; under adaptive clipping with its count coordinate), with
+        ``skellam_spent``, the full-run ledgers ``planner.verify`` composed for this very plan
+        (the ServerApp's preparation hands them over, as ``gdpfed train``'s; docs/ledger.md §5)."""
         self.grid = grid
         self.membership = membership
         self.plan = plan
@@ -180,7 +183,8 @@ class FlowerRoundEngine:
         self.mechanisms = pool_mechanisms(plan, dim, plan.rounds, adaptive=self.adaptive)
         # pool id -> its discrete mechanism (noised pools under skellam; none otherwise); under
         # adaptive clipping each block carries the count coordinate
-        self.discrete = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=self.adaptive)
+        self.discrete = run_discrete_pools(plan, dim, secagg_mechanism, adaptive=self.adaptive,
+                                           skellam_spent=skellam_spent)
         self.secagg_mechanism = secagg_mechanism
         # per-client models live on the nodes: the strategy's evaluation asks them for their scores
         strategy.remote_scores = self.node_scores
@@ -431,12 +435,13 @@ class FlowerEngineFactory:
     hook: Callable[[FlowerRoundEngine], None] | None = None
 
     def __call__(self, for_plan: Plan, strategy: Strategy, _population: Population, dim: int, config: Any,
-                 _rounds: int) -> FlowerRoundEngine:
+                 _rounds: int, *, verified: Mapping[str, float] | None = None) -> FlowerRoundEngine:
         refuse_successor_plan(self.plan, for_plan)
-        # the mechanism from the run's configuration, as the simulator's build_engine reads it (and the nodes)
+        # the mechanism from the run's configuration, as the simulator's build_engine reads it (and the nodes);
+        # verified: the full-run Skellam ledgers the run's verification composed for the plan (docs/ledger.md §5)
         engine = FlowerRoundEngine(self.grid, self.membership, for_plan, strategy, dim, secagg_mode=self.secagg_mode,
                                    secagg_mechanism=run_mechanism(config, for_plan), step_timeout=self.step_timeout,
-                                   log=self.log)
+                                   log=self.log, skellam_spent=verified)
         if self.hook is not None:
             self.hook(engine)
         return engine

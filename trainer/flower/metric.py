@@ -269,12 +269,13 @@ def prepare_flower_metric_run(grid: Grid, plan: Any, plan_document: dict[str, An
     assert local_factory is not None  # the metric unit's prepare_run sets it (trainer.units.metric.run)
 
     def engine_factory(for_plan: Any, for_strategy: Any, population: Any, dim: int, run_config: Any,
-                       rounds: int) -> Any:
+                       rounds: int, *, verified: Any = None) -> Any:
         # a re-plan stops the run: the simulator's engine would release from the server's copy
         # of the clients' data, not on their nodes
         refuse_successor_plan(plan, for_plan)
-        return flower_metric_engine(local_factory(for_plan, for_strategy, population, dim, run_config, rounds), grid,
-                                    membership, timeout=options.step_timeout, log=log)
+        return flower_metric_engine(local_factory(for_plan, for_strategy, population, dim, run_config, rounds,
+                                                  verified=verified), grid, membership, timeout=options.step_timeout,
+                                    log=log)
 
     prepared.engine_factory = engine_factory
     return prepared, membership

@@ -380,7 +380,7 @@ def prepare_flower_silo_run(grid: Grid, plan: SiloSamplePlan, plan_document: dic
     prepared.engine = silo_round_engine(prepared.strategy, prepared.engine.dim, remotes[-1])
 
     def engine_factory(for_plan: Any, for_strategy: Any, _population: Any, dim: int, _config: Any,
-                       _rounds: int) -> Any:
+                       _rounds: int, *, verified: Any = None) -> Any:
         # a re-plan stops the run: the silos' nodes run their passes with the old plan's sigma_k
         # while the successor's ledger would count the new one
         refuse_successor_plan(plan, for_plan)

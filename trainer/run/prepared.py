@@ -8,7 +8,7 @@ the same fields by the same names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,8 +63,20 @@ class RoundRunner(Protocol):
     def run(self, ctx: RoundContext, global_params: torch.Tensor) -> tuple[torch.Tensor, RoundOutcome]: ...
 
 
-# (plan, strategy, population, model dim, config, rounds) -> the round executor for that plan.
-EngineFactory = Callable[[Plan, Strategy, Population, int, TrainConfig, int], RoundRunner]
+class EngineFactory(Protocol):
+    """(plan, strategy, population, model dim, config, rounds) -> the round executor for that plan.
+
+    ``verified``: what the unit's verification of this very plan composed and the engine's own
+    checks read rather than compose again (``TrainingUnit.verify``; the client unit: each
+    Skellam-priced group's full-run ledger, docs/ledger.md §5); ``None`` or a figure it lacks:
+    the engine composes what it needs. The run's first engine gets its plan's (the client
+    unit's ``checked_client_plan``), a followed re-plan's engine the successor's
+    (``trainer.run.replan.switch_plan``)."""
+
+    def __call__(self, plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
+                 rounds: int, /, *, verified: Mapping[str, float] | None = None) -> RoundRunner: ...
+
+
 # (config, plan) -> a factory of the registry's strategy ``config.strategy``, its options
 # validated and checked against the plan (``trainer.units.strategies.registered_strategy``).
 StrategySelector = Callable[[TrainConfig, Any], Callable[..., Strategy]]

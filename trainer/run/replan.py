@@ -9,6 +9,7 @@ spent before it is what the run counted, and the tally that continues on the suc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import pydantic
@@ -72,7 +73,7 @@ def switch_plan(
     (its ``load_state_dict``), not here (docs/trainer.md §Runs, checkpoints and resume).
     """
     name = document.get("id", "the successor plan")
-    successor = verified_successor(document, name, resuming, prepared.plan.privacy_unit)
+    successor, verified = verified_successor(document, name, resuming, prepared.plan.privacy_unit, prepared.unit.verify)
     end = prepared.run_start + prepared.config.rounds
     if resuming:
         if not prepared.run_start <= successor.start_round <= global_round:
@@ -89,8 +90,10 @@ def switch_plan(
     strategy.load_state_dict(state)
     continued = tally.continued(successor, epsilon_fn)
     assert prepared.engine_factory is not None  # a unit that can be re-planned rebuilds its engine
+    # the figures the successor's verification composed, which its engine's checks read (docs/ledger.md §5)
     engine = prepared.engine_factory(
-        successor, strategy, prepared.population, prepared.engine.dim, prepared.config, end - global_round
+        successor, strategy, prepared.population, prepared.engine.dim, prepared.config, end - global_round,
+        verified=verified,
     )
     prepared.plan = successor
     prepared.current_document = document
@@ -100,10 +103,12 @@ def switch_plan(
     return continued
 
 
-def verified_successor(document: dict[str, Any], name: str, resuming: bool, privacy_unit: str) -> Any:
-    """``document`` read and verified by its unit (``planner.units.verify``) and of the run's
-    ``privacy_unit``; a re-plan that does not verify stops the run (``ReportingStoppedError``),
-    a checkpoint's own copy is bad input."""
+def verified_successor(document: dict[str, Any], name: str, resuming: bool, privacy_unit: str,
+                       unit_verify: Callable[[Any], Mapping[str, float]] | None = None) -> tuple[Any, Mapping[str, float]]:
+    """``document`` read and verified by its unit (``unit_verify``, the run's ``TrainingUnit.verify``,
+    else ``planner.units.verify``) and of the run's ``privacy_unit``, with what the verification
+    composed for its round engine (empty without ``unit_verify``); a re-plan that does not verify
+    stops the run (``ReportingStoppedError``), a checkpoint's own copy is bad input."""
     try:
         # reading checks the fields its scenario fixes (planner.schema.check_scenario_fixed)
         successor = load_plan_document(document)
@@ -111,13 +116,17 @@ def verified_successor(document: dict[str, Any], name: str, resuming: bool, priv
             raise InvalidInputError(
                 "privacy_unit", f"is {successor.privacy_unit!r}, but this run executes {privacy_unit!r} plans"
             )
-        verify(successor)
+        verified: Mapping[str, float] = {}
+        if unit_verify is not None:
+            verified = unit_verify(successor)
+        else:
+            verify(successor)
     except (InvalidInputError, pydantic.ValidationError) as exc:
         if resuming:  # the checkpoint's own copy: damaged local input (exit 2), as its other checks
             raise
         message = exc.message if isinstance(exc, InvalidInputError) else validation_error_line(exc.errors())
         raise ReportingStoppedError(f"the re-plan {name} does not verify: {message}") from None
-    return successor
+    return successor, verified
 
 
 def refuse_successor(prepared: PreparedRun, tally: Any, successor: Any, name: str, global_round: int, *,

@@ -51,7 +51,10 @@ class TrainingUnit:
     switches to the service's re-plan at a claim answered ``superseded`` (its ledger is then
     a ``trainer.run.replan.FollowingTally``, and its preparation gives the run an
     ``engine_factory``); otherwise that answer stops the run naming the re-plan
-    (docs/ledger.md §6).
+    (docs/ledger.md §6). ``verify(plan)``: the check of a re-plan the run follows, the planner
+    unit's verifier's (``planner.units.verify``), returning what it composed for the successor's
+    round engine (``EngineFactory``'s ``verified``: the client unit's full-run Skellam ledgers);
+    ``None``: ``planner.units.verify``, nothing handed over.
     """
 
     name: str
@@ -67,6 +70,7 @@ class TrainingUnit:
     no_reports_reason: str = ""
     reports_participants: bool = False
     follows_replans: bool = False
+    verify: Callable[[Any], Mapping[str, float]] | None = None
 
     @cached_property
     def steps(self) -> RoundSteps:

@@ -482,3 +482,44 @@ def test_a_node_of_another_protocol_version_or_mechanism_is_left_out_with_the_re
     assert sum(outcome.survived.values()) > 0
     keys_to = {m.metadata.dst_node_id for m in grid.delivered if m.metadata.message_type == messages.KEYS}
     assert keys_to and not keys_to & {1000, 1001}
+
+
+class _EngineBuilt(Exception):
+    """Raised by the engine hook below: the ServerApp's run stops once its first engine is built."""
+
+
+@pytest.mark.parametrize("start", ["plan", "resume"])
+def test_the_serverapp_composes_an_old_skellam_plans_full_run_ledgers_once(tmp_path, monkeypatch, start):
+    """The old plan's blocks are an earlier calibration's: planner.verify's step 6 and the check of each
+    block's own noise (trainer.units.client.discrete) both need every member's full-run Skellam ledger.
+    The ServerApp hands the figures verification composed to its engine factory, as gdpfed train hands
+    them to its first engine, so each is composed once (twice before) up to the first FlowerRoundEngine,
+    for a new run and for the resume of the run written at 99ba0bd (docs/ledger.md §5)."""
+    import json
+    import shutil
+
+    from tests.trainer.old_skellam import OLD_SKELLAM_PLAN, OLD_SKELLAM_RUN, full_run_ledgers
+
+    out = tmp_path / "run"
+    if start == "resume":
+        shutil.copytree(OLD_SKELLAM_RUN, out)
+        plan_path = out / "plan.json"
+        run_config = TrainConfig.model_validate_json((out / "config.json").read_text())
+    else:
+        plan_path = OLD_SKELLAM_PLAN
+        run_config = TrainConfig(dataset="digits", model="mlp", model_options={"hidden": [16]}, rounds=1,
+                                 local_steps=2, batch_size=8)
+    document = json.loads(plan_path.read_text())
+    flat = run_config_of(FlowerOptions.model_validate({"out-dir": str(out), "resume": start == "resume"}), run_config)
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", skellam_plan(0.0))), {}, flat)
+    counts = full_run_ledgers(monkeypatch, plan_path)
+    built: list[Any] = []
+
+    def stop(engine: Any) -> None:
+        built.append(engine)
+        raise _EngineBuilt
+
+    with pytest.raises(_EngineBuilt):
+        run_plan(grid, document, flat, engine_hook=stop, log=lambda _text: None)
+    assert len(built) == 1 and built[0].discrete and any(pool.own_noise for pool in built[0].discrete.values())
+    assert counts and counts == dict.fromkeys(counts, 1), counts

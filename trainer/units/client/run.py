@@ -9,7 +9,7 @@ gives (the Flower scale-out's).
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
 from trainer.run.preparation import build_population, build_run_model, load_run_data
-from trainer.run.prepared import PreparedRun, RunOptions
+from trainer.run.prepared import EngineFactory, PreparedRun, RunOptions
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
 from trainer.units.client.adaptive_clip import adaptive_controller
@@ -80,14 +80,15 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     if unused:
         warnings.append(unused)
     # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does;
-    # the simulator's first engine checks client_plan's blocks with the ledgers verification composed
-    engine_factory = options.engine_factory or build_engine
-    first = options.engine_factory or partial(build_engine, skellam_spent=skellam_spent)
+    # the first engine, the simulator's or the factory's, checks client_plan's blocks with the ledgers
+    # verification composed (a re-plan's engine gets its successor's, trainer.run.replan.switch_plan)
+    engine_factory: EngineFactory = options.engine_factory or build_engine
+    engine = engine_factory(client_plan, strategy, population, dim, config, config.rounds, verified=skellam_spent)
     return PreparedRun(
         plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
         resume=options.resume, dataset=dataset, model=model, device=device, population=population,
         initial_params=flatten_params(model).to(device), strategy=strategy,
-        engine=first(client_plan, strategy, population, dim, config, config.rounds), warnings=warnings,
+        engine=engine, warnings=warnings,
         build_strategy=build_strategy, unit=unit, engine_factory=engine_factory, learnability=learnability,
         run_start=client_plan.start_round,
     )
@@ -175,7 +176,10 @@ def unused_adaptive_clip_warning(plan: Plan, strategy: Strategy, strategy_name: 
 
 
 def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
-                 rounds: int, skellam_spent: dict[str, float] | None = None) -> RoundEngine:
+                 rounds: int, *, verified: Mapping[str, float] | None = None) -> RoundEngine:
+    """The simulator's round engine of ``plan`` (``trainer.run.prepared.EngineFactory``): ``verified``,
+    group id -> the full-run Skellam ledger ``planner.verify`` composed for this very plan, which the
+    check of a block an earlier calibration wrote reads (``RoundEngine``'s ``skellam_spent``)."""
     return RoundEngine(
         plan,
         strategy,
@@ -187,5 +191,5 @@ def build_engine(plan: Plan, strategy: Strategy, population: Population, dim: in
         secagg_execution=config.secagg_execution,
         secagg_workers=None if config.secagg_workers == "auto" else config.secagg_workers,
         secagg_mechanism=config.secagg_mechanism,
-        skellam_spent=skellam_spent,
+        skellam_spent=verified,
     )

@@ -6,6 +6,7 @@ before it loads the trainer; the preparation and the steps are imported when fir
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainer.run.unit import TrainingUnit
@@ -19,6 +20,18 @@ def _prepare(*args: Any) -> Any:
     from trainer.units.client.run import prepare_client_run
 
     return prepare_client_run(*args)
+
+
+def _verify(plan: Any) -> Mapping[str, float]:
+    """A followed re-plan's check, the planner unit's (``planner.units.verify``: an understated
+    figure refused), and the full-run Skellam ledgers it composed for the successor's engine
+    (``verify_executable(skellam_spent=)``, docs/ledger.md §5)."""
+    # start-up time: gdpfed train reads the unit's declaration before it loads the planner's verifier
+    from planner.verify import verify_executable
+
+    skellam_spent: dict[str, float] = {}
+    verify_executable(plan, skellam_spent=skellam_spent)
+    return skellam_spent
 
 
 def _strategies() -> Any:
@@ -45,4 +58,5 @@ UNIT = TrainingUnit(
     strategies=_strategies,
     reports=True,
     follows_replans=True,
+    verify=_verify,
 )

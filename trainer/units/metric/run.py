@@ -82,7 +82,8 @@ def prepare_metric_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     tally = MetricTally(plan)
 
     def engine_factory(for_plan: Any, for_strategy: Any, for_population: Population, dim: int,
-                       run_config: TrainConfig, rounds: int) -> MetricRoundEngine:
+                       run_config: TrainConfig, rounds: int, *, verified: Any = None) -> MetricRoundEngine:
+        # verified: nothing the metric verifier composes is read by its engine
         # one tally for the whole run: a re-plan the run follows moves the caps on it
         # (MetricTally.continued), the releases so far stay counted (docs/metric-privacy.md §4)
         return MetricRoundEngine(for_plan, for_strategy, for_population, dim, tally)
