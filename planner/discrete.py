@@ -43,8 +43,9 @@ from accounting.events.poisson_sampled_skellam import (
     DOMINATION_MARGIN,
     MAX_TABULATED_VARIANCE,
     central_step,
-    subsampled_rdp,
+    top_order,
     unit_shift_table,
+    zhu_wang_rdp,
 )
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
 from planner.schema import DiscreteMechanism, NumbersModel
@@ -249,11 +250,8 @@ def gaussian_epsilon_same_bound(sampling_rate: float, noise_multiplier: float, r
     subsampling bound, only the mechanism differs.
     """
     grid = rdp_math.order_grid()
-    ceilings = np.maximum(np.ceil(grid.orders).astype(int), 2)
-    top = int(ceilings.max())
-    base = np.arange(top + 1, dtype=float) / (2.0 * noise_multiplier**2)
-    values = {a: subsampled_rdp(a, sampling_rate, base) for a in np.unique(ceilings).tolist()}
-    curve = rounds * np.array([values[a] for a in ceilings.tolist()])
+    base = np.arange(top_order(grid.orders) + 1, dtype=float) / (2.0 * noise_multiplier**2)
+    curve = rounds * zhu_wang_rdp(grid.orders, sampling_rate, base)
     return rdp_math.epsilon_from_rdp(grid.orders, curve, delta)[0]
 
 
