@@ -407,3 +407,31 @@ def test_the_blocks_recalibration_starts_from_the_plans_continuous_answers(monke
     guessed = discrete.pool_mechanisms(unstated)
     assert guessed == started
     assert rounds[0][0] == len(noised) and len(rounds) > len(started_rounds)  # the guesses: one point each first
+
+
+def test_the_rdp_route_composes_each_question_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: in an rdp pool the bisection's last feasible point, the calibration's figure and
+    the pool's figure of its binding group are one question (the same events at the same delta):
+    composed once, each answer the one a fresh composition gives."""
+    from planner.loading import load_scenario
+    from planner.plan import make_plan
+
+    scenario = load_scenario(EXAMPLES / "scenario.json").model_copy(update={"accountant": "rdp"})
+    plan = make_plan(scenario.model_copy(update={"secagg_mechanism": "gaussian_continuous"}), "gdpfed_plus")
+    asked: list[str] = []
+    real = accounting.epsilon_of_events
+
+    def counted(events: list, delta: float, accountant: AccountantName = "rdp") -> Any:
+        asked.append(repr(([e.model_dump() for e in events], delta, accountant)))
+        return real(events, delta=delta, accountant=accountant)
+
+    monkeypatch.setattr(accounting, "epsilon_of_events", counted)
+    pools = discrete.pool_mechanisms(plan)
+    skellam = [key for key in asked if "poisson_sampled_skellam" in key]
+    assert len(pools) == 3 and len(skellam) > 3 * 15
+    assert len(set(skellam)) == len(skellam)  # before: 3 questions 3 times, once per pool
+    for pool in pools:
+        block = pool.mechanism
+        event = block.event()
+        fresh = real([event], delta=block.delta - block.wrap_probability_run, accountant="rdp").epsilon
+        assert pool.group_epsilons[pool.binding_group] == block.epsilon == fresh
