@@ -640,6 +640,12 @@ def _tight(questions: list[_PoolQuestion], run: _Run, deadline: float | None = N
             by_rdp[i] = _rdp_pool(question, run, deadline)
         else:
             variance[i] = mu
+            # step 3 reads each member's dominating Gaussian off this table: read now, while
+            # unit_shift_table still holds it (it keeps 64), the answers are kept
+            # (gaussian_domination's cache) and the table is computed once per pool, not again
+            # for the certification after the other pools' tables pushed it out (issue 26)
+            for m in question.members:
+                _event(m, question, run, mu).dominating_gaussian()
 
     def sigma_eq(i: int) -> float:
         """The pool's noise std in units of the binding group's C s (equivalent_noise_multiplier)."""
