@@ -33,7 +33,7 @@ import numpy as np
 import accounting
 from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName
 from accounting.events import PoissonSampledGaussian, PoissonSampledSkellam
-from accounting.events.poisson_sampled_skellam import unit_shift_table
+from accounting.events.poisson_sampled_skellam import gaussian_domination, unit_shift_table
 from bench.discrete_tff import tff_rows
 from planner.discrete import calibrate_skellam
 from trainer.choices import SECAGG_MECHANISMS
@@ -159,8 +159,10 @@ def _pld(events: list[Any], delta: float) -> float:
 
 
 def _cold(work: Callable[[], Any]) -> Any:
-    """``work`` without the Skellam tables a previous call left in the cache (a new variance)."""
+    """``work`` without the Skellam tables a previous call left in the cache (a new variance),
+    nor the dominating Gaussians read off them."""
     unit_shift_table.cache_clear()
+    gaussian_domination.cache_clear()
     return work()
 
 

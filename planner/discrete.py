@@ -43,8 +43,9 @@ from accounting.events.poisson_sampled_skellam import (
     DOMINATION_MARGIN,
     MAX_TABULATED_VARIANCE,
     central_step,
-    subsampled_rdp,
+    top_order,
     unit_shift_table,
+    zhu_wang_rdp,
 )
 from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
 from planner.schema import DiscreteMechanism, NumbersModel
@@ -249,11 +250,8 @@ def gaussian_epsilon_same_bound(sampling_rate: float, noise_multiplier: float, r
     subsampling bound, only the mechanism differs.
     """
     grid = rdp_math.order_grid()
-    ceilings = np.maximum(np.ceil(grid.orders).astype(int), 2)
-    top = int(ceilings.max())
-    base = np.arange(top + 1, dtype=float) / (2.0 * noise_multiplier**2)
-    values = {a: subsampled_rdp(a, sampling_rate, base) for a in np.unique(ceilings).tolist()}
-    curve = rounds * np.array([values[a] for a in ceilings.tolist()])
+    base = np.arange(top_order(grid.orders) + 1, dtype=float) / (2.0 * noise_multiplier**2)
+    curve = rounds * zhu_wang_rdp(grid.orders, sampling_rate, base)
     return rdp_math.epsilon_from_rdp(grid.orders, curve, delta)[0]
 
 
@@ -270,6 +268,10 @@ def threat_model_line(min_survivors: int, colluding_clients: int) -> str:
     )
 
 
+# One rdp pool's epsilons by question: the spent events, the new rounds' event, delta (see _skellam_epsilon).
+_Asked = dict[tuple[tuple[PoissonSampledSkellam, ...], PoissonSampledSkellam, float], float]
+
+
 def _skellam_epsilon(
     sampling_rate: float,
     variance: float,
@@ -278,13 +280,23 @@ def _skellam_epsilon(
     rounds: int,
     delta: float,
     spent: Sequence[PoissonSampledSkellam] = (),
-    accountant: AccountantName = _CURVE_ACCOUNTANT,
+    asked: _Asked | None = None,
 ) -> float:
-    """Epsilon of ``spent`` then ``rounds`` releases of this Skellam event, composed at ``delta``."""
+    """Epsilon of ``spent`` then ``rounds`` releases of this Skellam event, composed at ``delta`` by
+    the rdp route's accountant (:data:`_CURVE_ACCOUNTANT`). ``asked``: the answers already
+    computed for the same pool, by question (events and delta, bit for bit): the bisection's last
+    feasible point, the calibration's figure and the pool's figure of its binding group are one
+    question, composed once (issue 26)."""
     event = PoissonSampledSkellam(
         sampling_rate=sampling_rate, variance=variance, l2_sensitivity=l2, l1_sensitivity=l1, steps=rounds
     )
-    return accounting.epsilon_of_events([*spent, event], delta=delta, accountant=accountant).epsilon
+    key = (tuple(spent), event, delta)
+    if asked is not None and key in asked:
+        return asked[key]
+    epsilon = accounting.epsilon_of_events([*spent, event], delta=delta, accountant=_CURVE_ACCOUNTANT).epsilon
+    if asked is not None:
+        asked[key] = epsilon
+    return epsilon
 
 
 @dataclass(frozen=True)
@@ -429,11 +441,14 @@ def calibrate_skellam(
     return _tight([question], run)[0].mechanism
 
 
-def _rdp_calibration(member: _Member, question: _PoolQuestion, run: _Run) -> DiscreteMechanism:
+def _rdp_calibration(
+    member: _Member, question: _PoolQuestion, run: _Run, asked: _Asked | None = None
+) -> DiscreteMechanism:
     """The rdp route (docs/secure-aggregation.md §Discrete noise, "Calibration"): a bisection on
     log sigma, sigma = sqrt(mu) / (C s), of the rdp epsilon (Zhu and Wang's general bound) of the
     member's spent events and the new rounds to a relative 1e-4, the returned sigma an evaluated
-    feasible point; b for the member's own clip."""
+    feasible point; b for the member's own clip. ``asked``: the pool's epsilons already computed
+    (:func:`_skellam_epsilon`)."""
     q, steps, target, clip = member.sampling_rate, run.rounds, member.epsilon, member.clip_norm
     delta, d, s = run.delta, run.dimension, question.scale
     t, n, c, m = question.min_survivors, question.max_clients, question.colluding_clients, question.count_factor
@@ -443,7 +458,7 @@ def _rdp_calibration(member: _Member, question: _PoolQuestion, run: _Run) -> Dis
     mech_delta = run.mech_delta(member)
 
     def eps_at(log_sigma: float) -> float:
-        return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta, spent)
+        return _skellam_epsilon(q, (math.exp(log_sigma) * clip * s) ** 2, l2, l1, steps, mech_delta, spent, asked)
 
     lo, hi = math.log(1e-3), math.log(1e4)
     if eps_at(hi) > target:
@@ -461,8 +476,8 @@ def _rdp_calibration(member: _Member, question: _PoolQuestion, run: _Run) -> Dis
     honest = t - c
     share = total / honest
     bits, _ = bits_for(wrap_round, n, clip, s, d, share, m)
-    eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, spent)
-    own = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta) if spent else eps
+    eps = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, spent, asked)
+    own = _skellam_epsilon(q, share * honest, l2, l1, steps, mech_delta, asked=asked) if spent else eps
     compared = _compared(sigma, member, question)
     same_bound = gaussian_epsilon_same_bound(q, compared, steps, mech_delta)
     gaussian = PoissonSampledGaussian(sampling_rate=q, noise_multiplier=compared, steps=steps)
@@ -625,6 +640,12 @@ def _tight(questions: list[_PoolQuestion], run: _Run, deadline: float | None = N
             by_rdp[i] = _rdp_pool(question, run, deadline)
         else:
             variance[i] = mu
+            # step 3 reads each member's dominating Gaussian off this table: read now, while
+            # unit_shift_table still holds it (it keeps 64), the answers are kept
+            # (gaussian_domination's cache) and the table is computed once per pool, not again
+            # for the certification after the other pools' tables pushed it out (issue 26)
+            for m in question.members:
+                _event(m, question, run, mu).dominating_gaussian()
 
     def sigma_eq(i: int) -> float:
         """The pool's noise std in units of the binding group's C s (equivalent_noise_multiplier)."""
@@ -751,10 +772,11 @@ def _rdp_pool(question: _PoolQuestion, run: _Run, deadline: float | None) -> Poo
     total variance kept, b for the pool's widest clip norm, every member's rdp epsilon at it
     (its spent events composed first, at delta less its spent wrap charge)."""
     options: dict[str, DiscreteMechanism] = {}
+    asked: _Asked = {}
     for m in question.members:
         if deadline is not None and time.monotonic() > deadline:
             raise DiscreteReportTimeout(f"stopped in pool {question.pool} (the rdp route calibrates group by group)")
-        options[m.group] = _rdp_calibration(m, question, run)
+        options[m.group] = _rdp_calibration(m, question, run, asked)
     binding = max(options, key=lambda gid: options[gid].total_variance)
     # The binding group's b covers vectors of its own clip norm only; every client of the
     # pool sends on this grid (idp_scale and per-group clip norms give some a larger C_g), so
@@ -774,6 +796,7 @@ def _rdp_pool(question: _PoolQuestion, run: _Run, deadline: float | None) -> Poo
             run.rounds,
             run.delta - m.spent_wrap - chosen.wrap_probability_run,
             m.spent,
+            asked,
         )
         for m in question.members
     }

@@ -206,3 +206,86 @@ def test_logsumexp_is_scipys_value_for_value() -> None:
     for values in cases:
         expected, got = float(logsumexp(values)), _logsumexp(values)
         assert got == expected or (np.isnan(got) and np.isnan(expected)), values
+
+
+def _per_order_rdp(event: PoissonSampledSkellam, orders: np.ndarray) -> np.ndarray:
+    """The event's curve as it was computed before issue 26's vectorisation, kept verbatim as the
+    reference: e(a) one order at a time in Python floats, then Zhu and Wang's bound one integer
+    order at a time (its own gammaln, terms and logsumexp per order)."""
+    from scipy.special import gammaln
+
+    from accounting.events.poisson_sampled_skellam import _logsumexp
+    from accounting.rdp import SMALL_LOG_A
+
+    def e(order: int) -> float:
+        a, mu, d2sq, d1 = float(order), event.variance, event.l2_sensitivity**2, event.l1_sensitivity
+        square = 4.0 * mu * mu
+        second = ((2.0 * a - 1.0) * d2sq + 6.0 * d1) / square if square > 0 else math.inf
+        return a * d2sq / (2.0 * mu) + min(second, 3.0 * d1 / (2.0 * mu))
+
+    def subsampled(a: int, q: float, base: np.ndarray) -> float:
+        if q >= 1.0:
+            return float(base[a])
+        log_q, log_1q = math.log(q), math.log1p(-q)
+        ls = np.arange(2, a + 1, dtype=float)
+        log_binom = gammaln(a + 1.0) - gammaln(ls + 1.0) - gammaln(a - ls + 1.0)
+        terms = log_binom + ls * log_q + (a - ls) * log_1q + (ls - 1.0) * base[2 : a + 1]
+        terms[1:] += math.log(3.0)
+        first = (a - 1) * log_1q + math.log(a * q - q + 1.0)
+        log_total = _logsumexp(np.concatenate(([first], terms)))
+        if log_total < SMALL_LOG_A:
+            exponent = (ls - 1.0) * base[2 : a + 1]
+            exponent[1:] += math.log(3.0)
+            weights = log_binom + ls * log_q + (a - ls) * log_1q
+            with np.errstate(divide="ignore"):
+                log_excess = exponent + np.log(-np.expm1(-exponent))
+            log_total = math.log1p(math.exp(_logsumexp(weights + log_excess)))
+        return min(float(base[a]), log_total / (a - 1))
+
+    ceilings = np.maximum(np.ceil(orders).astype(int), 2)
+    base = np.zeros(int(ceilings.max()) + 1)
+    for a in range(2, base.size):
+        base[a] = e(a)
+    values = {a: subsampled(a, event.sampling_rate, base) for a in np.unique(ceilings).tolist()}
+    return event.steps * np.array([values[a] for a in ceilings.tolist()])
+
+
+def test_the_curve_is_the_per_order_loops_bit_for_bit() -> None:
+    """Issue 26: the curve is computed for all orders at once (the terms of every order in one
+    array, each order's logsumexp by its own segment); every value is the one the per-order loop
+    gave, to the last bit, on the default grid and a small one: random events from tiny to
+    certain sampling, tiny to huge noise and sensitivities (tiny q takes the bracket - 1 path of
+    docs/accounting.md §2.4), and curves whose sums overflow (the scalar logsumexp's own path)."""
+    from accounting.events import poisson_sampled_skellam as skellam
+
+    rng = np.random.default_rng(2026)
+    cases = [(0.3, 1.0, 1e154, 1e154), (0.5, 1e-200, 1.0, 1e300), (1e-3, 1e-300, 1.0, 1.0), (1e-12, 1e12, 1.0, 1.0),
+             (1.0, 50.0, 3.0, 5.0), (0.999999, 1.0, 1e150, 1e160), (1e-300, 5.0, 1.0, 1.0)]
+    for _ in range(150):
+        q = float(10 ** rng.uniform(-9, 0)) if rng.random() < 0.9 else float(rng.choice([1.0, 0.5, 1 - 1e-9]))
+        l2 = float(10 ** rng.uniform(-1, 6))
+        cases.append((q, float(10 ** rng.uniform(-1, 12)), l2, l2 * float(10 ** rng.uniform(0, 3))))
+    scalar = skellam._logsumexp
+    calls = 0
+
+    def counted(values: np.ndarray) -> float:
+        nonlocal calls
+        calls += 1
+        return scalar(values)
+
+    small = 0
+    for orders in (order_grid().orders, np.array([1.5, 2.0, 7.0, 7.5, 40.0])):
+        grid = order_grid(orders)
+        for q, variance, l2, l1 in cases:
+            event = PoissonSampledSkellam(
+                sampling_rate=q, variance=variance, l2_sensitivity=l2, l1_sensitivity=l1, steps=7
+            )
+            expected = _per_order_rdp(event, grid.orders)
+            skellam._logsumexp = counted
+            try:
+                got = event.rdp(grid)
+            finally:
+                skellam._logsumexp = scalar
+            assert np.array_equal(got, expected, equal_nan=True), (q, variance, l2, l1)
+            small += int(np.any(expected / 7 * (np.maximum(np.ceil(grid.orders), 2) - 1) < 1e-4))
+    assert calls > 0 and small > 0  # both the overflowing sums and the bracket - 1 path were compared

@@ -401,3 +401,61 @@ def test_the_blocks_recalibration_starts_from_the_plans_continuous_answers(
     guessed = discrete.pool_mechanisms(unstated)
     assert guessed == started
     assert rounds[0][0] == len(noised) and len(rounds) > len(started_rounds)  # the guesses: one point each first
+
+
+def test_the_rdp_route_composes_each_question_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: in an rdp pool the bisection's last feasible point, the calibration's figure and
+    the pool's figure of its binding group are one question (the same events at the same delta):
+    composed once, each answer the one a fresh composition gives."""
+    from planner.loading import load_scenario
+    from planner.plan import make_plan
+
+    scenario = load_scenario(EXAMPLES / "scenario.json").model_copy(update={"accountant": "rdp"})
+    plan = make_plan(scenario.model_copy(update={"secagg_mechanism": "gaussian_continuous"}), "gdpfed_plus")
+    asked: list[str] = []
+    real = accounting.epsilon_of_events
+
+    def counted(events: list, delta: float, accountant: AccountantName = "rdp") -> Any:
+        asked.append(repr(([e.model_dump() for e in events], delta, accountant)))
+        return real(events, delta=delta, accountant=accountant)
+
+    monkeypatch.setattr(accounting, "epsilon_of_events", counted)
+    pools = discrete.pool_mechanisms(plan)
+    skellam = [key for key in asked if "poisson_sampled_skellam" in key]
+    assert len(pools) == 3 and len(skellam) > 3 * 15
+    assert len(set(skellam)) == len(skellam)  # before: 3 questions 3 times, once per pool
+    for pool in pools:
+        block = pool.mechanism
+        event = block.event()
+        fresh = real([event], delta=block.delta - block.wrap_probability_run, accountant="rdp").epsilon
+        assert pool.group_epsilons[pool.binding_group] == block.epsilon == fresh
+
+
+def test_the_tight_route_computes_each_pools_table_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: pld's certification reads each member's dominating Gaussian off its pool's
+    ``unit_shift_table`` three times, after every pool's table was computed. With more pools
+    than the tables unit_shift_table keeps (64; 2 here, for 3 pools), the tables were computed
+    again and again (282 tables for 94 variances in a 100-pool plan); each is computed once,
+    and the blocks are the same."""
+    import functools
+
+    from accounting.events import poisson_sampled_skellam as skellam
+    from planner.loading import load_scenario
+    from planner.plan import make_plan
+
+    plan = make_plan(load_scenario(EXAMPLES / "scenario.json"), "gdpfed_plus")
+    expected = discrete.pool_mechanisms(plan)
+    computed: list[float] = []
+    inner = skellam.unit_shift_table.__wrapped__
+
+    def table(variance: float) -> Any:
+        computed.append(variance)
+        return inner(variance)
+
+    small = functools.lru_cache(maxsize=2)(table)
+    monkeypatch.setattr(skellam, "unit_shift_table", small)
+    monkeypatch.setattr(discrete, "unit_shift_table", small)
+    if hasattr(skellam.gaussian_domination, "cache_clear"):
+        skellam.gaussian_domination.cache_clear()
+    assert discrete.pool_mechanisms(plan) == expected
+    assert len(expected) == 3 and len(computed) == len(set(computed)) == 3
