@@ -253,6 +253,19 @@ def test_service_import_loads_no_optimisation() -> None:
     assert completed.stdout.strip() == "[]"
 
 
+def test_service_and_planner_imports_load_no_scipy() -> None:
+    # issue 26 §2: planner/secagg.py imported scipy.special (about 0.2 s, its array-API layer)
+    # at import time, so the service, the trainer and every importer of the planner's units
+    # paid for it; it now loads with the first threshold computed (a plan), as the RDP curves
+    # and the Skellam tables load it with their first computation
+    probe = (
+        "import sys, planner.secagg, planner.units, planner.verify, app.main\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
+
+
 def test_client_plan_builds_no_other_units_validators(tmp_path: Path) -> None:
     # issue 26 §3: the silo and metric units' models and the service's wire models build
     # their validators on first use, so planning a client scenario does not pay for them
