@@ -9,10 +9,10 @@ answer the inverse questions; metric leakage, a different notion, adds up in
 
 from __future__ import annotations
 
-import importlib
 import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accounting.lazy import LazyPackage
 
 if TYPE_CHECKING:
     from accounting.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, AccountantName, get_accountant
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # Start-up time: the names below are imported from their modules when first read (PEP 562),
 # not when the package is, so ``import accounting.errors`` or ``accounting.choices`` (the
 # command line's parsers, a refused ``gdpfed train``) loads neither numpy nor pydantic nor
-# the accountants (docs/architecture.md, "Command line").
+# the accountants (docs/architecture.md, "Command line"; accounting/lazy.py reads them).
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ACCOUNTANTS", "ACCOUNTANT_NAMES", "AccountantName", "get_accountant"), "accounting.accountants"),
     **dict.fromkeys(
@@ -61,37 +61,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The exported ``name``, imported from its module on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accounting' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
-
-class _Package(types.ModuleType):
-    """The package, whose ``epsilon`` stays the function ``accounting.epsilon.epsilon``.
-
-    Importing a submodule binds it on its package (``accounting.epsilon`` = the module
-    ``accounting/epsilon.py``); while the package imported its exports eagerly, its own
-    ``from accounting.epsilon import epsilon`` came after and rebound the function. Lazily,
-    a submodule bound under an exported name is not kept: the export is read instead."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and name in _EXPORTS:
-            return  # the export is read instead (``__getattr__``)
-        super().__setattr__(name, value)
-
-
-# A module's class may be a subclass of ModuleType (the language reference, "Customizing
-# module attribute access"); only ``__setattr__`` differs.
-sys.modules[__name__].__class__ = _Package
+sys.modules[__name__].__class__ = LazyPackage
 
 __all__ = [
     "ACCOUNTANTS",

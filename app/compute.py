@@ -44,8 +44,9 @@ logger = logging.getLogger("gdpfed.app")
 
 T = TypeVar("T")
 
-# Imported once by the forkserver, so every worker starts with them loaded.
-PRELOAD = ("numpy", "scipy.optimize", "accounting", "planner", "planner.plan", "planner.replan",
+# Imported once by the forkserver, so every worker starts with them loaded (the planner's
+# modules by name: the package itself imports them on first use, planner/__init__.py).
+PRELOAD = ("numpy", "scipy.optimize", "accounting", "planner.loading", "planner.sweep", "planner.plan", "planner.replan",
            "accounting.requests", "app.compute")
 # How long a killed or retired worker may take to exit before it is left to the OS.
 _JOIN_SECONDS = 5.0

@@ -10,7 +10,7 @@
 
 The first positional is either a scenario file or the word ``replan`` / ``sweep`` / ``verify``
 followed by a file. The handler raises the project's errors; app/cli.py prints them as one line and
-exits 2. Importing this module loads the planner (``planner/__init__.py`` runs first), so
+exits 2. Importing this module loads no numerics (the handlers import the planner), and
 ``app/cli.py`` imports it only for ``gdpfed plan``.
 """
 
@@ -18,24 +18,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from accounting.accountants import ACCOUNTANT_NAMES
-from accounting.choices import SecaggMechanism
+from accounting.choices import AccountantName, SecaggMechanism
 from accounting.errors import InvalidInputError
-from planner import ledger as plan_ledger
-from planner.loading import (
-    load_changes,
-    load_plan_document_file,
-    load_scenario,
-    load_scenario_document,
-    naming_file,
-    read_document,
-)
-from planner.report import sweep_text
-from planner.sweep import plot_sweep, sweep
-from planner.units import make_plan, privacy_unit, unit_of, verify
-from planner.units.base import PrivacyUnit
+
+if TYPE_CHECKING:
+    from planner.units.base import PrivacyUnit
+
+# Start-up time: the planner (numpy, scipy, pydantic's models) is imported by the handlers,
+# not with this module, so `gdpfed plan --help` and argparse's refusals build the parser from
+# accounting.choices alone (issue 26 §2; docs/architecture.md, "Command line").
 
 
 def register(subparsers: Any) -> None:
@@ -59,7 +52,7 @@ def register(subparsers: Any) -> None:
         "an unknown name is refused with the list of known ones",
     )
     parser.add_argument(
-        "--accountant", choices=ACCOUNTANT_NAMES, default=None, help="override the scenario's accountant"
+        "--accountant", choices=get_args(AccountantName), default=None, help="override the scenario's accountant"
     )
     parser.add_argument("--out", default=None, help="also write the plan document (JSON) to this file")
     parser.add_argument("--rounds-done", type=int, default=None, help="replan: rounds of the plan already run")
@@ -95,6 +88,9 @@ def handle(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     """Plan with the planner of the scenario's privacy unit (planner.units)."""
+    from planner.loading import load_scenario_document, naming_file, read_document  # start-up time (above)
+    from planner.units import make_plan, privacy_unit, unit_of
+
     document = read_document(path, "scenario")
     with naming_file("scenario", path):
         if "model_dim" in privacy_unit(document.get("privacy_unit", "client")).scenario_model.model_fields \
@@ -112,6 +108,9 @@ def _plan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
 
 
 def _replan(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    from planner.loading import load_changes, load_plan_document_file  # start-up time (above)
+    from planner.units import unit_of
+
     _reject(args, ("method", "accountant", "group", "epsilons", "plot"), "plan replan")
     if args.rounds_done is None:
         raise InvalidInputError("--rounds-done", "replan needs --rounds-done N")
@@ -140,6 +139,9 @@ def _verify(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     """The plan file checked by its unit's verifier, as ``gdpfed train`` checks it before round 0
     (``planner.units.verify``; a client plan: ``planner.verify.verify_executable``, docs/ledger.md
     §5): nothing the planner wrote is trusted, and a refusal names the file and the field."""
+    from planner.loading import load_plan_document_file, naming_file  # start-up time (above)
+    from planner.units import unit_of, verify
+
     _reject(args, ("method", "accountant", "out", "rounds_done", "changes", "parent_plan_id", "secagg_mechanism",
                    "group", "epsilons", "plot"), "plan verify")
     plan = load_plan_document_file(path)
@@ -160,6 +162,8 @@ def _checked_with(plan: Any, unit: PrivacyUnit) -> tuple[str, list[str]]:
     them with: a client plan's from its ledger (``planner.ledger.stated_mechanism``,
     ``stated_accountants``; docs/ledger.md §5), another unit's its own mechanism and its plan's
     accountant (none for a metric plan, whose leakages add)."""
+    from planner import ledger as plan_ledger  # start-up time (above)
+
     if unit.secagg_mechanisms:
         return plan_ledger.stated_mechanism(plan), list(plan_ledger.stated_accountants(plan))
     accountant = getattr(plan, "accountant", None)
@@ -167,6 +171,10 @@ def _checked_with(plan: Any, unit: PrivacyUnit) -> tuple[str, list[str]]:
 
 
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
+    from planner.loading import load_scenario  # start-up time (above)
+    from planner.report import sweep_text
+    from planner.sweep import plot_sweep, sweep
+
     _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "out"), "plan sweep")
     if args.group is None:
         raise InvalidInputError("--group", "sweep needs --group ID")

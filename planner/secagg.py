@@ -21,12 +21,13 @@ each share group is at most 1/SPARSE_MIN_SAVING of the pool and n >= SPARSE_MIN_
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 import numpy as np
-from scipy import special
 
 from accounting.errors import InvalidInputError
 from planner.harary import DEFAULT_CORRUPT_FRACTION, harary_parameters
@@ -35,13 +36,22 @@ from planner.schema import RequestedSecagg, SecaggMode
 if TYPE_CHECKING:
     from planner.schema import PoolPlan
 
-try:
-    # The Boost binomial functions scipy.stats.binom itself calls (scipy >= 1.12 keeps them
-    # in scipy.special): importing scipy.stats for them cost every `gdpfed plan` about a
-    # third of its start-up (issue 26 §2).
-    from scipy.special._ufuncs import _binom_cdf, _binom_isf, _binom_pmf, _binom_ppf, _binom_sf
-except ImportError:  # pragma: no cover - older scipy: the public distribution
-    _binom_cdf = _binom_isf = _binom_pmf = _binom_ppf = _binom_sf = None
+# Start-up time: scipy.special (about 0.2 s of a process's start, its array-API layer) is
+# imported where a threshold is first computed, not with this module: the service, the
+# trainer and `gdpfed plan verify` import the planner's secure aggregation (its graph, its
+# checks) without asking for a binomial (issue 26 §2).
+
+
+@functools.cache
+def _boost() -> SimpleNamespace | None:
+    """The Boost binomial functions scipy.stats.binom itself calls (scipy >= 1.12 keeps them in
+    scipy.special): importing scipy.stats for them cost every `gdpfed plan` about a third of
+    its start-up (issue 26 §2). None on an older scipy (then scipy.stats serves, ``_stats``)."""
+    try:
+        from scipy.special._ufuncs import _binom_cdf, _binom_isf, _binom_pmf, _binom_ppf, _binom_sf
+    except ImportError:  # pragma: no cover - older scipy: the public distribution
+        return None
+    return SimpleNamespace(pmf=_binom_pmf, cdf=_binom_cdf, sf=_binom_sf, ppf=_binom_ppf, isf=_binom_isf)
 
 
 class _Binom:
@@ -65,7 +75,7 @@ class _Binom:
         k_a, n_a, p_a, valid = cls._args(k, n, p)
         cond = valid & (k_a >= 0) & (k_a <= n_a) & (np.floor(k_a) == k_a)
         out = np.where(~valid | np.isnan(k_a), np.nan, 0.0)
-        out[cond] = np.clip(_binom_pmf(k_a[cond], n_a[cond], p_a[cond]), 0, 1)
+        out[cond] = np.clip(_ufuncs().pmf(k_a[cond], n_a[cond], p_a[cond]), 0, 1)
         return cls._out(out)
 
     @classmethod
@@ -74,7 +84,7 @@ class _Binom:
         cond = valid & (k_a >= 0) & (k_a < n_a) & np.isfinite(k_a)
         out = np.where(k_a >= n_a, 1.0, 0.0)
         out[~valid | np.isnan(k_a)] = np.nan
-        out[cond] = np.clip(_binom_cdf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
+        out[cond] = np.clip(_ufuncs().cdf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
         return cls._out(out)
 
     @classmethod
@@ -83,7 +93,7 @@ class _Binom:
         cond = valid & (k_a >= 0) & (k_a < n_a) & np.isfinite(k_a)
         out = np.where(~valid | np.isnan(k_a), np.nan, 0.0)
         out[((k_a < 0) | np.isneginf(k_a)) & valid] = 1.0
-        out[cond] = np.clip(_binom_sf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
+        out[cond] = np.clip(_ufuncs().sf(np.floor(k_a[cond]), n_a[cond], p_a[cond]), 0, 1)
         return cls._out(out)
 
     @classmethod
@@ -99,18 +109,33 @@ class _Binom:
 
     @classmethod
     def ppf(cls, q: object, n: object, p: object) -> Any:
-        return cls._quantile(q, n, p, _binom_ppf, "below")
+        return cls._quantile(q, n, p, _ufuncs().ppf, "below")
 
     @classmethod
     def isf(cls, q: object, n: object, p: object) -> Any:
-        return cls._quantile(q, n, p, _binom_isf, "above")
+        return cls._quantile(q, n, p, _ufuncs().isf, "above")
+
+
+def _ufuncs() -> SimpleNamespace:
+    boost = _boost()
+    assert boost is not None  # _Binom serves only where _boost found them (_stats)
+    return boost
 
 
 class _Norm:
     """``scipy.stats.norm``'s cdf and ppf for real arguments: ndtr and ndtri, which it calls."""
 
-    cdf = staticmethod(special.ndtr)
-    ppf = staticmethod(special.ndtri)
+    @staticmethod
+    def cdf(x: Any) -> Any:
+        from scipy.special import ndtr  # start-up time (above)
+
+        return ndtr(x)
+
+    @staticmethod
+    def ppf(x: Any) -> Any:
+        from scipy.special import ndtri  # start-up time (above)
+
+        return ndtri(x)
 
 
 class _Stats:
@@ -118,10 +143,16 @@ class _Stats:
     norm: Any = _Norm
 
 
-if _binom_cdf is None:  # pragma: no cover - older scipy
-    from scipy import stats
-else:
-    stats = _Stats()
+@functools.cache
+def _stats() -> Any:
+    """scipy.stats' binom and norm as this module calls them: the Boost functions and ndtr,
+    ndtri (``_Binom``, ``_Norm``), or scipy.stats itself on a scipy without them."""
+    if _boost() is None:  # pragma: no cover - older scipy
+        from scipy import stats
+
+        return stats
+    return _Stats()
+
 
 # Convolve exactly while the total support of S has at most this many points.
 EXACT_SUPPORT_LIMIT = 2_000_000
@@ -155,13 +186,13 @@ def survivor_distribution(
         if rate >= 1.0:
             offset += n
             continue
-        low = int(stats.binom.ppf(per_member, n, rate))
-        high = int(stats.binom.isf(per_member, n, rate)) + 1
+        low = int(_stats().binom.ppf(per_member, n, rate))
+        high = int(_stats().binom.isf(per_member, n, rate)) + 1
         low = max(0, low - 1)
         high = min(n, high)
         support = np.arange(low, high + 1)
-        member_pmf = stats.binom.pmf(support, n, rate)
-        left_out += float(stats.binom.cdf(low - 1, n, rate)) if low > 0 else 0.0
+        member_pmf = _stats().binom.pmf(support, n, rate)
+        left_out += float(_stats().binom.cdf(low - 1, n, rate)) if low > 0 else 0.0
         pmf = _convolve(pmf, member_pmf)
         offset += low
     return offset, pmf, left_out
@@ -208,10 +239,10 @@ def single_group_thresholds(
     n = np.asarray(num_clients, dtype=float)
     r = np.asarray(sampling_rates, dtype=float) * (1.0 - float(dropout_rate))
     alpha = float(abort_probability)
-    k = stats.binom.ppf(alpha, n, r)  # smallest k with P(S <= k) >= alpha
-    k = np.where(stats.binom.cdf(k, n, r) <= alpha, k, k - 1)  # largest k with P(S <= k) <= alpha
-    below = np.where(k >= 0, stats.binom.cdf(k, n, r), 0.0)
-    p_zero = stats.binom.pmf(0, n, r)
+    k = _stats().binom.ppf(alpha, n, r)  # smallest k with P(S <= k) >= alpha
+    k = np.where(_stats().binom.cdf(k, n, r) <= alpha, k, k - 1)  # largest k with P(S <= k) <= alpha
+    below = np.where(k >= 0, _stats().binom.cdf(k, n, r), 0.0)
+    p_zero = _stats().binom.pmf(0, n, r)
     out = []
     for i in range(len(n)):
         if k[i] < 0:
@@ -286,14 +317,14 @@ def _normal_threshold(mean: float, variance: float, alpha: float) -> SecaggThres
         m = max(1, int(round(mean)))
         return SecaggThreshold(m, 0.0 if mean >= m else 1.0, mean, False, mean >= 1)
     sd = math.sqrt(variance)
-    m = math.floor(mean + 0.5 + sd * float(stats.norm.ppf(alpha)))
+    m = math.floor(mean + 0.5 + sd * float(_stats().norm.ppf(alpha)))
     # Guard against the floor landing one above the boundary through rounding.
-    while m >= 1 and stats.norm.cdf((m - 0.5 - mean) / sd) > alpha:
+    while m >= 1 and _stats().norm.cdf((m - 0.5 - mean) / sd) > alpha:
         m -= 1
     if m < 1:
-        p = float(stats.norm.cdf((0.5 - mean) / sd))
+        p = float(_stats().norm.cdf((0.5 - mean) / sd))
         return SecaggThreshold(1, p, mean, False, p <= alpha)
-    return SecaggThreshold(m, float(stats.norm.cdf((m - 0.5 - mean) / sd)), mean, False, True)
+    return SecaggThreshold(m, float(_stats().norm.cdf((m - 0.5 - mean) / sd)), mean, False, True)
 
 
 def _convolve(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -335,9 +366,9 @@ def dropout_bound(num_clients: int, dropout_rate: float, abort_probability: floa
     """
     if num_clients < 1 or dropout_rate <= 0:
         return 0.0
-    dropped = int(stats.binom.isf(abort_probability, num_clients, dropout_rate))
+    dropped = int(_stats().binom.isf(abort_probability, num_clients, dropout_rate))
     # isf's integer answer may sit one below the boundary; step until the tail is small enough.
-    while dropped < num_clients and stats.binom.sf(dropped, num_clients, dropout_rate) > abort_probability:
+    while dropped < num_clients and _stats().binom.sf(dropped, num_clients, dropout_rate) > abort_probability:
         dropped += 1
     return dropped / num_clients
 

@@ -188,7 +188,45 @@ def test_plan_imports_no_interpolation(tmp_path: Path) -> None:
 OPTIMISATION = ("scipy.interpolate", "scipy.optimize", "scipy.linalg", "scipy.sparse", "scipy.spatial")
 
 
-@pytest.mark.parametrize("argv", [["plan", "--help"], ["plan", "verify", "PLAN"]], ids=["plan-help", "plan-verify"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--help"],
+        ["plan", "examples/scenario.json", "--accountant", "nosuch"],  # argparse: not a choice
+        ["plan"],  # argparse: no target
+    ],
+    ids=["help", "bad-choice", "no-target"],
+)
+def test_plan_parser_loads_no_planner(tmp_path: Path, argv: list[str]) -> None:
+    # issue 26 §2: planner/__init__.py imported the whole planner (and numpy, scipy and the
+    # schema's models) into any process that imported one planner module, so `gdpfed plan
+    # --help` paid a plan's imports (0.43 s of 0.72); the package's exports and planner/cli.py's
+    # handlers now import on first use, and the parser reads accounting.choices alone
+    code, modules = imported(tmp_path, *argv)
+    assert code in (0, 2)
+    assert "planner.cli" in modules
+    assert loaded(modules, "planner") == ["planner", "planner.cli"]
+    for heavy in ("numpy", "scipy", "pydantic", "accounting.accountants", "accounting.events"):
+        assert loaded(modules, heavy) == [], heavy
+
+
+def test_planner_package_exports_load_on_first_use() -> None:
+    # planner/__init__.py's exports are read lazily (accounting/lazy.py); `planner.replan` and
+    # `planner.sweep` stay the functions even after their submodules are imported
+    probe = (
+        "import sys, planner\n"
+        "assert 'numpy' not in sys.modules and 'planner.schema' not in sys.modules\n"
+        "import planner.replan, planner.sweep, planner.loading\n"
+        "from planner import Scenario, make_plan, replan, sweep\n"
+        "assert planner.replan is replan and replan.__module__ == 'planner.replan' and callable(planner.sweep)\n"
+        "assert make_plan.__module__ == 'planner.plan' and Scenario.__module__ == 'planner.schema'\n"
+        "assert set(planner._EXPORTS) == set(planner.__all__)\n"
+        "assert all(hasattr(planner, n) for n in planner.__all__) and set(planner.__all__) <= set(dir(planner))\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+@pytest.mark.parametrize("argv", [["plan", "verify", "PLAN"]], ids=["plan-verify"])
 def test_planner_without_an_allocation_loads_no_optimisation(tmp_path: Path, argv: list[str]) -> None:
     # issue 26 §3: planner/calibration.py and planner/curves.py imported scipy.interpolate, and
     # with it scipy.optimize, linalg, sparse and spatial, into every process that imported the
@@ -210,6 +248,19 @@ def test_service_import_loads_no_optimisation() -> None:
         "import sys, app.main\n"
         "assert 'planner.calibration' in sys.modules\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' and m.startswith({OPTIMISATION!r})))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
+
+
+def test_service_and_planner_imports_load_no_scipy() -> None:
+    # issue 26 §2: planner/secagg.py imported scipy.special (about 0.2 s, its array-API layer)
+    # at import time, so the service, the trainer and every importer of the planner's units
+    # paid for it; it now loads with the first threshold computed (a plan), as the RDP curves
+    # and the Skellam tables load it with their first computation
+    probe = (
+        "import sys, planner.secagg, planner.units, planner.verify, app.main\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert completed.stdout.strip() == "[]"
