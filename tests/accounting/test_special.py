@@ -143,3 +143,33 @@ def test_the_port_and_rdp_import_no_scipy() -> None:
         "assert not [m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')], sorted(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def test_rdp_computes_each_log_gamma_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fractional series' log-gammas depend on the orders alone: a calibration's later
+    # evaluations take them from rdp's memo (the port's per-value C-library calls were most
+    # of an evaluation), with the same values, and the memo stays bounded
+    calls: list[int] = []
+
+    def counted(x: np.ndarray) -> np.ndarray:
+        calls.append(np.asarray(x).size)
+        return special.gammaln(x)
+
+    monkeypatch.setattr(rdp, "gammaln", counted)
+    monkeypatch.setattr(rdp, "_GAMMALN_MEMO", {})
+    alpha = np.array([1.5, 2.5, 3.7, 3.7, 10.9])
+    first = rdp.log_a_fractional(0.01, 1.1, alpha)
+    assert calls
+    calls.clear()
+    assert np.array_equal(rdp.log_a_fractional(0.02, 0.9, alpha[::-1]), rdp.log_a_fractional(0.02, 0.9, alpha[::-1]))
+    assert np.array_equal(rdp.log_a_fractional(0.01, 1.1, alpha), first)
+    assert calls == []
+    arguments = _rdp_gamma_arguments()[:5000]
+    _assert_same_bits(rdp._gammaln(arguments), scipy_special.gammaln(arguments), arguments)
+    monkeypatch.setattr(rdp, "_GAMMALN_MEMO", {})
+    monkeypatch.setattr(rdp, "_GAMMALN_MEMO_MAX", 1000)
+    for part in (arguments[:900], arguments[900:1800], arguments):
+        rdp._gammaln(part)
+        assert 0 < len(rdp._GAMMALN_MEMO) <= 1000
+    again = rdp._gammaln(arguments)
+    _assert_same_bits(again, scipy_special.gammaln(arguments), arguments)
