@@ -172,30 +172,6 @@ def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return (peak + np.log(np.add.reduceat(shifted, flat_starts))).reshape(points, starts.size)
 
 
-# The fractional series' log-gammas depend on the orders alone, so a calibration asks the
-# same few hundred at every evaluation: they are kept by argument (accounting/special.py's
-# recurrence, one masked numpy step per unit of distance to [2, 3), was 0.6 ms of a 0.8 ms
-# log_a_fractional call).
-_GAMMALN_MEMO: dict[float, float] = {}
-_GAMMALN_MEMO_MAX = 100_000  # arguments; emptied when full (a grid's whole series is ~100,000)
-
-
-def _gammaln(x: np.ndarray) -> np.ndarray:
-    """:func:`accounting.special.gammaln` of ``x``, each argument computed once per process."""
-    flat = x.reshape(-1).tolist()
-    memo = _GAMMALN_MEMO
-    known = {v: memo.get(v) for v in flat}
-    missing = [v for v, value in known.items() if value is None]
-    if missing:
-        values = gammaln(np.array(missing)).tolist()
-        known.update(zip(missing, values, strict=True))
-        if len(missing) <= _GAMMALN_MEMO_MAX and all(math.isfinite(v) for v in missing):  # NaN keys never match
-            if len(memo) + len(missing) > _GAMMALN_MEMO_MAX:
-                memo.clear()
-            memo.update(zip(missing, values, strict=True))
-    return np.array([known[v] for v in flat], dtype=float).reshape(x.shape)
-
-
 def log_a_fractional(
     sampling_rates: np.ndarray | float, noise_multipliers: np.ndarray | float, alphas: np.ndarray
 ) -> np.ndarray:
@@ -222,10 +198,10 @@ def log_a_fractional(
     z0 = sigma * sigma * (log_1mq - log_q) + 0.5
     inv_two_var = 0.5 / (sigma * sigma)
     # The log-gammas depend on the order alone: computed once per distinct order (a few of
-    # them, however many points) and gathered, the same values (accounting/special.py
-    # takes the C library's log value by value, so their number sets its cost).
+    # them, however many points) and gathered, the same values (accounting/special.py's
+    # port, what a `gdpfed account` question runs, costs per value what scipy costs per call).
     distinct, order_of = np.unique(alpha, return_inverse=True)
-    lgamma_alpha = _gammaln(distinct + 1)[order_of]
+    lgamma_alpha = gammaln(distinct + 1)[order_of]
     # Tail constant (docs/accounting.md §2.2): every tail term is at most
     # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
     log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
@@ -244,8 +220,8 @@ def log_a_fractional(
             # Both series side by side: s0 in the first ``chunk`` columns (power i of q,
             # j = alpha - i of 1 - q), s1 in the last (the powers swapped).
             j = a - i
-            lgamma_j = _gammaln(distinct[:, None] - i + 1)[order_of[active]]  # gammaln(j + 1), j = alpha - i
-            log_binom = lga - _gammaln(i + 1) - lgamma_j
+            lgamma_j = gammaln(distinct[:, None] - i + 1)[order_of[active]]  # gammaln(j + 1), j = alpha - i
+            log_binom = lga - gammaln(i + 1) - lgamma_j
             p_q = np.empty((j.shape[0], 2 * chunk))
             p_q[:, :chunk] = i
             p_q[:, chunk:] = j
@@ -266,7 +242,7 @@ def log_a_fractional(
             gap0 = n - zz
             gap1 = n + zz - a1
             tail_ok = (n > a1 + 1.0) & (gap0 >= 1.0) & (gap1 >= 1.0)
-            log_b_n = lga[:, 0] - math.lgamma(n + 1) - _gammaln(distinct - n + 1)[order_of[active]]
+            log_b_n = lga[:, 0] - math.lgamma(n + 1) - gammaln(distinct - n + 1)[order_of[active]]
             log_tail = (
                 ltc[:, 0]
                 + log_b_n

@@ -1,13 +1,13 @@
 """accounting/special.py: scipy.special's gammaln and log_ndtr without scipy, bit for bit
-(docs/accounting.md §13.10). The tests import scipy to compare; the port never does for
-calls of at most PORT_MAX values."""
+(docs/accounting.md §13.10). The tests import scipy to compare, so they call the ports
+(ported_gammaln, ported_log_ndtr) by name: gammaln and log_ndtr run scipy's own ufunc
+wherever scipy.special is loaded."""
 
 from __future__ import annotations
 
 import math
 import subprocess
 import sys
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,14 +15,6 @@ import pytest
 from accounting import rdp, special
 
 scipy_special = pytest.importorskip("scipy.special")
-
-
-def _ported(function: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
-    """``function`` over ``x`` in calls of at most PORT_MAX values: the port's own code (larger
-    calls are scipy's, which would compare scipy with itself)."""
-    chunks = np.array_split(x, x.size // special.PORT_MAX + 1)
-    assert max(c.size for c in chunks) <= special.PORT_MAX
-    return np.concatenate([function(c) for c in chunks])
 
 
 def _assert_same_bits(ours: np.ndarray, theirs: np.ndarray, x: np.ndarray) -> None:
@@ -68,7 +60,7 @@ def test_gammaln_is_cephes_lgam_as_scipy_runs_it_bit_for_bit() -> None:
     # series from 13, its short form from 1000 and bare form past 1e8, the poles and the
     # non-finite arguments) on 1.3 million arguments, rdp's own among them
     x = _gamma_inputs()
-    _assert_same_bits(_ported(special.gammaln, x), scipy_special.gammaln(x), x)
+    _assert_same_bits(special.ported_gammaln(x), scipy_special.gammaln(x), x)
 
 
 def _normal_inputs() -> np.ndarray:
@@ -91,7 +83,7 @@ def test_log_ndtr_is_xsfs_as_scipy_runs_it_bit_for_bit() -> None:
     # log(erfcx(-t)/2) - t^2 below -1 (Faddeeva's erfcx: its Chebyshev pieces and continued
     # fraction) and Cephes' log1p(-erfc(t)/2) from -1 on, on 1.3 million arguments
     x = _normal_inputs()
-    _assert_same_bits(_ported(special.log_ndtr, x), scipy_special.log_ndtr(x), x)
+    _assert_same_bits(special.ported_log_ndtr(x), scipy_special.log_ndtr(x), x)
 
 
 def _erfc_inputs() -> np.ndarray:
@@ -126,37 +118,47 @@ def test_the_samples_reach_every_reachable_chebyshev_piece() -> None:
     assert special._ERFCX_Y100.shape == (100, 7)
 
 
-def test_calls_above_port_max_are_scipys_and_the_same() -> None:
-    x = np.random.default_rng(2635).uniform(-40.0, 40.0, special.PORT_MAX + 1)
-    for ours, theirs in ((special.gammaln, scipy_special.gammaln), (special.log_ndtr, scipy_special.log_ndtr)):
-        _assert_same_bits(ours(x), theirs(x), x)
-        _assert_same_bits(ours(x), _ported(ours, x), x)
+def test_the_accountants_entry_points_give_the_same_bits_by_either_path() -> None:
+    # gammaln and log_ndtr run scipy's ufunc where scipy.special is loaded (as here) and the
+    # port where it is not: the same values
+    x = np.random.default_rng(2635).uniform(-40.0, 40.0, 20_000)
+    assert "scipy.special" in sys.modules
+    for entry, port in ((special.gammaln, special.ported_gammaln), (special.log_ndtr, special.ported_log_ndtr)):
+        _assert_same_bits(entry(x), port(x), x)
     assert special.gammaln(np.full((2, 3), 4.5)).shape == (2, 3) and special.log_ndtr(-3.0).shape == ()
 
 
 def test_the_port_and_rdp_import_no_scipy() -> None:
-    # issue 26 §3: scipy.special cost a rdp question 0.1-0.2 s of its start
+    # issue 26 §3: scipy.special cost a rdp question 0.1-0.2 s of its start; without it loaded,
+    # the entry points run the port (calls up to PORT_MAX values), with scipy's values
     code = (
         "import sys, numpy as np\n"
-        "from accounting import rdp\n"
-        "rdp.rdp_curve(0.01, 1.1)\n"
+        "from accounting import rdp, special\n"
+        "curve = rdp.rdp_curve(0.01, 1.1)\n"
+        "x = np.linspace(-40.0, 40.0, 2001)\n"
+        "values = special.gammaln(x), special.log_ndtr(x)\n"
         "assert not [m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')], sorted(sys.modules)\n"
+        "import scipy.special as s\n"
+        "assert np.array_equal(values[0], s.gammaln(x)) and np.array_equal(values[1], s.log_ndtr(x))\n"
+        "assert curve.tobytes() == rdp.rdp_curve(0.01, 1.1).tobytes()  # now through scipy's ufuncs\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
 
 
-def test_rdp_computes_each_log_gamma_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the fractional series' log-gammas depend on the orders alone: a calibration's later
-    # evaluations take them from rdp's memo (the port's per-value C-library calls were most
-    # of an evaluation), with the same values, and the memo stays bounded
+def test_the_ports_log_gammas_are_computed_once_per_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rdp's log-gammas depend on the orders alone: a calibration's later evaluations take
+    # them from the memo (the port's recurrence was most of an evaluation), with the same
+    # values, and the memo stays bounded
     calls: list[int] = []
+    port = special.ported_gammaln
 
     def counted(x: np.ndarray) -> np.ndarray:
         calls.append(np.asarray(x).size)
-        return special.gammaln(x)
+        return port(x)
 
-    monkeypatch.setattr(rdp, "gammaln", counted)
-    monkeypatch.setattr(rdp, "_GAMMALN_MEMO", {})
+    monkeypatch.setattr(special, "ported_gammaln", counted)
+    monkeypatch.setattr(special, "_GAMMALN_MEMO", {})
+    monkeypatch.setattr(special, "_scipy_special", lambda size: None)  # the path without scipy loaded
     alpha = np.array([1.5, 2.5, 3.7, 3.7, 10.9])
     first = rdp.log_a_fractional(0.01, 1.1, alpha)
     assert calls
@@ -165,11 +167,9 @@ def test_rdp_computes_each_log_gamma_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert np.array_equal(rdp.log_a_fractional(0.01, 1.1, alpha), first)
     assert calls == []
     arguments = _rdp_gamma_arguments()[:5000]
-    _assert_same_bits(rdp._gammaln(arguments), scipy_special.gammaln(arguments), arguments)
-    monkeypatch.setattr(rdp, "_GAMMALN_MEMO", {})
-    monkeypatch.setattr(rdp, "_GAMMALN_MEMO_MAX", 1000)
+    _assert_same_bits(special.gammaln(arguments), scipy_special.gammaln(arguments), arguments)
+    monkeypatch.setattr(special, "_GAMMALN_MEMO", {})
+    monkeypatch.setattr(special, "GAMMALN_MEMO_MAX", 1000)
     for part in (arguments[:900], arguments[900:1800], arguments):
-        rdp._gammaln(part)
-        assert 0 < len(rdp._GAMMALN_MEMO) <= 1000
-    again = rdp._gammaln(arguments)
-    _assert_same_bits(again, scipy_special.gammaln(arguments), arguments)
+        _assert_same_bits(special.gammaln(part), scipy_special.gammaln(part), part)
+        assert 0 < len(special._GAMMALN_MEMO) <= 1000
