@@ -17,9 +17,7 @@ from accounting.validation import Delta, Epsilon, Flag, InputModel, NoiseMultipl
 
 
 class _Request(InputModel):
-    # start-up time: each request's schema embeds every event kind (``spent``); built on first
-    # use, a `gdpfed account` question builds the one model it validates, not all four (~5 ms)
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     delta: Delta
     accountant: AccountantName = DEFAULT_ACCOUNTANT

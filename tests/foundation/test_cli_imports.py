@@ -120,22 +120,6 @@ def test_account_questions_import_no_scipy(tmp_path: Path, question: str, accoun
     assert loaded(modules, "scipy") == []
 
 
-def test_account_question_builds_its_own_request_model_only() -> None:
-    # issue 26 §3: each request model's schema embeds every event kind (``spent``); building
-    # the four at import was about 5 ms of every question's start. They are built on first
-    # use (defer_build), so a question builds the one it validates
-    probe = (
-        "import sys\n"
-        "from app.cli import run\n"
-        f"assert run({ACCOUNT_EPSILON!r}) == 0\n"
-        "from accounting import requests as r\n"
-        "models = (r.EpsilonRequest, r.NoiseMultiplierRequest, r.SamplingRateRequest, r.RoundsRequest)\n"
-        "built = [m.__name__ for m in models if m.__pydantic_complete__]\n"
-        "assert built == ['EpsilonRequest'], built\n"
-    )
-    subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
-
-
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 def test_account_question_loads_no_multiprocessing(tmp_path: Path, accountant: str) -> None:
     # issue 26 §3: multiprocessing serves prv's isolated jobs only (accounting/prv.py
