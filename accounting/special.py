@@ -6,15 +6,17 @@ cost a ``gdpfed account ... --accountant rdp`` question 0.1-0.2 s of its start (
 These are scipy's algorithms, operation for operation, so every value is scipy's bit for
 bit (``tests/accounting/test_special.py`` compares them on millions of arguments):
 
-- :func:`gammaln` is Cephes' ``lgam`` (Moshier; scipy's ``xsf/cephes/gamma.h``): Stirling's
+- :func:`ported_gammaln` is Cephes' ``lgam`` (Moshier; scipy's ``xsf/cephes/gamma.h``): Stirling's
   series from 13 on (its short form from 1000 on, the bare leading terms past 1e8), the
   recurrence down or up to [2, 3) and a rational function there below 13, and the reflection
   formula below -34.
-- :func:`log_ndtr` is xsf's (``xsf/stats.h``): ``log(erfcx(-t)/2) - t^2`` below x = -1 and
+- :func:`ported_log_ndtr` is xsf's (``xsf/stats.h``): ``log(erfcx(-t)/2) - t^2`` below x = -1 and
   ``log1p(-erfc(t)/2)`` from there on, t = x/sqrt 2, with Cephes' ``erfc``
   (:func:`erfc`, ``xsf/cephes/ndtr.h``, the polynomials of :mod:`accounting.normal`) and
   Steven G. Johnson's ``erfcx`` from the Faddeeva package (:func:`erfcx`, ``xsf/faddeeva.h``:
   100 Chebyshev polynomials in y = 4/(4 + x) on [0, 50], a continued fraction above).
+
+:func:`gammaln` and :func:`log_ndtr` are what the accountants call (below).
 
 numpy does the arithmetic (+, -, *, / are correctly rounded in numpy and in C alike, and
 Cephes' ``log1p``, which xsf's ``log_ndtr`` calls, is arithmetic too); the C library's
@@ -271,7 +273,8 @@ def erfc(a: np.ndarray | float) -> np.ndarray:
 
 # Faddeeva's erfcx_y100 (xsf/faddeeva.h, Steven G. Johnson): on y100 in [k, k + 1), k = 0..99,
 # the Chebyshev polynomial c0 + (c1 + (c2 + ... + c6 t) t ...) t at t = 2 y100 - (2k + 1);
-# row k holds c0..c6 as written there.
+# row k holds c0..c6 as written there (rows 0-6 are never reached: y100 = 400/(4 + |x|) >= 7.4
+# for |x| <= 50, the continued fraction's threshold; kept so the table is the source's).
 _ERFCX_Y100 = np.array((
     (0.70878032454106438663e-3, 0.71234091047026302958e-3, 0.35779077297597742384e-5, 0.17403143962587937815e-7,
      0.81710660047307788845e-10, 0.36885022360434957634e-12, 0.15917038551111111111e-14),  # [0.00, 0.01)
