@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from accounting.special import gammaln, log_ndtr
+
 # Fractional-order series (docs/accounting.md §2.2): terms are summed in chunks of
 # _CHUNK for every order still running; an order stops when its remaining terms are
 # bounded analytically, or (like dp-accounting) when both series decrease and the last
@@ -82,9 +84,6 @@ def _default_grid() -> OrderGrid:
 
 
 def _build_grid(grid: np.ndarray) -> OrderGrid:
-    # start-up time: scipy.special (its array-API layer) costs a command ~0.1 s, paid by the first curve
-    from scipy import special
-
     if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 1) or not np.all(np.isfinite(grid)):
         raise ValueError("orders must be a non-empty list of finite numbers > 1")
     is_integer = grid == np.round(grid)
@@ -99,7 +98,7 @@ def _build_grid(grid: np.ndarray) -> OrderGrid:
     term_i = index.astype(float)
     term_alpha = term_alpha_int.astype(float)
     # log C(alpha, i) from one table of log k! (one gammaln per distinct k, not per term)
-    log_factorial = special.gammaln(np.arange(int(alphas.max(initial=0)) + 1) + 1.0)
+    log_factorial = gammaln(np.arange(int(alphas.max(initial=0)) + 1) + 1.0)
     term_log_binom = log_factorial[term_alpha_int] - log_factorial[index] - log_factorial[term_alpha_int - index]
     return OrderGrid(
         orders=grid,
@@ -188,9 +187,6 @@ def log_a_fractional(
     added to the sum) or when its terms are negligible (< e^-30 of the total and
     decreasing). An entry that does neither within ``_MAX_TERMS`` terms returns inf.
     """
-    # start-up time: scipy.special (its array-API layer) costs a command ~0.1 s, paid by the first curve
-    from scipy import special
-
     q, sigma, alpha = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (sampling_rates, noise_multipliers, alphas))
     zero = np.zeros(np.broadcast(q, sigma, alpha).shape)
     q, sigma, alpha = q + zero, sigma + zero, alpha + zero  # broadcast copies
@@ -201,7 +197,11 @@ def log_a_fractional(
     log_1mq = np.log1p(-q)
     z0 = sigma * sigma * (log_1mq - log_q) + 0.5
     inv_two_var = 0.5 / (sigma * sigma)
-    lgamma_alpha = special.gammaln(alpha + 1)
+    # The log-gammas depend on the order alone: computed once per distinct order (a few of
+    # them, however many points) and gathered, the same values (accounting/special.py's
+    # port, what a `gdpfed account` question runs, costs per value what scipy costs per call).
+    distinct, order_of = np.unique(alpha, return_inverse=True)
+    lgamma_alpha = gammaln(distinct + 1)[order_of]
     # Tail constant (docs/accounting.md §2.2): every tail term is at most
     # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
     log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
@@ -220,7 +220,8 @@ def log_a_fractional(
             # Both series side by side: s0 in the first ``chunk`` columns (power i of q,
             # j = alpha - i of 1 - q), s1 in the last (the powers swapped).
             j = a - i
-            log_binom = lga - special.gammaln(i + 1) - special.gammaln(j + 1)
+            lgamma_j = gammaln(distinct[:, None] - i + 1)[order_of[active]]  # gammaln(j + 1), j = alpha - i
+            log_binom = lga - gammaln(i + 1) - lgamma_j
             p_q = np.empty((j.shape[0], 2 * chunk))
             p_q[:, :chunk] = i
             p_q[:, chunk:] = j
@@ -231,7 +232,7 @@ def log_a_fractional(
                 + p_q * lq
                 + (a - p_q) * l1q  # the power of 1 - q: alpha - (the power of q)
                 + (p_q * p_q - p_q) * itv
-                + special.log_ndtr(normal_arg)
+                + log_ndtr(normal_arg)
             )
             acc_active = np.logaddexp(acc[active], _row_logsumexp(terms))
             acc[active] = acc_active
@@ -241,7 +242,7 @@ def log_a_fractional(
             gap0 = n - zz
             gap1 = n + zz - a1
             tail_ok = (n > a1 + 1.0) & (gap0 >= 1.0) & (gap1 >= 1.0)
-            log_b_n = lga[:, 0] - math.lgamma(n + 1) - special.gammaln(a1 - n + 1)
+            log_b_n = lga[:, 0] - math.lgamma(n + 1) - gammaln(distinct - n + 1)[order_of[active]]
             log_tail = (
                 ltc[:, 0]
                 + log_b_n

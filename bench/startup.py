@@ -32,8 +32,8 @@ ACCOUNT_EPSILON = [
 # refused by the request model (sampling_rate is not a number): exit 2, one line
 ACCOUNT_REFUSED = ["account", "epsilon", "--sampling-rate", "abc", *ACCOUNT_EPSILON[4:]]
 # every other question of issue 26 §3's 0.25 s target: the README's noise multiplier, the most
-# rounds and the largest rate at epsilon 1, and the epsilon above under rdp (scipy.special:
-# rdp's gammaln and log_ndtr; pld's rate search starts from rdp's rate)
+# rounds and the largest rate at epsilon 1, and the epsilon above under rdp (rdp's gammaln and
+# log_ndtr, accounting/special.py; pld's rate search starts from rdp's rate)
 ACCOUNT_QUESTIONS = {
     "gdpfed account noise-multiplier ...": [
         "account", "noise-multiplier", "--sampling-rate", "0.1", "--rounds", "100", "--epsilon", "1", "--delta", "1e-3",

@@ -146,9 +146,10 @@ print(json.dumps({"code": code, "scipy": sorted(m for m in sys.modules if m.spli
     ],
 )
 def test_account_without_a_computation_imports_no_scipy(argv: list[str]) -> None:
-    """Issue 26 §3 start-up: scipy.special (about 0.1 s, its array-API layer) is imported by the
-    first RDP curve or PLD tail that needs it, not by importing the accountants and events;
-    the help and a question refused before any computation never load it."""
+    """Issue 26 §3 start-up: scipy.special (about 0.1 s, its array-API layer) is not imported by
+    importing the accountants and events; the help and a question refused before any
+    computation never load it (nor does any pld, rdp or closed_form answer since
+    accounting/normal.py and accounting/special.py: tests/foundation/test_cli_imports.py)."""
     completed = subprocess.run([sys.executable, "-c", _MODULES_AFTER, *argv], capture_output=True, text=True, timeout=60)
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["code"] in (0, 2) and result["scipy"] == [], result

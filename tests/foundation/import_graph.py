@@ -46,7 +46,7 @@ PROJECT = ("accounting", "planner", "app", "trainer", "bench")
 # its line here; until it has one it is reported as unplaced.
 LAYERS: dict[str, tuple[frozenset[str], ...]] = {
     "accounting": (
-        frozenset({"errors", "processes", "search", "rdp", "closed_form", "choices", "normal", "lazy"}),
+        frozenset({"errors", "processes", "search", "rdp", "closed_form", "choices", "normal", "special", "lazy"}),
         frozenset({"validation", "prv"}),
         frozenset({"events"}),
         frozenset({"metric", "results"}),

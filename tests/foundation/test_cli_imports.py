@@ -67,8 +67,8 @@ ACCOUNT_EPSILON = ["account", "epsilon", "--sampling-rate", "0.01", "--noise-mul
 
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 def test_account_epsilon_loads_no_other_commands_stack(tmp_path: Path, accountant: str) -> None:
-    # issue 26 §3: start-up is imports; a question loads the accountants, numpy and pydantic
-    # (rdp also scipy.special's gamma functions and log_ndtr), nothing heavier
+    # issue 26 §3: start-up is imports; a question loads the accountants, numpy and pydantic,
+    # nothing heavier
     code, modules = imported(tmp_path, *ACCOUNT_EPSILON, "--accountant", accountant)
     assert code == 0
     for heavy in NOT_FOR_ACCOUNTING:
@@ -94,6 +94,30 @@ def test_default_accountant_questions_import_no_scipy(tmp_path: Path, question: 
     assert code == 0
     assert loaded(modules, "scipy") == []
     assert "accounting.accountants.pld" in modules and "accounting.normal" in modules
+
+
+ACCOUNT_QUESTIONS = {
+    "epsilon": ACCOUNT_EPSILON,
+    "noise-multiplier": ["account", "noise-multiplier", "--sampling-rate", "0.01", "--epsilon", "1", "--rounds", "100",
+                         "--delta", "1e-5"],
+    "sampling-rate": ["account", "sampling-rate", "--noise-multiplier", "1", "--epsilon", "1", "--rounds", "100",
+                      "--delta", "1e-5"],
+    "rounds": ["account", "rounds", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--epsilon", "1",
+               "--delta", "1e-5"],
+}
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "closed_form"])
+@pytest.mark.parametrize("question", sorted(ACCOUNT_QUESTIONS))
+def test_account_questions_import_no_scipy(tmp_path: Path, question: str, accountant: str) -> None:
+    # issue 26 §3: rdp's gammaln and log_ndtr were scipy.special's (0.1-0.2 s of a question's
+    # start; pld's sampling-rate search starts from rdp's rate, closed_form checks against
+    # rdp): they are accounting/special.py's now, the same values without scipy. (prv's
+    # accountant, the prv_accountant package, imports scipy.signal and scipy.stats itself.)
+    code, modules = imported(tmp_path, *ACCOUNT_QUESTIONS[question], "--accountant", accountant)
+    assert code == 0
+    assert "accounting.rdp" in modules
+    assert loaded(modules, "scipy") == []
 
 
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
