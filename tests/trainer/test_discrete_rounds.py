@@ -571,6 +571,37 @@ def test_a_followed_re_plans_block_is_checked_with_the_ledgers_its_verification_
     assert counts == dict.fromkeys(members, 1), counts
 
 
+def test_a_followed_re_plan_is_checked_by_the_client_units_own_verifier(tmp_path, monkeypatch):
+    """The run's check of a re-plan it follows (TrainingUnit.verify, which also keeps the figures it
+    composed for the successor's engine) is the planner's client unit verifier, the one gdpfed plan
+    verify runs (planner.units.client.verify_client_plan), not a second copy of it: a refusal that
+    verifier makes (here: a stand-in for a check it gains) stops the switch, the run stays on its plan."""
+    import planner.units.client as client_unit
+    from accounting.errors import InvalidInputError
+    from planner.replan import replan
+    from planner.schema import Changes
+    from trainer.data import load_dataset
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+    from trainer.runner import TrainConfig, prepare_run
+
+    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
+    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
+    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    tally = prepared.unit.steps.open_tally(prepared, None)
+    tally.record_round()
+    successor = replan(plan, 1, Changes(), parent_plan_id="parent")
+
+    def refusing(checked, **_kwargs):
+        raise InvalidInputError("groups.a", "refused by the client unit's verifier")
+
+    monkeypatch.setattr(client_unit, "verify_executable", refusing)
+    with pytest.raises(ReportingStoppedError, match="refused by the client unit's verifier"):
+        switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    assert prepared.plan is plan
+
+
 def test_a_skellam_run_that_followed_a_re_plan_resumes_on_it(tmp_path, monkeypatch):
     """Interrupted after round 2 (on the re-plan since round 1) and resumed: the checkpoint's
     ledger (both plans' Skellam events) loads into the tally rebuilt on the re-plan, and the
