@@ -140,7 +140,8 @@ class _ZhuWangTerms(NamedTuple):
 
 @functools.lru_cache(maxsize=8)
 def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
-    """The terms of :func:`subsampled_rdp_curve` for ``orders`` (one tuple per order grid, built once)."""
+    """The terms of :func:`subsampled_rdp_curve` for ``orders`` (one tuple per order grid, built once;
+    its arrays read-only, docs/accounting.md §11.6)."""
     from scipy.special import gammaln  # start-up time, as in subsampled_rdp_curve
 
     alphas = np.asarray(orders, dtype=int)
@@ -153,7 +154,7 @@ def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
     log_gamma = gammaln(np.arange(int(alphas.max()) + 2, dtype=float))  # log_gamma[k] = gammaln(k)
     log_binom = log_gamma[term_alpha + 1] - log_gamma[l_int + 1] - log_gamma[term_alpha - l_int + 1]
     rows = np.arange(alphas.size)
-    return _ZhuWangTerms(
+    terms = _ZhuWangTerms(
         orders=alphas.astype(float),
         ls=l_int.astype(float),
         l_index=l_int,
@@ -166,6 +167,11 @@ def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
         first_at=term_starts + rows,
         term_at=np.arange(term_alpha.size) + np.repeat(rows, per_order) + 1,
     )
+    # one cached value for every caller and every thread of the service: read-only, so no
+    # caller can change the terms the next curve is computed from
+    for array in terms:
+        array.flags.writeable = False
+    return terms
 
 
 def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
