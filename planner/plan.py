@@ -205,11 +205,15 @@ def compare_problem(problem: Problem, history: History | None = None) -> Plan:
 
 def _ranking_problem(problem: Problem) -> Problem:
     """The problem the methods are ranked on: under the accountant that tabulates for the
-    plan's (``tabulated_by``), so prv plans are ranked on rdp (docs/planning.md §10)."""
+    plan's (``tabulated_by``), so prv plans are ranked on rdp (docs/planning.md §10), without
+    the spent epsilons composed under the plan's accountant (``Problem.spent_epsilons``)."""
     ranking = get_accountant(problem.scenario.accountant).tabulated_by
     if ranking == problem.scenario.accountant:
         return problem
-    return replace(problem, scenario=problem.scenario.model_copy(update={"accountant": ranking}))
+    # the spent histories' epsilons a re-plan composed are the plan accountant's verified_by
+    # figures (Problem.spent_epsilons): not handed to a problem of another accountant, whose
+    # noise table composes its own (docs/planning.md §9 point 4)
+    return replace(problem, scenario=problem.scenario.model_copy(update={"accountant": ranking}), spent_epsilons=())
 
 
 def _row_order(row: ComparisonRow, recommended: ComparisonRow) -> tuple[int, float, int]:

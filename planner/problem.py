@@ -41,7 +41,8 @@ class Problem:
     spent_epsilons: tuple[float | None, ...] = field(default=())
 
     def spent_epsilon(self, g: int) -> float | None:
-        """Group ``g``'s ``spent_epsilons`` entry; None where the caller gave none."""
+        """Group ``g``'s ``spent_epsilons`` entry; None where the caller gave none (docs/planning.md §9
+        point 4)."""
         return self.spent_epsilons[g] if g < len(self.spent_epsilons) else None
 
     @property

@@ -44,7 +44,8 @@ class SpentRecord(NamedTuple):
     """What a group spent before the re-plan, composed once (:func:`_spent_record`): the figure of
     record, the history and wrap-around charge a probe of the remaining rounds composes with, whether
     that is the Skellam record, and the Gaussian phases' epsilon at delta (what the successor's
-    phases are calibrated after, and what guides the design's noise table)."""
+    phases are calibrated after, and what guides the design's noise table; docs/planning.md §9
+    point 4)."""
 
     epsilon: float
     history: list[PrivacyEvent]

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 def _boost() -> SimpleNamespace | None:
     """The Boost binomial functions scipy.stats.binom itself calls (scipy >= 1.12 keeps them in
     scipy.special): importing scipy.stats for them cost every `gdpfed plan` about a third of
-    its start-up (issue 26 §2). None on an older scipy (then scipy.stats serves, ``_stats``)."""
+    its start-up (issue 26 §2; docs/architecture.md, "Command line"). None on an older scipy
+    (then scipy.stats serves, ``_stats``)."""
     try:
         from scipy.special._ufuncs import _binom_cdf, _binom_isf, _binom_pmf, _binom_ppf, _binom_sf
     except ImportError:  # pragma: no cover - older scipy: the public distribution
@@ -117,6 +118,7 @@ class _Binom:
 
 
 def _ufuncs() -> SimpleNamespace:
+    """:func:`_boost`'s functions, which ``_Binom`` calls (docs/architecture.md, "Command line")."""
     boost = _boost()
     assert boost is not None  # _Binom serves only where _boost found them (_stats)
     return boost
@@ -146,7 +148,8 @@ class _Stats:
 @functools.cache
 def _stats() -> Any:
     """scipy.stats' binom and norm as this module calls them: the Boost functions and ndtr,
-    ndtri (``_Binom``, ``_Norm``), or scipy.stats itself on a scipy without them."""
+    ndtri (``_Binom``, ``_Norm``), or scipy.stats itself on a scipy without them, imported on
+    first use (docs/architecture.md, "Command line")."""
     if _boost() is None:  # pragma: no cover - older scipy
         from scipy import stats
 

@@ -101,7 +101,8 @@ def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     the count of ties per segment (exact in any order), and each segment's sum of the shifted
     exponentials by ``np.add.reduce`` on that segment alone, the very call ``np.sum`` makes on
     it (a segmented ``np.add.reduceat`` adds in another order, a different last bit). A segment
-    whose result is not finite is computed by :func:`_logsumexp` itself."""
+    whose result is not finite is computed by :func:`_logsumexp` itself (docs/accounting.md §11.6,
+    "Computing the curve")."""
     bounds = [*starts.tolist(), values.size]
     lengths = np.diff(np.asarray(bounds))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -123,7 +124,8 @@ def _segment_logsumexp(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 class _ZhuWangTerms(NamedTuple):
     """The q-independent parts of :func:`subsampled_rdp_curve`'s sums for one tuple of orders: term t
     of order ``orders[k]`` is l = ``l[t]`` (2 .. a), laid out order by order; each order's row of
-    the logsumexp is its first term (l = 0, 1 together) then its l terms (``row_starts``)."""
+    the logsumexp is its first term (l = 0, 1 together) then its l terms (``row_starts``;
+    docs/accounting.md §11.6, "Computing the curve")."""
 
     orders: np.ndarray  # the integer orders a, as floats
     ls: np.ndarray  # l of each term, as a float
@@ -140,7 +142,8 @@ class _ZhuWangTerms(NamedTuple):
 
 @functools.lru_cache(maxsize=8)
 def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
-    """The terms of :func:`subsampled_rdp_curve` for ``orders`` (one tuple per order grid, built once)."""
+    """The terms of :func:`subsampled_rdp_curve` for ``orders`` (one tuple per order grid, built once;
+    its arrays read-only, docs/accounting.md §11.6)."""
     from scipy.special import gammaln  # start-up time, as in subsampled_rdp_curve
 
     alphas = np.asarray(orders, dtype=int)
@@ -153,7 +156,7 @@ def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
     log_gamma = gammaln(np.arange(int(alphas.max()) + 2, dtype=float))  # log_gamma[k] = gammaln(k)
     log_binom = log_gamma[term_alpha + 1] - log_gamma[l_int + 1] - log_gamma[term_alpha - l_int + 1]
     rows = np.arange(alphas.size)
-    return _ZhuWangTerms(
+    terms = _ZhuWangTerms(
         orders=alphas.astype(float),
         ls=l_int.astype(float),
         l_index=l_int,
@@ -166,6 +169,11 @@ def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
         first_at=term_starts + rows,
         term_at=np.arange(term_alpha.size) + np.repeat(rows, per_order) + 1,
     )
+    # one cached value for every caller and every thread of the service: read-only, so no
+    # caller can change the terms the next curve is computed from
+    for array in terms:
+        array.flags.writeable = False
+    return terms
 
 
 def subsampled_rdp(order: int, sampling_rate: float, base: np.ndarray) -> float:
@@ -221,7 +229,8 @@ def subsampled_rdp_curve(orders: tuple[int, ...], sampling_rate: float, base: np
 
 
 def top_order(orders: np.ndarray) -> int:
-    """The largest integer order :func:`zhu_wang_rdp` reads ``base`` at for a grid of ``orders``."""
+    """The largest integer order :func:`zhu_wang_rdp` reads ``base`` at for a grid of ``orders``
+    (docs/accounting.md §11.6)."""
     return max(int(np.ceil(np.asarray(orders, dtype=float)).max(initial=2.0)), 2)
 
 

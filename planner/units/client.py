@@ -32,10 +32,13 @@ def _spent(plan: Plan, rounds_run: int) -> dict[str, float | None]:
     return ledger.spent_by_group(plan, rounds_run)
 
 
-def _verify(plan: Plan) -> None:
-    # the unit's verifier is the plan checker's (gdpfed plan verify, a followed re-plan): an
-    # understated figure is refused; gdpfed train asks verify_executable to report it instead
-    verify_executable(plan)
+def verify_client_plan(plan: Plan, *, skellam_spent: dict[str, float] | None = None) -> None:
+    """The client unit's verifier (docs/ledger.md §5): ``planner.verify.verify_executable``, an
+    understated figure refused. It is the plan checker's (``gdpfed plan verify``) and a followed
+    re-plan's (the trainer's ``TrainingUnit.verify``, which passes ``skellam_spent`` to keep the
+    full-run Skellam ledgers it composed for the successor's engine); ``gdpfed train`` asks
+    verify_executable to report an understated figure of its first plan instead."""
+    verify_executable(plan, skellam_spent=skellam_spent)
 
 
 def _replan(plan: Plan, rounds_done: int, changes: Changes, participations: Participations | None,
@@ -53,7 +56,7 @@ UNIT = PrivacyUnit(
     default_method="gdpfed_plus",
     make_plan=_plan,
     describe=plan_text,
-    verify=_verify,
+    verify=verify_client_plan,
     spent=_spent,
     mechanism="gaussian_secagg",
     label="client-level",

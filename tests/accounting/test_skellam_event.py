@@ -289,3 +289,16 @@ def test_the_curve_is_the_per_order_loops_bit_for_bit() -> None:
             assert np.array_equal(got, expected, equal_nan=True), (q, variance, l2, l1)
             small += int(np.any(expected / 7 * (np.maximum(np.ceil(grid.orders), 2) - 1) < 1e-4))
     assert calls > 0 and small > 0  # both the overflowing sums and the bracket - 1 path were compared
+
+
+def test_the_cached_terms_of_the_curve_are_read_only() -> None:
+    """The q-independent terms of Zhu and Wang's bound are built once per order grid and shared by
+    every curve (and every thread of the service): none of their arrays can be written, so no caller
+    can change what the next curve is computed from (docs/accounting.md §11.6)."""
+    from accounting.events import poisson_sampled_skellam as skellam
+
+    terms = skellam._zhu_wang_terms((2, 3, 7))
+    for name, array in terms._asdict().items():
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = 0
+        assert skellam._zhu_wang_terms((2, 3, 7)) is terms, name

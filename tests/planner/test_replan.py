@@ -490,3 +490,19 @@ def test_the_changes_replan_composes_each_spent_history_once_for_its_records_and
     child = replan(parent, 40, changes, parent_plan_id="p1")
     assert composed == dict.fromkeys(spent, 1), composed
     assert child.model_dump_json() == before
+
+
+@pytest.mark.parametrize("accountant", ["pld", "prv"])
+def test_a_compared_replans_ranking_problem_carries_no_spent_epsilons_of_the_plans_accountant(accountant):
+    """A re-plan hands each group's spent epsilon, composed under the plan's accountant's
+    verified_by, to the design's noise table (Problem.spent_epsilons); a compare plan ranks its
+    methods on another accountant (tabulated_by: rdp for pld and prv), whose table must compose
+    its own figures, not read the plan accountant's (docs/planning.md §9 point 4, §10)."""
+    from planner.plan import _ranking_problem
+    from planner.problem import build_problem
+
+    scenario = worked_scenario().model_copy(update={"accountant": accountant})
+    problem = build_problem(scenario, spent_epsilons=[0.5] * len(scenario.groups))
+    ranking = _ranking_problem(problem)
+    assert ranking.scenario.accountant == "rdp" and problem.spent_epsilon(0) == 0.5
+    assert all(ranking.spent_epsilon(g) is None for g in range(ranking.n_groups))

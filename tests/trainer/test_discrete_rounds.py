@@ -503,15 +503,10 @@ def test_a_skellam_run_follows_a_re_plan_on_its_discrete_blocks(tmp_path, monkey
             assert composed <= successor.scenario.group(group.id).epsilon * (1 + 1e-9), group.id
 
 
-def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
-    """A successor that states no discrete block (here: its blocks taken off) cannot be followed
-    by a skellam run: switching to the continuous shares would compose its budgets with a
-    record of another mechanism."""
-    from planner.ledger import missing_block_reason
-    from planner.replan import replan
+def _prepared_after_round_0(tmp_path):
+    """A 4-round skellam plan's run prepared in ``tmp_path / "run"`` and its tally after round 0:
+    where the switch_plan tests below switch to a re-plan (the plan, the prepared run, the tally)."""
     from trainer.data import load_dataset
-    from trainer.run.replan import switch_plan
-    from trainer.run.reporting import ReportingStoppedError
     from trainer.runner import TrainConfig, prepare_run
 
     plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
@@ -520,6 +515,19 @@ def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
     prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
     tally = prepared.unit.steps.open_tally(prepared, None)
     tally.record_round()
+    return plan, prepared, tally
+
+
+def test_a_skellam_run_stops_at_a_re_plan_without_discrete_blocks(tmp_path):
+    """A successor that states no discrete block (here: its blocks taken off) cannot be followed
+    by a skellam run: switching to the continuous shares would compose its budgets with a
+    record of another mechanism."""
+    from planner.ledger import missing_block_reason
+    from planner.replan import replan
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+
+    plan, prepared, tally = _prepared_after_round_0(tmp_path)
     successor = replan(plan, 1, {}, parent_plan_id="parent")
     bare = successor.model_copy(update={"pools": [p.model_copy(update={"discrete": None}) for p in successor.pools]})
     with pytest.raises(ReportingStoppedError) as stopped:
@@ -540,17 +548,10 @@ def test_a_followed_re_plans_block_is_checked_with_the_ledgers_its_verification_
     from planner.calibration import history_key
     from planner.replan import replan
     from planner.schema import Changes
-    from trainer.data import load_dataset
     from trainer.run.replan import switch_plan
-    from trainer.runner import TrainConfig, prepare_run
     from trainer.units.client.rounds import RoundEngine
 
-    plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
-    dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
-    config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
-    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
-    tally = prepared.unit.steps.open_tally(prepared, None)
-    tally.record_round()
+    plan, prepared, tally = _prepared_after_round_0(tmp_path)
     successor = with_noise(replan(plan, 1, Changes(), parent_plan_id="parent"), 1.05)
     members = successor.pools[0].groups
     full_run = {history_key(plan_ledger.run_history(successor, successor.group(g), successor.rounds, "skellam")): g
@@ -569,6 +570,30 @@ def test_a_followed_re_plans_block_is_checked_with_the_ledgers_its_verification_
     assert isinstance(prepared.engine, RoundEngine)
     assert prepared.engine.discrete[successor.pools[0].id].own_noise  # checked at its own noise
     assert counts == dict.fromkeys(members, 1), counts
+
+
+def test_a_followed_re_plan_is_checked_by_the_client_units_own_verifier(tmp_path, monkeypatch):
+    """The run's check of a re-plan it follows (TrainingUnit.verify, which also keeps the figures it
+    composed for the successor's engine) is the planner's client unit verifier, the one gdpfed plan
+    verify runs (planner.units.client.verify_client_plan), not a second copy of it: a refusal that
+    verifier makes (here: a stand-in for a check it gains) stops the switch, the run stays on its plan."""
+    import planner.units.client as client_unit
+    from accounting.errors import InvalidInputError
+    from planner.replan import replan
+    from planner.schema import Changes
+    from trainer.run.replan import switch_plan
+    from trainer.run.reporting import ReportingStoppedError
+
+    plan, prepared, tally = _prepared_after_round_0(tmp_path)
+    successor = replan(plan, 1, Changes(), parent_plan_id="parent")
+
+    def refusing(checked, **_kwargs):
+        raise InvalidInputError("groups.a", "refused by the client unit's verifier")
+
+    monkeypatch.setattr(client_unit, "verify_executable", refusing)
+    with pytest.raises(ReportingStoppedError, match="refused by the client unit's verifier"):
+        switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    assert prepared.plan is plan
 
 
 def test_a_skellam_run_that_followed_a_re_plan_resumes_on_it(tmp_path, monkeypatch):

@@ -108,7 +108,8 @@ def verified_successor(document: dict[str, Any], name: str, resuming: bool, priv
     """``document`` read and verified by its unit (``unit_verify``, the run's ``TrainingUnit.verify``,
     else ``planner.units.verify``) and of the run's ``privacy_unit``, with what the verification
     composed for its round engine (empty without ``unit_verify``); a re-plan that does not verify
-    stops the run (``ReportingStoppedError``), a checkpoint's own copy is bad input."""
+    stops the run (``ReportingStoppedError``), a checkpoint's own copy is bad input (docs/ledger.md
+    §5, §6)."""
     try:
         # reading checks the fields its scenario fixes (planner.schema.check_scenario_fixed)
         successor = load_plan_document(document)

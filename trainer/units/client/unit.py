@@ -23,14 +23,14 @@ def _prepare(*args: Any) -> Any:
 
 
 def _verify(plan: Any) -> Mapping[str, float]:
-    """A followed re-plan's check, the planner unit's (``planner.units.verify``: an understated
-    figure refused), and the full-run Skellam ledgers it composed for the successor's engine
-    (``verify_executable(skellam_spent=)``, docs/ledger.md §5)."""
+    """A followed re-plan's check, the planner unit's own verifier (``planner.units.client``'s
+    ``verify_client_plan``, the one ``gdpfed plan verify`` runs: an understated figure refused),
+    and the full-run Skellam ledgers it composed for the successor's engine (docs/ledger.md §5)."""
     # start-up time: gdpfed train reads the unit's declaration before it loads the planner's verifier
-    from planner.verify import verify_executable
+    from planner.units.client import verify_client_plan
 
     skellam_spent: dict[str, float] = {}
-    verify_executable(plan, skellam_spent=skellam_spent)
+    verify_client_plan(plan, skellam_spent=skellam_spent)
     return skellam_spent
 
 
