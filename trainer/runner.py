@@ -37,7 +37,7 @@ from trainer.run.config import TrainConfig as TrainConfig  # re-exported: its ho
 from trainer.run.directory import atomic_write_json, fingerprint
 from trainer.run.divergence import Divergence
 from trainer.run.metrics import RoundRecord, append_round, truncate_rounds
-from trainer.run.prepared import EngineFactory, PreparedRun, RunOptions, RunTally
+from trainer.run.prepared import EngineFactory, PositionalEngineFactory, PreparedRun, RunOptions, RunTally
 from trainer.run.progress import Progress
 from trainer.run.records import report_metrics
 from trainer.run.replan import switch_plan
@@ -58,7 +58,7 @@ def prepare_run(
     device: str = "auto",
     strategy_factory: Callable[..., Strategy] | None = None,
     dataset: Any = None,
-    engine_factory: EngineFactory | None = None,
+    engine_factory: EngineFactory | PositionalEngineFactory | None = None,
     allow_tf32: bool = False,
     silo_engine: Callable[[Any], Any] | None = None,
 ) -> PreparedRun:

@@ -503,16 +503,18 @@ def test_a_skellam_run_follows_a_re_plan_on_its_discrete_blocks(tmp_path, monkey
             assert composed <= successor.scenario.group(group.id).epsilon * (1 + 1e-9), group.id
 
 
-def _prepared_after_round_0(tmp_path):
-    """A 4-round skellam plan's run prepared in ``tmp_path / "run"`` and its tally after round 0:
-    where the switch_plan tests below switch to a re-plan (the plan, the prepared run, the tally)."""
+def _prepared_after_round_0(tmp_path, engine_factory=None):
+    """A 4-round skellam plan's run prepared in ``tmp_path / "run"`` (with ``engine_factory``, if
+    given) and its tally after round 0: where the switch_plan tests below switch to a re-plan (the
+    plan, the prepared run, the tally)."""
     from trainer.data import load_dataset
     from trainer.runner import TrainConfig, prepare_run
 
     plan = discrete_plan(dim=610, rounds=4, dropout_rate=0.1)
     dataset = load_dataset("synthetic", num_clients=plan.scenario.total_clients, seed=0)
     config = TrainConfig(dataset="synthetic", model="mlp", model_options={"hidden": []}, rounds=4, local_steps=1)
-    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset)
+    prepared = prepare_run(plan, plan.model_dump(mode="json"), config, tmp_path / "run", dataset=dataset,
+                           engine_factory=engine_factory)
     tally = prepared.unit.steps.open_tally(prepared, None)
     tally.record_round()
     return plan, prepared, tally
@@ -570,6 +572,34 @@ def test_a_followed_re_plans_block_is_checked_with_the_ledgers_its_verification_
     assert isinstance(prepared.engine, RoundEngine)
     assert prepared.engine.discrete[successor.pools[0].id].own_noise  # checked at its own noise
     assert counts == dict.fromkeys(members, 1), counts
+
+
+def test_a_re_plan_is_followed_with_an_engine_factory_of_the_previous_release(tmp_path):
+    """A factory without ``verified=`` (the previous release's six positional arguments) builds the
+    re-plan's engine too (trainer.run.prepared.as_engine_factory, called by switch_plan): the engine
+    composes the successor's full-run ledgers itself and still checks the earlier calibration's
+    block at its own noise (a TypeError traceback before)."""
+    from planner.replan import replan
+    from planner.schema import Changes
+    from trainer.run.replan import switch_plan
+    from trainer.units.client.rounds import RoundEngine
+    from trainer.units.client.run import build_engine
+
+    built = []
+
+    def previous_release(plan, strategy, population, dim, config, rounds):
+        built.append((plan.start_round, rounds))
+        return build_engine(plan, strategy, population, dim, config, rounds)
+
+    plan, prepared, tally = _prepared_after_round_0(tmp_path, previous_release)
+    # as it is, not prepare_run's adapted copy: a caller may set its own after prepare_run, as the
+    # Flower scale-out's silo and metric runs do
+    prepared.engine_factory = previous_release
+    successor = with_noise(replan(plan, 1, Changes(), parent_plan_id="parent"), 1.05)
+    switch_plan(prepared, tally, {**successor.model_dump(mode="json"), "id": "successor"}, 1)
+    assert built == [(0, 4), (1, 3)]
+    assert isinstance(prepared.engine, RoundEngine) and prepared.plan.pools == successor.pools
+    assert prepared.engine.discrete[successor.pools[0].id].own_noise  # checked at its own noise
 
 
 def test_a_followed_re_plan_is_checked_by_the_client_units_own_verifier(tmp_path, monkeypatch):

@@ -215,6 +215,62 @@ def test_exact_sum_run_equals_the_protocol_run(plan, digits, tmp_path):
     assert torch.equal(final_state(tmp_path / "s")["global_params"], final_state(tmp_path / "p")["global_params"])
 
 
+def test_an_engine_factory_of_the_previous_release_runs_and_keeps_the_ledger(plan, digits, tmp_path):
+    """A factory written to the previous release's ``EngineFactory``, six positional arguments and
+    no ``verified=`` (trainer.run.prepared.as_engine_factory), runs: its engine composes what the
+    run's verification would have handed it, and the run is the default factory's run (a TypeError
+    traceback from prepare_run before)."""
+    from trainer.units.client.run import build_engine
+
+    calls = []
+
+    def previous_release(plan, strategy, population, dim, config, rounds):
+        calls.append(rounds)
+        return build_engine(plan, strategy, population, dim, config, rounds)
+
+    cfg = config(secagg_execution="exact_sum")
+    default = execute_run(prepare_run(plan, plan.model_dump(mode="json"), cfg, tmp_path / "default", dataset=digits),
+                          progress=quiet_progress(ROUNDS), epsilon_fn=phase_count_epsilon)
+    old = execute_run(prepare_run(plan, plan.model_dump(mode="json"), cfg, tmp_path / "old", dataset=digits,
+                                  engine_factory=previous_release),
+                      progress=quiet_progress(ROUNDS), epsilon_fn=phase_count_epsilon)
+    assert calls == [ROUNDS]
+    assert old.complete and old.epsilon_spent == default.epsilon_spent
+    a, b = final_state(tmp_path / "default"), final_state(tmp_path / "old")
+    assert a["ledger"] == b["ledger"] and a["ledger"]["rounds_run"] == ROUNDS
+    assert torch.equal(a["global_params"], b["global_params"])
+
+
+def test_an_engine_factory_gets_verified_only_when_it_takes_it():
+    """``as_engine_factory`` passes ``verified=`` to a factory with a keyword of that name or
+    ``**kwargs``, and nothing extra to one without, or to one whose signature cannot be read."""
+    from trainer.run.prepared import as_engine_factory
+
+    seen = []
+
+    def keyword(*args, verified=None):
+        seen.append(("keyword", len(args), verified))
+
+    def any_keywords(*args, **kwargs):
+        seen.append(("kwargs", len(args), kwargs))
+
+    def positional(plan, strategy, population, dim, config, rounds):
+        seen.append(("positional", 6, None))
+
+    class Unreadable:
+        __signature__ = "no signature"  # inspect.signature raises TypeError
+
+        def __call__(self, *args, **kwargs):
+            seen.append(("unreadable", len(args), kwargs))
+
+    figures = {"a": 1.0}
+    for factory in (keyword, any_keywords, positional, Unreadable()):
+        as_engine_factory(factory)(None, None, None, 1, None, 2, verified=figures)  # type: ignore[arg-type]
+    assert seen == [("keyword", 6, figures), ("kwargs", 6, {"verified": figures}), ("positional", 6, None),
+                    ("unreadable", 6, {})]
+    assert as_engine_factory(keyword) is keyword  # a factory of this release is called as it is
+
+
 def test_progress_uses_a_bar_on_a_terminal_and_lines_otherwise():
     import io
 

@@ -258,6 +258,7 @@ def prepare_flower_metric_run(grid: Grid, plan: Any, plan_document: dict[str, An
     """``gdpfed train``'s preparation of the metric plan with each release on its node; the membership."""
     # start-up time: the ServerApp loads the trainer (torch) only when a run starts
     from trainer.flower.engine import refuse_successor_plan
+    from trainer.run.prepared import as_engine_factory
     from trainer.runner import prepare_run
 
     membership = MetricMembership(grid, plan, fingerprint(plan.model_dump(mode="json")), timeout=options.step_timeout,
@@ -265,8 +266,8 @@ def prepare_flower_metric_run(grid: Grid, plan: Any, plan_document: dict[str, An
     prepared = prepare_run(plan, plan_document, config, out, resume=options.resume, device=options.device,
                            dataset=dataset)
     prepared.engine = flower_metric_engine(prepared.engine, grid, membership, timeout=options.step_timeout, log=log)
-    local_factory = prepared.engine_factory
-    assert local_factory is not None  # the metric unit's prepare_run sets it (trainer.units.metric.run)
+    assert prepared.engine_factory is not None  # the metric unit's prepare_run sets it (trainer.units.metric.run)
+    local_factory = as_engine_factory(prepared.engine_factory)
 
     def engine_factory(for_plan: Any, for_strategy: Any, population: Any, dim: int, run_config: Any,
                        rounds: int, *, verified: Any = None) -> Any:

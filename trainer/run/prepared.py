@@ -8,9 +8,10 @@ the same fields by the same names.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -77,6 +78,39 @@ class EngineFactory(Protocol):
                  rounds: int, /, *, verified: Mapping[str, float] | None = None) -> RoundRunner: ...
 
 
+# An engine factory written for the release before ``verified=``: (plan, strategy, population,
+# dim, config, rounds) only; still taken wherever an ``EngineFactory`` is (``as_engine_factory``)
+PositionalEngineFactory = Callable[[Plan, Strategy, Population, int, TrainConfig, int], RoundRunner]
+
+
+def as_engine_factory(factory: EngineFactory | PositionalEngineFactory) -> EngineFactory:
+    """``factory`` called as an ``EngineFactory`` (docs/trainer.md §Runs, checkpoints and resume):
+    ``factory`` itself when its signature takes ``verified=`` (a keyword of that name, or
+    ``**kwargs``), otherwise one that calls it with the six positional arguments only, as the
+    previous release did; a callable whose signature cannot be read gets nothing extra either.
+
+    ``verified`` only spares an engine composing again what verification composed (``None``:
+    it composes what it needs), so leaving it out costs time, never a privacy figure. Read once
+    per factory, here, by every caller (``prepare_client_run``, ``switch_plan``)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or extension callable without a readable signature
+        parameters = None
+    if parameters is not None and any(
+        parameter.kind is inspect.Parameter.VAR_KEYWORD
+        or (parameter.name == "verified" and parameter.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for parameter in parameters
+    ):
+        return cast(EngineFactory, factory)
+    positional = cast(PositionalEngineFactory, factory)
+
+    def without_verified(plan: Plan, strategy: Strategy, population: Population, dim: int, config: TrainConfig,
+                         rounds: int, /, *, verified: Mapping[str, float] | None = None) -> RoundRunner:
+        return positional(plan, strategy, population, dim, config, rounds)
+
+    return without_verified
+
+
 # (config, plan) -> a factory of the registry's strategy ``config.strategy``, its options
 # validated and checked against the plan (``trainer.units.strategies.registered_strategy``).
 StrategySelector = Callable[[TrainConfig, Any], Callable[..., Strategy]]
@@ -98,7 +132,7 @@ class RunOptions:
     ``config.strategy``, which a unit otherwise selects with ``select_strategy`` (the
     registry sits above the units: ``prepare_run`` hands it down); ``dataset`` a pre-loaded
     dataset (tests); ``engine_factory`` the simulator's round engine (e.g. the Flower
-    scale-out's); ``silo_engine(dpsgd_engine)`` the DP-SGD engine a silo run's strategy
+    scale-out's; an ``EngineFactory``, or the previous release's ``PositionalEngineFactory``); ``silo_engine(dpsgd_engine)`` the DP-SGD engine a silo run's strategy
     calls, given the one built for the run (the Flower scale-out's runs each silo's pass on
     its node); float32 math is IEEE unless
     ``allow_tf32`` (docs/trainer.md §Reproducible GPU math).
@@ -108,7 +142,7 @@ class RunOptions:
     device: str = "auto"
     strategy_factory: Callable[..., Strategy] | None = None
     dataset: Any = None
-    engine_factory: EngineFactory | None = None
+    engine_factory: EngineFactory | PositionalEngineFactory | None = None
     allow_tf32: bool = False
     select_strategy: StrategySelector = no_strategy_registry
     silo_engine: Callable[[Any], Any] | None = None
@@ -134,7 +168,8 @@ class PreparedRun:
     build_strategy: Callable[[Any], Any]
     unit: TrainingUnit  # the plan's privacy unit in this trainer: its loop steps, tally, options
     # (plan, strategy, population, dim, config, rounds) -> the round engine; a re-plan rebuilds it
-    engine_factory: EngineFactory | None = None
+    # (with ``verified=`` where it takes it: as_engine_factory)
+    engine_factory: EngineFactory | PositionalEngineFactory | None = None
     # params -> {"loss", "accuracy", ...}; None: the global model on the dataset's test set
     evaluator: Callable[[torch.Tensor], dict[str, float]] | None = None
     # the plots' chance line for an ``evaluator`` that is not the dataset's test set (a silo

@@ -17,7 +17,7 @@ import pydantic
 from accounting.errors import InvalidInputError, validation_error_line
 from planner.ledger import EpsilonFn
 from planner.units import load_plan_document, verify
-from trainer.run.prepared import PreparedRun, RunTally
+from trainer.run.prepared import PreparedRun, RunTally, as_engine_factory
 from trainer.run.reporting import ReportingStoppedError
 
 
@@ -90,8 +90,9 @@ def switch_plan(
     strategy.load_state_dict(state)
     continued = tally.continued(successor, epsilon_fn)
     assert prepared.engine_factory is not None  # a unit that can be re-planned rebuilds its engine
-    # the figures the successor's verification composed, which its engine's checks read (docs/ledger.md §5)
-    engine = prepared.engine_factory(
+    # the figures the successor's verification composed, which its engine's checks read (docs/ledger.md §5);
+    # a factory without verified= (the previous release's) composes them itself
+    engine = as_engine_factory(prepared.engine_factory)(
         successor, strategy, prepared.population, prepared.engine.dim, prepared.config, end - global_round,
         verified=verified,
     )

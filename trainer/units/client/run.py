@@ -22,7 +22,7 @@ from trainer.run.config import TrainConfig
 from trainer.run.directory import RunDirectory
 from trainer.run.divergence import learnability_message
 from trainer.run.preparation import build_population, build_run_model, load_run_data
-from trainer.run.prepared import EngineFactory, PreparedRun, RunOptions
+from trainer.run.prepared import PreparedRun, RunOptions, as_engine_factory
 from trainer.run.unit import TrainingUnit
 from trainer.strategies.base import Population, Strategy
 from trainer.units.client.adaptive_clip import adaptive_controller
@@ -82,7 +82,8 @@ def prepare_client_run(unit: TrainingUnit, plan: PlanDocument, plan_document: di
     # an engine factory (the Flower scale-out's) reads the mechanism from ``config`` as build_engine does;
     # the first engine, the simulator's or the factory's, checks client_plan's blocks with the ledgers
     # verification composed (a re-plan's engine gets its successor's, trainer.run.replan.switch_plan)
-    engine_factory: EngineFactory = options.engine_factory or build_engine
+    # (one of the previous release, without verified=, composes the ledgers itself: as_engine_factory)
+    engine_factory = as_engine_factory(options.engine_factory or build_engine)
     engine = engine_factory(client_plan, strategy, population, dim, config, config.rounds, verified=skellam_spent)
     return PreparedRun(
         plan=client_plan, plan_document=plan_document, config=config, run_dir=RunDirectory(out),
