@@ -50,17 +50,25 @@ from accounting.normal import _MAXLOG, _P, _Q, _R, _S, _SQRT1_2, _T, _U
 PORT_MAX = 50_000  # values (array elements) per call
 
 
+# The scipy whose algorithms the ports run, operation for operation: only its ufuncs are
+# the ports' values bit for bit, so another scipy's are never used in their place and an rdp
+# figure does not depend on which scipy is installed or was imported first (docs/accounting.md §13.10).
+PORTED_SCIPY = "1.17."
+
+
 def _scipy_special(size: int) -> ModuleType | None:
     """``scipy.special`` where it costs no import (already loaded) or the call has more than
-    :data:`PORT_MAX` values (then imported); None where the port should run."""
+    :data:`PORT_MAX` values (then imported), and it is the scipy the ports follow
+    (:data:`PORTED_SCIPY`); None where the port should run."""
     loaded = sys.modules.get("scipy.special")
-    if loaded is not None and hasattr(loaded, "log_ndtr"):  # not one still being imported
-        return loaded
-    if size <= PORT_MAX:
-        return None
-    from scipy import special  # start-up time: only a call this large pays for the import
+    if loaded is None or not hasattr(loaded, "log_ndtr"):  # not loaded, or still being imported
+        if size <= PORT_MAX:
+            return None
+        import scipy.special  # start-up time: only a call this large pays for the import
 
-    return special
+        loaded = scipy.special
+    version = str(getattr(sys.modules.get("scipy"), "__version__", ""))
+    return loaded if version.startswith(PORTED_SCIPY) else None
 
 
 def _libm(function: Callable[[float], float], values: np.ndarray) -> np.ndarray:

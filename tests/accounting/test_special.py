@@ -173,3 +173,19 @@ def test_the_ports_log_gammas_are_computed_once_per_argument(monkeypatch: pytest
     for part in (arguments[:900], arguments[900:1800], arguments):
         _assert_same_bits(special.gammaln(part), scipy_special.gammaln(part), part)
         assert 0 < len(special._GAMMALN_MEMO) <= 1000
+
+
+def test_scipys_ufuncs_stand_in_for_the_ports_only_under_the_scipy_they_follow(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/accounting.md §13.10: with scipy.special loaded (a plan, the service) its ufuncs run
+    # in the ports' place because they are the same bits; another scipy's may round a value
+    # differently, and an rdp figure would then depend on what the process imported first
+    import scipy
+
+    scipy_special = pytest.importorskip("scipy.special")
+    monkeypatch.setattr(scipy, "__version__", special.PORTED_SCIPY + "1")
+    assert special._scipy_special(10) is scipy_special
+    assert special._scipy_special(special.PORT_MAX + 1) is scipy_special
+    for other in ("1.18.0", "1.16.3", "2.0.0"):
+        monkeypatch.setattr(scipy, "__version__", other)
+        assert special._scipy_special(10) is None
+        assert special._scipy_special(special.PORT_MAX + 1) is None
