@@ -38,6 +38,7 @@ import pydantic
 
 from accounting.events.base import ApproximateDpEvent
 from accounting.rdp import SMALL_LOG_A, OrderGrid
+from accounting.special import gammaln
 from accounting.validation import NoiseMultiplier, SamplingRate, Steps
 
 # Positive finite reals, the same domain as a noise multiplier.
@@ -144,14 +145,13 @@ class _ZhuWangTerms(NamedTuple):
 def _zhu_wang_terms(orders: tuple[int, ...]) -> _ZhuWangTerms:
     """The terms of :func:`subsampled_rdp_curve` for ``orders`` (one tuple per order grid, built once;
     its arrays read-only, docs/accounting.md §11.6)."""
-    from scipy.special import gammaln  # start-up time, as in subsampled_rdp_curve
-
     alphas = np.asarray(orders, dtype=int)
     per_order = alphas - 1  # l = 2 .. a
     term_alpha = np.repeat(alphas, per_order)
     term_starts = np.concatenate(([0], np.cumsum(per_order)[:-1])).astype(int)
     l_int = np.arange(term_alpha.size) - np.repeat(term_starts, per_order) + 2
-    # gammaln of each integer once: the same values as gammaln(a + 1.0) - gammaln(l + 1.0) -
+    # gammaln (accounting/special.py: scipy 1.17's values, docs/accounting.md §13.10) of each integer
+    # once: the same values as gammaln(a + 1.0) - gammaln(l + 1.0) -
     # gammaln(a - l + 1.0) computed term by term (one elementwise function of the same inputs)
     log_gamma = gammaln(np.arange(int(alphas.max()) + 2, dtype=float))  # log_gamma[k] = gammaln(k)
     log_binom = log_gamma[term_alpha + 1] - log_gamma[l_int + 1] - log_gamma[term_alpha - l_int + 1]
@@ -369,7 +369,7 @@ def unit_shift_table(variance: float) -> tuple[float, np.ndarray]:
     precision down to 1e-150), Z(0) from P(X = 0) by symmetry. The returned array is read-only (cached).
     """
     # start-up time: scipy.special is imported where the table is first computed (as in
-    # subsampled_rdp), not when accounting.events is imported
+    # log_skellam_pmf), not when accounting.events is imported
     from scipy.special import ndtri
 
     reach = table_reach(variance)
