@@ -187,6 +187,11 @@ class LocalFederation:
     _keeper: subprocess.Popen[bytes] | None = None
     _keeper_pipe: IO[str] | None = None
 
+    def __post_init__(self) -> None:
+        # Every process runs with its cwd in ``work``: a relative ``work`` would put FLWR_HOME
+        # (and the connection file flwr run reads) at work/work/flwr-home for them.
+        self.work = Path(self.work).resolve()
+
     @property
     def flwr_home(self) -> Path:
         return self.work / "flwr-home"

@@ -94,6 +94,17 @@ def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_pa
     assert not (tmp_path / "work").exists()
 
 
+def test_local_federation_resolves_a_relative_work_directory(tmp_path: Path, monkeypatch) -> None:
+    """Flower's processes run with their cwd in the work directory: a relative ``--work`` gave them
+    FLWR_HOME work/work/flwr-home, where flwr run found no connection and the run failed."""
+    from trainer.flower.local import LocalFederation
+
+    monkeypatch.chdir(tmp_path)
+    federation = LocalFederation(Path("work"), [])
+    assert federation.work == tmp_path / "work"
+    assert federation.env["FLWR_HOME"] == str(tmp_path / "work" / "flwr-home")
+
+
 def test_local_refuses_too_few_nodes_for_any_threshold_before_starting_anything(
     plan_file: Path, tmp_path: Path, capsys
 ) -> None:
