@@ -200,15 +200,47 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     if warning:
         sys.stderr.write(f"gdpfed: {warning}\n")
     work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
+    log = Path(work).resolve() / "flwr-run.log"
+    logged = log.stat().st_size if log.is_file() else 0  # the log is appended to: read this run's part
     with terminate_on_signals(), LocalFederation(work, nodes, port=args.port,
                                                  max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
         code = federation.run(args.app_dir, {"min-nodes": str(len(nodes))}, timeout_s=args.timeout)
+    stopped = server_app_error(log, logged)
+    if stopped is not None:  # flwr run exits 0 on a failed run
+        raise stopped
     summary_path = Path(str(run_config["out-dir"])) / "summary.json"
     if code != 0 or not summary_path.is_file():
-        raise GdpfedError(f"the Flower run failed (flwr run exit {code}); see {work / 'flwr-run.log'}")
+        raise GdpfedError(f"the Flower run failed (flwr run exit {code}); see {log}")
     summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
     return summary, format_summary(summary)
+
+
+class ServerAppFailed(GdpfedError):
+    """The ServerApp of a ``gdpfed flower local`` run stopped on a gdpfed error: its line and exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def server_app_error(log: Path, offset: int = 0) -> ServerAppFailed | None:
+    """The error a ServerApp stopped on, from its line in the ``flwr run --stream`` log past
+    ``offset`` (``trainer.flower.server_app.ERROR_LINE``): its message and exit code (2, or 3
+    when reporting to the service stopped); ``None`` when it wrote none (docs/flower.md §3)."""
+    # imported when the subcommand runs: the flower extra (flwr) and start-up time
+    from trainer.flower.server_app import ERROR_LINE
+
+    try:
+        with log.open("rb") as stream:
+            stream.seek(offset)
+            lines = stream.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if found := ERROR_LINE.match(line.strip()):
+            return ServerAppFailed(f"the ServerApp stopped: {found.group(2)} (see {log})", int(found.group(1) or 2))
+    return None
 
 
 def handle_loopback(args: argparse.Namespace) -> tuple[Any, str]:

@@ -19,7 +19,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from accounting.errors import GdpfedError, InvalidInputError
+from accounting.errors import GdpfedError, InvalidInputError, message_line
 from trainer.flower.units import (
     FlowerUnit,
     check_client_node_count,
@@ -180,8 +182,50 @@ def flower_unit(plan: Any) -> FlowerUnit:
     return flower
 
 
+# Flower's logger, whose record of a ServerApp's exception carries the traceback (_NoTraceback)
+FLOWER_LOGGER = "flwr"
+
+# The line a ServerApp that stopped on a gdpfed error writes to its log, which ``flwr run
+# --stream`` prints: ``gdpfed: error: MESSAGE``, or ``gdpfed: error (exit N): MESSAGE`` for an
+# error of another exit code than 2 (3: reporting stopped or reports undelivered).
+# ``gdpfed flower local`` finds it in the run's log (``error_line``).
+ERROR_LINE = re.compile(r"^gdpfed: error(?: \(exit (\d+)\))?: (.+)$")
+
+
+class ServerAppStopped(Exception):
+    """The ServerApp stopped on a gdpfed error, already written as one line (``ERROR_LINE``).
+
+    Raised to Flower rather than ``SystemExit``: Flower's ServerApp runner handles an
+    ``Exception`` by flushing the app's log to the SuperLink (so ``flwr run --stream`` shows the
+    line), marking the run failed with this message as its details (``flwr ls``) and exiting;
+    a ``SystemExit`` skipped all three, the line was lost and the run stayed "running" until
+    the SuperLink missed the process's heartbeats (about a minute)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _NoTraceback(logging.Filter):
+    """Drop the traceback Flower's runner logs with a ``ServerAppStopped``: the error is the
+    one line already written (docs/architecture.md §Errors), not a bug in the app."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], ServerAppStopped):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def error_line(exc: GdpfedError) -> str:
+    """The one line a ServerApp writes for ``exc`` (``ERROR_LINE``)."""
+    code = int(getattr(exc, "exit_code", 2))
+    return f"gdpfed: error{'' if code == 2 else f' (exit {code})'}: {message_line(exc.message)}"
+
+
 def build_server_app(bundle_dir: Path) -> ServerApp:
-    """The ServerApp of the bundle in ``bundle_dir`` (it runs the bundle's ``plan.json``)."""
+    """The ServerApp of the bundle in ``bundle_dir`` (it runs the bundle's ``plan.json``).
+    A gdpfed error stops it with one line in the run's log and a failed run (docs/flower.md §3)."""
     app = ServerApp()
 
     @app.main()
@@ -191,8 +235,10 @@ def build_server_app(bundle_dir: Path) -> ServerApp:
             summary = run_plan(grid, document, context.run_config)
         except GdpfedError as exc:
             # One line naming the problem (docs/architecture.md "Errors"), then a failed run.
-            _stderr(f"gdpfed: error: {exc}")
-            raise SystemExit(getattr(exc, "exit_code", 2)) from None
+            line = error_line(exc)
+            _stderr(line)
+            logging.getLogger(FLOWER_LOGGER).addFilter(_NoTraceback())
+            raise ServerAppStopped(line, int(getattr(exc, "exit_code", 2))) from None
         _stderr(summary.model_dump_json(indent=2))
 
     return app

@@ -94,6 +94,43 @@ def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_pa
     assert not (tmp_path / "work").exists()
 
 
+def test_local_names_the_server_apps_refusal_in_one_line(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """Real processes: a ServerApp that stops on a gdpfed error (here a run directory that already
+    holds files) writes its one line into the run's log and fails the run at once; ``gdpfed flower
+    local`` exits 2 with that line. Before, the ServerApp left by SystemExit, which skipped Flower's
+    log upload and status report: the line never reached the log, the run looked alive until the
+    SuperLink missed its heartbeats, and the command said only 'flwr run exit 0'."""
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("another run's\n")
+    capsys.readouterr()
+    code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--nodes", "4", "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gdpfed flower: error: the ServerApp stopped: out: ") and "is not empty" in last, err
+    log = (tmp_path / "work" / "flwr-run.log").read_text(errors="replace")
+    assert "gdpfed: error: out: " in log and "Traceback" not in log, log[-3000:]
+
+
+def test_the_server_apps_error_line_carries_its_exit_code(tmp_path: Path) -> None:
+    """Exit 3 (reporting stopped: rerun with resume) survives the trip through the run's log."""
+    from accounting.errors import InvalidInputError
+    from trainer.flower.cli import server_app_error
+    from trainer.flower.server_app import error_line
+    from trainer.run.reporting import ReportingStoppedError
+
+    log = tmp_path / "flwr-run.log"
+    log.write_text(f"an earlier run\n{error_line(InvalidInputError('rounds', 'old'))}\nINFO : started\n")
+    assert server_app_error(log, log.stat().st_size) is None  # an earlier run's line is not this run's
+    with log.open("a") as stream:
+        stream.write(error_line(ReportingStoppedError("the service re-planned\nthis plan")) + "\n")
+    found = server_app_error(log, 0)
+    assert found is not None and found.exit_code == 3
+    assert found.message.startswith("the ServerApp stopped: the service re-planned\\nthis plan (see ")
+
+
 def test_local_federation_resolves_a_relative_work_directory(tmp_path: Path, monkeypatch) -> None:
     """Flower's processes run with their cwd in the work directory: a relative ``--work`` gave them
     FLWR_HOME work/work/flwr-home, where flwr run found no connection and the run failed."""
