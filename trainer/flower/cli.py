@@ -202,6 +202,8 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     work = args.work or args.app_dir.resolve().parent / f"flower-local-{time.strftime('%Y%m%d-%H%M%S')}"
     log = Path(work).resolve() / "flwr-run.log"
     logged = log.stat().st_size if log.is_file() else 0  # the log is appended to: read this run's part
+    summary_path = Path(str(run_config["out-dir"])) / "summary.json"
+    earlier = _file_version(summary_path)  # a summary an earlier run left is not this run's
     with terminate_on_signals(), LocalFederation(work, nodes, port=args.port,
                                                  max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
@@ -209,11 +211,21 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     stopped = server_app_error(log, logged)
     if stopped is not None:  # flwr run exits 0 on a failed run
         raise stopped
-    summary_path = Path(str(run_config["out-dir"])) / "summary.json"
-    if code != 0 or not summary_path.is_file():
-        raise GdpfedError(f"the Flower run failed (flwr run exit {code}); see {log}")
+    if code != 0 or _file_version(summary_path) in (None, earlier):
+        raise GdpfedError(f"the Flower run failed (flwr run exit {code}; it wrote no summary to "
+                          f"{summary_path.parent}); see {log}")
     summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
     return summary, format_summary(summary)
+
+
+def _file_version(path: Path) -> tuple[int, int] | None:
+    """(inode, modification time in ns) of ``path``, ``None`` when there is none: a summary
+    rewritten by the run differs (``trainer.runner.finish_run`` replaces the file)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns
 
 
 class ServerAppFailed(GdpfedError):

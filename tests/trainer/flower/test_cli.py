@@ -114,6 +114,34 @@ def test_local_names_the_server_apps_refusal_in_one_line(plan_file: Path, tmp_pa
     assert "gdpfed: error: out: " in log and "Traceback" not in log, log[-3000:]
 
 
+def test_local_fails_a_run_that_wrote_no_summary_of_its_own(plan_file: Path, tmp_path: Path, capsys,
+                                                           monkeypatch) -> None:
+    """A run whose ServerApp ended without its line (a crash, a kill) and wrote no summary fails,
+    even where an earlier run left a summary.json in the run directory: before, ``gdpfed flower
+    local`` printed that earlier run's summary and exited 0 (``flwr run`` exits 0 on a failed run)."""
+    from trainer.flower import local
+
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    assert app_cli.run(["flower", "loopback", str(tmp_path / "app")]) == 0  # an earlier run: its summary.json
+    assert (tmp_path / "run" / "summary.json").is_file()
+    capsys.readouterr()
+
+    class CrashedRun(local.LocalFederation):
+        def start(self, timeout_s: float = 120.0) -> None:
+            self.work.mkdir(parents=True, exist_ok=True)
+
+        def run(self, app_dir: Path, run_config: dict[str, str] | None = None, timeout_s: float = 3600.0) -> int:
+            (self.work / "flwr-run.log").write_text("INFO : Start `flwr-serverapp` process\n")
+            return 0  # what flwr run --stream exits with when the ServerApp failed
+
+    monkeypatch.setattr(local, "LocalFederation", CrashedRun)
+    code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "the Flower run failed (flwr run exit 0; it wrote no summary to " in err.strip().splitlines()[-1], err
+
+
 def test_the_server_apps_error_line_carries_its_exit_code(tmp_path: Path) -> None:
     """Exit 3 (reporting stopped: rerun with resume) survives the trip through the run's log."""
     from accounting.errors import InvalidInputError
