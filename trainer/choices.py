@@ -41,6 +41,18 @@ SECAGG_MECHANISM_HELP = (
 # The models trainer.models.build.build_model builds (docs/trainer.md §Models).
 MODELS = ("mlp", "cnn", "resnet18", "lstm", "mean")
 
+
+def model_key(name: str) -> str | None:
+    """The entry of ``MODELS`` that ``name`` names (case, ``-`` and ``_`` ignored), ``None`` for
+    none: ``build_model``'s reading, which ``gdpfed flower app`` applies before it writes a bundle."""
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    return key if key in MODELS else None
+
+
+def unknown_model(name: str) -> str:
+    """The refusal of a model name ``model_key`` does not know (field ``model``)."""
+    return f"unknown model {name!r}; use one of {', '.join(MODELS)}"
+
 # The bundled datasets trainer.data.load.load_dataset builds by name (client and
 # metric_local runs; a ``synthetic`` spec may also carry ``:ALPHA,BETA``), the formats it
 # reads from a path (its _PATH_LOADERS, in this order), and the datasets silo plans train on

@@ -76,6 +76,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from planner.loading import naming_file, read_document
     from planner.schema import Plan
     from planner.units import load_plan_document, unit_of
+    from trainer.choices import model_key, unknown_model
     from trainer.flower import check_flwr_version
     from trainer.flower.bundle import write_bundle
     from trainer.flower.server_app import flower_unit
@@ -91,6 +92,8 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     understated = _verify(plan)
     refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
+    if model_key(config.model) is None:  # the ServerApp would refuse it only on the SuperLink
+        raise InvalidInputError("model", unknown_model(config.model))
     if config.rounds > plan.rounds:
         raise InvalidInputError("rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds")
     if understated and isinstance(plan, Plan) and run_mechanism(config, plan) != plan.scenario.mechanism:

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from accounting.errors import InvalidInputError
-from trainer.choices import MODELS
+from trainer.choices import MODELS as MODELS  # re-exported by trainer.models
+from trainer.choices import model_key, unknown_model
 from trainer.data.dataset import FederatedDataset
 from trainer.models.cnn import CNN
 from trainer.models.lstm import CharLSTM
@@ -29,9 +30,9 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
     model on vectors, a classifier on next-character data or the reverse) is an
     ``InvalidInputError`` naming ``model``. The global RNG is left as it was.
     """
-    key = name.strip().lower().replace("-", "").replace("_", "")
-    if key not in MODELS:
-        raise InvalidInputError("model", f"unknown model {name!r}; use one of {', '.join(MODELS)}")
+    key = model_key(name)
+    if key is None:
+        raise InvalidInputError("model", unknown_model(name))
     shape = tuple(dataset.input_shape)
     # regression data takes the scalar mean or an mlp with one output (the metric-privacy
     # synthetic regression's bias-free linear map); mean fits nothing else

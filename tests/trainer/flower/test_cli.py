@@ -76,6 +76,19 @@ def test_app_refuses_bad_settings_in_one_line(plan_file: Path, tmp_path: Path, c
     assert not (tmp_path / "app").exists()
 
 
+def test_app_refuses_an_unknown_model_before_writing(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """Before, the bundle was written and the ServerApp refused the model on the SuperLink."""
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), "--dataset", "digits", "--model", "nosuch",
+                        "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == (
+        "gdpfed flower: error: model: unknown model 'nosuch'; use one of mlp, cnn, resnet18, lstm, mean"), err
+    assert not (tmp_path / "app").exists()
+    # build_model's reading of a name: case, '-' and '_' ignored
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), "--dataset", "digits", "--model", "MLP",
+                        "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]) == 0
+
+
 def test_app_refuses_a_non_empty_directory_and_loopback_a_non_bundle(plan_file: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "notes.txt").write_text("mine")
