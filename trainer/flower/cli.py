@@ -100,6 +100,9 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         # the run executes another mechanism than the plan's: its ledger counts that one's figures,
         # which the plan's skellam figures do not describe (docs/ledger.md §5), as gdpfed train says
         understated = None
+    if args.report_to and not (args.plan_id or isinstance(document.get("id"), str)):
+        # as gdpfed train refuses it; the ServerApp would refuse it only on the SuperLink
+        raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan; this plan has no 'id')")
     options = FlowerOptions.model_validate({
         "out-dir": str(args.run_dir.resolve()), "report-to": args.report_to, "plan-id": args.plan_id,
         "step-timeout": args.step_timeout, "min-nodes": args.min_nodes, "wait-timeout": args.wait_timeout,

@@ -89,6 +89,18 @@ def test_app_refuses_an_unknown_model_before_writing(plan_file: Path, tmp_path: 
                         "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]) == 0
 
 
+def test_app_refuses_report_to_without_a_plan_id_before_writing(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """As gdpfed train; before, the bundle was written and the ServerApp refused it on the SuperLink."""
+    argv = ["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+            "--run-dir", str(tmp_path / "run"), "--report-to", "http://127.0.0.1:9"]
+    code = app_cli.run(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("gdpfed flower: error: plan-id: --report-to needs --plan-id") and \
+        len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "app").exists()
+    assert app_cli.run([*argv, "--plan-id", "p-1"]) == 0  # or the plan document's own id
+
+
 def test_app_refuses_a_non_empty_directory_and_loopback_a_non_bundle(plan_file: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "notes.txt").write_text("mine")
