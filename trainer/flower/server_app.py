@@ -82,7 +82,9 @@ def run_plan(
     if options.resume:
         check_resumable_run_directory(out)
     else:
-        check_new_run_directory(out)
+        # in the words of a Flower run: its run config, and the bundle's --run-dir
+        check_new_run_directory(out, field="out-dir", advice="run with --run-config resume=true to continue the run "
+                                "there, or write the bundle with another --run-dir")
     plan_id = options.plan_id or (plan_document.get("id") if isinstance(plan_document.get("id"), str) else None)
 
     reporter = None

@@ -106,18 +106,18 @@ class RunDirectory:
         return self.checkpoint.is_file()
 
 
-def check_new_run_directory(root: Path) -> None:
+def check_new_run_directory(root: Path, *, field: str = "out",
+                            advice: str = "pass --resume to continue the run there, or another --out") -> None:
     """Refuse to start a fresh run in a directory that already holds a run or files.
 
     Nothing is created here: the caller validates every input first and creates the
-    directory only when the run is about to start.
+    directory only when the run is about to start. ``field`` and ``advice`` are in the
+    caller's words (``gdpfed train``'s options by default; a Flower run's run config).
     """
     if root.exists() and not root.is_dir():
-        raise InvalidInputError("out", f"{root} exists and is not a directory")
+        raise InvalidInputError(field, f"{root} exists and is not a directory")
     if root.is_dir() and any(root.iterdir()):
-        raise InvalidInputError(
-            "out", f"{root} is not empty; pass --resume to continue the run there, or another --out"
-        )
+        raise InvalidInputError(field, f"{root} is not empty; {advice}")
 
 
 def check_resumable_run_directory(root: Path) -> RunDirectory:

@@ -134,9 +134,9 @@ def test_local_names_the_server_apps_refusal_in_one_line(plan_file: Path, tmp_pa
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("gdpfed flower: error: the ServerApp stopped: out: ") and "is not empty" in last, err
+    assert last.startswith("gdpfed flower: error: the ServerApp stopped: out-dir: ") and "is not empty" in last, err
     log = (tmp_path / "work" / "flwr-run.log").read_text(errors="replace")
-    assert "gdpfed: error: out: " in log and "Traceback" not in log, log[-3000:]
+    assert "gdpfed: error: out-dir: " in log and "Traceback" not in log, log[-3000:]
 
 
 def test_local_fails_a_run_that_wrote_no_summary_of_its_own(plan_file: Path, tmp_path: Path, capsys,
@@ -165,6 +165,20 @@ def test_local_fails_a_run_that_wrote_no_summary_of_its_own(plan_file: Path, tmp
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err
     assert "the Flower run failed (flwr run exit 0; it wrote no summary to " in err.strip().splitlines()[-1], err
+
+
+def test_a_used_run_directory_is_refused_in_a_flower_runs_words(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """The ServerApp names its run config (out-dir, resume=true) and the bundle's --run-dir, not
+    gdpfed train's --out and --resume, which no Flower command takes."""
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("another run's\n")
+    capsys.readouterr()
+    assert app_cli.run(["flower", "loopback", str(tmp_path / "app")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gdpfed flower: error: out-dir: {tmp_path / 'run'} is not empty; run with --run-config "
+                          "resume=true to continue the run there, or write the bundle with another --run-dir"), err
 
 
 def test_the_server_apps_error_line_carries_its_exit_code(tmp_path: Path) -> None:
