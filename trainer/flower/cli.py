@@ -59,6 +59,9 @@ def register(subparsers: Any) -> None:
     local.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is given up (3600)")
     local.add_argument("--max-processes", type=int, default=None,
                        help="ClientApp processes alive at once on this host (default: twice the CPU count; docs/flower.md §3)")
+    local.add_argument("--run-config", metavar="KEY=VALUE", action="append", default=[],
+                       help="a run-config value for this run, as flwr run --run-config takes it (TOML values: "
+                       "resume=true continues the run directory from its checkpoint); repeatable")
     local.add_argument("--json", action="store_true", help="print the summary as JSON")
     local.set_defaults(handler=handle_local)
 
@@ -193,6 +196,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     # imported when the subcommand runs: the flower extra (flwr) and start-up time
     from trainer.flower import check_flwr_version
     from trainer.flower.local import LocalFederation, terminate_on_signals
+    from trainer.flower.settings import train_config
     from trainer.run.options import format_summary
     from trainer.run.summary import RunSummary
 
@@ -200,6 +204,9 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     if args.max_processes is not None and args.max_processes < 1:
         raise InvalidInputError("max-processes", f"must be at least 1, got {args.max_processes}")
     plan, _, run_config = _bundle(args.app_dir)
+    overrides = run_config_overrides(args.run_config, run_config)
+    run_config = {**run_config, **{key: value for key, (value, _) in overrides.items()}}
+    train_config(run_config)  # what the ServerApp will read, checked before any process starts
     seed = int(run_config.get("seed", 0))
     nodes = simulation_nodes(plan, args.nodes, seed)
     warning = check_node_count(plan, args.nodes, seed)  # before any process starts
@@ -213,7 +220,8 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     with terminate_on_signals(), LocalFederation(work, nodes, port=args.port,
                                                  max_processes=args.max_processes or 0) as federation:
         sys.stderr.write(f"gdpfed: SuperLink on 127.0.0.1:{federation.port}, {len(nodes)} SuperNodes; logs in {work}\n")
-        code = federation.run(args.app_dir, {"min-nodes": str(len(nodes))}, timeout_s=args.timeout)
+        given = {key: text for key, (_, text) in overrides.items()}
+        code = federation.run(args.app_dir, {"min-nodes": str(len(nodes)), **given}, timeout_s=args.timeout)
     stopped = server_app_error(log, logged)
     if stopped is not None:  # flwr run exits 0 on a failed run
         raise stopped
@@ -222,6 +230,29 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
                           f"{summary_path.parent}); see {log}")
     summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
     return summary, format_summary(summary)
+
+
+def run_config_overrides(given: list[str], run_config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """``gdpfed flower local --run-config KEY=VALUE`` items: key -> (value, its text for ``flwr
+    run --run-config``), each VALUE read as TOML as Flower reads it and each key one of the
+    bundle's run config (docs/flower.md §3); a bad item is one ``InvalidInputError`` naming it."""
+    import tomllib
+
+    overrides: dict[str, tuple[Any, str]] = {}
+    for item in given:
+        key, sep, text = item.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key or not text:
+            raise InvalidInputError("run-config", f"{item!r} is not KEY=VALUE")
+        if key not in run_config:
+            raise InvalidInputError("run-config", f"the app's run config has no key {key!r}")
+        try:
+            value = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError:
+            raise InvalidInputError(f"run-config {key}", f"{text!r} is not a TOML value (a string needs quotes: "
+                                    f"{key}=\"...\")") from None
+        overrides[key] = (value, text)
+    return overrides
 
 
 def _file_version(path: Path) -> tuple[int, int] | None:

@@ -181,6 +181,55 @@ def test_a_used_run_directory_is_refused_in_a_flower_runs_words(plan_file: Path,
                           "resume=true to continue the run there, or write the bundle with another --run-dir"), err
 
 
+def test_local_passes_run_config_values_to_flwr_run(plan_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--run-config KEY=VALUE`` reaches the run as ``flwr run --run-config`` passes it on a
+    deployment (``resume=true`` continues a run directory; before, gdpfed flower local took no run
+    config, so a run it left could not be resumed without editing the bundle); bad items are
+    refused before any process starts."""
+    from trainer.flower import local
+
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    for item, message in [("eval-every=0", "error: eval-every: Input should be greater than or equal to 1"),
+                          ("resume", "error: run-config: 'resume' is not KEY=VALUE"),
+                          ("round=2", "error: run-config: the app's run config has no key 'round'"),
+                          ("out-dir=/srv/x", "error: run-config out-dir: '/srv/x' is not a TOML value")]:
+        code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--run-config", item, "--work", str(tmp_path / "w")])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (item, err)
+        assert not (tmp_path / "w").exists()
+
+    given: dict[str, str] = {}
+
+    class InProcess(local.LocalFederation):  # no processes: the ServerApp's run_plan on a LoopbackGrid
+        def start(self, timeout_s: float = 120.0) -> None:
+            self.work.mkdir(parents=True, exist_ok=True)
+
+        def run(self, app_dir: Path, run_config: dict[str, str] | None = None, timeout_s: float = 3600.0) -> int:
+            import tomllib
+
+            from trainer.flower.cli import _bundle
+            from trainer.flower.client_app import build_client_app
+            from trainer.flower.server_app import run_plan
+            from trainer.flower.testing import LoopbackGrid
+
+            given.update(run_config or {})
+            plan, document, config = _bundle(Path(app_dir))
+            config = {**config, **{k: tomllib.loads(f"v = {v}")["v"] for k, v in given.items()}}
+            nodes = {1 + i: n for i, n in enumerate(self.node_configs)}
+            run_plan(LoopbackGrid(build_client_app(Path(app_dir)), nodes, config), document, config)
+            return 0
+
+    monkeypatch.setattr(local, "LocalFederation", InProcess)
+    code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--run-config", "eval-every=2", "--run-config",
+                        "seed=3", "--work", str(tmp_path / "work")])
+    assert code == 0, capsys.readouterr().err
+    assert given == {"min-nodes": "4", "eval-every": "2", "seed": "3"}
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert stored["eval_every"] == 2 and stored["seed"] == 3
+
+
 def test_the_server_apps_error_line_carries_its_exit_code(tmp_path: Path) -> None:
     """Exit 3 (reporting stopped: rerun with resume) survives the trip through the run's log."""
     from accounting.errors import InvalidInputError
