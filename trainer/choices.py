@@ -60,6 +60,19 @@ def unknown_model(name: str) -> str:
 BUNDLED_DATASETS = ("synthetic", "leaf_synthetic", "metric_synthetic", "digits")
 PATH_FORMATS = ("shakespeare", "idx", "mnist", "fashion-mnist", "cifar10", "svhn", "leaf")
 SILO_DATASETS = ("rotated_digits", "mean_estimation")
+
+
+def silo_dataset_key(spec: str) -> str | None:
+    """The entry of ``SILO_DATASETS`` that ``spec`` names (case ignored, ``-`` read as ``_``),
+    ``None`` for none: ``load_silo_data``'s reading, which ``gdpfed flower app`` applies to a silo
+    plan before it writes a bundle."""
+    key = spec.strip().lower().replace("-", "_")
+    return key if key in SILO_DATASETS else None
+
+
+def unknown_silo_dataset(spec: str) -> str:
+    """The refusal of a silo plan's dataset ``silo_dataset_key`` does not know (field ``dataset``)."""
+    return f"silo plans train on {', '.join(SILO_DATASETS)}, got {spec!r} (other datasets are for client and metric_local plans)"
 SPEC_HELP = ", ".join(
     [*BUNDLED_DATASETS[:1], "synthetic:ALPHA,BETA", *BUNDLED_DATASETS[1:], *(f"{key}:PATH" for key in PATH_FORMATS)]
 ) + ", or a path to such data"

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from accounting.errors import InvalidInputError
-from trainer.choices import SILO_DATASETS
+from trainer.choices import silo_dataset_key, unknown_silo_dataset
 from trainer.data.dataset import FederatedDataset
 from trainer.data.rotation import rotate_images
 
@@ -45,14 +45,12 @@ class SiloData:
 def load_silo_data(spec: str, silo_sizes: Sequence[int], *, seed: int, test_samples: int = 100,
                    groups: int = 4, data_std: float = 0.4, task_std: float = 0.08) -> SiloData:
     """The silo dataset ``spec`` (``SILO_DATASETS``) with ``silo_sizes[k]`` training examples in silo k."""
-    key = spec.strip().lower().replace("-", "_")
+    key = silo_dataset_key(spec)
     if key == "rotated_digits":
         return rotated_digits(silo_sizes, seed=seed, test_samples=test_samples, groups=groups)
     if key == "mean_estimation":
         return mean_estimation(silo_sizes, seed=seed, test_samples=test_samples, data_std=data_std, task_std=task_std)
-    raise InvalidInputError(
-        "dataset", f"silo plans train on {', '.join(SILO_DATASETS)}, got {spec!r} (other datasets are for client and metric_local plans)"
-    )
+    raise InvalidInputError("dataset", unknown_silo_dataset(spec))
 
 
 def _package(name: str, task: str, train: list[tuple[np.ndarray, np.ndarray]], test: list[tuple[np.ndarray, np.ndarray]],

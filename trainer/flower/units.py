@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accounting.errors import InvalidInputError
+from trainer.choices import silo_dataset_key, unknown_silo_dataset
 
 NodeConfig = dict[str, str | int | bool]
 
@@ -65,7 +66,11 @@ def check_client_settings(plan: Any, config: Any) -> None:
 
 
 def check_silo_strategy(plan: Any, config: Any) -> None:
-    """A silo plan runs its own method's strategy (as ``gdpfed train``), with options it takes."""
+    """A silo plan runs its own method's strategy (as ``gdpfed train``), with options it takes,
+    on one of the silo datasets (a fixed list, unlike a client plan's, which may be a path on
+    the ServerApp's host)."""
+    if silo_dataset_key(config.dataset) is None:
+        raise InvalidInputError("dataset", unknown_silo_dataset(config.dataset))
     # start-up time: the silo strategies import torch
     from trainer.units.silo.strategies import STRATEGIES
 

@@ -89,6 +89,23 @@ def test_app_refuses_an_unknown_model_before_writing(plan_file: Path, tmp_path: 
                         "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]) == 0
 
 
+def test_app_refuses_a_silo_plan_on_a_client_dataset_before_writing(tmp_path: Path, capsys) -> None:
+    """A silo plan trains on one of the silo datasets, a fixed list, as gdpfed train refuses others;
+    before, the bundle was written and the ServerApp refused the dataset on the SuperLink."""
+    from tests.trainer.flower.test_silo import silo_plan
+
+    (tmp_path / "silo-plan.json").write_text(silo_plan("mrmtl", [40, 40]).model_dump_json())
+    argv = ["flower", "app", "--plan", str(tmp_path / "silo-plan.json"), "--model", "mlp",
+            "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]
+    code = app_cli.run([*argv, "--dataset", "digits"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("gdpfed flower: error: dataset: silo plans train on rotated_digits, "
+                                         "mean_estimation, got 'digits' (other datasets are for client and "
+                                         "metric_local plans)"), err
+    assert not (tmp_path / "app").exists()
+    assert app_cli.run([*argv, "--dataset", "Rotated-Digits"]) == 0  # load_silo_data's reading of the name
+
+
 def test_app_refuses_report_to_without_a_plan_id_before_writing(plan_file: Path, tmp_path: Path, capsys) -> None:
     """As gdpfed train; before, the bundle was written and the ServerApp refused it on the SuperLink."""
     argv = ["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
