@@ -46,19 +46,20 @@ document and two small modules that load gdpfed's ServerApp and ClientApp.
 """
 
 
-def toml_value(value: Any) -> str:
-    """A run-config scalar as a TOML value (strings with JSON escaping, which TOML accepts)."""
+def toml_value(value: Any, key: str = "run-config") -> str:
+    """A run-config scalar as a TOML value (strings with JSON escaping, which TOML accepts); a
+    value that cannot be one is refused naming its run-config ``key`` (``wait-timeout``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidInputError("run-config", f"{value} cannot be written to TOML")
+            raise InvalidInputError(key, f"must be a finite number, got {value}")
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)
-    raise InvalidInputError("run-config", f"{value!r} is not a scalar Flower can carry")
+    raise InvalidInputError(key, f"{value!r} is not a scalar Flower can carry")
 
 
 def pyproject(name: str, run_config: Mapping[str, Any], flwr_version: str) -> str:
@@ -86,7 +87,7 @@ def pyproject(name: str, run_config: Mapping[str, Any], flwr_version: str) -> st
         "",
         "[tool.flwr.app.config]",
     ]
-    lines += [f"{key} = {toml_value(value)}" for key, value in run_config.items()]
+    lines += [f"{key} = {toml_value(value, key)}" for key, value in run_config.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -106,6 +106,15 @@ def test_app_refuses_a_silo_plan_on_a_client_dataset_before_writing(tmp_path: Pa
     assert app_cli.run([*argv, "--dataset", "Rotated-Digits"]) == 0  # load_silo_data's reading of the name
 
 
+@pytest.mark.parametrize("option", ["--wait-timeout", "--step-timeout", "--lr"])
+def test_app_names_the_option_of_an_infinite_value(plan_file: Path, tmp_path: Path, capsys, option: str) -> None:
+    """A run config carries finite numbers only; before, the refusal named 'run-config', not the option."""
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, option, "inf", "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"gdpfed flower: error: {option[2:]}: must be a finite number, got inf", err
+
+
 def test_app_refuses_report_to_without_a_plan_id_before_writing(plan_file: Path, tmp_path: Path, capsys) -> None:
     """As gdpfed train; before, the bundle was written and the ServerApp refused it on the SuperLink."""
     argv = ["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
