@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,7 +94,11 @@ def pyproject(name: str, run_config: Mapping[str, Any], flwr_version: str) -> st
 
 
 def write_bundle(out: Path, plan_document: dict[str, Any], run_config: Mapping[str, Any]) -> Path:
-    """Write the app directory for ``plan_document`` with these run-config defaults; return it."""
+    """Write the app directory for ``plan_document`` with these run-config defaults; return it.
+
+    The bundle is written to a temporary sibling of ``out`` and renamed to ``out`` once Flower's
+    validator accepts it, so a refusal leaves nothing behind (docs/flower.md §3): a partial
+    bundle would make the corrected command's ``out`` a non-empty directory."""
     # the flower extra: checked only when a bundle is written
     from flwr.common.config import validate_config
 
@@ -102,24 +108,33 @@ def write_bundle(out: Path, plan_document: dict[str, Any], run_config: Mapping[s
     flwr_version = check_flwr_version()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidInputError("out", f"{out} exists and is not an empty directory")
-    package = out / PACKAGE
-    package.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(json.dumps(plan_document, indent=2) + "\n", encoding="utf-8")
-    (out / "LICENSE").write_text(LICENSE, encoding="utf-8")
-    (package / "__init__.py").write_text('"""A gdpfed plan bundle (docs/flower.md)."""\n', encoding="utf-8")
-    (package / "server_app.py").write_text(
-        _SHIM.format(role="ServerApp", module="server_app", builder="build_server_app"), encoding="utf-8"
-    )
-    (package / "client_app.py").write_text(
-        _SHIM.format(role="ClientApp", module="client_app", builder="build_client_app"), encoding="utf-8"
-    )
+    # every value is checked here, before anything is written
     text = pyproject(f"gdpfed-{plan_document.get('method', 'plan')}".replace("_", "-"), run_config, flwr_version)
-    (out / "pyproject.toml").write_text(text, encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
+    staging.mkdir()  # with the umask's mode, as out would have (mkdtemp's is 0700)
+    try:
+        package = staging / PACKAGE
+        package.mkdir()
+        (staging / "plan.json").write_text(json.dumps(plan_document, indent=2) + "\n", encoding="utf-8")
+        (staging / "LICENSE").write_text(LICENSE, encoding="utf-8")
+        (package / "__init__.py").write_text('"""A gdpfed plan bundle (docs/flower.md)."""\n', encoding="utf-8")
+        (package / "server_app.py").write_text(
+            _SHIM.format(role="ServerApp", module="server_app", builder="build_server_app"), encoding="utf-8"
+        )
+        (package / "client_app.py").write_text(
+            _SHIM.format(role="ClientApp", module="client_app", builder="build_client_app"), encoding="utf-8"
+        )
+        (staging / "pyproject.toml").write_text(text, encoding="utf-8")
 
-    import tomllib
+        import tomllib
 
-    valid, errors, _ = validate_config(tomllib.loads(text), check_module=True, project_dir=out)
-    sys.modules.pop(PACKAGE, None)  # the check imported the bundle's package; forget it
-    if not valid:
-        raise InvalidInputError("out", "Flower refuses the bundle: " + "; ".join(errors))
+        valid, errors, _ = validate_config(tomllib.loads(text), check_module=True, project_dir=staging)
+        sys.modules.pop(PACKAGE, None)  # the check imported the bundle's package; forget it
+        if not valid:
+            raise InvalidInputError("out", "Flower refuses the bundle: " + "; ".join(errors))
+        staging.rename(out)  # onto an empty directory, too
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return out

@@ -115,6 +115,21 @@ def test_app_names_the_option_of_an_infinite_value(plan_file: Path, tmp_path: Pa
     assert code == 2 and err.strip() == f"gdpfed flower: error: {option[2:]}: must be a finite number, got inf", err
 
 
+def test_a_refused_bundle_leaves_nothing_behind(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """A value refused while the bundle is written leaves no partial bundle: before, plan.json,
+    LICENSE and the package stayed in --out, and the corrected command was refused with 'out:
+    ... exists and is not an empty directory'."""
+    argv = ["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+            "--run-dir", str(tmp_path / "run")]
+    assert app_cli.run([*argv, "--wait-timeout", "inf"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # nothing of the bundle, no staging left
+    capsys.readouterr()
+    (tmp_path / "app").mkdir()  # an empty --out is taken, as before
+    assert app_cli.run([*argv, "--wait-timeout", "30"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "app").iterdir()) == ["LICENSE", "gdpfed_app", "plan.json", "pyproject.toml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app", "plan.json"]
+
+
 def test_app_refuses_report_to_without_a_plan_id_before_writing(plan_file: Path, tmp_path: Path, capsys) -> None:
     """As gdpfed train; before, the bundle was written and the ServerApp refused it on the SuperLink."""
     argv = ["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
