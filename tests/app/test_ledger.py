@@ -301,3 +301,28 @@ def test_a_prv_plans_skellam_ledger_is_labelled_with_the_accountant_that_priced_
             group = plan.group(row["id"])
             assert plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism)) == accountant
             assert row["epsilon_spent"] == plan_ledger.epsilon_spent(plan, group, 1, mechanism=mechanism)
+
+
+def test_the_console_labels_a_prv_populations_skellam_figures_with_the_accountant_that_priced_them(
+    client: TestClient,
+) -> None:
+    """The console's population view states the figures of the ledger's rows
+    (``GET /v1/plans/{id}/ledger``) and names the same accountant: rdp for a prv plan's Skellam
+    rows (prv cannot account the Skellam event), prv on the continuous shares. Before, the
+    population view named the plan's accountant, "accountant prv", above rdp's figures."""
+    import copy
+
+    from tests.app.conftest import SMALL_SCENARIO
+
+    for mechanism, accountant in (("skellam", "rdp"), ("gaussian_continuous", "prv")):
+        scenario = {**copy.deepcopy(SMALL_SCENARIO), "accountant": "prv", "rounds": 5}
+        population = client.post("/v1/populations", json={"name": f"prv-{mechanism}", "scenario": scenario})
+        assert population.status_code == 201, population.text
+        plan = client.post(f"/v1/populations/{population.json()['id']}/plans")
+        assert plan.status_code == 201, plan.text
+        assert _report(client, plan.json()["id"], 0, secagg_mechanism=mechanism).status_code == 201
+        ledger = client.get(f"/v1/plans/{plan.json()['id']}/ledger").json()
+        assert ledger["accountant"] == accountant, mechanism
+        view = client.get(f"/v1/console/populations/{population.json()['id']}").json()
+        assert view["unit"].endswith(f"accountant {accountant}"), (mechanism, view["unit"])
+        assert [g["epsilon_spent"] for g in view["groups"]] == [g["epsilon_spent"] for g in ledger["groups"]]
