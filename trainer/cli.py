@@ -112,11 +112,20 @@ def _plan_from_args(
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else --api-key-file, else $GDPFED_API_KEY (the key is never stored)."""
+    """--api-key, else --api-key-file, else $GDPFED_API_KEY (the key is never stored).
+
+    A given key that is empty is refused: ``--api-key "$CI_KEY"`` with the variable unset must
+    not fall back to $GDPFED_API_KEY, which may hold another key (docs/trainer.md §CLI). The
+    file is read like every file the command reads (``planner.loading.read_text``: a missing or
+    unreadable one is one line naming ``api-key-file``)."""
+    if args.api_key is not None and not args.api_key.strip():
+        raise InvalidInputError("api-key", "is empty (an unset variable?): give the operator key")
     if args.api_key and args.api_key_file:
         raise InvalidInputError("api-key", "give --api-key or --api-key-file, not both")
     if args.api_key_file is not None:
-        key = args.api_key_file.read_text(encoding="utf-8").strip()
+        from planner.loading import read_text  # start-up time, as every import of a handler here
+
+        key = read_text(args.api_key_file, "api-key-file").strip()
         if not key:
             raise InvalidInputError("api-key-file", f"{args.api_key_file} is empty")
         return key
