@@ -240,7 +240,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
-    from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
+    from trainer.run.reporting import ReportsUndeliveredError, RoundReporter, run_identity
     from trainer.units.registry import unit_for
 
     target = _service_target(args)
@@ -259,7 +259,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
                 if not plan_id:
                     raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
                 link.preflight(plan_id)
-            reporter = RoundReporter(link, plan_id or "")
+            reporter = RoundReporter(link, plan_id or "", run_id=run_identity(out, args.resume))
         # the trainer (torch) is imported once the plan and every option are checked, so a
         # refused call exits 2 without paying for torch (issue 26 §3; docs/trainer.md §CLI)
         from trainer.runner import execute_run, prepare_run

@@ -326,3 +326,28 @@ def test_the_console_labels_a_prv_populations_skellam_figures_with_the_accountan
         view = client.get(f"/v1/console/populations/{population.json()['id']}").json()
         assert view["unit"].endswith(f"accountant {accountant}"), (mechanism, view["unit"])
         assert [g["epsilon_spent"] for g in view["groups"]] == [g["epsilon_spent"] for g in ledger["groups"]]
+
+
+def test_a_plans_rounds_are_bound_to_the_first_run_that_states_its_identity(client: TestClient) -> None:
+    """``run_id`` (docs/ledger.md §4): the first report stating one binds the plan; the same run's
+    repeated claims and completions go through, another run's claim, even of a round already
+    claimed (a duplicate before), is 409 at run_id and records nothing; a report without the
+    field (a reporter from before it) is not checked; a re-plan is bound by its own first report."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    first, second = "run-first-0123456789", "run-second-0123456789"
+    assert _report(client, plan_id, 0, status="started", run_id=first).status_code == 201
+    assert _report(client, plan_id, 0, status="started", run_id=first).json()["duplicate"] is True
+    for index in (0, 1):
+        refused = _report(client, plan_id, index, status="started", run_id=second)
+        assert refused.status_code == 409, refused.text
+        assert (refused.json()["code"], refused.json()["field"]) == ("conflict", "run_id")
+        assert "another run" in refused.json()["message"] and first in refused.json()["message"]
+    assert _report(client, plan_id, 0, status="completed", run_id=first).json()["duplicate"] is False
+    assert _report(client, plan_id, 1).status_code == 201  # no run_id: not checked
+    ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
+    assert ledger["rounds_counted"] == ledger["rounds_reported"] == 2
+    assert _report(client, plan_id, 2, run_id="bad id!").status_code == 422
+    child = client.post(f"/v1/plans/{plan_id}/replan", json={})
+    assert child.status_code == 201, child.text
+    assert _report(client, child.json()["id"], 2, status="started", run_id=second).status_code == 201
+    assert _report(client, child.json()["id"], 3, status="started", run_id=first).status_code == 409
