@@ -135,6 +135,10 @@ class PlanRecord(Base):
     # its first round report; a later report naming another is refused (docs/ledger.md §4). Null:
     # no round reported yet, or a unit without secure-aggregation noise (migration 0006).
     secagg_mechanism: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # The run reporting this plan's rounds (RoundReport.run_id), set by its first report that
+    # names one; a report naming another run is refused, since two runs of one plan release its
+    # rounds twice while the ledger counts them once (docs/ledger.md §4; migration 0007).
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class LedgerRound(Base):

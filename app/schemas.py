@@ -275,7 +275,8 @@ class GroupPatch(_Input):
     @model_validator(mode="after")
     def _something(self) -> GroupPatch:
         if self.epsilon is None and self.num_clients is None and not self.opt_out:
-            raise ValueError("give at least one of epsilon, num_clients, opt_out (null or absent: unchanged)")
+            raise ValueError("give at least one of epsilon, num_clients, opt_out: true (null, absent or "
+                             "opt_out: false: unchanged)")
         if self.opt_out and self.epsilon is not None:
             raise ValueError("give epsilon or opt_out, not both")
         return self

@@ -67,6 +67,8 @@ def _create_key(settings: Any, name: str, role: str) -> tuple[Any, str]:
     from app.services.keys import create_key_committed
 
     request = KeyCreate(name=name, role=role)  # validates the name like POST /v1/keys
+    # the database as ``gdpfed serve`` checks it: an unreachable one is one line, exit 2
+    _check_database(settings)
     engine = make_engine(settings.database_url, settings.db_busy_timeout_seconds)
     try:
         upgrade_head(engine)

@@ -780,6 +780,19 @@ class Changes(_Strict):
         None, ge=1, description="new total round count (default: unchanged)"
     )
 
+    @field_validator("groups")
+    @classmethod
+    def _each_group_once(cls, groups: list[GroupChange]) -> list[GroupChange]:
+        # a group named twice (epsilon 2, then epsilon 3) is refused rather than read as its
+        # last entry, as a JSON key given twice is (docs/planning.md §9); silo and metric
+        # changes refuse theirs the same way
+        seen: set[str] = set()
+        for change in groups:
+            if change.id in seen:
+                raise ValueError(f"group {change.id!r} is changed twice: give each group's change once")
+            seen.add(change.id)
+        return groups
+
 
 def current_plan_data(data: Any) -> dict[str, Any]:
     """A plan document of any readable schema version as the current version's data

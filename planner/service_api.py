@@ -23,6 +23,8 @@ PoolId = Annotated[str, Field(min_length=1, max_length=64)]
 GroupName = Annotated[str, Field(min_length=1, max_length=64)]
 ClientId = Annotated[int, Field(ge=0, le=10**12)]
 MetricName = Annotated[str, Field(min_length=1, max_length=64)]
+# a reporting run's identity (trainer.run.reporting.new_run_id: 32 hex digits)
+RunId = Annotated[str, Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 RoundStatus = Literal["started", "completed"]
 
 
@@ -98,6 +100,15 @@ class RoundReport(InputModel):
         "A run keeps one mechanism: a report naming another than the run's earlier rounds (on this plan or the "
         "plans it re-planned) is refused 409 naming secagg_mechanism; skellam on a plan without discrete blocks "
         "is refused 422. Other units refuse it (422)",
+    )
+    # left out of a body when absent, so a report from before this field is what it was before
+    run_id: RunId | None = Field(
+        None, exclude_if=lambda value: value is None,
+        description="the reporting run's identity (gdpfed train draws one per run directory and keeps it across "
+        "--resume): the plan's first report that states one binds the plan's rounds to that run, and a report "
+        "stating another is refused 409 naming run_id, since two runs of one plan release its rounds twice "
+        "while the ledger counts them once (docs/ledger.md §4). Absent: not checked (reporters from before "
+        "this field)",
     )
 
 

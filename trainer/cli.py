@@ -112,11 +112,20 @@ def _plan_from_args(
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else --api-key-file, else $GDPFED_API_KEY (the key is never stored)."""
+    """--api-key, else --api-key-file, else $GDPFED_API_KEY (the key is never stored).
+
+    A given key that is empty is refused: ``--api-key "$CI_KEY"`` with the variable unset must
+    not fall back to $GDPFED_API_KEY, which may hold another key (docs/trainer.md §CLI). The
+    file is read like every file the command reads (``planner.loading.read_text``: a missing or
+    unreadable one is one line naming ``api-key-file``)."""
+    if args.api_key is not None and not args.api_key.strip():
+        raise InvalidInputError("api-key", "is empty (an unset variable?): give the operator key")
     if args.api_key and args.api_key_file:
         raise InvalidInputError("api-key", "give --api-key or --api-key-file, not both")
     if args.api_key_file is not None:
-        key = args.api_key_file.read_text(encoding="utf-8").strip()
+        from planner.loading import read_text  # start-up time, as every import of a handler here
+
+        key = read_text(args.api_key_file, "api-key-file").strip()
         if not key:
             raise InvalidInputError("api-key-file", f"{args.api_key_file} is empty")
         return key
@@ -231,7 +240,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.units import unit_of
     from trainer.run.divergence import TrainingDivergedError
-    from trainer.run.reporting import ReportsUndeliveredError, RoundReporter
+    from trainer.run.reporting import ReportsUndeliveredError, RoundReporter, run_identity
     from trainer.units.registry import unit_for
 
     target = _service_target(args)
@@ -250,7 +259,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
                 if not plan_id:
                     raise InvalidInputError("plan-id", "--report-to needs --plan-id (the service's plan)")
                 link.preflight(plan_id)
-            reporter = RoundReporter(link, plan_id or "")
+            reporter = RoundReporter(link, plan_id or "", run_id=run_identity(out, args.resume))
         # the trainer (torch) is imported once the plan and every option are checked, so a
         # refused call exits 2 without paying for torch (issue 26 §3; docs/trainer.md §CLI)
         from trainer.runner import execute_run, prepare_run

@@ -41,7 +41,7 @@ from trainer.run.prepared import EngineFactory, PositionalEngineFactory, Prepare
 from trainer.run.progress import Progress
 from trainer.run.records import report_metrics
 from trainer.run.replan import switch_plan
-from trainer.run.reporting import ReportingStoppedError, RoundReporter
+from trainer.run.reporting import ReportingStoppedError, RoundReporter, write_reporting
 from trainer.run.summary import RunSummary
 from trainer.strategies.base import RoundContext, Strategy
 from trainer.units.registry import unit_for
@@ -143,13 +143,17 @@ def open_run(prepared: PreparedRun, reporter: RoundReporter | None, epsilon_fn: 
     )
     if prepared.resume and run_dir.has_checkpoint():
         resume_from_checkpoint(state)
+        if reporter is not None:
+            write_reporting(run_dir.root, reporter)  # a directory from before the run identity gains it
     else:
         run_dir.root.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir.plan, prepared.plan_document)
         # the options the unit never reads are left out (a silo run's has no secure aggregation)
         atomic_write_json(run_dir.config, prepared.unit.recorded_config(prepared.config))
         if reporter is not None:
-            atomic_write_json(run_dir.reporting, {"url": reporter.link.url, "plan_id": reporter.plan_id})
+            # before the first claim, so a run stopped before its first checkpoint resumes under
+            # the same identity (docs/ledger.md §4)
+            write_reporting(run_dir.root, reporter)
     state.records = truncate_rounds(run_dir.rounds, prepared.run_start + state.next_round)
     return state
 

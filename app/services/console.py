@@ -41,10 +41,14 @@ SERIES_POINTS = 25
 SERIES_POINTS_SLOW = 6
 
 
-def unit_label(plan: Plan) -> str:
-    """How the console names the privacy figures of ``plan``: its unit's notion, delta, accountant."""
+def unit_label(plan: Plan, mechanism: SecaggMechanism = plan_ledger.CONTINUOUS) -> str:
+    """How the console names the privacy figures of ``plan`` run on ``mechanism``: its unit's
+    notion, delta and the accountant that priced them, the ledger's own (``planner.ledger.
+    rows_accountant``: a prv plan's Skellam rows are rdp's, docs/ledger.md §3), so the label
+    above the figures is the one ``GET /v1/plans/{id}/ledger`` states with them."""
     notion = unit_of(plan).notion
-    return f"epsilon: {notion}, delta={plan.scenario.delta:g}, accountant {plan_ledger.ledger_accountant(plan.accountant)}"
+    accountant = plan_ledger.rows_accountant(plan, mechanism)
+    return f"epsilon: {notion}, delta={plan.scenario.delta:g}, accountant {accountant}"
 
 
 def mechanism_text(mechanism: SecaggMechanism | None, rows: list[GroupLedger]) -> str | None:
@@ -90,7 +94,8 @@ def population_view(state: AppState, population_id: str) -> ConsolePopulation:
                      sampling_rate=g.sampling_rate, pool=g.pool)
         for g, row in zip(plan.groups, ledgers)
     ]
-    return ConsolePopulation(population=population, unit=unit_label(plan), groups=groups, lineage=lineage,
+    return ConsolePopulation(population=population, unit=unit_label(plan, mechanism or plan_ledger.CONTINUOUS),
+                             groups=groups, lineage=lineage,
                              series=series, rounds_counted=counted[chain[-1].id] + chain[-1].start_round,
                              mechanism=mechanism_text(mechanism, ledgers))
 

@@ -141,6 +141,26 @@ def _check_mechanism(session: Session, plan_record: PlanRecord, unit: PrivacyUni
         plan_record.secagg_mechanism = given
 
 
+def _check_run(plan_record: PlanRecord, report: RoundReport) -> None:
+    """The report's ``run_id`` against the run the plan's rounds are bound to; the first report
+    stating one binds them (docs/ledger.md §4). A second run of the same plan (a CI job started
+    twice: both pass the preflight before either claims a round) would release every round again
+    while the idempotent ledger counts it once, so its reports are refused (409 at ``run_id``)
+    before anything of it is recorded; the first run's claims, retries and resumes state the same
+    identity and go on. A report without one (a reporter from before the field) is not checked."""
+    if report.run_id is None:
+        return
+    if plan_record.run_id is None:
+        plan_record.run_id = report.run_id
+    elif plan_record.run_id != report.run_id:
+        raise conflict(
+            f"plan {plan_record.id}'s rounds are trained and reported by another run (run_id "
+            f"{plan_record.run_id}); a second run of the same plan would release its rounds again while the "
+            "ledger counts them once: continue that run (gdpfed train --out ITS_DIR --resume) instead",
+            field="run_id",
+        )
+
+
 def report_round(state: AppState, plan_id: str, report: RoundReport, caller: Principal) -> RoundRecord:
     """Record one round (idempotent on ``round_index``)."""
 
@@ -172,6 +192,7 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     plan_record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
     if plan_record is None:
         raise not_found("plan", plan_id)
+    _check_run(plan_record, report)
     unit = privacy_unit(plan_record.privacy_unit)
     if report.participants is not None and unit.check_participants is None:
         raise InvalidInputError(

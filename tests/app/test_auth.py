@@ -176,3 +176,17 @@ def test_injected_initial_key_is_never_echoed(db_url: str, capsys: pytest.Captur
     create_app(Settings(database_url=db_url, initial_api_key=OPERATOR_TOKEN))
     printed = capsys.readouterr().err
     assert OPERATOR_TOKEN not in printed and "not shown" in printed
+
+
+def test_create_key_cli_against_a_database_it_cannot_open_is_one_line(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``gdpfed serve --create-key`` (the way back in after losing the operator key, docs/service.md
+    §Running) checks the database as ``gdpfed serve`` does: one line naming database-url, exit 2.
+    Before, an unreachable database was SQLAlchemy's OperationalError traceback, exit 1."""
+    from app.cli import run
+
+    url = f"sqlite:///{tmp_path / 'no-such-directory' / 'gdpfed.db'}"
+    assert run(["serve", "--database-url", url, "--create-key", "ci", "--role", "operator"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("gdpfed serve: error: database-url: cannot connect to "), err

@@ -45,6 +45,9 @@ def test_replan_names_body_paths_and_the_plans_scenario(client: TestClient) -> N
     # pydantic's own check of the same body names the same path
     negative = {"changes": {"groups": [{"id": "strict", "epsilon": -1}]}}
     error(client.post(replan, json=negative), 422, "invalid_input", "changes.groups.0.epsilon")
+    # a group changed twice is refused, not re-planned at its last entry (nothing is stored)
+    twice = {"changes": {"groups": [{"id": "strict", "epsilon": 2}, {"id": "strict", "epsilon": 3}]}}
+    assert "twice" in error(client.post(replan, json=twice), 422, "invalid_input", "changes.groups")
     for index in range(5):
         assert client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": index}).status_code == 201
     lowered = {"changes": {"groups": [{"id": "strict", "epsilon": 0.01}]}}

@@ -67,10 +67,12 @@ def test_a_keep_ratio_error_names_the_body_field_and_the_allowed_values(client: 
 
 def test_messages_carry_no_pydantic_prefix_and_a_body_level_error_names_the_body(client: TestClient) -> None:
     population_id = client.post("/v1/populations", json={"name": "p", "scenario": SMALL_SCENARIO}).json()["id"]
-    for body in ({}, {"epsilon": None}):
+    # {"opt_out": false} gives opt_out yet changes nothing: the message says which value changes something
+    for body in ({}, {"epsilon": None}, {"opt_out": False}):
         response = client.patch(f"/v1/populations/{population_id}/groups/strict", json=body)
         assert (response.status_code, response.json()["field"]) == (422, "body"), response.json()
-        assert response.json()["message"].startswith("body: give at least one of epsilon, num_clients, opt_out")
+        assert response.json()["message"] == ("body: give at least one of epsilon, num_clients, opt_out: true "
+                                              "(null, absent or opt_out: false: unchanged)"), response.json()
     silos = {"privacy_unit": "silo_sample", "delta": 1e-5, "rounds": 5, "batch_size": 8,
              "silos": [{"id": "a", "num_samples": 40, "epsilon": 1.0}, {"id": "a", "num_samples": 40, "epsilon": 2.0}]}
     twice = client.post("/v1/plans", json={"scenario": silos})

@@ -301,3 +301,53 @@ def test_a_prv_plans_skellam_ledger_is_labelled_with_the_accountant_that_priced_
             group = plan.group(row["id"])
             assert plan_ledger.ledger_accountant(plan_ledger.history_accountant(plan, group, mechanism)) == accountant
             assert row["epsilon_spent"] == plan_ledger.epsilon_spent(plan, group, 1, mechanism=mechanism)
+
+
+def test_the_console_labels_a_prv_populations_skellam_figures_with_the_accountant_that_priced_them(
+    client: TestClient,
+) -> None:
+    """The console's population view states the figures of the ledger's rows
+    (``GET /v1/plans/{id}/ledger``) and names the same accountant: rdp for a prv plan's Skellam
+    rows (prv cannot account the Skellam event), prv on the continuous shares. Before, the
+    population view named the plan's accountant, "accountant prv", above rdp's figures."""
+    import copy
+
+    from tests.app.conftest import SMALL_SCENARIO
+
+    for mechanism, accountant in (("skellam", "rdp"), ("gaussian_continuous", "prv")):
+        scenario = {**copy.deepcopy(SMALL_SCENARIO), "accountant": "prv", "rounds": 5}
+        population = client.post("/v1/populations", json={"name": f"prv-{mechanism}", "scenario": scenario})
+        assert population.status_code == 201, population.text
+        plan = client.post(f"/v1/populations/{population.json()['id']}/plans")
+        assert plan.status_code == 201, plan.text
+        assert _report(client, plan.json()["id"], 0, secagg_mechanism=mechanism).status_code == 201
+        ledger = client.get(f"/v1/plans/{plan.json()['id']}/ledger").json()
+        assert ledger["accountant"] == accountant, mechanism
+        view = client.get(f"/v1/console/populations/{population.json()['id']}").json()
+        assert view["unit"].endswith(f"accountant {accountant}"), (mechanism, view["unit"])
+        assert [g["epsilon_spent"] for g in view["groups"]] == [g["epsilon_spent"] for g in ledger["groups"]]
+
+
+def test_a_plans_rounds_are_bound_to_the_first_run_that_states_its_identity(client: TestClient) -> None:
+    """``run_id`` (docs/ledger.md §4): the first report stating one binds the plan; the same run's
+    repeated claims and completions go through, another run's claim, even of a round already
+    claimed (a duplicate before), is 409 at run_id and records nothing; a report without the
+    field (a reporter from before it) is not checked; a re-plan is bound by its own first report."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    first, second = "run-first-0123456789", "run-second-0123456789"
+    assert _report(client, plan_id, 0, status="started", run_id=first).status_code == 201
+    assert _report(client, plan_id, 0, status="started", run_id=first).json()["duplicate"] is True
+    for index in (0, 1):
+        refused = _report(client, plan_id, index, status="started", run_id=second)
+        assert refused.status_code == 409, refused.text
+        assert (refused.json()["code"], refused.json()["field"]) == ("conflict", "run_id")
+        assert "another run" in refused.json()["message"] and first in refused.json()["message"]
+    assert _report(client, plan_id, 0, status="completed", run_id=first).json()["duplicate"] is False
+    assert _report(client, plan_id, 1).status_code == 201  # no run_id: not checked
+    ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
+    assert ledger["rounds_counted"] == ledger["rounds_reported"] == 2
+    assert _report(client, plan_id, 2, run_id="bad id!").status_code == 422
+    child = client.post(f"/v1/plans/{plan_id}/replan", json={})
+    assert child.status_code == 201, child.text
+    assert _report(client, child.json()["id"], 2, status="started", run_id=second).status_code == 201
+    assert _report(client, child.json()["id"], 3, status="started", run_id=first).status_code == 409

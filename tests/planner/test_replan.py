@@ -506,3 +506,18 @@ def test_a_compared_replans_ranking_problem_carries_no_spent_epsilons_of_the_pla
     ranking = _ranking_problem(problem)
     assert ranking.scenario.accountant == "rdp" and problem.spent_epsilon(0) == 0.5
     assert all(ranking.spent_epsilon(g) is None for g in range(ranking.n_groups))
+
+
+def test_a_change_naming_a_group_twice_is_refused_not_read_as_its_last_entry():
+    """``Changes`` refuses a group given twice (before, ``{"id": "g1", "epsilon": 2}`` then
+    ``{"id": "g1", "epsilon": 3}`` re-planned g1 at 3 without a word), as silo and metric changes
+    refuse a silo or group given twice; the error names the list, ``groups``."""
+    import pydantic
+
+    from accounting.errors import validation_error_line
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Changes.model_validate({"groups": [{"id": "g1", "epsilon": 2.0}, {"id": "g1", "epsilon": 3.0}]})
+    field, message = validation_error_line(refused.value.errors(include_url=False))
+    assert field == "groups" and message == "group 'g1' is changed twice: give each group's change once"
+    assert [g.id for g in Changes.model_validate({"groups": [{"id": "g1"}, {"id": "g2"}]}).groups] == ["g1", "g2"]

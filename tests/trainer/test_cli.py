@@ -107,6 +107,14 @@ def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_p
         ("bad_model_option", ["model-option"]),
         ("resume_nothing", ["resume"]),
         ("report_without_key", ["api-key"]),
+        # the key file is named like every other file the command reads (before: "No such file
+        # or directory: PATH", and a traceback for a file that is not UTF-8 text)
+        ("key_file_missing", ["api-key-file", "file not found"]),
+        ("key_file_binary", ["api-key-file", "cannot read", "UnicodeDecodeError"]),
+        ("key_file_directory", ["api-key-file", "cannot read"]),
+        # an empty --api-key (an unset variable, --api-key "$CI_KEY") is refused, never
+        # replaced by $GDPFED_API_KEY, which may hold another key
+        ("empty_api_key", ["api-key", "empty"]),
         ("no_plan", ["plan"]),
         ("bad_device", ["device"]),
         ("pool_noise_edited", ["pools.pa", "noise_share_std", "under-noises"]),
@@ -150,6 +158,14 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         extra += ["--resume"]
     elif case == "report_without_key":
         extra += ["--report-to", "http://127.0.0.1:9"]
+    elif case.startswith("key_file_"):
+        key_file = {"missing": tmp_path / "absent.key", "binary": tmp_path / "binary.key",
+                    "directory": tmp_path}[case.removeprefix("key_file_")]
+        (tmp_path / "binary.key").write_bytes(b"gdpfed_\xd0\x00\xff")
+        extra += ["--report-to", "http://127.0.0.1:9", "--api-key-file", key_file]
+    elif case == "empty_api_key":
+        monkeypatch.setenv("GDPFED_API_KEY", "gdpfed_another-key")
+        extra += ["--report-to", "http://127.0.0.1:9", "--api-key", ""]
     elif case == "no_plan":
         plan_args = []
     elif case == "bad_device":

@@ -487,3 +487,34 @@ def test_a_409_that_is_not_the_error_model_stops_the_run_with_its_text() -> None
                        backoff_s=0.0)
     with pytest.raises(ReportingStoppedError, match="HTTP 409: <html>conflict at the proxy"):
         RoundReporter(link, "p1").claim(0)
+
+
+def test_a_second_run_of_a_plan_is_refused_before_it_runs_a_round(client: Any, tmp_path: Path) -> None:
+    """Two CI jobs started on one fresh plan both pass the preflight (the ledger counts nothing
+    yet). Before, the second's claims were the first's duplicates (200) and it trained every round
+    again with its own seed: two releases per round, one in the ledger. Each run states its
+    identity (RoundReport.run_id, kept in reporting.json): the second is refused at its first
+    claim, before round 0 runs, and the first resumes under its own identity."""
+    from trainer.run.reporting import run_identity
+
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first = RoundReporter(_link(client), document["id"], run_id=run_identity(first_dir, False))
+    second = RoundReporter(_link(client), document["id"], run_id=run_identity(second_dir, False))
+    assert first.run_id != second.run_id
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=3), first_dir)
+    assert execute_run(prepared, reporter=first, plan_id=document["id"], progress=quiet_progress(3)).complete
+    assert json.loads((first_dir / "reporting.json").read_text())["run_id"] == first.run_id
+    assert run_identity(first_dir, True) == first.run_id  # what --resume states
+
+    prepared = prepare_run(load_plan(document), document, TrainConfig(**CONFIG, rounds=3, seed=1), second_dir)
+    with pytest.raises(ReportingStoppedError) as refused:
+        execute_run(prepared, reporter=second, plan_id=document["id"], progress=quiet_progress(3))
+    assert "HTTP 409" in refused.value.message and "another run" in refused.value.message, refused.value.message
+    assert read_rounds(second_dir / "rounds.jsonl") == []  # nothing of it ran
+    ledger = client.get(f"/v1/plans/{document['id']}/ledger").json()
+    assert ledger["rounds_counted"] == ledger["rounds_reported"] == 3
+
+    # the first run's resume (its identity from reporting.json) is its own: its claims go through
+    resumed = RoundReporter(_link(client), document["id"], first.secagg_mechanism, run_id=run_identity(first_dir, True))
+    assert resumed.claim(2) is None

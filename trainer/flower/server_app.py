@@ -70,7 +70,7 @@ def run_plan(
     from trainer.flower import check_flwr_version
     from trainer.flower.settings import split_run_config, train_config
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory
-    from trainer.run.reporting import RoundReporter, ServiceLink, fetch_service_plan
+    from trainer.run.reporting import RoundReporter, ServiceLink, fetch_service_plan, run_identity
     from trainer.runner import execute_run
 
     check_flwr_version()
@@ -102,7 +102,7 @@ def run_plan(
                 link.preflight(plan_id)
             else:
                 fetch_service_plan(link, plan_id, (plan, plan_document))
-            reporter = RoundReporter(link, plan_id)
+            reporter = RoundReporter(link, plan_id, run_id=run_identity(out, options.resume))
 
         prepared, membership = prepare(grid, plan, plan_document, config, out, options, dataset=dataset, log=log,
                                        engine_hook=engine_hook)

@@ -25,17 +25,20 @@ sent and read are the service's own models (``planner.service_api``: ``RoundRepo
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pydantic
 
 from accounting.errors import GdpfedError, InvalidInputError
+from planner.loading import parse_json, read_text
 from planner.service_api import ErrorBody, KeyIdentity, LedgerOut, LedgerRounds, RoundReport
 from planner.units import load_plan_document, parse_ledger
-from trainer.run.directory import fingerprint
+from trainer.run.directory import RunDirectory, atomic_write_json, fingerprint
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -217,12 +220,45 @@ def fetch_service_plan(
     return plan, document
 
 
+def _stored_reporting(out: Path) -> dict[str, Any]:
+    """The run directory's ``reporting.json`` (URL, first plan id, run identity); {} without one."""
+    stored = RunDirectory(out).reporting
+    if not stored.is_file():
+        return {}
+    data = parse_json(read_text(stored, "resume"), stored, "resume")
+    return data if isinstance(data, dict) else {}
+
+
+def write_reporting(out: Path, reporter: RoundReporter) -> None:
+    """Record where ``reporter`` reports and its run identity in ``reporting.json`` before its
+    first claim; a resumed directory written before the identity was kept gains this run's, so
+    its next resume states the same one. The URL and first plan id already there stay."""
+    stored = _stored_reporting(out)
+    if stored and stored.get("run_id") == reporter.run_id:
+        return
+    atomic_write_json(RunDirectory(out).reporting,
+                      {"url": reporter.link.url, "plan_id": reporter.plan_id, **stored, "run_id": reporter.run_id})
+
+
+def run_identity(out: Path, resume: bool) -> str:
+    """The reporting run's identity (``RoundReport.run_id``, docs/ledger.md §4): the one its run
+    directory's ``reporting.json`` holds when it resumes, else a new random one (a new run, or a
+    directory written before the field). Every claim and completion states it, so the service
+    tells the run's own retries and resumes from a second run of the same plan."""
+    run_id = _stored_reporting(out).get("run_id") if resume else None
+    return run_id if isinstance(run_id, str) and run_id else uuid.uuid4().hex
+
+
 class RoundReporter:
     """Claims and completes rounds of the current plan; queues completions it could not deliver."""
 
-    def __init__(self, link: ServiceLink, plan_id: str, secagg_mechanism: str | None = None) -> None:
+    def __init__(self, link: ServiceLink, plan_id: str, secagg_mechanism: str | None = None,
+                 run_id: str | None = None) -> None:
         self.link = link
         self.plan_id = plan_id
+        # the run's identity (:func:`run_identity`), stated by every claim and completion; None
+        # states none (the service then does not check it)
+        self.run_id = run_id
         # what every claim and completion states (``RoundReport.secagg_mechanism``): the run's
         # noise mechanism, which the service's ledger counts; None for units without one
         # (the run loop sets it from the unit: ``TrainingUnit.reported_mechanism``)
@@ -233,7 +269,8 @@ class RoundReporter:
     def claim(self, round_index: int) -> Superseded | None:
         """Claim ``round_index`` on the current plan; the successor when it was re-planned."""
         claim = RoundReport.model_validate(
-            {"round_index": round_index, "status": "started", "secagg_mechanism": self.secagg_mechanism}
+            {"round_index": round_index, "status": "started", "secagg_mechanism": self.secagg_mechanism,
+             "run_id": self.run_id}
         )
         response = self.link.request("POST", f"/v1/plans/{self.plan_id}/rounds", claim.model_dump(mode="json"))
         if isinstance(response, str):
@@ -264,6 +301,7 @@ class RoundReporter:
         report = RoundReport.model_validate({
             "round_index": round_index, "status": "completed", "aborted_pools": list(aborted_pools),
             "metrics": metrics, "participants": participants, "secagg_mechanism": self.secagg_mechanism,
+            "run_id": self.run_id,
         })
         self.pending.append({"plan_id": self.plan_id, "body": report.model_dump(mode="json")})
         self.flush()
