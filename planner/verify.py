@@ -244,7 +244,7 @@ def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
 def _understated_part(group: str, items: list[UnderstatedFigure]) -> str:
     """One group's part of :func:`understated_warning`: the figure of record (``epsilon_spent``,
     what the ledger counts) where it is understated, else the comparison figure that is."""
-    record = [item for item in items if item.field.endswith(".epsilon_spent")]
+    record = [item for item in items if item.field.endswith((".epsilon_spent", ".epsilon_planned"))]
     if record:
         return f"{group}: states {record[0].stated:.10g}, the ledger counts {record[0].executed:.10g}"
     item = items[0]
