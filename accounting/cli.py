@@ -68,6 +68,7 @@ def _handle(args: argparse.Namespace) -> tuple[EpsilonReport | Calibration, str]
     # start-up time: the request models (about 16 ms of pydantic) are built for a question,
     # not for `gdpfed account --help`
     from accounting import requests
+    from accounting.errors import out_of_float_range
 
     fields = {
         name: getattr(args, name)
@@ -83,7 +84,11 @@ def _handle(args: argparse.Namespace) -> tuple[EpsilonReport | Calibration, str]
     model = models[args.request]
     if args.request == "noise_multiplier":
         fields["raw"] = bool(args.raw)
-    result = requests.answer(model.model_validate(fields))
+    request = model.model_validate(fields)
+    try:
+        result = requests.answer(request)
+    except ArithmeticError as exc:  # the service's 422 for the same request (app/compute.py)
+        raise out_of_float_range(exc) from None
     return result, _text(result)
 
 

@@ -62,6 +62,18 @@ class BudgetConflictError(InvalidInputError):
     code = "budget_conflict"
 
 
+def out_of_float_range(exc: ArithmeticError) -> InfeasibleError:
+    """The answer to a computation that valid inputs at the edge of their domains (a noise
+    multiplier of 1e300, an epsilon of 1e300) drove out of floating-point range
+    (``OverflowError``, ``ZeroDivisionError``): a property of the request, not a fault, so
+    the service answers it 422 (``app/compute.py``) and ``gdpfed account`` exits 2 with this
+    one line (docs/accounting.md §10)."""
+    return InfeasibleError(
+        f"the computation left the floating-point range for these inputs ({type(exc).__name__}); "
+        "use values of ordinary magnitude"
+    )
+
+
 # pydantic names a union's member in an error's location (``keep_ratio.constrained-float``,
 # ``keep_ratios.literal['auto']``, ``value.function-after[...]``): a schema's name, not a field
 _UNION_MEMBER_TAG = re.compile(r"^(constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\])$", re.DOTALL)

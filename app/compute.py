@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import pydantic
 
-from accounting.errors import InfeasibleError, InvalidInputError, validation_error_line
+from accounting.errors import InvalidInputError, out_of_float_range, validation_error_line
 from accounting.processes import exit_when_closed
 from app.errors import compute_timeout
 
@@ -72,10 +72,7 @@ def _guarded(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         return fn(*args, **kwargs)
     except ArithmeticError as exc:
         logger.warning("computation %s out of floating-point range", getattr(fn, "__name__", fn), exc_info=True)
-        raise InfeasibleError(
-            f"the computation left the floating-point range for these inputs ({type(exc).__name__}); "
-            "use values of ordinary magnitude"
-        ) from None
+        raise out_of_float_range(exc) from None
 
 
 class WorkerCrashed(RuntimeError):

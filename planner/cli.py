@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from accounting.choices import AccountantName, SecaggMechanism
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, out_of_float_range
 
 if TYPE_CHECKING:
     from planner.units.base import PrivacyUnit
@@ -72,7 +72,16 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> tuple[Any, str]:
-    """Dispatch on the first positional: a scenario path, 'replan', 'sweep' or 'verify'."""
+    """Dispatch on the first positional: a scenario path, 'replan', 'sweep' or 'verify'. A
+    computation that valid inputs at the edge of their domains drive out of floating-point
+    range is one line (``accounting.errors.out_of_float_range``), as the service's 422."""
+    try:
+        return _dispatch(args)
+    except ArithmeticError as exc:
+        raise out_of_float_range(exc) from None
+
+
+def _dispatch(args: argparse.Namespace) -> tuple[Any, str]:
     target = list(args.target)
     forms = {"replan": _replan, "sweep": _sweep, "verify": _verify}
     if target[0] in forms and len(target) == 2:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from accounting.accountants import AccountantName, get_accountant
+from accounting.errors import InfeasibleError
 from accounting.events import Phase, PoissonSampledSkellam
 from accounting.results import EpsilonReport
 from planner import calibration
@@ -150,6 +151,13 @@ def finalize_without_figures(
     hist = history or History(statuses=tuple("active" for _ in range(n)), unprotected_rounds=tuple(0 for _ in range(n)))
     rates = np.clip(np.asarray(design.rates, dtype=float), 0.0, 1.0)
     rates[problem.frozen] = 0.0
+    for g in np.flatnonzero(~np.isfinite(rates)).tolist():
+        # a budget whose noise leaves float range (closed_form's sigma / q at epsilon 1e-300 squares
+        # to inf): refused naming its group, not as a sampling_rate the scenario does not have
+        raise InfeasibleError(
+            f"{problem.label(g)} has no finite sampling rate: the noise its budget needs under "
+            f"{s.accountant} is out of floating-point range; give it a larger epsilon"
+        )
     warnings = list(problem.notes) + list(design.warnings)
     noisy = problem.active_private & (rates > 0) & (design.noise_rule != "none")
     idx = np.flatnonzero(noisy)

@@ -34,7 +34,9 @@ the group's budget with the plan's accountant. Nothing the planner wrote is trus
    pool's ``discrete`` block under skellam, from the block; ``verify_executable(skellam_spent=)``
    hands those to the trainer's check of an earlier calibration's block): a Skellam-priced one must be
    within the budget, and no stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight``
-   (where stated) may be below its recomputation, for every mechanism; a sampled group's
+   (where stated) may be below its recomputation, for every mechanism, nor a pool's
+   ``discrete`` block's ``epsilon`` below its binding group's (the block's sampling_rate and
+   clip_norm) under the block's accountant; a sampled group's
    stated ``epsilon_spent`` above the budget is refused unless the group says ``sound: false``
    (docs/ledger.md §5). ``gdpfed plan verify`` refuses a stated figure below its recomputation;
    ``gdpfed train`` runs such a plan (one an earlier release wrote: the continuous Gaussian's
@@ -244,11 +246,12 @@ def understated_warning(found: Sequence[UnderstatedFigure]) -> str:
 def _understated_part(group: str, items: list[UnderstatedFigure]) -> str:
     """One group's part of :func:`understated_warning`: the figure of record (``epsilon_spent``,
     what the ledger counts) where it is understated, else the comparison figure that is."""
-    record = [item for item in items if item.field.endswith(".epsilon_spent")]
+    record = [item for item in items if item.field.endswith((".epsilon_spent", ".epsilon_planned"))]
     if record:
         return f"{group}: states {record[0].stated:.10g}, the ledger counts {record[0].executed:.10g}"
     item = items[0]
-    return f"{group}: {item.field.rsplit('.', 1)[1]} states {item.stated:.10g}, recomputed {item.executed:.10g}"
+    name = item.field if ".discrete." in item.field else item.field.rsplit(".", 1)[1]  # a pool's block: its path
+    return f"{group}: {name} states {item.stated:.10g}, recomputed {item.executed:.10g}"
 
 
 def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None,
@@ -261,7 +264,10 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None,
     No stated ``epsilon_spent``, ``epsilon_rdp`` or ``epsilon_tight`` may be below its
     recomputation (relative ``VERIFY_SLACK``), whatever the mechanism; a figure left out (null:
     a hand-written plan, one without the rdp / tight figures) claims nothing and is not
-    compared, nor computed. A sampled group's stated ``epsilon_spent`` above the budget is refused
+    compared, nor computed. Nor may a pool's ``discrete`` block state an ``epsilon`` below the
+    least recomputed figure, under the block's accountant, of the Skellam-priced groups it may
+    have been calibrated for (its binding member: the block's sampling_rate and clip_norm).
+    A sampled group's stated ``epsilon_spent`` above the budget is refused
     unless the group says ``sound: false`` (then step 4 says why); an exhausted group (rate 0)
     spends nothing more and states what its history spent. ``skellam_spent``: receives the
     Skellam-priced groups' figures (``verify_executable``)."""
@@ -300,7 +306,9 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None,
     if skellam_spent is not None and epsilon_fn is None:
         # the trainer's check of a block an earlier calibration wrote needs them again: composed once
         skellam_spent.update({g: value for g, value in spent.items() if g in priced and value is not None})
-    compared = [g.id for g in needed if g.epsilon_rdp is not None or g.epsilon_tight is not None]
+    binding = _binding_members(plan, [g for g in needed if g.id in priced])
+    compared = [g.id for g in needed if g.epsilon_rdp is not None or g.epsilon_tight is not None
+                or any(g.id in members for members in binding.values())]
     figures = plan_ledger.figures_by_group(plan, plan.rounds, spent, mechanism=mechanism, only=compared) if compared else {}
     found: list[UnderstatedFigure] = []
     for group in needed:
@@ -320,7 +328,35 @@ def _check_stated_figures(plan: Plan, epsilon_fn: EpsilonFn | None,
                     UnderstatedFigure(group.id, f"groups.{group.id}.{name}", stated, value, mechanism, accountant,
                                       plan.rounds, how)
                 )
+    for pool_id, members in binding.items():
+        block = plan.pool(pool_id).discrete
+        assert block is not None  # _binding_members lists pools with blocks
+        # the block states its binding member's figure under the block's accountant (pld, or rdp
+        # for the rdp route): the least of the candidates' recomputed figures, so never a false refusal
+        values = [(both.tight if block.accountant == TIGHT_ACCOUNTANT else both.rdp, g)
+                  for g in members if (both := figures.get(g)) is not None]
+        if not values:
+            continue
+        value, member = min(values)
+        if block.epsilon < value * (1 - VERIFY_SLACK):
+            found.append(UnderstatedFigure(member, f"pools.{pool_id}.discrete.epsilon", block.epsilon, value, mechanism,
+                                           block.accountant, plan.rounds, f"group {member}'s Skellam events spend"))
     return found
+
+
+def _binding_members(plan: Plan, priced: Sequence[GroupPlan]) -> dict[str, list[str]]:
+    """Pool id -> the Skellam-priced groups its ``discrete`` block may have been calibrated for
+    (its binding member: the block's sampling_rate and clip_norm), for each pool stating a block."""
+    out: dict[str, list[str]] = {}
+    for pool in plan.pools:
+        block = pool.discrete
+        if block is None:
+            continue
+        members = [g.id for g in priced if g.pool == pool.id and g.sampling_rate == block.sampling_rate
+                   and g.clip_norm == block.clip_norm]
+        if members:
+            out[pool.id] = members
+    return out
 
 
 def _stated(group: GroupPlan) -> bool:

@@ -88,7 +88,7 @@ class PrivacyUnit:
     default_method: str
     make_plan: Callable[[Any, str], PlanDocument]
     describe: Callable[[Any], str]
-    verify: Callable[[Any], None]
+    verify: Callable[[Any], object]  # raises unless safe; what it returns (the silo unit's findings) is not read here
     spent: SpentFn
     mechanism: str
     label: str

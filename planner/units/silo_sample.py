@@ -24,7 +24,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from accounting.accountants import DEFAULT_ACCOUNTANT, AccountantName, get_accountant
+from accounting.accountants import DEFAULT_ACCOUNTANT, RDP_ACCOUNTANT, TIGHT_ACCOUNTANT, AccountantName, get_accountant
 from accounting.calibration import noise_multiplier
 from accounting.choices import SecaggMechanism
 from accounting.errors import BudgetConflictError, InvalidInputError, located_validation_error
@@ -36,6 +36,7 @@ from planner.ledger import EpsilonFn
 from planner.schema import Epsilon, FixedField, GroupId, Norm, PlanDocument, check_scenario_fixed, stated_differs
 from planner.service_api import SiloLedger, SiloLedgerOut
 from planner.units.base import Participations, PrivacyUnit
+from planner.verify import UnderstatedFigure
 
 NAME: Final = "silo_sample"
 NOTION: Final = "silo-specific sample-level (epsilon, delta)-DP per silo (add/remove one example of the silo)"
@@ -371,11 +372,14 @@ def make_plan(
     )
     for silo, both in zip(plan.silos, figures, strict=True):
         silo.epsilon_rdp, silo.epsilon_tight = both
-    verify(plan)
+    verify(plan, understated=None)  # the figures were just composed from the same histories
     return plan
 
 
-def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None:
+def verify(
+    plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None,
+    understated: Literal["refuse", "report"] | None = "refuse",
+) -> list[UnderstatedFigure]:
     """Re-derive every silo's mechanism from the scenario and check its budget (docs/mrmtl.md §2).
 
     Nothing the document says is trusted: every field the scenario fixes must state the
@@ -384,6 +388,14 @@ def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None
     ``steps_per_round`` and the selections must be what the method runs; ``sigma_k > 0``;
     and the silo's epsilon after every round, by the ledger's accountant, must be within
     ``epsilon_k (1 + 1e-9)``. ``InvalidInputError`` names the field.
+
+    The stated figures (``epsilon_planned``, and ``epsilon_rdp`` / ``epsilon_tight`` where
+    stated: null claims nothing) may not be below their recomputation from the same history
+    (relative 1e-9), as a client plan's (``planner.verify`` step 6, docs/ledger.md §5): one
+    below is refused (``understated="refuse"``: the plan checker, ``gdpfed plan verify``) or
+    returned (``"report"``: ``gdpfed train``, whose ledger counts its own figures and warns);
+    ``None`` skips the comparison (the planner, which has just computed them from the same
+    histories). Returns the figures found below (empty when refused or skipped).
     """
     scenario = plan.scenario
     check_scenario_fixed(plan)
@@ -396,6 +408,7 @@ def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None
             "overhead", f"states {plan.overhead} DP-SGD passes per round, but {plan.method} runs {OVERHEAD[plan.method]}"
         )
     selections = selection_rounds(scenario, plan.method, plan.start_round)
+    finals: list[float] = []
     for spec, silo in zip(scenario.silos, plan.silos):
         field = f"silos.{silo.id}"
         expected = {
@@ -422,6 +435,35 @@ def verify(plan: SiloSamplePlan, *, epsilon_fn: EpsilonFn | None = None) -> None
                 f"{field}.noise_multiplier",
                 f"silo {silo.id} would spend epsilon {final:.6g} > its budget {spec.epsilon:.6g} ({NOTION})",
             )
+        finals.append(final)
+    if understated is None:
+        return []
+    found = _understated_figures(plan, finals)
+    if found and understated == "refuse":
+        raise InvalidInputError(found[0].field, found[0].reason())
+    return found
+
+
+def _understated_figures(plan: SiloSamplePlan, finals: list[float]) -> list[UnderstatedFigure]:
+    """Each silo's stated figure below its recomputation from the silo's full-run history
+    (``finals``: the figures of record :func:`verify` composed), one per field (:func:`verify`)."""
+    record = ledger.ledger_accountant(plan.accountant)
+    histories = [silo_history(plan, silo, plan.rounds) for silo in plan.silos]
+    compared = any(silo.epsilon_rdp is not None or silo.epsilon_tight is not None for silo in plan.silos)
+    figures = ledger.epsilon_figures(histories, plan.scenario.delta, {record: finals}) if compared else None
+    found: list[UnderstatedFigure] = []
+    for index, silo in enumerate(plan.silos):
+        both = None if figures is None else figures[index]
+        source = "its DP-SGD steps and cluster selections spend" if silo.selection_rounds else "its DP-SGD steps spend"
+        for name, stated, value, accountant in (
+            ("epsilon_planned", silo.epsilon_planned, finals[index], record),
+            ("epsilon_rdp", silo.epsilon_rdp, None if both is None else both.rdp, RDP_ACCOUNTANT),
+            ("epsilon_tight", silo.epsilon_tight, None if both is None else both.tight, TIGHT_ACCOUNTANT),
+        ):
+            if stated is not None and value is not None and stated < value * (1 - VERIFY_SLACK):
+                found.append(UnderstatedFigure(silo.id, f"silos.{silo.id}.{name}", stated, value, MECHANISM,
+                                               accountant, plan.rounds, source))
+    return found
 
 
 def describe(plan: SiloSamplePlan) -> str:

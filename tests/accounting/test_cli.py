@@ -82,6 +82,24 @@ def test_infeasible_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and len(err.strip().splitlines()) == 1 and "noise_multiplier" in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # valid values at the edge of their domains drive the numerics out of float range
+        ["rounds", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--epsilon", "1e300", "--delta", "1e-5",
+         "--accountant", "closed_form"],
+        ["rounds", "--sampling-rate", "1", "--noise-multiplier", "1e300", "--epsilon", "1", "--delta", "1e-5"],
+        ["sampling-rate", "--noise-multiplier", "1e300", "--rounds", "1", "--epsilon", "1", "--delta", "1e-5",
+         "--accountant", "rdp"],
+    ],
+)
+def test_out_of_float_range_is_one_line_not_a_traceback(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """What the service answers 422 (app/compute.py) is exit 2 and one line here, the same words."""
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "left the floating-point range for these inputs" in err and "Traceback" not in err
+
+
 def test_subprocess_gdpfed_bad_epsilon() -> None:
     for value in ("nan", "abc"):
         completed = subprocess.run(

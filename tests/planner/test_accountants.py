@@ -82,3 +82,28 @@ def test_report_prv_bounds_match_epsilon_of_phases_and_share_one_deadline(monkey
     plan = make_plan(worked_scenario(10, accountant="rdp", report_prv=True), "gdpfed")
     assert all(g.epsilon_spent_prv_upper is None for g in plan.groups)
     assert any("report_prv" in w and "left null" in w for w in plan.warnings)
+
+
+def test_a_closed_form_budget_whose_noise_leaves_float_range_is_refused_in_one_line(capsys, tmp_path):
+    """An epsilon of 1e-300 under closed_form: the formula's sigma / q (about 1e301) squared is
+    inf. Alone, the optimiser's rate was NaN and the plan was refused as `sampling_rate: Input
+    should be less than or equal to 1`, a field the scenario does not have: it is infeasible,
+    naming the group. Beside another group, the noise energy overflowed and `gdpfed plan`
+    printed a traceback (exit 1): it is the service's one line, exit 2."""
+    import json
+
+    from accounting.errors import InfeasibleError
+    from app.cli import run
+    from planner.schema import Scenario
+
+    base = {"delta": 1e-5, "rounds": 10, "clip_norm": 1.0, "model_dim": 10, "expected_clients": 10,
+            "accountant": "closed_form", "min_clients_per_pool": 1}
+    tiny = {"id": "a", "epsilon": 1e-300, "num_clients": 100}
+    with pytest.raises(InfeasibleError, match=r"group 'a' \(epsilon 1e-300.*out of floating-point range"):
+        make_plan(Scenario.model_validate({**base, "groups": [tiny]}))
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps({**base, "groups": [tiny, {"id": "b", "epsilon": 1.0, "num_clients": 100}]}))
+    code = run(["plan", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "left the floating-point range for these inputs" in err

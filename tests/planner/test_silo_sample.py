@@ -129,6 +129,27 @@ def test_verify_refuses_a_tampered_plan() -> None:
         assert info.value.field == field
 
 
+@pytest.mark.parametrize("name", ["epsilon_planned", "epsilon_rdp", "epsilon_tight"])
+def test_verify_refuses_a_stated_figure_below_the_ledger_and_a_run_warns(name: str) -> None:
+    """docs/mrmtl.md §2, as a client plan's step 6 (docs/ledger.md §5): a silo's stated figure
+    below its recomputation is optimistic; the plan checker refuses it, a run reports it."""
+    plan = silo_plan(scenario(), "mrmtl")
+    document = plan.model_dump(mode="json")
+    stated = document["silos"][1][name]
+    document["silos"][1][name] = stated * (1 - 1e-8)
+    tampered = load_plan_document(document)
+    assert isinstance(tampered, SiloSamplePlan)
+    with pytest.raises(InvalidInputError) as info:
+        verify(tampered)
+    assert info.value.field == f"silos.b.{name}" and "below epsilon" in info.value.reason
+    found = verify(tampered, understated="report")
+    assert [(item.field, item.executed) for item in found] == [(f"silos.b.{name}", stated)]
+    assert verify(plan) == [] and verify(plan, understated="report") == []  # as planned: nothing below
+    # a figure left out claims nothing (a plan written before the figures existed)
+    document["silos"][1][name] = None if name != "epsilon_planned" else stated
+    assert verify(load_plan_document(document)) == []  # type: ignore[arg-type]
+
+
 def test_client_level_readers_refuse_a_silo_plan() -> None:
     document = silo_plan(scenario(), "mrmtl").model_dump(mode="json")
     assert isinstance(load_plan_document(document), SiloSamplePlan)

@@ -326,3 +326,25 @@ def test_an_exhausted_group_stating_its_history_above_a_budget_within_the_replan
     assert g1.status == "exhausted" and g1.epsilon is not None and g1.epsilon_spent is not None
     assert g1.epsilon_spent > g1.epsilon
     verify_executable(child)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_discrete_block_stating_less_than_its_binding_groups_ledger_is_refused(accountant: str) -> None:
+    """A pool's Skellam block states its epsilon (`gdpfed plan`'s secure-aggregation table);
+    edited below its binding group's recomputed figure under the block's accountant it was
+    verified. The plan checker refuses it naming the field; a run reports it."""
+    document = _document(accountant=accountant)
+    plan = load_plan(document)
+    assert verify_executable(plan) == []  # as planned: the block states its binding group's figure
+    block = document["pools"][0]["discrete"]
+    assert block is not None and block["accountant"] == accountant
+    stated = block["epsilon"]
+    block["epsilon"] = stated * (1 - 1e-8)
+    with pytest.raises(InvalidInputError) as refused:
+        verify_executable(load_plan(document))
+    assert refused.value.field == "pools.P1.discrete.epsilon" and "Skellam events spend" in refused.value.message
+    found = verify_executable(load_plan(document), understated="report")
+    assert [(item.field, item.executed) for item in found] == [("pools.P1.discrete.epsilon", pytest.approx(stated, rel=1e-12))]
+    from planner.verify import understated_warning
+
+    assert f"strict: pools.P1.discrete.epsilon states {stated * (1 - 1e-8):.10g}" in understated_warning(found)

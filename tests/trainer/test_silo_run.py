@@ -225,3 +225,29 @@ def test_a_silo_run_records_no_secure_aggregation_and_its_gradient_path(tmp_path
     out = capsys.readouterr()
     assert code == 0, out.err
     assert json.loads(out.out)["gradient_path"] == summary["gradient_path"]
+
+
+def test_a_silo_plan_stating_less_than_its_ledger_runs_with_one_warning(tmp_path, capsys) -> None:
+    """docs/ledger.md §5 for silo plans: the plan checker refuses a stated figure below its
+    recomputation (tests/planner/test_silo_sample.py); a run goes on with one warning naming the
+    silo and the figure its ledger counts, which is what its summary states."""
+    import json
+
+    from app import cli as app_cli
+
+    document = plan_for([30, 30, 30], rounds=2, batch=10).model_dump(mode="json")
+    counted = document["silos"][1]["epsilon_planned"]
+    document["silos"][1]["epsilon_planned"] = counted / 2
+    path = tmp_path / "understated.json"
+    path.write_text(json.dumps(document))
+    assert app_cli.run(["plan", "verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "silos.s1.epsilon_planned: states" in err and len(err.strip().splitlines()) == 1
+    code = app_cli.run(["train", "--plan", str(path), *SILO_CLI, "--out", str(tmp_path / "run")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    warned = [line for line in (out.out + out.err).splitlines() if "below what its dpsgd_silo run spends" in line]
+    # one warning (printed as the run starts and again under its summary, as every run warning)
+    assert len(set(warned)) == 1 and f"s1: states {counted / 2:.10g}, the ledger counts {counted:.10g}" in warned[0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epsilon_spent"]["s1"] == pytest.approx(counted, rel=1e-12)

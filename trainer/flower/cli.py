@@ -132,17 +132,20 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def _verify(plan: Any) -> str | None:
     """The plan checked by its unit's verifier as ``gdpfed train`` checks it (the ServerApp's
-    ``prepare_run`` checks it again): a client plan whose stated figures are below its blocks'
-    ledger is written with the run's warning (``planner.verify.understated_warning``), not
+    ``prepare_run`` checks it again): a client or silo plan whose stated figures are below its
+    run's ledger is written with the run's warning (``planner.verify.understated_warning``), not
     refused, since the run's ledger counts the executed figures (docs/ledger.md §5)."""
     from planner.schema import Plan
-    from planner.units import unit_of
+    from planner.units import silo_sample, unit_of
     from planner.verify import understated_warning, verify_executable
 
-    if not isinstance(plan, Plan):
+    if isinstance(plan, silo_sample.SiloSamplePlan):
+        found = silo_sample.verify(plan, understated="report")  # as gdpfed train runs it (docs/mrmtl.md §2)
+    elif isinstance(plan, Plan):
+        found = verify_executable(plan, understated="report")
+    else:
         unit_of(plan).verify(plan)
         return None
-    found = verify_executable(plan, understated="report")
     return understated_warning(found) if found else None
 
 

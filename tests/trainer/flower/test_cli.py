@@ -436,3 +436,21 @@ def test_app_writes_the_bundle_of_an_old_skellam_plan_with_the_runs_warning(tmp_
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "below what its skellam run spends" not in out.out, out.out
+
+
+def test_app_writes_the_bundle_of_a_silo_plan_stating_less_with_the_runs_warning(tmp_path: Path, capsys) -> None:
+    """A silo plan whose stated figure is below its ledger (refused by gdpfed plan verify) is
+    bundled as gdpfed train runs it, with the run's one warning (docs/mrmtl.md §2)."""
+    from tests.trainer.flower.test_silo import silo_plan
+
+    document = silo_plan("mrmtl", [20, 25]).model_dump(mode="json")
+    counted = document["silos"][0]["epsilon_tight"]
+    document["silos"][0]["epsilon_tight"] = counted / 2
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(document))
+    code = app_cli.run(["flower", "app", "--plan", str(path), "--dataset", "rotated_digits", "--model", "mlp",
+                        "--rounds", "1", "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    warnings = [line for line in out.out.splitlines() if "below what its dpsgd_silo run spends" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "epsilon_tight states" in warnings[0], out.out

@@ -174,3 +174,23 @@ def test_a_re_plan_stops_a_flower_silo_run_instead_of_training_on_the_servers_co
     with pytest.raises(ReportingStoppedError, match="carry the old plan in their app bundle"):
         switch_plan(prepared, tally, {**document, "id": "successor"}, 0)
     assert prepared.engine is engine and prepared.plan is plan  # nothing of the successor's was taken up
+
+
+def test_a_silo_plan_stating_less_than_its_ledger_runs_on_flower_as_in_gdpfed_train(tmp_path: Path) -> None:
+    """docs/mrmtl.md §2: a silo plan whose stated figure is below its ledger (one an earlier
+    release wrote) runs with the run's warning, its nodes included (they check the budgets, not
+    the stated figures)."""
+    sizes = [20, 25]
+    document = silo_plan("mrmtl", sizes).model_dump(mode="json")
+    counted = document["silos"][0]["epsilon_planned"]
+    document["silos"][0]["epsilon_planned"] = counted / 2
+    plan = SiloSamplePlan.model_validate(document)
+    data = load_silo_data("rotated_digits", sizes, seed=0)
+    config = silo_config(rounds=1)
+    run_config = run_config_of(FlowerOptions.model_validate({"out-dir": str(tmp_path / "flower")}), config)
+    grid = LoopbackGrid(build_client_app(write_plan_bundle(tmp_path / "bundle", plan)), simulation_nodes(plan), run_config)
+    summary = run_plan(grid, document, run_config, dataset=data, progress=quiet_progress(1))
+    assert summary.complete and summary.rounds_run == 1
+    assert any("below what its dpsgd_silo run spends" in warning for warning in summary.warnings)
+    # each node trained its pass: none refused the plan
+    assert [(r.round, r.survived) for r in read_rounds(tmp_path / "flower" / "rounds.jsonl")] == [(0, {"silos": 2})]

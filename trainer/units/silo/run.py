@@ -26,6 +26,7 @@ from planner.ledger import EpsilonFigures, EpsilonFn, epsilon_figures, same_hist
 from planner.schema import PlanDocument
 from planner.units import silo_sample
 from planner.units.silo_sample import SiloSamplePlan
+from planner.verify import understated_warning
 from trainer.data.silos import SiloData, load_silo_data
 from trainer.device import choose_device, configure_float_math
 from trainer.engines import flatten_params, num_params
@@ -186,7 +187,9 @@ def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict
             "strategy", f"a silo plan runs its own method's strategy ({plan.method}); --strategy {config.strategy} would "
             "run DP-SGD passes the plan did not count"
         )
-    silo_sample.verify(plan)
+    # a plan whose stated figures are below the recomputation (one an earlier release wrote) runs,
+    # as a client plan does, with one warning: the run's ledger counts its own figures (docs/ledger.md §5)
+    understated = silo_sample.verify(plan, understated="report")
     if config.rounds > plan.rounds:
         raise InvalidInputError(
             "rounds", f"{config.rounds} exceeds the plan's {plan.rounds} rounds; running more would spend more privacy than planned"
@@ -237,7 +240,8 @@ def prepare_silo_run(unit: TrainingUnit, plan: PlanDocument, plan_document: dict
         plan_document=plan_document, config=config, run_dir=RunDirectory(out), resume=options.resume, dataset=data,
         model=model, device=chosen_device, population=Population({"silos": torch.arange(len(sizes)).numpy()}),
         initial_params=initial, strategy=strategy,
-        engine=SiloRoundEngine(strategy, num_params(model)), warnings=[], build_strategy=build_strategy,
+        engine=SiloRoundEngine(strategy, num_params(model)),
+        warnings=[understated_warning(understated)] if understated else [], build_strategy=build_strategy,
         engine_factory=engine_factory, unit=unit, run_start=plan.start_round, evaluator=evaluator,
         chance=chance_level_by_part([data.test_of(k)[1] for k in range(len(sizes))], data.train.task, part="silo"),
         gradient_path=engine.gradient_path,
