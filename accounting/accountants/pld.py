@@ -185,7 +185,12 @@ class Composed:
         head = losses[: k0 + 1] + log_b_next[: k0 + 1]
         np.exp(head, out=head)
         at_points = np.subtract(a_next[: k0 + 1], head, out=head)
-        k = int(np.nonzero(at_points <= budget)[0][0])  # (a NaN budget fits nowhere: IndexError, as before)
+        fitting = np.nonzero(at_points <= budget)[0]
+        if fitting.size == 0:
+            # a NaN budget or pmf (a composition past the float range, e.g. 10^12 steps) fits
+            # nowhere: a numerical failure, which sound_epsilon answers with rdp (§13.4)
+            raise FloatingPointError("the composed privacy-loss distribution is not a number")
+        k = int(fitting[0])
         if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
             return 0.0
         if a[k] <= budget or not math.isfinite(log_b[k]):
