@@ -780,6 +780,18 @@ class Changes(_Strict):
         None, ge=1, description="new total round count (default: unchanged)"
     )
 
+    @field_validator("groups")
+    @classmethod
+    def _each_group_once(cls, groups: list[GroupChange]) -> list[GroupChange]:
+        # two entries for one group would leave one silently unapplied (a second epsilon
+        # replaced the first), as a duplicated key would; silo and metric changes refuse it too
+        seen: set[str] = set()
+        for change in groups:
+            if change.id in seen:
+                raise ValueError(f"group {change.id!r} is listed twice: each group may be changed once")
+            seen.add(change.id)
+        return groups
+
 
 def current_plan_data(data: Any) -> dict[str, Any]:
     """A plan document of any readable schema version as the current version's data

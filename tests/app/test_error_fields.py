@@ -40,6 +40,8 @@ def test_replan_names_body_paths_and_the_plans_scenario(client: TestClient) -> N
     error(client.post(replan, json={"rounds_done": 50}), 422, "invalid_input", "changes.rounds")
     both = {"changes": {"groups": [{"id": "strict", "epsilon": 1, "opt_out": True}]}}
     error(client.post(replan, json=both), 422, "invalid_input", "changes.groups.0")
+    twice = {"changes": {"groups": [{"id": "strict", "epsilon": 0.8}, {"id": "strict", "epsilon": 0.9}]}}
+    error(client.post(replan, json=twice), 422, "invalid_input", "changes.groups")
     gone = {"changes": {"groups": [{"id": "nope", "remove": True}]}}
     error(client.post(replan, json=gone), 422, "invalid_input", "changes.groups.0.id")
     # pydantic's own check of the same body names the same path
