@@ -70,6 +70,17 @@ def test_replan_changes_naming_a_group_twice_are_refused(capsys, tmp_path):
     assert err.startswith("gdpfed plan: error: changes.groups: ") and "'strict'" in err, err
 
 
+def test_replan_changes_rounds_past_the_bound_names_changes_rounds(capsys, tmp_path):
+    """A new total of 10^12 rounds was refused by the re-planned scenario's check, naming
+    ``rounds`` (``scenario.rounds`` over HTTP), a field of the stored plan, not the one given."""
+    parent = tmp_path / "parent.json"
+    assert run(["plan", str(EXAMPLE), "--out", str(parent)]) == 0
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps({"rounds": 10**12}))
+    err = one_line_error(capsys, ["plan", "replan", str(parent), "--rounds-done", "40", "--changes", str(many)])
+    assert err.startswith("gdpfed plan: error: changes.rounds: "), err
+
+
 def test_replan_of_a_silo_plan_through_the_cli(capsys, tmp_path):
     """``gdpfed plan replan`` takes every unit's plans (it read client plans only and refused
     a silo plan naming privacy_unit): a silo's epsilon raised, another's lowered, refused
