@@ -57,6 +57,22 @@ def validate_positive(field: str, value: Any) -> float:
     return result
 
 
+# A noise multiplier's domain (docs/accounting.md §9): beyond it its square underflows to 0 or
+# overflows, which the accountants' formulas divide by or raise; no answer changes inside it
+# (below 1e-100 every accountant's epsilon is inf or the sampled-never 0, above 1e100 it is 0)
+NOISE_MULTIPLIER_MIN = 1e-100
+NOISE_MULTIPLIER_MAX = 1e100
+
+
+def validate_noise_multiplier(value: Any, field: str = "noise_multiplier") -> float:
+    result = validate_real(field, value)
+    if not NOISE_MULTIPLIER_MIN <= result <= NOISE_MULTIPLIER_MAX:
+        raise InvalidInputError(
+            field, f"must be in [{NOISE_MULTIPLIER_MIN:g}, {NOISE_MULTIPLIER_MAX:g}], got {result}"
+        )
+    return result
+
+
 def validate_sampling_rate(value: Any, field: str = "sampling_rate") -> float:
     result = validate_real(field, value)
     if not 0 < result <= 1:
@@ -92,6 +108,11 @@ SamplingRate = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, le=1, allow_inf_nan=False)
 ]
 NoiseMultiplier = Annotated[
+    float,
+    pydantic.BeforeValidator(finite_number),
+    pydantic.Field(ge=NOISE_MULTIPLIER_MIN, le=NOISE_MULTIPLIER_MAX, allow_inf_nan=False),
+]
+PositiveReal = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, allow_inf_nan=False)
 ]
 Epsilon = Annotated[
