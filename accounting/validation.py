@@ -64,13 +64,20 @@ NOISE_MULTIPLIER_MIN = 1e-100
 NOISE_MULTIPLIER_MAX = 1e100
 
 
+def _noise_multiplier_in_range(value: float) -> float:
+    """After pydantic's checks: within [NOISE_MULTIPLIER_MIN, NOISE_MULTIPLIER_MAX], said in
+    those words (pydantic's own ge/le message writes 1e-100 out in 100 digits)."""
+    if not NOISE_MULTIPLIER_MIN <= value <= NOISE_MULTIPLIER_MAX:
+        raise ValueError(f"must be in [{NOISE_MULTIPLIER_MIN:g}, {NOISE_MULTIPLIER_MAX:g}], got {value:g}")
+    return value
+
+
 def validate_noise_multiplier(value: Any, field: str = "noise_multiplier") -> float:
     result = validate_real(field, value)
-    if not NOISE_MULTIPLIER_MIN <= result <= NOISE_MULTIPLIER_MAX:
-        raise InvalidInputError(
-            field, f"must be in [{NOISE_MULTIPLIER_MIN:g}, {NOISE_MULTIPLIER_MAX:g}], got {result}"
-        )
-    return result
+    try:
+        return _noise_multiplier_in_range(result)
+    except ValueError as exc:
+        raise InvalidInputError(field, str(exc)) from None
 
 
 def validate_sampling_rate(value: Any, field: str = "sampling_rate") -> float:
@@ -110,7 +117,8 @@ SamplingRate = Annotated[
 NoiseMultiplier = Annotated[
     float,
     pydantic.BeforeValidator(finite_number),
-    pydantic.Field(ge=NOISE_MULTIPLIER_MIN, le=NOISE_MULTIPLIER_MAX, allow_inf_nan=False),
+    pydantic.Field(gt=0, allow_inf_nan=False),
+    pydantic.AfterValidator(_noise_multiplier_in_range),
 ]
 PositiveReal = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, allow_inf_nan=False)
