@@ -22,7 +22,13 @@ from accounting.accountants.base import RATE_MIN, REL_TOL, ROUNDS_MAX, SIGMA_MAX
 from accounting.errors import InfeasibleError, InvalidInputError
 from accounting.events import ApproximateDpEvent, ComposedEvent
 from accounting.results import Calibration
-from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
+from accounting.validation import (
+    validate_count,
+    validate_delta,
+    validate_noise_multiplier,
+    validate_positive,
+    validate_sampling_rate,
+)
 
 __all__ = [
     "RATE_MIN",
@@ -183,7 +189,7 @@ def sampling_rate(
 
     Raises InfeasibleError if even q = ``RATE_MIN`` exceeds it.
     """
-    sigma = validate_positive("noise_multiplier", noise_multiplier)
+    sigma = validate_noise_multiplier(noise_multiplier)
     t = validate_count("rounds", rounds)
     eps = validate_positive("epsilon", epsilon)
     delta = validate_delta(delta)
@@ -208,7 +214,7 @@ def rounds(
     events alone exceed the target.
     """
     q = validate_sampling_rate(sampling_rate)
-    sigma = validate_positive("noise_multiplier", noise_multiplier)
+    sigma = validate_noise_multiplier(noise_multiplier)
     eps = validate_positive("epsilon", epsilon)
     delta = validate_delta(delta)
     chosen = get_accountant(accountant)

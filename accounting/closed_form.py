@@ -9,6 +9,7 @@ every closed-form sigma with ``rdp`` (docs/accounting.md §6.2). This module is 
 from __future__ import annotations
 
 import math
+import sys
 
 
 def closed_form_sigma(sampling_rate: float, rounds: float, epsilon: float, delta: float) -> float:
@@ -35,7 +36,13 @@ def closed_form_sampling_rate(noise_multiplier: float, rounds: float, epsilon: f
 
 
 def closed_form_rounds(sampling_rate: float, noise_multiplier: float, epsilon: float, delta: float) -> int:
-    """The largest integer T the formula allows (0 if not even one round)."""
+    """The largest integer T the formula allows (0 if not even one round); ``sys.maxsize``
+    where it bounds none (q^2 underflows to 0, or the count overflows: q below about 1e-154)."""
     log_inv_delta = -math.log(delta)
-    value = noise_multiplier**2 * epsilon**2 / (7.0 * sampling_rate**2 * (epsilon + 2.0 * log_inv_delta))
+    denominator = 7.0 * sampling_rate**2 * (epsilon + 2.0 * log_inv_delta)
+    if denominator == 0.0:
+        return sys.maxsize
+    value = noise_multiplier**2 * epsilon**2 / denominator
+    if value >= sys.maxsize:
+        return sys.maxsize
     return int(math.floor(value * (1 + 1e-12)))

@@ -9,7 +9,7 @@ from accounting.accountants import ACCOUNTANTS, Accountant, AccountantName, get_
 from accounting.errors import InvalidInputError
 from accounting.events import ComposedEvent, PoissonSampledGaussian
 from accounting.results import EpsilonReport
-from accounting.validation import validate_count, validate_delta, validate_positive, validate_sampling_rate
+from accounting.validation import validate_count, validate_delta, validate_noise_multiplier, validate_sampling_rate
 
 
 def epsilon(
@@ -27,7 +27,7 @@ def epsilon(
     """
     phase = PoissonSampledGaussian.model_construct(
         sampling_rate=validate_sampling_rate(sampling_rate),
-        noise_multiplier=validate_positive("noise_multiplier", noise_multiplier),
+        noise_multiplier=validate_noise_multiplier(noise_multiplier),
         steps=validate_count("rounds", rounds),
     )
     delta = validate_delta(delta)

@@ -57,6 +57,29 @@ def validate_positive(field: str, value: Any) -> float:
     return result
 
 
+# A noise multiplier's domain (docs/accounting.md §9): beyond it its square underflows to 0 or
+# overflows, which the accountants' formulas divide by or raise; no answer changes inside it
+# (below 1e-100 every accountant's epsilon is inf or the sampled-never 0, above 1e100 it is 0)
+NOISE_MULTIPLIER_MIN = 1e-100
+NOISE_MULTIPLIER_MAX = 1e100
+
+
+def _noise_multiplier_in_range(value: float) -> float:
+    """After pydantic's checks: within [NOISE_MULTIPLIER_MIN, NOISE_MULTIPLIER_MAX], said in
+    those words (pydantic's own ge/le message writes 1e-100 out in 100 digits)."""
+    if not NOISE_MULTIPLIER_MIN <= value <= NOISE_MULTIPLIER_MAX:
+        raise ValueError(f"must be in [{NOISE_MULTIPLIER_MIN:g}, {NOISE_MULTIPLIER_MAX:g}], got {value:g}")
+    return value
+
+
+def validate_noise_multiplier(value: Any, field: str = "noise_multiplier") -> float:
+    result = validate_real(field, value)
+    try:
+        return _noise_multiplier_in_range(result)
+    except ValueError as exc:
+        raise InvalidInputError(field, str(exc)) from None
+
+
 def validate_sampling_rate(value: Any, field: str = "sampling_rate") -> float:
     result = validate_real(field, value)
     if not 0 < result <= 1:
@@ -92,6 +115,12 @@ SamplingRate = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, le=1, allow_inf_nan=False)
 ]
 NoiseMultiplier = Annotated[
+    float,
+    pydantic.BeforeValidator(finite_number),
+    pydantic.Field(gt=0, allow_inf_nan=False),
+    pydantic.AfterValidator(_noise_multiplier_in_range),
+]
+PositiveReal = Annotated[
     float, pydantic.BeforeValidator(finite_number), pydantic.Field(gt=0, allow_inf_nan=False)
 ]
 Epsilon = Annotated[

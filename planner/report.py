@@ -199,7 +199,8 @@ def sweep_text(result: Any) -> str:
                 _num(result.objective[k]),
             ]
         )
-    return f"sweep of group {result.group_id}'s epsilon ({result.method}):\n" + table(header, rows)
+    title = f"sweep of group {result.group_id}'s epsilon ({result.method}, accountant {result.accountant}):"
+    return title + "\n" + table(header, rows)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

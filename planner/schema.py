@@ -81,6 +81,9 @@ Fraction = Annotated[float, Field(ge=1e-6, le=1, allow_inf_nan=False)]
 UnitInterval = Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False)]
 ClientCount = Annotated[float, Field(ge=1e-3, le=1e12, allow_inf_nan=False)]
 GroupId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+# A client scenario's total rounds, and a re-plan's new total (checked where it is given, so
+# the error names changes.rounds, not the re-planned scenario's rounds)
+RoundCount = Annotated[int, Field(ge=1, le=10**7)]
 
 
 # keep_ratio "auto": the planner chooses (named for the service's OpenAPI document, app/openapi.py)
@@ -141,7 +144,7 @@ class Scenario(_Strict):
     )
     groups: list[GroupSpec] = Field(..., min_length=1, max_length=200_000)
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
-    rounds: int = Field(..., ge=1, le=10**7)
+    rounds: RoundCount
     clip_norm: Norm = 1.0
     model_dim: int = Field(..., ge=1, le=10**12)
     expected_clients: ClientCount | None = Field(
@@ -776,9 +779,7 @@ class Changes(_Strict):
 
     groups: list[GroupChange] = Field(default_factory=list)
     expected_clients: ClientCount | None = None
-    rounds: int | None = Field(
-        None, ge=1, description="new total round count (default: unchanged)"
-    )
+    rounds: RoundCount | None = Field(None, description="new total round count (default: unchanged)")
 
     @field_validator("groups")
     @classmethod

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from accounting.errors import GdpfedError, InvalidInputError
 from planner.plan import check_method, make_plan
-from planner.schema import PlanMethod, Scenario
+from planner.schema import AccountantName, PlanMethod, Scenario
 
 
 class SweepResult(BaseModel):
@@ -23,6 +23,7 @@ class SweepResult(BaseModel):
 
     group_id: str
     method: PlanMethod
+    accountant: AccountantName = Field(description="the accountant every point is calibrated with (the scenario's)")
     epsilons: list[float]
     sampling_rates: dict[str, list[float | None]] = Field(description="group id -> q_g per swept epsilon")
     expected_clients: dict[str, list[float | None]] = Field(description="group id -> q_g N_g per swept epsilon")
@@ -71,6 +72,7 @@ def sweep(
     return SweepResult(
         group_id=group_id,
         method=method,
+        accountant=scenario.accountant,
         epsilons=values,
         sampling_rates=rates,
         expected_clients=clients,

@@ -58,6 +58,10 @@ FFT_SIZE_MAX = 2**16
 # anything the window was placed for), and the answer falls back to rdp rather than
 # allocating an array of that size (docs/accounting.md §13.4).
 STEP_POINTS_MAX = 64 * FFT_SIZE_MAX
+# A phase's step count is composed as a float64 and raised by int64 binary powering: from 2^53
+# steps on, neither holds it exactly (past 2^63 the int64 is negative, and halving it never
+# ends), and the FFT rounding bound alone exceeds any delta long before, so rdp answers (§13.4).
+STEPS_MAX = 2**53
 TAIL_SHARE = 1e-4
 # Spacing per unit of the composed loss's standard deviation: the connect-the-dots error
 # falls as h^2, and 1/250 of a standard deviation keeps calibrated sigma within 0.1% of
@@ -185,7 +189,12 @@ class Composed:
         head = losses[: k0 + 1] + log_b_next[: k0 + 1]
         np.exp(head, out=head)
         at_points = np.subtract(a_next[: k0 + 1], head, out=head)
-        k = int(np.nonzero(at_points <= budget)[0][0])  # (a NaN budget fits nowhere: IndexError, as before)
+        fitting = np.nonzero(at_points <= budget)[0]
+        if fitting.size == 0:
+            # a NaN budget or pmf (a composition past the float range, e.g. 10^12 steps) fits
+            # nowhere: a numerical failure, which sound_epsilon answers with rdp (§13.4)
+            raise FloatingPointError("the composed privacy-loss distribution is not a number")
+        k = int(fitting[0])
         if k == 0 and float(a[0] - math.exp(log_b[0])) <= budget:  # delta(0)
             return 0.0
         if a[k] <= budget or not math.isfinite(log_b[k]):
@@ -484,6 +493,8 @@ def _compose_batch(histories: Sequence[Sequence[PhaseTuple]], delta: float, dire
     one history's rows alone."""
     hid = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
     flat = [phase for h in histories for phase in h]
+    if any(phase[2] >= STEPS_MAX for phase in flat):
+        raise ValueError(f"a phase of {max(phase[2] for phase in flat):.3g} steps (the PLD composes fewer than 2^53)")
     q = np.array([p[0] for p in flat], dtype=float)
     sigma = np.array([p[1] for p in flat], dtype=float)
     t = np.array([p[2] for p in flat], dtype=float)

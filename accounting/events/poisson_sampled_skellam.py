@@ -39,10 +39,10 @@ import pydantic
 from accounting.events.base import ApproximateDpEvent
 from accounting.rdp import SMALL_LOG_A, OrderGrid
 from accounting.special import gammaln
-from accounting.validation import NoiseMultiplier, SamplingRate, Steps
+from accounting.validation import PositiveReal, SamplingRate, Steps
 
-# Positive finite reals, the same domain as a noise multiplier.
-_Positive = NoiseMultiplier
+# Positive finite reals (a variance far below a noise multiplier's domain falls back, §11.7).
+_Positive = PositiveReal
 
 
 def skellam_rdp(order: int, variance: float, l2_sensitivity: float, l1_sensitivity: float) -> float:

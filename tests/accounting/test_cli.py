@@ -68,6 +68,11 @@ def test_sampling_rate_text(capsys: pytest.CaptureFixture[str]) -> None:
         (["noise-multiplier", "--sampling-rate", "1.5", "--rounds", "10", "--epsilon", "1", "--delta", "1e-5"], "sampling_rate"),
         (["epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "inf", "--rounds", "10", "--delta", "1e-5"], "noise_multiplier"),
         (["epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--rounds", "0", "--delta", "1e-5"], "rounds"),
+        # out of [1e-100, 1e100]: ZeroDivisionError / OverflowError tracebacks before (closed_form, every sampling-rate)
+        (["epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1e-300", "--rounds", "3", "--delta", "1e-5",
+          "--accountant", "closed_form"], "noise_multiplier"),
+        (["sampling-rate", "--noise-multiplier", "1e200", "--rounds", "10", "--epsilon", "1", "--delta", "1e-5"],
+         "noise_multiplier"),
         (["rounds", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--epsilon", "1", "--delta", "1"], "delta"),
     ],
 )

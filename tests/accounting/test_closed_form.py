@@ -6,6 +6,7 @@ import pytest
 
 import accounting
 from accounting import InvalidInputError, Phase
+from accounting.calibration import ROUNDS_MAX
 
 
 def test_formula_over_noises_where_valid() -> None:
@@ -65,3 +66,12 @@ def test_closed_form_refuses_histories() -> None:
     phase = Phase(sampling_rate=0.1, noise_multiplier=1, steps=1)
     with pytest.raises(InvalidInputError):
         accounting.epsilon_of_phases([phase, phase], 1e-3, accountant="closed_form")
+
+
+def test_the_formulas_rounds_at_a_rate_whose_square_underflows_are_capped() -> None:
+    """q = 1e-300: q^2 is 0.0 and the formula's round count divided by it (ZeroDivisionError);
+    q = 1e-160 at sigma 1e100 overflows it to inf (OverflowError converting it to an int). The
+    formula then bounds no count: the search's cap, checked by rdp like any other answer."""
+    for q, sigma in ((1e-300, 1.0), (1e-160, 1e100)):
+        answer = accounting.rounds(q, sigma, 1.0, 1e-5, accountant="closed_form")
+        assert answer.rounds == ROUNDS_MAX and answer.epsilon <= 1.0

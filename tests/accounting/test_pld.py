@@ -386,3 +386,35 @@ def test_binary_powering_is_within_the_counted_rounding_allowance(steps: int) ->
     error = np.max(np.abs(ours.astype(np.clongdouble) - exact))
     assert float(error) <= (steps * (math.pi + 1) + 4) * 2.0**-53
     assert float(error) <= max(steps - 1, 1) * math.sqrt(5) * 2.0**-53 * 1.01
+
+
+def test_a_composition_past_the_float_range_falls_back_to_rdp() -> None:
+    """10^12 steps of q = 0.1: the composed pmf and its FFT rounding bound are NaN, so no grid
+    point fitted the budget and ``Composed.epsilon`` raised IndexError, out of ``gdpfed account
+    epsilon`` as a traceback (exit 1) and out of ``POST /v1/accounting/epsilon`` as a 500. It is
+    a numerical failure of the PLD: rdp answers, marked (docs/accounting.md §13.4)."""
+    events = [PoissonSampledGaussian(sampling_rate=0.1, noise_multiplier=1.5, steps=10**12)]
+    report = accounting.epsilon_of_events(events, 1e-4, accountant="pld")
+    rdp = accounting.epsilon_of_events(events, 1e-4, accountant="rdp")
+    assert report.fallback and report.accountant_used == "rdp" and report.epsilon == rdp.epsilon
+    assert "pld failed numerically" in (report.reason or "")
+    # the same history as spent events of a calibration (the batched path): rdp's answer, refused
+    with pytest.raises(accounting.InfeasibleError):
+        accounting.noise_multiplier(0.1, 100, 1.0, 1e-4, accountant="pld", spent=events)
+
+
+@pytest.mark.timeout(300)  # guards the hang this test is about; the answer takes well under a second
+def test_steps_beyond_exact_float_integers_fall_back_to_rdp_instead_of_looping() -> None:
+    """10^20 steps (2^63 and more do not fit numpy's int64): the binary powering got the step
+    count as a negative int64, which halving never brings to 0, so ``gdpfed account epsilon
+    --rounds 99999999999999999999`` never returned and the service answered 503 after its
+    time limit. A phase of 2^53 steps or more (past exact float integers; the FFT rounding
+    bound alone exceeds any delta long before) is a numerical failure: rdp answers, marked."""
+    for steps in (2**53, 10**20):
+        events = [PoissonSampledGaussian(sampling_rate=0.1, noise_multiplier=1.5, steps=steps)]
+        report = accounting.epsilon_of_events(events, 1e-4, accountant="pld")
+        rdp = accounting.epsilon_of_events(events, 1e-4, accountant="rdp")
+        assert report.fallback and report.accountant_used == "rdp" and report.epsilon == rdp.epsilon
+        assert "pld failed numerically" in (report.reason or "")
+    with pytest.raises(accounting.InfeasibleError):  # rdp's answer: no sigma up to 10^4 meets it
+        accounting.noise_multiplier(0.1, 10**20, 10**4, 1e-4, accountant="pld")

@@ -26,7 +26,9 @@ CALLS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
 
 OUT_OF_DOMAIN = {
     "sampling_rate": [0.0, -0.1, 1.0000001, 2.0],
-    "noise_multiplier": [0.0, -1.0],
+    # past 1e+-100 (docs §9): the square of 1e-300 underflows and of 1e200 overflows, which the
+    # accountants' formulas divided by or raised (a traceback, an HTTP 500)
+    "noise_multiplier": [0.0, -1.0, 1e-300, 1e200],
     "rounds": [0, -5, 2.5, 100.0],
     "epsilon": [0.0, -1.0],
     "delta": [0.0, 1.0, -1e-5, 1.5],

@@ -38,8 +38,12 @@ def test_replan_names_body_paths_and_the_plans_scenario(client: TestClient) -> N
     plan = client.post("/v1/plans", json={"scenario": copy.deepcopy(SMALL_SCENARIO)}).json()
     replan = f"/v1/plans/{plan['id']}/replan"
     error(client.post(replan, json={"rounds_done": 50}), 422, "invalid_input", "changes.rounds")
+    # a new total past the scenario's bound is the changes' field (it named scenario.rounds, which was 100)
+    error(client.post(replan, json={"changes": {"rounds": 10**12}}), 422, "invalid_input", "changes.rounds")
     both = {"changes": {"groups": [{"id": "strict", "epsilon": 1, "opt_out": True}]}}
     error(client.post(replan, json=both), 422, "invalid_input", "changes.groups.0")
+    twice = {"changes": {"groups": [{"id": "strict", "epsilon": 0.8}, {"id": "strict", "epsilon": 0.9}]}}
+    error(client.post(replan, json=twice), 422, "invalid_input", "changes.groups")
     gone = {"changes": {"groups": [{"id": "nope", "remove": True}]}}
     error(client.post(replan, json=gone), 422, "invalid_input", "changes.groups.0.id")
     # pydantic's own check of the same body names the same path

@@ -58,6 +58,29 @@ def test_replan_through_the_cli(capsys, tmp_path):
     assert [g["id"] for g in data["groups"]][-1] == "late"
 
 
+def test_replan_changes_naming_a_group_twice_are_refused(capsys, tmp_path):
+    """A changes file that names a group twice was re-planned with the last entry's epsilon
+    (0.9 here, the first's 0.8 silently dropped), as a duplicated key would be; silo and
+    metric changes refused it already. Exit 2, one line naming changes.groups and the id."""
+    parent = tmp_path / "parent.json"
+    assert run(["plan", str(EXAMPLE), "--out", str(parent)]) == 0
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps({"groups": [{"id": "strict", "epsilon": 0.8}, {"id": "strict", "epsilon": 0.9}]}))
+    err = one_line_error(capsys, ["plan", "replan", str(parent), "--rounds-done", "40", "--changes", str(twice)])
+    assert err.startswith("gdpfed plan: error: changes.groups: ") and "'strict'" in err, err
+
+
+def test_replan_changes_rounds_past_the_bound_names_changes_rounds(capsys, tmp_path):
+    """A new total of 10^12 rounds was refused by the re-planned scenario's check, naming
+    ``rounds`` (``scenario.rounds`` over HTTP), a field of the stored plan, not the one given."""
+    parent = tmp_path / "parent.json"
+    assert run(["plan", str(EXAMPLE), "--out", str(parent)]) == 0
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps({"rounds": 10**12}))
+    err = one_line_error(capsys, ["plan", "replan", str(parent), "--rounds-done", "40", "--changes", str(many)])
+    assert err.startswith("gdpfed plan: error: changes.rounds: "), err
+
+
 def test_replan_of_a_silo_plan_through_the_cli(capsys, tmp_path):
     """``gdpfed plan replan`` takes every unit's plans (it read client plans only and refused
     a silo plan naming privacy_unit): a silo's epsilon raised, another's lowered, refused

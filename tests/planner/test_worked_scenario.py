@@ -63,3 +63,25 @@ def test_the_docs_worked_example_block_is_what_its_command_prints(capsys: pytest
     assert run(shlex.split(command[2:])[1:]) == 0
     printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     assert printed == [line.rstrip() for line in shown]
+
+
+def test_the_docs_sweep_block_is_what_its_command_prints(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/planning.md §12's sweep, run: the page showed rdp's noise energies (884 ... 367.2)
+    under a command that, since pld became the default, prints pld's (705.5 ... 302.9), and the
+    printed table did not say which accountant its energies are."""
+    import shlex
+    from pathlib import Path
+
+    from app.cli import run
+
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "docs" / "planning.md").read_text()
+    section = page.split("## 12. Worked example")[1].split("## 13.")[0]
+    block = next(b for b in section.split("```console\n")[1:] if b.startswith("$ gdpfed plan sweep "))
+    command, *shown = block.split("```")[0].splitlines()
+    monkeypatch.chdir(repo)
+    assert run(shlex.split(command[2:])[1:]) == 0
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert printed == [line.rstrip() for line in shown]
+    assert "accountant rdp" in printed[0]
