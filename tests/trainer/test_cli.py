@@ -105,6 +105,8 @@ def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_p
         ("model_misfit", ["model", "lstm"]),
         ("too_many_rounds", ["rounds", "exceeds the plan's 3"]),
         ("bad_model_option", ["model-option"]),
+        # a negative width was torch's RuntimeError traceback (exit 1), not one line
+        ("negative_width", ["model-option hidden.0", "greater than or equal to 1"]),
         ("resume_nothing", ["resume"]),
         ("report_without_key", ["api-key"]),
         ("no_plan", ["plan"]),
@@ -146,6 +148,8 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         extra += ["--rounds", "4"]
     elif case == "bad_model_option":
         extra = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=banana"]
+    elif case == "negative_width":
+        extra = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[-1]"]
     elif case == "resume_nothing":
         extra += ["--resume"]
     elif case == "report_without_key":

@@ -146,5 +146,30 @@ def test_unknown_model_option_is_refused(digits) -> None:
         build_model("cnn", digits, seed=0, hidden_size=3)
 
 
+@pytest.mark.parametrize(
+    ("name", "data", "options", "field"),
+    [("mlp", "digits", {"hidden": [0]}, "model-option hidden.0"),  # built a model that learns nothing
+     ("mlp", "digits", {"hidden": [16, -1]}, "model-option hidden.1"),  # torch's RuntimeError traceback
+     ("mlp", "digits", {"hidden": [1.5]}, "model-option hidden.0"),
+     ("mlp", "digits", {"hidden": [True]}, "model-option hidden.0"),
+     ("mlp", "digits", {"bias": "no"}, "model-option bias"),  # a truthy string built a biased model
+     ("cnn", "digits", {"channels": [-1, 4]}, "model-option channels.0"),
+     ("cnn", "digits", {"hidden": 0}, "model-option hidden"),
+     ("resnet18", "digits", {"base_width": 0}, "model-option base_width"),
+     ("lstm", "chars", {"num_layers": -2}, "model-option num_layers")],
+)
+def test_option_values_a_model_cannot_take_are_refused_naming_the_option(name, data, options, field, request) -> None:
+    dataset = _chars() if data == "chars" else request.getfixturevalue(data)
+    with pytest.raises(InvalidInputError) as info:
+        build_model(name, dataset, seed=0, **options)
+    assert info.value.field == field
+
+
+def test_valid_option_values_still_build(digits, synthetic) -> None:
+    assert sum(p.numel() for p in build_model("mlp", synthetic, seed=0, hidden=[], bias=False).parameters()) == 60 * 10
+    assert build_model("cnn", digits, seed=0, channels=[4, 8], hidden=16) is not None
+    assert build_model("lstm", _chars(), seed=0, embedding_dim=2, hidden_size=4, num_layers=1) is not None
+
+
 def test_models_listed() -> None:
     assert MODELS == ("mlp", "cnn", "resnet18", "lstm", "mean")
