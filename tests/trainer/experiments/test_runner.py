@@ -203,6 +203,7 @@ def test_smoke_run_of_the_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(Figure, "savefig", spy)
     summary = run_experiment(REPO / "experiments" / "sweep.yaml", tmp_path, smoke=True, log=quiet)
     assert any("SMOKE SIZE" in text for text in saved_texts)  # the image says what it is
+    assert "SMOKE SIZE, not a result" in (tmp_path / "sweep.md").read_text()  # and so does the table
     assert sorted(Path(f).name for f in summary.files) == ["sweep.csv", "sweep.md", "sweep.png"]
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
     assert [float(r["epsilon"]) for r in rows] == [0.5, 2.0]
