@@ -11,7 +11,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from torch import nn
 
-from accounting.errors import InvalidInputError, validation_error_line
+from accounting.errors import InvalidInputError, message_line, shown, validation_error_line
 from trainer.choices import MODELS as MODELS  # re-exported by trainer.models
 from trainer.choices import model_key, unknown_model
 from trainer.data.dataset import FederatedDataset
@@ -135,5 +135,11 @@ as it was.
     check_model_options(key, options)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = factory(**options)
+        try:
+            model = factory(**options)
+        except (RuntimeError, MemoryError) as exc:
+            # the options are valid values, so what fails here is the allocation (hidden=[10**11]):
+            # torch's RuntimeError was a traceback, exit 1
+            reason = message_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise InvalidInputError("model-option", f"{key} cannot be built with {shown(options)}: {reason}") from None
     return model

@@ -171,5 +171,23 @@ def test_valid_option_values_still_build(digits, synthetic) -> None:
     assert build_model("lstm", _chars(), seed=0, embedding_dim=2, hidden_size=4, num_layers=1) is not None
 
 
+def test_a_model_too_large_to_allocate_is_one_error_naming_the_options(digits, monkeypatch) -> None:
+    """hidden=[10**11] is a valid width whose weights torch cannot allocate: its RuntimeError
+    was a traceback (exit 1). The allocation is stood in for: a real one may be granted by an
+    overcommitting kernel and then killed for memory."""
+    import trainer.models.build as build
+    from trainer.models.mlp import MLP
+
+    class Huge(MLP):
+        def __init__(self, input_features, num_classes, hidden=(200, 200), bias=True):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory\nmore")
+
+    monkeypatch.setattr(build, "MLP", Huge)
+    with pytest.raises(InvalidInputError) as info:
+        build_model("mlp", digits, seed=0, hidden=[10**11])
+    assert info.value.field == "model-option"
+    assert "can't allocate memory" in info.value.reason and "\n" not in info.value.reason
+
+
 def test_models_listed() -> None:
     assert MODELS == ("mlp", "cnn", "resnet18", "lstm", "mean")
