@@ -185,6 +185,14 @@ def test_refuses_a_non_empty_out_directory(capsys, tmp_path, plan_file):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+def test_refuses_an_out_directory_below_a_file(capsys, tmp_path, plan_file):
+    """Was mkdir's NotADirectoryError traceback (exit 1) once the run was prepared."""
+    (tmp_path / "afile").write_text("mine")
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", tmp_path / "afile" / "run" / "sub")
+    assert_one_line_error(code, err, "out", "afile is a file, not a directory")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_importing_the_train_cli_does_not_import_torch():
     code = "import sys, trainer.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

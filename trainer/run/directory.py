@@ -116,6 +116,13 @@ def check_new_run_directory(root: Path, *, field: str = "out",
     """
     if root.exists() and not root.is_dir():
         raise InvalidInputError(field, f"{root} exists and is not a directory")
+    # the directory is created once every input is checked; a file on its path made that
+    # mkdir a NotADirectoryError traceback after the data and model were built
+    ancestor = root.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise InvalidInputError(field, f"{root} cannot be created: {ancestor} is a file, not a directory")
     if root.is_dir() and any(root.iterdir()):
         raise InvalidInputError(field, f"{root} is not empty; {advice}")
 
