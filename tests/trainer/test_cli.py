@@ -279,6 +279,17 @@ def test_resume_from_a_damaged_checkpoint_is_one_line_naming_the_file(capsys, tm
     assert_one_line_error(code, err, "resume", str(checkpoint))
 
 
+def test_resume_with_a_damaged_config_is_one_line_naming_the_file(capsys, tmp_path, plan_file):
+    """Was 'lr: Input should be greater than 0', as if --lr had been given."""
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    config = out / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "lr": -1}))
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert_one_line_error(code, err, f"resume: {config}: lr: Input should be greater than 0")
+
+
 def test_a_yaml_plan_trains_like_its_json_and_bad_yaml_is_one_line(capsys, tmp_path, plan_file):
     """Plans are read as every other document (planner.loading.read_document): .yaml/.yml as YAML, else JSON."""
     import yaml
