@@ -163,6 +163,7 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
     # start-up time: gdpfed's parsers load this module; the planner loads when a run starts
     from planner.loading import naming_file
     from planner.units import load_plan_document
+    from trainer.run.config import TrainConfig
     from trainer.run.directory import check_new_run_directory, check_resumable_run_directory, fingerprint
     from trainer.run.reporting import fetch_service_plan
 
@@ -173,7 +174,12 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
         stored_document = read_json_file(run_dir.plan, "plan")
         with naming_file("plan", run_dir.plan):
             stored_plan = load_plan_document(stored_document)
-        config = config_from_args(args, read_json_file(run_dir.config, "resume"), stored_plan.rounds)
+        stored_config = read_json_file(run_dir.config, "resume")
+        with naming_file("resume", run_dir.config):
+            # an edited or damaged config.json is named (resume: DIR/config.json: lr: ...), as a
+            # damaged plan.json or checkpoint is, not reported as if a flag were wrong
+            TrainConfig.model_validate(stored_config)
+        config = config_from_args(args, stored_config, stored_plan.rounds)
         given = _plan_from_args(args, lambda rounds: config)
         if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(
             stored_plan.model_dump(mode="json")

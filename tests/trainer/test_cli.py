@@ -105,6 +105,8 @@ def test_resume_asking_for_more_rounds_names_the_way_to_train_them(capsys, tmp_p
         ("model_misfit", ["model", "lstm"]),
         ("too_many_rounds", ["rounds", "exceeds the plan's 3"]),
         ("bad_model_option", ["model-option"]),
+        # a negative width was torch's RuntimeError traceback (exit 1), not one line
+        ("negative_width", ["model-option hidden.0", "greater than or equal to 1"]),
         ("resume_nothing", ["resume"]),
         ("report_without_key", ["api-key"]),
         # the key file is named like every other file the command reads (before: "No such file
@@ -154,6 +156,8 @@ def test_bad_input_exits_2_one_line_nothing_written(capsys, tmp_path, plan_file,
         extra += ["--rounds", "4"]
     elif case == "bad_model_option":
         extra = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=banana"]
+    elif case == "negative_width":
+        extra = ["--dataset", "digits", "--model", "mlp", "--model-option", "hidden=[-1]"]
     elif case == "resume_nothing":
         extra += ["--resume"]
     elif case == "report_without_key":
@@ -195,6 +199,14 @@ def test_refuses_a_non_empty_out_directory(capsys, tmp_path, plan_file):
     code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", out)
     assert_one_line_error(code, err, "out", "not empty")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_refuses_an_out_directory_below_a_file(capsys, tmp_path, plan_file):
+    """Was mkdir's NotADirectoryError traceback (exit 1) once the run was prepared."""
+    (tmp_path / "afile").write_text("mine")
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", tmp_path / "afile" / "run" / "sub")
+    assert_one_line_error(code, err, "out", "afile is a file, not a directory")
+    assert (tmp_path / "afile").read_text() == "mine"
 
 
 def test_importing_the_train_cli_does_not_import_torch():
@@ -281,6 +293,17 @@ def test_resume_from_a_damaged_checkpoint_is_one_line_naming_the_file(capsys, tm
     checkpoint.write_bytes(damage(checkpoint.read_bytes()))
     code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
     assert_one_line_error(code, err, "resume", str(checkpoint))
+
+
+def test_resume_with_a_damaged_config_is_one_line_naming_the_file(capsys, tmp_path, plan_file):
+    """Was 'lr: Input should be greater than 0', as if --lr had been given."""
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    config = out / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "lr": -1}))
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert_one_line_error(code, err, f"resume: {config}: lr: Input should be greater than 0")
 
 
 def test_a_yaml_plan_trains_like_its_json_and_bad_yaml_is_one_line(capsys, tmp_path, plan_file):

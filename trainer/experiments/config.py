@@ -27,6 +27,7 @@ from planner.loading import naming_file, parse_json, parse_yaml, read_text
 from planner.methods import METHODS
 from planner.schema import Fraction
 from planner.units.silo_sample import SILO_METHODS
+from trainer.choices import model_key, unknown_model
 from trainer.experiments.units import (
     all_plan_methods,
     shrink_for_smoke,
@@ -54,6 +55,15 @@ class DatasetEntry(_Strict):
     model: str
     model_options: dict[str, Any] = Field(default_factory=dict)
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides for this dataset")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        # checked when the configuration is read, as methods are: at a cell, a typo in the
+        # last dataset's model stopped the experiment after every earlier cell had trained
+        if model_key(model) is None:
+            raise ValueError(unknown_model(model))
+        return model
 
     def resolved_spec(self) -> str:
         """``spec`` with the path taken from ``path_env`` when that variable is set."""

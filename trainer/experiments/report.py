@@ -364,7 +364,9 @@ def write_sweep(experiment: SweepExperiment, out: Path, *, smoke: bool = False) 
     if experiment.description:
         lines += [experiment.description.strip(), ""]
     lines += [
-        f"{result.method}: optimal sampling rate q_g of every group as group {result.group_id}'s epsilon varies.",
+        f"{result.method}: optimal sampling rate q_g of every group as group {result.group_id}'s epsilon varies"
+        # as results.md says it: a smoke table's epsilons are the smoke ones, not the study's
+        + f"{' — SMOKE SIZE, not a result' if smoke else ''}.",
         "",
         "| epsilon | " + " | ".join(f"q {g} (E clients)" for g in groups) + " | noise energy | objective |",
         "|---|" + "---|" * (len(groups) + 2),

@@ -34,6 +34,7 @@ from accounting.errors import InvalidInputError
 from accounting.processes import die_with_parent
 from trainer.experiments.cell import CellResult, run_cell
 from trainer.experiments.config import CellSpec, SweepExperiment, TrainExperiment, expand_cells, load_experiment
+from trainer.run.directory import check_creatable_directory
 
 
 class ExperimentSummary(BaseModel):
@@ -115,6 +116,7 @@ def run_experiment(
     started = time.perf_counter()
     experiment = load_experiment(config_path)
     out = Path(out)
+    check_creatable_directory(out, "out")
     out.mkdir(parents=True, exist_ok=True)
     if isinstance(experiment, SweepExperiment):
         if only:

@@ -106,6 +106,19 @@ class RunDirectory:
         return self.checkpoint.is_file()
 
 
+def check_creatable_directory(root: Path, field: str) -> None:
+    """Refuse a directory path that ``mkdir(parents=True, exist_ok=True)`` cannot create because
+    it, or the nearest of its parents that exists, is a file: its ``FileExistsError`` or
+    ``NotADirectoryError`` was a traceback (exit 1), raised once the inputs were all read."""
+    if root.exists() and not root.is_dir():
+        raise InvalidInputError(field, f"{root} exists and is not a directory")
+    ancestor = root.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise InvalidInputError(field, f"{root} cannot be created: {ancestor} is a file, not a directory")
+
+
 def check_new_run_directory(root: Path, *, field: str = "out",
                             advice: str = "pass --resume to continue the run there, or another --out") -> None:
     """Refuse to start a fresh run in a directory that already holds a run or files.
@@ -114,8 +127,7 @@ def check_new_run_directory(root: Path, *, field: str = "out",
     directory only when the run is about to start. ``field`` and ``advice`` are in the
     caller's words (``gdpfed train``'s options by default; a Flower run's run config).
     """
-    if root.exists() and not root.is_dir():
-        raise InvalidInputError(field, f"{root} exists and is not a directory")
+    check_creatable_directory(root, field)
     if root.is_dir() and any(root.iterdir()):
         raise InvalidInputError(field, f"{root} is not empty; {advice}")
 

@@ -66,6 +66,20 @@ FEDHDP = {"name": "h", "plan": "gdpfed_plus", "strategy": "fedhdp"}
 LAMBDAS = "a number >= 0, or a mapping of group id to a number >= 0 (strategy fedhdp)"
 
 
+def test_an_unknown_model_is_refused_when_read_naming_its_dataset_entry():
+    """Not at its first cell, after the cells of every dataset before it had trained."""
+    from app.cli import format_validation_error
+
+    datasets = yaml.safe_load(TINY)["datasets"]
+    bad = [*datasets, {**datasets[0], "name": "other", "model": "mlpz"}]
+    with pytest.raises(ValidationError) as exc:
+        experiment(datasets=bad)
+    assert format_validation_error(exc.value).startswith(
+        f"datasets.{len(datasets)}.model: unknown model 'mlpz'; use one of mlp, cnn"
+    ), format_validation_error(exc.value)
+    assert experiment(datasets=[{**datasets[0], "model": "MLP"}])  # build_model's reading: case ignored
+
+
 @pytest.mark.parametrize(
     "changes, line",
     [

@@ -203,6 +203,7 @@ def test_smoke_run_of_the_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(Figure, "savefig", spy)
     summary = run_experiment(REPO / "experiments" / "sweep.yaml", tmp_path, smoke=True, log=quiet)
     assert any("SMOKE SIZE" in text for text in saved_texts)  # the image says what it is
+    assert "SMOKE SIZE, not a result" in (tmp_path / "sweep.md").read_text()  # and so does the table
     assert sorted(Path(f).name for f in summary.files) == ["sweep.csv", "sweep.md", "sweep.png"]
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
     assert [float(r["epsilon"]) for r in rows] == [0.5, 2.0]
@@ -336,3 +337,17 @@ def test_accuracy_plot_says_smoke_size_only_on_smoke_cells(tmp_path):
     assert bars == [0.4, 0.5]
     full = accuracy_figure(experiment, [cell("gdpfed_plus", 0.4, False), cell("pfa", 0.5, False)])
     assert not any("SMOKE" in t for t in texts(full))
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_an_out_that_is_or_lies_below_a_file_is_one_line(tmp_path, capsys, below):
+    """mkdir's FileExistsError / NotADirectoryError was a traceback (exit 1)."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    (tmp_path / "afile").write_text("mine")
+    out = tmp_path / "afile" / "o" if below else tmp_path / "afile"
+    code = gdpfed(["experiment", str(config), "--smoke", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("gdpfed experiment: error: out: "), err
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -146,5 +146,48 @@ def test_unknown_model_option_is_refused(digits) -> None:
         build_model("cnn", digits, seed=0, hidden_size=3)
 
 
+@pytest.mark.parametrize(
+    ("name", "data", "options", "field"),
+    [("mlp", "digits", {"hidden": [0]}, "model-option hidden.0"),  # built a model that learns nothing
+     ("mlp", "digits", {"hidden": [16, -1]}, "model-option hidden.1"),  # torch's RuntimeError traceback
+     ("mlp", "digits", {"hidden": [1.5]}, "model-option hidden.0"),
+     ("mlp", "digits", {"hidden": [True]}, "model-option hidden.0"),
+     ("mlp", "digits", {"bias": "no"}, "model-option bias"),  # a truthy string built a biased model
+     ("cnn", "digits", {"channels": [-1, 4]}, "model-option channels.0"),
+     ("cnn", "digits", {"hidden": 0}, "model-option hidden"),
+     ("resnet18", "digits", {"base_width": 0}, "model-option base_width"),
+     ("lstm", "chars", {"num_layers": -2}, "model-option num_layers")],
+)
+def test_option_values_a_model_cannot_take_are_refused_naming_the_option(name, data, options, field, request) -> None:
+    dataset = _chars() if data == "chars" else request.getfixturevalue(data)
+    with pytest.raises(InvalidInputError) as info:
+        build_model(name, dataset, seed=0, **options)
+    assert info.value.field == field
+
+
+def test_valid_option_values_still_build(digits, synthetic) -> None:
+    assert sum(p.numel() for p in build_model("mlp", synthetic, seed=0, hidden=[], bias=False).parameters()) == 60 * 10
+    assert build_model("cnn", digits, seed=0, channels=[4, 8], hidden=16) is not None
+    assert build_model("lstm", _chars(), seed=0, embedding_dim=2, hidden_size=4, num_layers=1) is not None
+
+
+def test_a_model_too_large_to_allocate_is_one_error_naming_the_options(digits, monkeypatch) -> None:
+    """hidden=[10**11] is a valid width whose weights torch cannot allocate: its RuntimeError
+    was a traceback (exit 1). The allocation is stood in for: a real one may be granted by an
+    overcommitting kernel and then killed for memory."""
+    import trainer.models.build as build
+    from trainer.models.mlp import MLP
+
+    class Huge(MLP):
+        def __init__(self, input_features, num_classes, hidden=(200, 200), bias=True):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory\nmore")
+
+    monkeypatch.setattr(build, "MLP", Huge)
+    with pytest.raises(InvalidInputError) as info:
+        build_model("mlp", digits, seed=0, hidden=[10**11])
+    assert info.value.field == "model-option"
+    assert "can't allocate memory" in info.value.reason and "\n" not in info.value.reason
+
+
 def test_models_listed() -> None:
     assert MODELS == ("mlp", "cnn", "resnet18", "lstm", "mean")
