@@ -17,6 +17,7 @@ from accounting.accountants import AccountantName, get_accountant
 from accounting.errors import InfeasibleError
 from accounting.events import Phase, PoissonSampledSkellam
 from accounting.results import EpsilonReport
+from accounting.validation import NOISE_MULTIPLIER_MAX, NOISE_MULTIPLIER_MIN
 from planner import calibration
 from planner import ledger as plan_ledger
 from planner.adaptive_clip import adaptive_pools
@@ -350,6 +351,15 @@ def _verify(
         history = list(problem.spent[g])
         if g in accountants:
             effective = float(pool_std[pool_of[g]] / clip[g])
+            if not NOISE_MULTIPLIER_MIN <= effective <= NOISE_MULTIPLIER_MAX:
+                # a budget at the edge of its domain (closed_form at epsilon 1e-300: sigma about
+                # 1e299) asks for noise outside every accountant's domain: refused naming the
+                # group, not as a noise_multiplier the scenario does not have
+                raise InfeasibleError(
+                    f"{problem.label(g)} needs noise multiplier {effective:.3g} under {accountants[g]}, outside "
+                    f"the accountants' domain [{NOISE_MULTIPLIER_MIN:g}, {NOISE_MULTIPLIER_MAX:g}] (its noise is "
+                    "out of floating-point range); give it a larger epsilon"
+                )
             history.append(Phase(sampling_rate=float(rates[g]), noise_multiplier=effective, steps=problem.rounds))
             cal = required.get(g)
             verifier = get_accountant(accountants[g]).verified_by

@@ -89,7 +89,9 @@ def test_a_closed_form_budget_whose_noise_leaves_float_range_is_refused_in_one_l
     inf. Alone, the optimiser's rate was NaN and the plan was refused as `sampling_rate: Input
     should be less than or equal to 1`, a field the scenario does not have: it is infeasible,
     naming the group. Beside another group, the noise energy overflowed and `gdpfed plan`
-    printed a traceback (exit 1): it is the service's one line, exit 2."""
+    printed a traceback (exit 1); then, once a noise multiplier above 1e100 was refused
+    (accounting/validation.py), it named `noise_multiplier`, the planner's own value: it is one
+    line naming the group, exit 2."""
     import json
 
     from accounting.errors import InfeasibleError
@@ -106,4 +108,5 @@ def test_a_closed_form_budget_whose_noise_leaves_float_range_is_refused_in_one_l
     code = run(["plan", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert "left the floating-point range for these inputs" in err
+    # the noise group 'a' needs is outside the accountants' noise-multiplier domain (1e100): named
+    assert "group 'a' (epsilon 1e-300" in err and "out of floating-point range" in err, err
