@@ -417,6 +417,8 @@ class FollowingReporter:
         self.link = SimpleNamespace(url="http://testserver", fetch_plan=lambda plan_id: document)
         self.pending: list = []
         self.completed: list[int] = []
+        # the run identity every reporter states (RoundReporter.run_id, docs/ledger.md §4)
+        self.run_id = "following-run"
 
     def claim(self, round_index: int):
         from trainer.run.reporting import Superseded
