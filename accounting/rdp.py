@@ -136,10 +136,14 @@ def log_a_integer(
     term_stop = int(grid.segment_starts[stop]) if stop < grid.segment_starts.size else n_all
     terms = slice(term_first, term_stop)
     term_i = grid.term_i[terms]
-    log_q = np.log(q)[:, None]
-    log_1mq = np.log1p(-q)[:, None]
-    base = grid.term_log_binom[terms] + term_i * log_q + (grid.term_alpha[terms] - term_i) * log_1mq
-    quad = grid.term_quad[terms] * (1.0 / (sigma * sigma))[:, None]
+    # Extreme points give inf/nan here on purpose: sigma^2 overflows to inf (1/sigma^2 = 0,
+    # the limit) and a calibration's probe at q = 0 or sigma = 0 gives nan, which its caller
+    # refuses (nan <= target is false), so numpy's warnings would only be noise on stderr.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_q = np.log(q)[:, None]
+        log_1mq = np.log1p(-q)[:, None]
+        base = grid.term_log_binom[terms] + term_i * log_q + (grid.term_alpha[terms] - term_i) * log_1mq
+        quad = grid.term_quad[terms] * (1.0 / (sigma * sigma))[:, None]
     values = base + quad
     starts = grid.segment_starts[first:stop] - term_first
     log_a = _segment_logsumexp(values, starts)
@@ -193,18 +197,21 @@ def log_a_fractional(
     result = np.full(q.size, np.inf)
     if q.size == 0:
         return result
-    log_q = np.log(q)
-    log_1mq = np.log1p(-q)
-    z0 = sigma * sigma * (log_1mq - log_q) + 0.5
-    inv_two_var = 0.5 / (sigma * sigma)
     # The log-gammas depend on the order alone: computed once per distinct order (a few of
     # them, however many points) and gathered, the same values (accounting/special.py's
     # port, what a `gdpfed account` question runs, costs per value what scipy costs per call).
     distinct, order_of = np.unique(alpha, return_inverse=True)
     lgamma_alpha = gammaln(distinct + 1)[order_of]
-    # Tail constant (docs/accounting.md §2.2): every tail term is at most
-    # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
-    log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
+    # As in log_a_integer, extreme points give inf/nan on purpose (z0^2 overflows to inf for
+    # a huge sigma: the tail constant is then -inf, the tail's limit), without the warnings.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_q = np.log(q)
+        log_1mq = np.log1p(-q)
+        z0 = sigma * sigma * (log_1mq - log_q) + 0.5
+        inv_two_var = 0.5 / (sigma * sigma)
+        # Tail constant (docs/accounting.md §2.2): every tail term is at most
+        # |C(alpha,i)| (1-q)^alpha exp(-z0^2/(2 sigma^2)) sigma / sqrt(2 pi) / (distance to z0).
+        log_tail_const = alpha * log_1mq - z0 * z0 * inv_two_var + np.log(sigma) - 0.5 * math.log(2 * math.pi)
     # Per-entry columns, gathered for the entries still running at each chunk.
     columns = np.array([alpha, sigma, log_q, log_1mq, z0, inv_two_var, lgamma_alpha, log_tail_const])
 

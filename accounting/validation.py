@@ -149,9 +149,27 @@ def _numbers_refuse_booleans(schema: Any) -> Any:
     numeric_literal = kind == "literal" and any(
         isinstance(value, (int, float)) and not isinstance(value, bool) for value in out.get("expected", ())
     )
+    if kind == "float" and any(bound in out for bound in ("gt", "ge", "lt", "le")):
+        return pydantic_core.core_schema.no_info_before_validator_function(_bounded_float, out)
     if kind in _NUMBER_SCHEMAS or numeric_literal:
         return pydantic_core.core_schema.no_info_before_validator_function(reject_bool, out)
     return out
+
+
+def _bounded_float(value: Any) -> Any:
+    """Before a bounded float's checks: :func:`reject_bool`, and NaN refused as ``must be a
+    finite number`` (no bound admits NaN, and pydantic's 'Input should be greater than 0'
+    misleads for ``--lr nan``). Infinities are left to the bounds, so nothing accepted before
+    is refused now (docs/architecture.md §Errors)."""
+    value = reject_bool(value)
+    if isinstance(value, (str, int, float)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return value  # pydantic reports it
+        if math.isnan(number):
+            raise ValueError("must be a finite number")
+    return value
 
 
 class NumbersModel(pydantic.BaseModel):

@@ -47,7 +47,9 @@ def pool_objective(pools: PoolSet, expected: np.ndarray, keep: np.ndarray, c: Ob
     s = pools.std(expected[:, None])[:, 0]
     k = c.expected_clients
     bias = c.bias_weight * c.update_norm_bound**2 * float(np.dot(expected / k, (1 - keep) ** c.sparsity_exponent))
-    noise = c.model_dim * float(np.dot(keep, s * s)) / (k * k)
+    # a std near 1e300 (a closed-form group at epsilon 1e-300) squares to inf: J is inf, no warning
+    with np.errstate(over="ignore"):
+        noise = c.model_dim * float(np.dot(keep, s * s)) / (k * k)
     return bias + noise
 
 
@@ -117,8 +119,12 @@ def _q_step(
         single = pools.kind == SINGLE
         groups = pools.single_group[single]
         slope[single] = closed_form_slopes[groups] / pools.num_clients[groups]
-        quadratic = noise_weight * slope * slope
-        return waterfill_qp(linear, quadratic, ones, total, pools.lower, pools.upper).x
+        # A slope near 1e300 (a closed-form group at epsilon 1e-300) squares to inf and the QP
+        # then meets inf * 0; finalize refuses that group by name ("no finite sampling rate"),
+        # so numpy's warnings would only put lines on stderr before that one error line.
+        with np.errstate(over="ignore", invalid="ignore"):
+            quadratic = noise_weight * slope * slope
+            return waterfill_qp(linear, quadratic, ones, total, pools.lower, pools.upper).x
 
     def cost(x: np.ndarray) -> np.ndarray:
         s = pools.std(x)

@@ -317,7 +317,8 @@ def sigma_guess(q: np.ndarray, t: int, eps: np.ndarray, delta: float) -> np.ndar
     """A starting sigma: the small-q RDP slope q^2 (e^{1/sigma^2} - 1) / 2 set equal to
     :func:`_gaussian_rate` and solved for sigma. Only a starting point for the search."""
     rho = _gaussian_rate(t, eps, delta)
-    with np.errstate(divide="ignore", over="ignore"):
+    # rho and q * q may both underflow to 0 (0 / 0 = nan): nan_to_num takes it to 1.0 below
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         guess = 1.0 / np.sqrt(np.log1p(2.0 * rho / (q * q)))
     return np.clip(np.nan_to_num(guess, nan=1.0, posinf=SIGMA_MAX), SIGMA_MIN, SIGMA_MAX)
 

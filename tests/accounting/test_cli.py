@@ -122,6 +122,34 @@ def test_subprocess_gdpfed_bad_epsilon() -> None:
         assert len(lines) == 1 and "epsilon" in lines[0] and "Traceback" not in completed.stderr
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # closed_form's sigma for epsilon 1e-300 is out of range; rdp's check meets inf * 0
+        ["noise-multiplier", "--sampling-rate", "1e-12", "--rounds", "10000000", "--epsilon", "1e-300",
+         "--delta", "1e-300", "--accountant", "closed_form"],
+        # closed_form's sigma underflows to 0 at q = 1e-300 (log 0, 1 / 0 in rdp's check)
+        ["noise-multiplier", "--sampling-rate", "1e-300", "--rounds", "10000000", "--epsilon", "1e-8",
+         "--delta", "0.999999", "--accountant", "closed_form"],
+        # sigma_guess meets 0 / 0 (rho and q * q both underflow)
+        ["noise-multiplier", "--sampling-rate", "1e-300", "--rounds", "1", "--epsilon", "1e-300",
+         "--delta", "1e-300", "--accountant", "rdp"],
+        # closed_form's q underflows to 0 (log 0 in rdp's check)
+        ["sampling-rate", "--noise-multiplier", "1e-100", "--rounds", "1", "--epsilon", "1e-300",
+         "--delta", "1e-300", "--accountant", "closed_form"],
+    ],
+)
+def test_extreme_inputs_print_no_numpy_warnings(argv: list[str]) -> None:
+    """stderr is at most the one error line: numpy's RuntimeWarnings at inputs that give inf/nan
+    on purpose came first. A subprocess, since pytest records warnings instead of printing them."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "app.cli", "account", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode in (0, 2), completed.stderr
+    assert len(completed.stderr.splitlines()) == (completed.returncode == 2), completed.stderr
+    assert "Warning" not in completed.stderr
+
+
 def test_subprocess_gdpfed_entry_point() -> None:
     # the console script of *this* interpreter's install (a ``gdpfed`` elsewhere on PATH
     # may belong to another checkout or environment)

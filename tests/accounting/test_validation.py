@@ -129,3 +129,24 @@ def test_raw_must_be_a_bool() -> None:
     with pytest.raises(InvalidInputError) as error:
         accounting.noise_multiplier(0.1, 10, 1.0, 1e-5, "closed_form", raw=1)  # type: ignore[arg-type]
     assert error.value.field == "raw"
+
+
+def test_nan_in_a_bounded_float_of_an_input_model_is_not_a_finite_number() -> None:
+    """Every bounded float of an InputModel (training and Flower options, configs) says NaN is not
+    finite, where pydantic said 'Input should be greater than 0'; inf stays the bounds' matter."""
+    import pydantic
+
+    from accounting.validation import InputModel
+
+    class Options(InputModel):
+        rate: float = pydantic.Field(1.0, gt=0)
+        share: float | None = pydantic.Field(None, gt=0, le=1)
+        free: float = 0.0
+
+    for field in ("rate", "share"):
+        with pytest.raises(pydantic.ValidationError) as caught:
+            Options.model_validate({field: "nan"})
+        (error,) = caught.value.errors(include_url=False)
+        assert error["loc"] == (field,) and "must be a finite number" in error["msg"], error
+    assert Options(rate=float("inf")).rate == float("inf")  # admitted before and still
+    assert math.isnan(Options(free=float("nan")).free)  # an unbounded float is not touched

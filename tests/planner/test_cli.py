@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from app.cli import run
 from planner import load_plan
@@ -170,6 +174,29 @@ def test_bad_inputs_exit_two_with_one_line(capsys, tmp_path):
     assert "schema_version" in one_line_error(
         capsys, ["plan", "replan", str(EXAMPLE), "--rounds-done", "1", "--changes", str(EXAMPLE)]
     )
+
+
+@pytest.mark.parametrize(
+    ("example", "epsilon", "code", "lines"),
+    [
+        ("scenario.json", 1e-300, 2, 1),  # refused: its noise is out of range; the only line
+        ("scenario.json", 1e-100, 0, 0),  # planned; the fractional orders' z0^2 overflows (tail 0)
+        ("fedhdp.json", 1e-300, 2, 1),  # the pools' QP meets inf * 0 before the refusal
+    ],
+)
+def test_extreme_closed_form_epsilon_prints_no_numpy_warnings(tmp_path, example, epsilon, code, lines):
+    """numpy's RuntimeWarnings (inf/nan on purpose at extreme inputs) went to stderr before the
+    error line; a subprocess, since pytest records warnings instead of printing them."""
+    scenario = tmp_path / "extreme.json"
+    document = json.loads((EXAMPLE.parent / example).read_text())
+    document["groups"][0]["epsilon"] = epsilon
+    scenario.write_text(json.dumps({**document, "accountant": "closed_form"}))
+    completed = subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", str(scenario)], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == code, completed.stderr
+    assert len(completed.stderr.splitlines()) == lines, completed.stderr
+    assert "Warning" not in completed.stderr
 
 
 def test_unknown_method_is_a_usage_error(capsys):

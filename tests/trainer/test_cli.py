@@ -417,3 +417,11 @@ def test_an_old_skellam_plans_full_run_ledger_is_composed_once_before_it_trains(
     assert code == 0, err
     _understated_line(err)
     assert counts and counts == dict.fromkeys(counts, 1), counts
+
+
+@pytest.mark.parametrize("option", ["--lr", "--server-lr"])
+def test_nan_in_a_positive_option_is_not_a_finite_number(capsys, tmp_path, plan_file, option):
+    """Was 'lr: Input should be greater than 0', which NaN is not the trouble with."""
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", str(tmp_path / "run"), option, "nan")
+    assert_one_line_error(code, err, f"{option[2:].replace('-', '_')}: ", "must be a finite number")
+    assert "greater than" not in err

@@ -115,6 +115,16 @@ def test_app_names_the_option_of_an_infinite_value(plan_file: Path, tmp_path: Pa
     assert code == 2 and err.strip() == f"gdpfed flower: error: {option[2:]}: must be a finite number, got inf", err
 
 
+@pytest.mark.parametrize("option", ["--wait-timeout", "--step-timeout", "--lr"])
+def test_app_says_nan_is_not_a_finite_number(plan_file: Path, tmp_path: Path, capsys, option: str) -> None:
+    """NaN in a positive-only option: before, pydantic's 'Input should be greater than 0'."""
+    code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, option, "nan", "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{option[2:]}: " in err and "must be a finite number" in err and "greater than" not in err, err
+
+
 def test_a_refused_bundle_leaves_nothing_behind(plan_file: Path, tmp_path: Path, capsys) -> None:
     """A value refused while the bundle is written leaves no partial bundle: before, plan.json,
     LICENSE and the package stayed in --out, and the corrected command was refused with 'out:
