@@ -20,7 +20,7 @@ as ``privacy_unit: client``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -90,6 +90,17 @@ RoundCount = Annotated[int, Field(ge=1, le=10**7)]
 KeepRatioAuto = Literal["auto"]
 KeepRatio = Annotated[Fraction | KeepRatioAuto, one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
+
+
+def first_repeated(ids: Iterable[str]) -> str | None:
+    """The first id that occurs a second time in ``ids``, or None: the one check behind every
+    "each id once" rule of a scenario's groups, a re-plan's changes and a silo plan's silos."""
+    seen: set[str] = set()
+    for item in ids:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
 
 class _Strict(InputModel):
     """Inputs reject unknown fields so a typo (``epsilom``) is an error, not a default."""
@@ -221,11 +232,8 @@ class Scenario(_Strict):
     @field_validator("groups")
     @classmethod
     def _unique_group_ids(cls, groups: list[GroupSpec]) -> list[GroupSpec]:
-        seen: set[str] = set()
-        for group in groups:
-            if group.id in seen:
-                raise ValueError(f"duplicate group id {group.id!r}")
-            seen.add(group.id)
+        if (repeated := first_repeated(group.id for group in groups)) is not None:
+            raise ValueError(f"duplicate group id {repeated!r}")
         return groups
 
     @model_validator(mode="after")
@@ -787,11 +795,8 @@ class Changes(_Strict):
         # a group named twice (epsilon 2, then epsilon 3) is refused rather than read as its
         # last entry, as a JSON key given twice is (docs/planning.md §9); silo and metric
         # changes refuse theirs the same way
-        seen: set[str] = set()
-        for change in groups:
-            if change.id in seen:
-                raise ValueError(f"group {change.id!r} is changed twice: give each group's change once")
-            seen.add(change.id)
+        if (repeated := first_repeated(change.id for change in groups)) is not None:
+            raise ValueError(f"group {repeated!r} is changed twice: give each group's change once")
         return groups
 
 

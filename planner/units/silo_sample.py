@@ -33,7 +33,16 @@ from accounting.validation import InputModel, NumbersModel
 from planner import ledger
 from planner import mean_estimation as toy
 from planner.ledger import EpsilonFn
-from planner.schema import Epsilon, FixedField, GroupId, Norm, PlanDocument, check_scenario_fixed, stated_differs
+from planner.schema import (
+    Epsilon,
+    FixedField,
+    GroupId,
+    Norm,
+    PlanDocument,
+    check_scenario_fixed,
+    first_repeated,
+    stated_differs,
+)
 from planner.service_api import SiloLedger, SiloLedgerOut
 from planner.units.base import Participations, PrivacyUnit
 from planner.verify import UnderstatedFigure
@@ -109,11 +118,8 @@ class SiloScenario(_Strict):
     @field_validator("silos")
     @classmethod
     def _unique(cls, silos: list[SiloSpec]) -> list[SiloSpec]:
-        seen: set[str] = set()
-        for silo in silos:
-            if silo.id in seen:
-                raise ValueError(f"silo id {silo.id!r} appears twice")
-            seen.add(silo.id)
+        if (repeated := first_repeated(silo.id for silo in silos)) is not None:
+            raise ValueError(f"silo id {repeated!r} appears twice")
         return silos
 
     @field_validator("batch_size")
