@@ -73,6 +73,8 @@ def _noise_multiplier_in_range(value: float) -> float:
 
 
 def validate_noise_multiplier(value: Any, field: str = "noise_multiplier") -> float:
+    """A real noise multiplier within [NOISE_MULTIPLIER_MIN, NOISE_MULTIPLIER_MAX] (the library's
+    check, the same words as the ``NoiseMultiplier`` type's), else ``InvalidInputError`` naming ``field``."""
     result = validate_real(field, value)
     try:
         return _noise_multiplier_in_range(result)

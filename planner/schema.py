@@ -91,7 +91,6 @@ KeepRatioAuto = Literal["auto"]
 KeepRatio = Annotated[Fraction | KeepRatioAuto, one_error_for_union("a number in [1e-06, 1] or 'auto'")]
 
 
-
 def first_repeated(ids: Iterable[str]) -> str | None:
     """The first id that occurs a second time in ``ids``, or None: the one check behind every
     "each id once" rule of a scenario's groups, a re-plan's changes and a silo plan's silos."""
@@ -101,6 +100,7 @@ def first_repeated(ids: Iterable[str]) -> str | None:
             return item
         seen.add(item)
     return None
+
 
 class _Strict(InputModel):
     """Inputs reject unknown fields so a typo (``epsilom``) is an error, not a default."""

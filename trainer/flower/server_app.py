@@ -190,7 +190,7 @@ FLOWER_LOGGER = "flwr"
 # The line a ServerApp that stopped on a gdpfed error writes to its log, which ``flwr run
 # --stream`` prints: ``gdpfed: error: MESSAGE``, or ``gdpfed: error (exit N): MESSAGE`` for an
 # error of another exit code than 2 (3: reporting stopped or reports undelivered).
-# ``gdpfed flower local`` finds it in the run's log (``error_line``).
+# ``gdpfed flower local`` finds it in the run's log (``trainer.flower.cli.server_app_error``).
 ERROR_LINE = re.compile(r"^gdpfed: error(?: \(exit (\d+)\))?: (.+)$")
 
 
@@ -201,11 +201,8 @@ class ServerAppStopped(Exception):
     ``Exception`` by flushing the app's log to the SuperLink (so ``flwr run --stream`` shows the
     line), marking the run failed with this message as its details (``flwr ls``) and exiting;
     a ``SystemExit`` skipped all three, the line was lost and the run stayed "running" until
-    the SuperLink missed the process's heartbeats (about a minute)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    the SuperLink missed the process's heartbeats (about a minute). Its message is the line, which
+    carries the exit code (Flower exits the process with its own)."""
 
 
 class _NoTraceback(logging.Filter):
@@ -240,7 +237,7 @@ def build_server_app(bundle_dir: Path) -> ServerApp:
             line = error_line(exc)
             _stderr(line)
             logging.getLogger(FLOWER_LOGGER).addFilter(_NoTraceback())
-            raise ServerAppStopped(line, int(getattr(exc, "exit_code", 2))) from None
+            raise ServerAppStopped(line) from None
         _stderr(summary.model_dump_json(indent=2))
 
     return app

@@ -76,8 +76,8 @@ def build_model(name: str, dataset: FederatedDataset, seed: int, **options: Any)
     ``hidden_size``, ``num_layers`` (lstm). A model that does not fit the data (an image
     model on vectors, a classifier on next-character data or the reverse) is an
     ``InvalidInputError`` naming ``model``; an option the model does not take names ``model``,
-a value it cannot take ``model-option NAME`` (``check_model_options``). The global RNG is left
-as it was.
+    a value it cannot take ``model-option NAME`` (``check_model_options``). The global RNG is
+    left as it was.
     """
     key = model_key(name)
     if key is None:
