@@ -60,13 +60,29 @@ def handle(args: argparse.Namespace) -> tuple[Any, str] | None:
     return None
 
 
+# The options a key's fields are given with: its errors name the option, as every gdpfed error
+# names what the user typed (docs/architecture.md §Errors), not KeyCreate's field.
+KEY_OPTIONS = {"name": "create-key", "role": "role"}
+
+
 def _create_key(settings: Any, name: str, role: str) -> tuple[Any, str]:
+    """``--create-key NAME --role ROLE`` (docs/service.md §Running): the key validated as ``POST
+    /v1/keys`` validates it, created in the database, its token returned to be printed once. An
+    invalid or taken name is one line naming ``create-key``."""
+    import pydantic
+
+    from accounting.errors import InvalidInputError, validation_error_line
     from app.db import make_engine, session_factory
+    from app.errors import ServiceError
     from app.migrate import upgrade_head
     from app.schemas import KeyCreate, KeyCreated, KeyOut
     from app.services.keys import create_key_committed
 
-    request = KeyCreate(name=name, role=role)  # validates the name like POST /v1/keys
+    try:
+        request = KeyCreate(name=name, role=role)  # validates the name like POST /v1/keys
+    except pydantic.ValidationError as exc:
+        field, message = validation_error_line(exc.errors(include_url=False))
+        raise InvalidInputError(KEY_OPTIONS.get(field, field or "create-key"), message) from None
     # the database as ``gdpfed serve`` checks it: an unreachable one is one line, exit 2
     _check_database(settings)
     engine = make_engine(settings.database_url, settings.db_busy_timeout_seconds)
@@ -74,6 +90,10 @@ def _create_key(settings: Any, name: str, role: str) -> tuple[Any, str]:
         upgrade_head(engine)
         key, token = create_key_committed(session_factory(engine), request.name, request.role, "cli")
         created = KeyCreated(**KeyOut.model_validate(key, from_attributes=True).model_dump(), token=token)
+    except ServiceError as exc:  # a key of that name exists (409 at name over HTTP)
+        if exc.field not in KEY_OPTIONS:
+            raise
+        raise InvalidInputError(KEY_OPTIONS[exc.field], exc.message) from None
     finally:
         engine.dispose()
     text = f"created {role} API key {name!r}; it is shown only now:\n{token}"

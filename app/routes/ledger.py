@@ -20,7 +20,8 @@ router = APIRouter(prefix="/v1/plans", tags=["ledger"])
     responses={200: {"model": RoundRecord, "description": "already recorded (duplicate: true)"},
                **error_responses(404, 409, s409="superseded (report to the re-plan), budget_conflict (a "
                                  "participant past its group's participation cap), or conflict (a claimed "
-                                 "round's participants changed)")},
+                                 "round's participants changed; field run_id: a report of another run than the "
+                                 "one the plan is bound to, or of none once it is bound)")},
 )
 def report_round(plan_id: str, body: RoundReport, state: State, caller: OperatorKey,
                  response: Response) -> RoundRecord:

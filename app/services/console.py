@@ -108,7 +108,10 @@ def spending(stages: list[tuple[Plan, int, int]],
     ``mechanism`` the run's (one for the whole chain: a run keeps its mechanism).
     The epsilon after global round r is ``planner.ledger.epsilon_spent`` of the plan that
     covers r, after ``r - start`` of its rounds (its history holds its parents' phases), the
-    number the ledger endpoint reports (docs/ledger.md §2-§4). Runs on the compute pool.
+    number the ledger endpoint reports (docs/ledger.md §2-§4). The points are every round up to
+    ``SERIES_POINTS``, else evenly spaced, plus the start round of every re-plan in the chain:
+    the budget is a step at the round the re-plan took effect, which an evenly spaced point
+    after it would draw one or more rounds late (docs/service.md §Console). Runs on the compute pool.
     """
     plan, _, rounds = stages[-1]
     rows = ledger_service.group_ledgers(plan, rounds, mechanism)
@@ -116,7 +119,8 @@ def spending(stages: list[tuple[Plan, int, int]],
     # an accountant whose questions run in child processes (prv) costs about a second a point
     slow = any(get_accountant(stage[0].accountant).runs_in_child for stage in stages)
     points = SERIES_POINTS_SLOW if slow else SERIES_POINTS
-    wanted = sorted({round(total * k / points) for k in range(points + 1)}) if total > points else list(range(total + 1))
+    spaced = {round(total * k / points) for k in range(points + 1)} if total > points else set(range(total + 1))
+    wanted = sorted(spaced | {start for _, start, _ in stages[1:] if start <= total})
     series: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
     budgets: dict[str, list[float | None]] = {g.id: [] for g in plan.groups}
     for global_round in wanted:

@@ -147,8 +147,17 @@ def _check_run(plan_record: PlanRecord, report: RoundReport) -> None:
     twice: both pass the preflight before either claims a round) would release every round again
     while the idempotent ledger counts it once, so its reports are refused (409 at ``run_id``)
     before anything of it is recorded; the first run's claims, retries and resumes state the same
-    identity and go on. A report without one (a reporter from before the field) is not checked."""
+    identity and go on. A report without one (a reporter from before the field) is taken while no run
+    is bound, and refused (409 at ``run_id``) once one is: an older trainer, or a second job that
+    states no identity, would otherwise release the bound run's rounds again unchecked."""
     if report.run_id is None:
+        if plan_record.run_id is not None:
+            raise conflict(
+                f"plan {plan_record.id}'s rounds are trained and reported by run {plan_record.run_id}; a report "
+                "without a run_id may be another run, which would release its rounds again while the ledger "
+                "counts them once: report from that run (a gdpfed train that states its run_id) instead",
+                field="run_id",
+            )
         return
     if plan_record.run_id is None:
         plan_record.run_id = report.run_id

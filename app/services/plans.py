@@ -251,15 +251,20 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
     whose ledger counts participations gets the run's, docs/ledger.md §8). The
     computation runs outside any transaction; the write transaction then re-checks that
     the ledger and the plan's children did not change meanwhile, and recomputes if they
-    did (at most ``attempts`` times).
+    did (at most ``attempts`` times). The body is validated before the plan's state is
+    checked (docs/service.md §Errors): a malformed ``changes`` is 422 naming its field even on
+    a plan that cannot be re-planned now (409).
     """
+    with state.sessions() as session:
+        unit = privacy_unit(load_record(session, plan_id).privacy_unit)
+    if unit.replan is None:  # no changes model to read the body with: the plan's kind, not its state
+        raise conflict(f"plan {plan_id!r} is a {unit.name} plan, which is not re-planned")
+    # the one reader of a re-plan's changes, gdpfed plan replan's too
+    changes = load_changes(body.changes, unit.changes_model)
     for _ in range(attempts):
         with state.sessions() as session:
             record = load_record(session, plan_id)
             _check_replannable(session, record)
-        unit = privacy_unit(record.privacy_unit)
-        # the one reader of a re-plan's changes, gdpfed plan replan's too
-        changes = load_changes(body.changes, unit.changes_model)
         # new rounds wait while the re-plan is computed (docs/ledger.md §4)
         with ledger_service.replan_fence(state, plan_id):
             with state.sessions() as session:
@@ -293,8 +298,6 @@ def replan_plan(state: AppState, plan_id: str, body: ReplanRequest, caller: Prin
 
 
 def _check_replannable(session: Session, record: PlanRecord) -> None:
-    if privacy_unit(record.privacy_unit).replan is None:
-        raise conflict(f"plan {record.id!r} is a {record.privacy_unit} plan, which is not re-planned")
     if record.population_id is not None:
         raise conflict(
             f"plan {record.id!r} belongs to population {record.population_id!r}: change the "

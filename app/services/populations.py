@@ -304,6 +304,17 @@ def _snapshot(state: AppState, population_id: str) -> Snapshot:
 def _apply(state: AppState, population_id: str, caller: Principal,
            plan_change: Callable[[Snapshot], tuple[list[FieldChange], GroupChange, Scenario]],
            added: GroupSpec | None = None, attempts: int = 3) -> PopulationChangeResult:
+    """Apply ``plan_change`` (re-planning the active plan) in one write transaction, retried while
+    the population or its ledger moves under it (docs/service.md §Populations). A change that
+    leaves every value as it is (a PATCH to the budget a group already has) is answered with the
+    population as it is: no write, no new ``version``, no re-plan, no history row."""
+    if added is None:
+        # Checked before the re-plan fence: a no-op holds no trainer's rounds and writes nothing.
+        # Another writer's change committed meanwhile is simply ordered after this request.
+        snap = _snapshot(state, population_id)
+        edits, _, _ = plan_change(snap)
+        if not edits:
+            return PopulationChangeResult(population=to_out(snap.population, snap.scenario), changes=[], plan=None)
     for _ in range(attempts):
         # new rounds of the active plan wait while the re-plan is computed (docs/ledger.md §4)
         active_id = _active_plan_id(state, population_id)

@@ -147,11 +147,16 @@ def test_a_reported_skellam_run_keeps_the_service_ledger_equal_to_its_summary(se
     plan_view = api.get(f"/v1/console/plans/{document['id']}").json()
     assert plan_view["mechanism"] == view["mechanism"] and plan_view["label"] == "client-level"
 
-    # the run keeps its mechanism: a report of another (an older reporter's, which says none) is refused
-    for body in ({"round_index": 3}, {"round_index": 3, "secagg_mechanism": "gaussian_continuous"}):
+    # the run keeps its mechanism: a report of another is refused; an older reporter's, which states
+    # neither mechanism nor run, is refused for its missing run_id (the plan is bound to the run)
+    run_id = json.loads((out / "reporting.json").read_text())["run_id"]
+    for body in ({"round_index": 3, "run_id": run_id},
+                 {"round_index": 3, "secagg_mechanism": "gaussian_continuous", "run_id": run_id}):
         refused = api.post(f"/v1/plans/{document['id']}/rounds", json=body)
         assert refused.status_code == 409 and refused.json()["field"] == "secagg_mechanism", refused.text
         assert "skellam" in refused.json()["message"]
+    refused = api.post(f"/v1/plans/{document['id']}/rounds", json={"round_index": 3})
+    assert refused.status_code == 409 and refused.json()["field"] == "run_id", refused.text
     # the run is done: a budget change is refused for want of rounds, not for its mechanism (a
     # skellam run's plan is re-planned on its Skellam events: the POST /replan case below)
     change = api.patch(f"/v1/populations/{document['population_id']}/groups/strict", json={"epsilon": 3.0})

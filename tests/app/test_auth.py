@@ -146,6 +146,28 @@ def test_create_key_cli(db_url: str, capsys: pytest.CaptureFixture[str]) -> None
         assert client.get("/v1/keys", headers=auth(created["token"])).status_code == 200
 
 
+@pytest.mark.parametrize(("name", "problem"), [
+    ("", "at least 1 character"), ("x" * 65, "at most 64 characters"), ("a b", "should match pattern"),
+])
+def test_create_key_cli_names_the_option_of_a_bad_name(db_url: str, name: str, problem: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``gdpfed serve --create-key NAME`` (docs/service.md §Running): a name ``POST /v1/keys`` would
+    refuse, or one already taken, is one line naming the option the user typed, ``create-key``,
+    exit 2. Before, the line named KeyCreate's field (``name: String should ...``), an option
+    ``gdpfed serve`` does not have."""
+    from app.cli import run
+
+    assert run(["serve", "--database-url", db_url, "--create-key", name, "--role", "operator"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("gdpfed serve: error: create-key: ") and problem in err, err
+    assert run(["serve", "--database-url", db_url, "--create-key", "ci"]) == 0
+    capsys.readouterr()
+    assert run(["serve", "--database-url", db_url, "--create-key", "ci"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gdpfed serve: error: create-key: an API key named 'ci' already exists"), err
+
+
 def test_token_helpers() -> None:
     assert token_matches("abc", hash_token("abc")) and not token_matches("abd", hash_token("abc"))
     assert role_allows("operator", "planner") and not role_allows("planner", "operator")

@@ -162,6 +162,59 @@ def test_console_end_to_end(browser: Any, tmp_path: Path) -> None:
         api.close()
 
 
+def _replanned_at_40(api: Any) -> tuple[str, str]:
+    """A population whose strict group's budget is raised from 1 to 3 after 40 rounds (the re-plan
+    starts at round 40), and 7 rounds of the re-plan: 47 rounds, more than the chart's evenly
+    spaced points, none of which falls on 40. Returns (population id, re-plan id)."""
+    population_id = api.post("/v1/populations", json={"name": "replanned", "scenario": SMALL_SCENARIO}).json()["id"]
+    plan_id = api.post(f"/v1/populations/{population_id}/plans").json()["id"]
+    for index in range(40):
+        assert api.post(f"/v1/plans/{plan_id}/rounds", json={"round_index": index}).status_code == 201
+    child = api.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": 3.0}).json()["plan"]
+    assert child["start_round"] == 40
+    for index in range(40, 47):
+        assert api.post(f"/v1/plans/{child['id']}/rounds", json={"round_index": index}).status_code == 201
+    return population_id, child["id"]
+
+
+def test_the_budget_series_steps_at_the_round_a_re_plan_took_effect(client: Any) -> None:
+    """docs/service.md §Console: the series the page draws (``GET /v1/console/populations/{id}``)
+    has a point at every re-plan's start round, where the budget is the re-plan's: the dashed step
+    is drawn at round 40, after the old budget at every point before. Before, the points were only
+    evenly spaced (..., 38, 39, 41, ...): the budget stayed at the original value across round 40
+    and stepped at 41."""
+    population_id, _ = _replanned_at_40(client)
+    series = client.get(f"/v1/console/populations/{population_id}").json()["series"]
+    rounds, budget = series["rounds"], series["budget"]["strict"]
+    assert 40 in rounds and rounds == sorted(set(rounds)) and rounds[-1] == 47, rounds
+    assert [b for r, b in zip(rounds, budget) if r < 40] == [1.0] * rounds.index(40)
+    assert [b for r, b in zip(rounds, budget) if r >= 40] == [3.0] * (len(rounds) - rounds.index(40))
+    assert budget.count(None) == 0 and len(series["epsilon_spent"]["strict"]) == len(rounds)
+    assert series["budget"]["medium"] == [2.0] * len(rounds)
+
+
+def test_console_draws_the_budget_step_at_the_re_plans_start_round(browser: Any, tmp_path: Path) -> None:
+    """The page's chart (Chart.js, a stepped dashed line per group's budget) steps the strict group's
+    budget from 1 to 3 at the x label 40, the start round the lineage shows for the re-plan."""
+    with serve(f"sqlite:///{tmp_path / 'gdpfed.db'}", initial_api_key=OPERATOR_TOKEN) as server:
+        api = httpx.Client(base_url=server.base_url, headers=auth(OPERATOR_TOKEN), timeout=120)
+        population_id, child_id = _replanned_at_40(api)
+        _log_in(browser, server.base_url, OPERATOR_TOKEN)
+        browser.find_element("css selector", f'#populations tbody tr.selectable[data-id="{population_id}"]').click()
+        _wait(browser, lambda d: child_id in _text(d, "lineage"))
+        _wait(browser, lambda d: _painted_pixels(d, "spent-chart") > 500)
+        drawn = browser.execute_script(
+            "const chart = Chart.getChart(document.getElementById('spent-chart'));"
+            "const budget = chart.data.datasets.find((d) => d.label === 'strict budget');"
+            "return {labels: chart.data.labels, budget: budget.data, stepped: budget.stepped};")
+        step = next(i for i, value in enumerate(drawn["budget"]) if value == 3.0)
+        assert drawn["labels"][step] == 40 and drawn["budget"][step - 1] == 1.0, drawn
+        # Chart.js's stepped: true (step-before) holds the previous value up to a point's x: the
+        # line is at 1 up to label 40 and at 3 from it on
+        assert drawn["stepped"] is True
+        api.close()
+
+
 def _plan_cell(driver: Any, entity: str, column: str) -> str:
     return str(driver.find_element("css selector", f'#plan-rows tr[data-entity="{entity}"] td.{column}').text)
 

@@ -332,7 +332,7 @@ def test_a_plans_rounds_are_bound_to_the_first_run_that_states_its_identity(clie
     """``run_id`` (docs/ledger.md §4): the first report stating one binds the plan; the same run's
     repeated claims and completions go through, another run's claim, even of a round already
     claimed (a duplicate before), is 409 at run_id and records nothing; a report without the
-    field (a reporter from before it) is not checked; a re-plan is bound by its own first report."""
+    field is refused once the plan is bound (the test below); a re-plan is bound by its own first report."""
     plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
     first, second = "run-first-0123456789", "run-second-0123456789"
     assert _report(client, plan_id, 0, status="started", run_id=first).status_code == 201
@@ -343,7 +343,7 @@ def test_a_plans_rounds_are_bound_to_the_first_run_that_states_its_identity(clie
         assert (refused.json()["code"], refused.json()["field"]) == ("conflict", "run_id")
         assert "another run" in refused.json()["message"] and first in refused.json()["message"]
     assert _report(client, plan_id, 0, status="completed", run_id=first).json()["duplicate"] is False
-    assert _report(client, plan_id, 1).status_code == 201  # no run_id: not checked
+    assert _report(client, plan_id, 1, run_id=first).status_code == 201
     ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
     assert ledger["rounds_counted"] == ledger["rounds_reported"] == 2
     assert _report(client, plan_id, 2, run_id="bad id!").status_code == 422
@@ -351,3 +351,25 @@ def test_a_plans_rounds_are_bound_to_the_first_run_that_states_its_identity(clie
     assert child.status_code == 201, child.text
     assert _report(client, child.json()["id"], 2, status="started", run_id=second).status_code == 201
     assert _report(client, child.json()["id"], 3, status="started", run_id=first).status_code == 409
+
+
+def test_a_report_without_a_run_id_is_refused_once_the_plan_is_bound_to_a_run(client: TestClient) -> None:
+    """docs/ledger.md §4: before any run states its identity, reports without one (older trainers)
+    are taken; once the first report that states one binds the plan, a report without one is 409
+    ``conflict`` at ``run_id`` in one line and records nothing: a new claim, a completion (of a new
+    round or of the bound run's claim) and a duplicate alike. Before, it was recorded (201): an older
+    trainer or a second job without an id added rounds that the bound run releases again."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    assert _report(client, plan_id, 0).status_code == 201  # no run bound yet: an older trainer's report
+    bound = "run-bound-0123456789"
+    assert _report(client, plan_id, 1, status="started", run_id=bound).status_code == 201
+    for index, status in ((2, "started"), (3, "completed"), (1, "completed"), (0, "completed")):
+        refused = _report(client, plan_id, index, status=status)
+        assert refused.status_code == 409, (index, status, refused.text)
+        body = refused.json()
+        assert (body["code"], body["field"]) == ("conflict", "run_id"), body
+        assert bound in body["message"] and "\n" not in body["message"], body
+    ledger = client.get(f"/v1/plans/{plan_id}/ledger").json()
+    assert ledger["rounds_counted"] == 2 and ledger["last_round_index"] == 1, ledger
+    completed = _report(client, plan_id, 1, run_id=bound)  # the bound run completes its own claim
+    assert completed.status_code == 201 and completed.json()["duplicate"] is False, completed.text

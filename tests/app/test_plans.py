@@ -87,6 +87,35 @@ def test_replan_defaults_to_ledger_and_links_parent(client: TestClient) -> None:
     assert {g["id"]: g["steps"] for g in ledger["groups"]}["medium"] == 6
 
 
+def test_replan_validates_its_body_before_it_checks_the_plans_state(client: TestClient) -> None:
+    """docs/service.md §Errors: validation first (422 naming the field), state second (409). A
+    malformed ``changes`` sent to a plan that cannot be re-planned now (already re-planned, a
+    population's, ``rounds_done`` below the ledger's count) is 422 at ``changes.<path>``; the same
+    request with a valid body is that state's 409. Before, the state was checked first: 409."""
+    malformed = [({"groups": [{"id": "strict", "epsilon": "high"}]}, "changes.groups.0.epsilon"),
+                 ({"grups": []}, "changes.grups"),
+                 ({"groups": [{"id": "strict", "epsilon": True}]}, "changes.groups.0.epsilon")]
+    valid = {"groups": [{"id": "strict", "epsilon": 2.0}]}
+
+    def refusals(plan_id: str, **extra: object) -> None:
+        for changes, field in malformed:
+            refused = client.post(f"/v1/plans/{plan_id}/replan", json={"changes": changes, **extra})
+            assert refused.status_code == 422, refused.text
+            assert (refused.json()["code"], refused.json()["field"]) == ("invalid_input", field), refused.text
+        state = client.post(f"/v1/plans/{plan_id}/replan", json={"changes": valid, **extra})
+        assert state.status_code == 409 and state.json()["code"] == "conflict", state.text
+
+    plan = _create(client)
+    for index in range(3):
+        assert client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": index}).status_code == 201
+    refusals(plan["id"], rounds_done=1)  # below the ledger's 3 rounds
+    assert client.post(f"/v1/plans/{plan['id']}/replan", json={"changes": valid}).status_code == 201
+    refusals(plan["id"])  # already re-planned
+    population = client.post("/v1/populations", json={"name": "p", "scenario": SMALL_SCENARIO}).json()
+    refusals(client.post(f"/v1/populations/{population['id']}/plans").json()["id"])  # a population's plan
+    assert client.post("/v1/plans/unknown/replan", json={"changes": {"grups": []}}).status_code == 404
+
+
 def test_planner_key_cannot_replan(client: TestClient, planner_token: str) -> None:
     plan = _create(client)
     assert client.post(f"/v1/plans/{plan['id']}/replan", json={}, headers=auth(planner_token)).status_code == 403

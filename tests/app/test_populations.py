@@ -80,6 +80,34 @@ def test_refused_change_leaves_nothing_behind(client: TestClient) -> None:
     assert _state(client, population_id) == before
 
 
+def test_a_patch_to_the_values_a_group_already_has_changes_nothing(client: TestClient) -> None:
+    """docs/service.md §Populations: a PATCH that sets a group's budget (or size, or opt-out) to
+    what it already is answers 200 with the population as it is: the same ``version`` and
+    ``updated_at``, no change in the history, no re-plan. Before, it bumped the version and
+    ``updated_at`` though nothing had changed."""
+    population_id = _population(client)
+    plan = client.post(f"/v1/populations/{population_id}/plans").json()
+    for index in range(3):
+        assert client.post(f"/v1/plans/{plan['id']}/rounds", json={"round_index": index}).status_code == 201
+    before = _state(client, population_id)
+    for body in ({"epsilon": 1.0}, {"epsilon": 1, "num_clients": 100}, {"num_clients": 100}):
+        same = client.patch(f"/v1/populations/{population_id}/groups/strict", json=body)
+        assert same.status_code == 200, same.text
+        assert same.json() == {"population": before[0], "changes": [], "plan": None}, body
+        assert _state(client, population_id) == before, body
+    # an opted-out group opted out again: the same
+    out = client.patch(f"/v1/populations/{population_id}/groups/loose", json={"opt_out": True})
+    assert out.status_code == 200 and out.json()["plan"] is not None, out.text
+    before = _state(client, population_id)
+    again = client.patch(f"/v1/populations/{population_id}/groups/loose", json={"opt_out": True})
+    assert again.status_code == 200 and again.json() == {"population": before[0], "changes": [], "plan": None}
+    assert _state(client, population_id) == before
+    # a real change still re-plans and bumps the version
+    raised = client.patch(f"/v1/populations/{population_id}/groups/strict", json={"epsilon": 1.5})
+    assert raised.status_code == 200 and raised.json()["plan"] is not None, raised.text
+    assert raised.json()["population"]["version"] > before[0]["version"]
+
+
 def test_opted_out_group_cannot_get_a_budget_back(client: TestClient) -> None:
     population_id = _population(client)
     plan = client.post(f"/v1/populations/{population_id}/plans").json()
