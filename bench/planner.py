@@ -341,6 +341,71 @@ def plan_targets(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def target_floors(quick: bool) -> list[dict[str, Any]]:
+    """Issue 26 §2: what of each target the issue's other clauses alone take (CPU seconds).
+
+    Beside the whole default (pld) plan, two parts every such plan must do: ``certify``,
+    pld's calibration of each noisy group's noise multiplier started on its own answer
+    (``starts``: an oracle start, the two lattice evaluations that certify a point,
+    docs/accounting.md §13.5), and ``tight_figures``, pld's epsilon of each group's history
+    (the tight figure every plan states, docs/ledger.md §3). 3 groups: the default plan of
+    ``examples/scenario.json`` (pld, skellam); 1,000: ``big_scenario(1000)`` (pld, continuous,
+    full suite only). ``floor_s`` is their sum: a lower bound on the plan, whatever the rest costs.
+    Beside them the same scenario planned the way the targets were set (rdp, continuous noise):
+    its 1,000-group plan also states every group's tight figure. Plans are cold (noise table emptied).
+    """
+    from pathlib import Path
+
+    from accounting.accountants.pld import PldAccountant
+    from accounting.events import ApproximateDpEvent
+    from planner.ledger import group_history
+    from planner.loading import load_scenario
+    from planner.plan import make_plan
+
+    cases = [("examples/scenario.json (pld, skellam)", 3)] + ([] if quick else [("big_scenario(1000) (pld)", 1000)])
+    rows = []
+    for name, n in cases:
+        if n == 3:
+            scenario = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "scenario.json")
+        else:
+            scenario = big_scenario(n)
+        repeats = 1 if n > 3 else 5
+        plan_cpu = median([_cpu(lambda: _cold(lambda: make_plan(scenario, "gdpfed_plus"))) for _ in range(repeats)])
+        # the route the target was set on (rdp, continuous noise: the default before issues 26 and 27)
+        rdp_scenario = scenario.model_copy(update={"accountant": "rdp", "secagg_mechanism": "gaussian_continuous"})
+        rdp_cpu = median([_cpu(lambda: _cold(lambda: make_plan(rdp_scenario, "gdpfed_plus"))) for _ in range(repeats)])
+        plan = make_plan(scenario, "gdpfed_plus")
+        noisy = [g for g in plan.groups if g.noise_multiplier_required is not None and g.epsilon is not None]
+        questions: list[tuple[float, int, float, list[ApproximateDpEvent]]] = [
+            (g.sampling_rate, plan.rounds, float(g.epsilon), []) for g in noisy  # type: ignore[arg-type]
+        ]
+        answers = [g.noise_multiplier_required for g in noisy]
+        histories: list[list[ApproximateDpEvent]] = [list(group_history(plan, g, plan.rounds)) for g in plan.groups]
+        histories = [h for h in histories if h]
+        pld = PldAccountant()
+        certify = median([_cpu(lambda: pld.noise_multipliers(questions, scenario.delta, starts=answers)) for _ in range(repeats)])
+        figures = median([_cpu(lambda: pld.epsilons(histories, scenario.delta)) for _ in range(repeats)])
+        target = PLAN_TARGETS_S[n]
+        rows.append({
+            "plan": name,
+            "groups": n,
+            "default_plan_cpu_s": plan_cpu,
+            "rdp_continuous_plan_cpu_s": rdp_cpu,
+            "certify_s": certify,
+            "tight_figures_s": figures,
+            "floor_s": certify + figures,
+            "target_s": target,
+            "floor_over_target": f"{(certify + figures) / target:.2f}x",
+        })
+    return rows
+
+
+def _cpu(call: Any) -> float:
+    start = time.process_time()
+    call()
+    return time.process_time() - start
+
+
 def _cold(call: Any) -> Any:
     """``call()`` with planner.calibration's noise-table cache emptied first (pld keeps no
     answers between calls, docs/accounting.md §13.5)."""
@@ -370,5 +435,10 @@ def run(quick: bool) -> list[tuple[str, list[dict[str, Any]]]]:
         (
             "issue 26 §2 targets: make_plan gdpfed_plus with every prediction, beside the previous tree's time",
             plan_targets(quick),
+        ),
+        (
+            "issue 26 §2: the floor under each target, the parts the issue's other clauses require "
+            "(pld certification from an oracle start + the tight figures; CPU seconds)",
+            target_floors(quick),
         ),
     ]

@@ -14,6 +14,10 @@ def test_cli_benchmark_times_every_subcommand_against_python() -> None:
     assert "gdpfed --help" in commands and "gdpfed account epsilon ..." in commands
     # issue 26: a whole plan and a refused train (exit 2, checked by run) are timed too
     assert "gdpfed plan examples/scenario.json" in commands and "gdpfed train (refused: --lr -1)" in commands
+    # ... beside the third-party imports a plan cannot start without (its floor)
+    assert commands.index("python -c 'import numpy, pydantic, scipy.optimize'") + 1 == commands.index(
+        "gdpfed plan examples/scenario.json"
+    )
     assert {f"gdpfed {name} --help" for name in SUBCOMMAND_MODULES} <= set(commands)
     # a question refused for a bad value (exit 2, checked by run), and each row's CPU seconds
     assert "gdpfed account epsilon (refused: --sampling-rate abc)" in commands

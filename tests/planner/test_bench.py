@@ -27,3 +27,9 @@ def test_planner_bench_quick_runs():
     assert [(r["groups"], r["accountant"]) for r in target_rows] == [(3, "rdp"), (3, "pld"), (3, "pld +discrete")]
     assert all(r["target_s"] == 0.02 and r["previous_s"] != "-" and r["warm_s"] > 0 for r in target_rows)
     assert all(r["x_faster"].endswith("x") for r in target_rows)
+    # issue 26 §2: the floor under the 3-group target, the parts the issue's other clauses require
+    floor_rows = tables[5][1]
+    assert [r["groups"] for r in floor_rows] == [3]
+    (floor,) = floor_rows
+    assert floor["floor_s"] == pytest.approx(floor["certify_s"] + floor["tight_figures_s"])
+    assert 0 < floor["certify_s"] < floor["default_plan_cpu_s"] and floor["tight_figures_s"] > 0
