@@ -107,8 +107,8 @@ class RoundReport(InputModel):
         description="the reporting run's identity (gdpfed train draws one per run directory and keeps it across "
         "--resume): the plan's first report that states one binds the plan's rounds to that run, and a report "
         "stating another is refused 409 naming run_id, since two runs of one plan release its rounds twice "
-        "while the ledger counts them once (docs/ledger.md §4). Absent: not checked (reporters from before "
-        "this field)",
+        "while the ledger counts them once (docs/ledger.md §4). Absent: accepted until a report binds the plan "
+        "to a run (reporters from before this field), then refused 409 naming run_id",
     )
 
 
