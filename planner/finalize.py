@@ -86,7 +86,7 @@ class PendingFigures:
             if g.id in figures else g
             for g in stated.groups
         ]
-        return _stating(stated.model_copy(update={"groups": groups}), executed, both=True)
+        return _predicting(_stating(stated.model_copy(update={"groups": groups}), executed, both=True))
 
 
 def with_discrete(plan: Plan) -> Plan:
@@ -101,7 +101,7 @@ def with_discrete(plan: Plan) -> Plan:
     and a plan of the continuous mechanism, is unchanged; the continuous Gaussian's figure at
     equal noise stays in each block (``gaussian_epsilon``)."""
     stated, executed = _blocks_and_figures(plan)
-    return _stating(stated, executed, both=False)
+    return _predicting(_stating(stated, executed, both=False))
 
 
 def _blocks_and_figures(plan: Plan) -> tuple[Plan, dict[str, plan_ledger.StatedFigures]]:
@@ -133,6 +133,40 @@ def _stating(plan: Plan, executed: dict[str, plan_ledger.StatedFigures], *, both
         for g in plan.groups
     ]
     return plan.model_copy(update={"groups": groups})
+
+
+def noise_to_signal_warning(ratio: float | None) -> str | None:
+    """The plan's warning for a predicted noise-to-signal ratio above 1 (docs/planning.md §13)."""
+    if ratio is None or not ratio > 1:
+        return None
+    return (
+        f"predicted noise-to-signal ratio {ratio:.3g} > 1: each round's aggregated noise is larger than "
+        "the aggregate of every sampled client's update at its clip norm, so the model is unlikely to "
+        "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
+    )
+
+
+def _predicting(plan: Plan) -> Plan:
+    """``plan`` whose ``predicted.noise_to_signal`` (and its warning) counts the noise its pools'
+    blocks add (``planner.learnability.update_noise_std``; docs/planning.md §13): the prediction
+    is made with the design, before the blocks exist, from the continuous Gaussian, whose noise
+    the Skellam block's can exceed several times (the rdp route). A plan without blocks is
+    returned as it is. ``noise_energy`` and the objective stay the design's (the methods
+    minimise and ``compare`` ranks them on the continuous noise, docs/planning.md §3)."""
+    if all(pool.discrete is None for pool in plan.pools):
+        return plan
+    before = plan.predicted.noise_to_signal
+    ratio = noise_to_signal(plan.groups, plan.pools, plan.scenario.model_dim)
+    if ratio == before:
+        return plan
+    old, new = noise_to_signal_warning(before), noise_to_signal_warning(ratio)
+    warnings = [new if w == old else w for w in plan.warnings if new is not None or w != old]
+    if new is not None and new not in warnings:
+        warnings.append(new)
+    return plan.model_copy(update={
+        "predicted": plan.predicted.model_copy(update={"noise_to_signal": ratio}),
+        "warnings": warnings,
+    })
 
 
 def finalize(problem: Problem, design: Design, history: History | None = None) -> Plan:
@@ -235,13 +269,11 @@ def finalize_without_figures(
     )
     warnings.extend(_bound_warnings(problem, design, rates))
     ratio = noise_to_signal(group_plans, pool_plans, s.model_dim)
-    if ratio is not None and ratio > 1:
-        warnings.append(
-            f"predicted noise-to-signal ratio {ratio:.3g} > 1: each round's aggregated noise is larger than "
-            "the aggregate of every sampled client's update at its clip norm, so the model is unlikely to "
-            "learn; more clients per round, a smaller model or larger budgets lower it (docs/planning.md §13)"
-        )
-    # the skellam mechanism's blocks are added with the figures, to a plan that is kept (PendingFigures.apply)
+    loud = noise_to_signal_warning(ratio)
+    if loud is not None:
+        warnings.append(loud)
+    # the skellam mechanism's blocks are added with the figures, to a plan that is kept
+    # (PendingFigures.apply), and the ratio then counts their noise (_predicting)
     plan = Plan(
         method=design.method,
         accountant=s.accountant,

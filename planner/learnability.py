@@ -33,8 +33,8 @@ import numpy as np
 
 from accounting.errors import GdpfedError
 from planner.adaptive_clip import DEFAULT_COUNT_NOISE_PER_CLIENT, update_noise_multiplier
-from planner.schema import ClientsForNoiseToSignal, GroupPlan, Plan, PoolPlan, Scenario
-from planner.secagg import pool_thresholds
+from planner.schema import ClientsForNoiseToSignal, DiscreteMechanism, GroupPlan, Plan, PoolPlan, Scenario
+from planner.secagg import SecaggThreshold, pool_thresholds
 
 # The targets ``make_plan`` reports (docs/planning.md §13).
 NOISE_TO_SIGNAL_TARGETS = (1.0, 0.1)
@@ -52,12 +52,48 @@ SMALLEST_FACTOR = 1e-6
 SECANT_STEPS = 4
 
 
-def update_noise_std(pool: PoolPlan) -> float:
-    """s_P, the std of the noise on the pool's update sum at the plan's clip norm: ``noise_std``,
+def continuous_noise_std(pool: PoolPlan) -> float:
+    """The continuous Gaussian's s_P on the pool's update sum at the plan's clip norm: ``noise_std``,
     or with adaptive clipping ``sigma_Delta / z_eff`` times it (docs/planning.md §15)."""
     if pool.update_noise_multiplier is not None and pool.noise_multiplier > 0:
         return pool.noise_std * pool.update_noise_multiplier / pool.noise_multiplier
     return pool.noise_std
+
+
+def skellam_noise_std(mechanism: DiscreteMechanism, threshold: int | None = None) -> float:
+    """The distributed Skellam noise's s_P on the pool's update sum: ``sqrt(t v) / s`` in update
+    units at the block's clip norm (docs/planning.md §13, "Noise").
+
+    Each of the n >= t survivors adds a share of variance v (``share_variance``, grid units;
+    the grid step is 1/s), so the released sum carries ``n v / s^2`` per coordinate, which is
+    ``I_P s_P^2`` with ``I_P = n / t`` as for the continuous shares. The block's t - c honest
+    shares alone are counted for privacy (``total_variance``); the c colluding clients' shares
+    are noise too. ``threshold``: another t (a scaled population, :class:`ScaledDesign`), whose
+    shares are ``total_variance / (t - c)``; ``None``: the block's own t and v.
+    """
+    t = mechanism.min_survivors if threshold is None else int(threshold)
+    share = (
+        mechanism.share_variance if t == mechanism.min_survivors
+        else mechanism.total_variance / (t - mechanism.colluding_clients)
+    )
+    return math.sqrt(t * share) / mechanism.scale
+
+
+def run_noise_std(continuous: float, skellam: float | None) -> float:
+    """The s_P a pool's prediction counts: the larger of its continuous Gaussian's and, for a pool
+    stating a Skellam block, that block's (docs/planning.md §13): a run of the plan adds the block's
+    noise (``--secagg-mechanism plan``) or the continuous shares (``gaussian_continuous``), so
+    the larger is never below what runs."""
+    return continuous if skellam is None else max(continuous, skellam)
+
+
+def update_noise_std(pool: PoolPlan) -> float:
+    """s_P, the std of the noise the pool's mechanism adds to its update sum at the plan's clip
+    norm (the one place every utility prediction reads it from, docs/planning.md §13):
+    :func:`run_noise_std` of :func:`continuous_noise_std` and, with a ``discrete`` block,
+    :func:`skellam_noise_std`."""
+    skellam = None if pool.discrete is None else skellam_noise_std(pool.discrete)
+    return run_noise_std(continuous_noise_std(pool), skellam)
 
 
 def summed_noise_norm(pools: Sequence[PoolPlan], model_dim: int) -> float:
@@ -202,9 +238,10 @@ class ScaledDesign:
     docs/planning.md §13: the scaled plan keeps every rate, so every noise multiplier (a
     function of ``(q, T, epsilon, delta)`` alone); :meth:`ratio` recomputes what depends on
     the population: the signal ``sum_g q_g ceil(N_g f) C_g``, each pool's threshold and
-    inflation ``I_P`` (``planner.secagg.pool_thresholds``, as the plan computes them) and,
-    with adaptive clipping, ``sigma_Delta`` for ``sigma_b`` at the scaled K. At f = 1 it is
-    the plan's own ``noise_to_signal``.
+    inflation ``I_P`` (``planner.secagg.pool_thresholds``, as the plan computes them), with
+    adaptive clipping ``sigma_Delta`` for ``sigma_b`` at the scaled K, and for a pool stating
+    a Skellam block its noise at the scaled threshold (:meth:`skellam`). At f = 1 it is the
+    plan's own ``noise_to_signal``.
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -219,6 +256,12 @@ class ScaledDesign:
         self.noise_std = np.array([float(pool.noise_std) for pool in plan.pools])
         self.multipliers = np.array([float(pool.noise_multiplier) for pool in plan.pools])
         self.adaptive = scenario.adaptive_clip is not None and any(p.update_noise_multiplier is not None for p in plan.pools)
+        self.blocks = [pool.discrete for pool in plan.pools]
+        # the continuous s_P at the plan's own size, recomputed as at every scale (so that a
+        # Skellam pool's growth, :meth:`skellam`, is exactly 1 at f = 1); only a plan with blocks reads it
+        self.continuous_at_plan: np.ndarray | None = None
+        if any(block is not None for block in self.blocks):
+            self.continuous_at_plan = self.continuous(scaled_sizes(self.num_clients, 1.0), 1.0)
 
     def participation(self, sizes: np.ndarray, factor: float) -> float:
         """K at scale f: ``expected_clients f``, or the global rate times the scaled population."""
@@ -228,8 +271,49 @@ class ScaledDesign:
         assert s.sampling_rate is not None
         return float(s.sampling_rate) * float(sizes.sum())
 
+    def continuous(self, sizes: np.ndarray, factor: float) -> np.ndarray | None:
+        """Each pool's continuous s_P at scale f (:func:`continuous_noise_std`): ``noise_std``, with
+        adaptive clipping times ``sigma_Delta / z_eff`` for ``sigma_b`` at the scaled K (``None``
+        where that sigma_b is too small)."""
+        std = self.noise_std
+        if not self.adaptive:
+            return std
+        settings = self.scenario.adaptive_clip
+        assert settings is not None
+        sigma_b = (
+            float(settings.count_noise_std) if settings.count_noise_std is not None
+            else DEFAULT_COUNT_NOISE_PER_CLIENT * self.participation(sizes, factor)
+        )
+        try:
+            update = np.array([update_noise_multiplier(z, sigma_b) if z > 0 else 0.0 for z in self.multipliers])
+        except GdpfedError:
+            return None
+        return np.where(self.multipliers > 0, std * update / np.where(self.multipliers > 0, self.multipliers, 1.0), std)
+
+    def skellam(self, thresholds: Sequence[SecaggThreshold | None], continuous: np.ndarray) -> list[float | None] | None:
+        """Each pool's Skellam s_P at the scaled thresholds (:func:`skellam_noise_std`; ``None`` for
+        a pool without a block), times its continuous s_P's growth from the plan's size (adaptive
+        clipping's sigma_Delta / z_eff moves with sigma_b = 0.05 K; 1 otherwise): the block's
+        count factor m follows sigma_b as sigma_Delta does, so the block's excess over the
+        continuous noise is taken to be the plan's at every size (docs/planning.md §13).
+        ``None`` where a scaled threshold leaves no honest survivor (t <= c)."""
+        assert self.continuous_at_plan is not None
+        out: list[float | None] = []
+        for p, (block, threshold) in enumerate(zip(self.blocks, thresholds, strict=True)):
+            if block is None:
+                out.append(None)
+                continue
+            t = block.min_survivors if threshold is None else threshold.threshold
+            if t <= block.colluding_clients:
+                return None
+            at_plan = float(self.continuous_at_plan[p])
+            growth = float(continuous[p]) / at_plan if at_plan > 0 else 1.0
+            out.append(skellam_noise_std(block, t) * growth)
+        return out
+
     def ratio(self, factor: float) -> float:
-        """rho of the design at scale f (``inf`` where adaptive clipping's sigma_b is too small)."""
+        """rho of the design at scale f (``inf`` where adaptive clipping's sigma_b is too small, or
+        a Skellam pool's scaled threshold leaves no honest survivor)."""
         sizes = scaled_sizes(self.num_clients, factor)
         signal = float(np.dot(self.rates * sizes, self.clip_norms))
         if not signal > 0:
@@ -239,19 +323,14 @@ class ScaledDesign:
             [(sizes[m], self.rates[m]) for m in self.members], float(s.dropout_rate), s.abort_probability
         )
         inflation = np.array([1.0 if t is None else max(1.0, t.expected_survivors / t.threshold) for t in thresholds])
-        std = self.noise_std
-        if self.adaptive:
-            settings = s.adaptive_clip
-            assert settings is not None
-            sigma_b = (
-                float(settings.count_noise_std) if settings.count_noise_std is not None
-                else DEFAULT_COUNT_NOISE_PER_CLIENT * self.participation(sizes, factor)
-            )
-            try:
-                update = np.array([update_noise_multiplier(z, sigma_b) if z > 0 else 0.0 for z in self.multipliers])
-            except GdpfedError:
+        std = self.continuous(sizes, factor)
+        if std is None:
+            return math.inf
+        if self.continuous_at_plan is not None:
+            skellam = self.skellam(thresholds, std)
+            if skellam is None:
                 return math.inf
-            std = np.where(self.multipliers > 0, std * update / np.where(self.multipliers > 0, self.multipliers, 1.0), std)
+            std = np.array([run_noise_std(float(c), k) for c, k in zip(std, skellam, strict=True)])
         energy = float(np.dot(self.keep * inflation, std * std))
         return math.sqrt(s.model_dim * energy) / signal
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from planner.learnability import DERIVED_RESOLUTION, SCALE_RESOLUTION, ScaledDesign, scaled_scenario
+from planner.loading import read_document
 from planner.plan import make_plan, replanned_clients_needed
 from planner.report import plan_text
-from planner.schema import Plan, RequestedMethod
+from planner.schema import Plan, RequestedMethod, Scenario
 
 from .conftest import worked_scenario
 
@@ -168,3 +170,79 @@ def test_old_plan_documents_without_the_fields_still_load() -> None:
     del document["predicted"]["clients_needed"]
     loaded = Plan.model_validate(document)
     assert loaded.predicted.noise_to_signal is None and loaded.predicted.clients_needed == []
+
+
+# --------------------------------------------------------------------------- a Skellam plan's noise
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def skellam_scenario(name: str, **overrides: Any) -> Scenario:
+    """examples/``name`` as ``gdpfed plan`` reads it (secagg_mechanism: skellam, its default)."""
+    document = read_document(EXAMPLES / name, "scenario")
+    scenario = Scenario.model_validate({**document, **overrides})
+    assert scenario.mechanism == "skellam"
+    return scenario
+
+
+def ratio_from_blocks(plan: Plan) -> float:
+    """rho written from the blocks' own figures (docs/planning.md §13): each of a pool's
+    E[survivors] = I_P t survivors adds a Skellam share of variance share_variance in grid
+    units (the grid step gamma), so the released sum carries E[survivors] v gamma^2 per
+    coordinate, the colluding clients' shares included; top-k keeps kappa_P of them."""
+    d = plan.scenario.model_dim
+    energy = 0.0
+    for pool in plan.pools:
+        block = pool.discrete
+        if block is None:
+            assert pool.noise_multiplier == 0
+            continue
+        survivors = max(1.0, pool.expected_noise_inflation) * block.min_survivors
+        energy += pool.keep_ratio * d * survivors * block.share_variance * block.gamma**2
+    signal = sum(g.sampling_rate * g.num_clients * g.clip_norm for g in plan.groups)
+    return math.sqrt(energy) / signal
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        # the rdp route's block (Zhu and Wang's general subsampling bound) adds about 3.3x the
+        # continuous update noise: the defect's example, with adaptive clipping's count coordinate
+        ("fedhdp.json", {}),
+        # the tight route's block (about 1.001x), with colluding clients: their shares are noise too
+        ("fedhdp.json", {"accountant": "pld", "colluding_clients": 3}),
+    ],
+)
+def test_a_skellam_plans_prediction_is_of_its_blocks_noise(name: str, overrides: dict[str, Any]) -> None:
+    scenario = skellam_scenario(name, **overrides)
+    plan = make_plan(scenario)
+    assert all(pool.discrete is not None for pool in plan.pools if pool.noise_multiplier > 0)
+    expected = ratio_from_blocks(plan)
+    assert plan.predicted.noise_to_signal == pytest.approx(expected, rel=1e-12)
+    continuous = make_plan(scenario.model_copy(update={"secagg_mechanism": "gaussian_continuous"}), clients_needed=False)
+    assert continuous.predicted.noise_to_signal is not None and expected > continuous.predicted.noise_to_signal
+    if scenario.accountant == "rdp":
+        assert expected > 3 * continuous.predicted.noise_to_signal
+        # the warning states the block's ratio, once
+        stated = [w for w in plan.warnings if "noise-to-signal ratio" in w]
+        assert len(stated) == 1 and f"ratio {expected:.3g} > 1" in stated[0]
+    # clients_needed scales the same corrected rho: at scale 1 the design is the plan's ratio,
+    # and the plan of the scaled scenario at each reported size, with its own blocks, meets the target
+    assert ScaledDesign(plan).ratio(1.0) == plan.predicted.noise_to_signal
+    for needed in plan.predicted.clients_needed:
+        assert needed.expected_clients is not None and needed.noise_to_signal is not None
+        assert needed.noise_to_signal <= needed.target
+        at = make_plan(scaled_scenario(scenario, needed.expected_clients / scenario.participation), plan.method,
+                       clients_needed=False)
+        assert at.scenario.total_clients == needed.total_clients
+        assert ratio_from_blocks(at) <= needed.target * (1 + 1e-3)
+
+
+def test_compare_states_the_recommended_plans_mechanism_ratio() -> None:
+    # the recommended row runs the Skellam blocks (its mechanism column), the others are the
+    # designs' continuous Gaussian rows
+    plan = make_plan(skellam_scenario("fedhdp.json"), "compare", clients_needed=False)
+    assert plan.comparison is not None
+    (row,) = [r for r in plan.comparison if r.recommended]
+    assert row.mechanism == "skellam"
+    assert row.noise_to_signal == plan.predicted.noise_to_signal == pytest.approx(ratio_from_blocks(plan), rel=1e-12)

@@ -8,6 +8,7 @@ global model's logits overflow: the run stops after that round, accounted, with 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from app import cli as app_cli
 from tests.trainer.trainer_plans import hand_plan, quiet_progress
 from trainer.data import load_dataset
 from trainer.run.checkpoint import load_checkpoint
-from trainer.run.divergence import EXIT_DIVERGED
+from trainer.run.divergence import EXIT_DIVERGED, divergence_hint, learnability_message
 from trainer.run.metrics import read_rounds
 from trainer.runner import TrainConfig, execute_run, prepare_run
 from trainer.strategies.base import RoundContext
@@ -123,3 +124,27 @@ def test_cli_exit_code_is_documented_and_distinct(capsys, tmp_path, plan, monkey
     assert len(error) == 1 and "diverged at round 0" in error[0] and "--server-lr" in error[0]
     assert "DIVERGED at round 0" in captured.out and "hint:" in captured.out
     assert "round 0 [1/4]" in captured.err and "DIVERGED" in captured.err
+
+
+@pytest.mark.parametrize("dim", [1210, 5000])
+def test_the_learnability_line_counts_a_skellam_blocks_noise(dim):
+    # a plan stating Skellam blocks runs them (--secagg-mechanism plan): the start-of-run ratio and
+    # the divergence hint's noise are the blocks' (docs/planning.md §13), here larger than the
+    # continuous std of the strict pool, written from the blocks' figures: each of the pool's
+    # E[survivors] = I_P t adds a share of variance share_variance on the grid of step gamma
+    from tests.trainer.run_digests import discrete_client_plan
+
+    plan = discrete_client_plan()
+    energy = 0.0
+    for pool in plan.pools:
+        block = pool.discrete
+        variance = max(1.0, pool.expected_noise_inflation) * block.min_survivors * block.share_variance * block.gamma**2
+        energy += pool.keep_ratio * variance
+    signal = sum(g.sampling_rate * g.num_clients * g.clip_norm for g in plan.groups)
+    ratio = math.sqrt(dim * energy) / signal
+    assert plan.pools[0].discrete.equivalent_noise_multiplier * plan.pools[0].discrete.clip_norm > plan.pools[0].noise_std
+    line, unlikely = learnability_message(plan, dim)
+    assert unlikely and line.startswith(f"plan noise-to-signal ratio {ratio:.3g} for")
+    hint = divergence_hint(plan, config(), dim, 0)
+    assert f"{ratio:.3g} for this {dim:,}-parameter model" in hint
+    assert f"x {math.sqrt(dim * energy) / plan.scenario.participation:.3g} in noise alone" in hint

@@ -208,14 +208,18 @@ EXPECTED: dict[str, dict[str, str]] = {
     # and so are the rounds, parameters and epsilon_spent; only epsilon_tight, pld's figure of the
     # Skellam history, moved in its 11th digit (24.064652354553786 -> 24.064652354523396, strict
     # 3.7660405754875104 -> 3.7660405754846895) with h27plan's one-pass unit-shift table.
+    # Summaries re-recorded when the plan's noise-to-signal ratio began counting the Skellam blocks'
+    # noise (h36nts, docs/planning.md §13): the run's start-of-run warning reads "plan
+    # noise-to-signal ratio 2.23" where it read 2.03 (p_strict's block adds std 1.359 where its
+    # continuous std is 1.2); rounds and parameters, and every other line of the summary, unchanged.
     "client/plan/skellam/protocol": {
         "rounds": "bcd2d3ea8447aedec7442b7b921d847345da95ea6a6849097cf408c16cf8e443",
-        "summary": "b10d3bf247b3d2be26dc7afa6b1f12117afec42f70ae987d119cb611e2a806d4",
+        "summary": "1c37ad13f7433c4039e6ae4b0a2afd01299fbe930e75829c93ee480def9e8395",
         "params": "e827156c5ffdbaf1e02dadcee184b1533a5579f358ce51efc8c22c4a05f56306",
     },
     "client/plan/skellam/exact_sum": {
         "rounds": "bcd2d3ea8447aedec7442b7b921d847345da95ea6a6849097cf408c16cf8e443",
-        "summary": "aa1a93d5b1b2dd505b431e5199ffcb6b567cdd5fd0b1eecbc542dfd27d820655",
+        "summary": "9dc3d69bfdeb9250dfc3155674b9912cf4088953cc4077f8aa2b083534e3c1bd",
         "params": "e827156c5ffdbaf1e02dadcee184b1533a5579f358ce51efc8c22c4a05f56306",
     },
     "client/pfa/exact_sum": {
