@@ -23,6 +23,7 @@ from trainer.run.options import (
     config_from_args,
     format_summary,
     read_json_file,
+    refuse_skewed_label_alone,
     refuse_unused_options,
 )
 
@@ -256,6 +257,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     try:
         plan, document, config, out, dataset = _resolve(args, link)
         refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
+        refuse_skewed_label_alone(args, config)
         plan_id = args.plan_id or (target[1] if target is not None else None) or (
             document.get("id") if isinstance(document.get("id"), str) else None
         )

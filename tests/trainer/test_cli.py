@@ -451,3 +451,23 @@ def test_a_bad_run_option_is_named_as_typed_not_as_its_field(capsys, tmp_path, a
     code, _, err = gdpfed(capsys, "train", "--plan", tmp_path / "absent.json", *TINY, *argv)
     assert_one_line_error(code, err, f"gdpfed train: error: {line}")
 
+
+def test_skewed_label_without_the_skewed_assignment_is_refused_naming_both(capsys, tmp_path, plan_file):
+    """--skewed-label is read only by --opt-out-assignment skewed; before, given alone (or with
+    random) it was ignored in silence and the run dealt its clients at random."""
+    out = tmp_path / "run"
+    for assignment in ([], ["--opt-out-assignment", "random"]):
+        code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--skewed-label", "3", *assignment,
+                              "--out", out)
+        assert_one_line_error(code, err, "skewed-label: --skewed-label goes with --opt-out-assignment skewed")
+        assert not out.exists()
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--skewed-label", "3",
+                          "--opt-out-assignment", "skewed", "--out", out)
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["skewed_label"] == 3
+    # a resumed run of random dealing is refused the label too, though 7 equals its stored default
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", tmp_path / "random")
+    assert code == 0, err
+    code, _, err = gdpfed(capsys, "train", "--out", tmp_path / "random", "--resume", "--skewed-label", "7")
+    assert_one_line_error(code, err, "skewed-label: --skewed-label goes with --opt-out-assignment skewed")
+

@@ -84,7 +84,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.server_app import flower_unit
     from trainer.flower.settings import FlowerOptions, run_config_of, run_mechanism, train_config
-    from trainer.run.options import config_from_args, refuse_unused_options
+    from trainer.run.options import config_from_args, refuse_skewed_label_alone, refuse_unused_options
     from trainer.units.registry import unit_for
 
     check_flwr_version()
@@ -95,6 +95,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     understated = _verify(plan)
     refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
+    refuse_skewed_label_alone(args, config)
     if model_key(config.model) is None:  # the ServerApp would refuse it only on the SuperLink
         raise InvalidInputError("model", unknown_model(config.model))
     if config.rounds > plan.rounds:

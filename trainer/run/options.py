@@ -239,6 +239,21 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
     return config
 
 
+def refuse_skewed_label_alone(args: argparse.Namespace, config: TrainConfig) -> None:
+    """``--skewed-label`` given for a run whose clients are dealt at random is an error naming
+    both options: the label is read only by ``--opt-out-assignment skewed``, so it was ignored
+    in silence. It is refused rather than taken to imply skewed, which would change how every
+    group's clients are dealt on the strength of an option that only names a label
+    (docs/trainer.md §Clients and groups). Called after :func:`refuse_unused_options`, so a
+    unit that reads neither option (silo, metric) names its own reason first."""
+    if getattr(args, "skewed_label", None) is not None and config.opt_out_assignment != "skewed":
+        raise InvalidInputError(
+            "skewed-label",
+            f"--skewed-label goes with --opt-out-assignment skewed (this run's is {config.opt_out_assignment}: "
+            "clients are dealt into groups at random and no label is read)",
+        )
+
+
 def protected_entity(privacy_unit: str) -> str:
     """What one of a unit's figures is about, as the planner's unit names its entities
     (``PrivacyUnit.entities``, singular): ``group``, or ``silo`` for a silo plan."""
