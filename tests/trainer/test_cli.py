@@ -471,3 +471,31 @@ def test_skewed_label_without_the_skewed_assignment_is_refused_naming_both(capsy
     code, _, err = gdpfed(capsys, "train", "--out", tmp_path / "random", "--resume", "--skewed-label", "7")
     assert_one_line_error(code, err, "skewed-label: --skewed-label goes with --opt-out-assignment skewed")
 
+
+def test_resume_validates_the_stored_config_once(capsys, tmp_path, plan_file, monkeypatch):
+    """gdpfed train --resume read config.json through TrainConfig twice (trainer/cli.py _resolve,
+    then config_from_args); once now, naming the file when it is invalid: one line, exit 2."""
+    from trainer.run.config import TrainConfig
+
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    stored = json.loads((out / "config.json").read_text())
+    validated: list[Any] = []
+    model_validate = TrainConfig.model_validate
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        validated.append(obj)
+        return model_validate(obj, *args, **kwargs)
+
+    monkeypatch.setattr(TrainConfig, "model_validate", counting)
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert code == 0, err
+    assert validated == [stored]
+
+    validated.clear()
+    (out / "config.json").write_text(json.dumps({**stored, "local_steps": 0}))
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert_one_line_error(code, err, f"gdpfed train: error: resume: {out / 'config.json'}: local_steps: Input should "
+                          "be greater than or equal to 1")
+    assert len(validated) == 1

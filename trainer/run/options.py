@@ -193,10 +193,12 @@ def parse_json_options(items: list[str], field: str = "model-option") -> dict[st
     return options
 
 
-def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
+def config_from_args(args: argparse.Namespace, stored: TrainConfig | dict[str, Any] | None, plan_rounds: int) -> Any:
     """The run's ``TrainConfig``: a new run's from the command line's options (``stored`` None;
     an invalid value is :func:`option_error`, naming the option), or a resumed run's ``stored``
-    configuration, which every option given must equal. docs/trainer.md §CLI."""
+    configuration, which every option given must equal (a ``TrainConfig`` already validated is
+    used as it is: ``gdpfed train --resume`` validates its ``config.json`` once, naming the file).
+    docs/trainer.md §CLI."""
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)
     workers = None
@@ -220,7 +222,7 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
             return TrainConfig(**given, **({} if workers is None else {"secagg_workers": workers}))
         except ValidationError as exc:
             raise option_error(exc) from None
-    config = TrainConfig.model_validate(stored)
+    config = stored if isinstance(stored, TrainConfig) else TrainConfig.model_validate(stored)
     if workers is not None:
         config = config.model_copy(update={"secagg_workers": workers})
     for name, value in given.items():
