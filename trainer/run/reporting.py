@@ -101,6 +101,11 @@ class ServiceLink:
 
         A 503 with ``Retry-After`` (the service holds new rounds while it re-plans, docs/
         ledger.md §4) is waited out for up to ``patience_s`` without using up an attempt.
+
+        Each wait is said through ``log`` before it starts (``gdpfed train``: one line on
+        stderr), so a run held by the service is not silent: the first wait on a 503 with
+        ``Retry-After`` (how long it may last), and each retry after a failure (the attempt
+        it is and of how many). What is retried, and when, is as before (docs/trainer.md §CLI).
         """
         reason = ""
         attempt = 0
@@ -116,12 +121,18 @@ class ServiceLink:
                 reason = f"HTTP {response.status_code}"
                 retry_after = _retry_after(response)
                 if response.status_code == 503 and retry_after is not None and waited < self.patience_s:
+                    if waited == 0:
+                        self.log(f"{method} {path}: the service at {self.url} holds requests (HTTP 503, "
+                                 f"Retry-After {retry_after:g} s); waiting up to {self.patience_s:g} s for it")
                     time.sleep(retry_after)
                     waited += retry_after
                     continue
             attempt += 1
             if attempt < self.attempts:
-                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+                delay = self.backoff_s * (2 ** (attempt - 1))
+                self.log(f"{method} {path} to {self.url} failed ({reason}); retrying in {delay:g} s "
+                         f"(attempt {attempt + 1} of {self.attempts})")
+                time.sleep(delay)
         return reason
 
     def preflight(self, plan_id: str) -> LedgerOut | LedgerRounds:
