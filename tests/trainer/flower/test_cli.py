@@ -127,6 +127,28 @@ def test_app_says_nan_is_not_a_finite_number(plan_file: Path, tmp_path: Path, ca
     assert f"{option[2:]}: " in err and "must be a finite number" in err and "greater than" not in err, err
 
 
+def test_the_bundle_requires_the_flower_releases_the_extra_does(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """The bundle's flwr requirement is the one range gdpfed runs on (trainer.flower.FLWR_REQUIREMENT,
+    which check_flwr_version holds and pyproject.toml's flower extra states). Before, the bundle
+    required flwr>= the release that wrote it (1.42.0), so a SuperLink or node on 1.41, which the
+    extra installs and the code runs on, was told the app needs a newer Flower."""
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+
+    from trainer.flower import FLWR_REQUIREMENT
+
+    repo = Path(__file__).resolve().parents[3]
+    extra = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]["flower"]
+    assert f"flwr{FLWR_REQUIREMENT}" in extra, extra
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    written = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    assert written["project"]["dependencies"] == [f"flwr{FLWR_REQUIREMENT}"]
+    target = written["tool"]["flwr"]["app"]["flwr-version-target"]
+    assert target == version("flwr") and target in SpecifierSet(FLWR_REQUIREMENT)
+
+
 def test_a_refused_bundle_leaves_nothing_behind(plan_file: Path, tmp_path: Path, capsys) -> None:
     """A value refused while the bundle is written leaves no partial bundle: before, plan.json,
     LICENSE and the package stayed in --out, and the corrected command was refused with 'out:
