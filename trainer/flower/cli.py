@@ -207,6 +207,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     check_flwr_version()
     if args.max_processes is not None and args.max_processes < 1:
         raise InvalidInputError("max-processes", f"must be at least 1, got {args.max_processes}")
+    check_timeout(args.timeout)
     plan, _, run_config = _bundle(args.app_dir)
     overrides = run_config_overrides(args.run_config, run_config)
     run_config = {**run_config, **{key: value for key, (value, _) in overrides.items()}}
@@ -234,6 +235,21 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
                           f"{summary_path.parent}); see {log}")
     summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
     return summary, format_summary(summary)
+
+
+def check_timeout(seconds: float) -> None:
+    """``gdpfed flower local --timeout``: a finite number of seconds above 0, else one
+    ``InvalidInputError`` naming ``timeout`` before any process starts. NaN and inf were taken
+    (``Popen.wait`` then never gives up) and 0 or less started the SuperLink and the nodes only
+    to give up at once (docs/flower.md §3)."""
+    from accounting.validation import finite_number  # start-up time: pydantic, as the handlers' imports
+
+    try:
+        finite_number(seconds)
+    except ValueError as exc:
+        raise InvalidInputError("timeout", str(exc)) from None
+    if seconds <= 0:
+        raise InvalidInputError("timeout", f"must be more than 0 seconds, got {seconds:g}")
 
 
 def run_config_overrides(given: list[str], run_config: dict[str, Any]) -> dict[str, tuple[Any, str]]:

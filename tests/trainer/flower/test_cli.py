@@ -194,6 +194,20 @@ def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_pa
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize(("value", "said"), [("nan", "must be a finite number"), ("inf", "must be a finite number"),
+                                             ("0", "must be more than 0 seconds, got 0")])
+def test_local_refuses_a_timeout_that_is_no_number_of_seconds_before_starting_anything(
+    tmp_path: Path, capsys, value: str, said: str
+) -> None:
+    """Before, nan and inf were taken (flwr run was waited for without end) and 0 started the
+    SuperLink and the nodes only to give up at once."""
+    code = app_cli.run(["flower", "local", str(tmp_path / "missing-app"), f"--timeout={value}",
+                        "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"gdpfed flower: error: timeout: {said}", err
+    assert not (tmp_path / "work").exists()
+
+
 def test_local_names_the_server_apps_refusal_in_one_line(plan_file: Path, tmp_path: Path, capsys) -> None:
     """Real processes: a ServerApp that stops on a gdpfed error (here a run directory that already
     holds files) writes its one line into the run's log and fails the run at once; ``gdpfed flower
