@@ -562,3 +562,10 @@ def test_a_held_or_failing_request_says_what_it_waits_for_before_each_wait() -> 
         RoundReporter(link, "p1").claim(1)
     assert len(requests) == 4
     assert [line.rsplit("(", 1)[1] for line in lines] == ["attempt 2 of 4)", "attempt 3 of 4)", "attempt 4 of 4)"]
+
+    # the preflight's retries are unsaid: its failure is the command's one line (exit 2)
+    lines.clear()
+    answers[:] = [httpx.Response(500, text="down")] * 4
+    with pytest.raises(InvalidInputError, match="cannot reach the gdpfed service"):
+        link.preflight("p1")
+    assert lines == [] and not answers
