@@ -23,6 +23,7 @@ from trainer.run.options import (
     config_from_args,
     format_summary,
     read_json_file,
+    refuse_skewed_label_alone,
     refuse_unused_options,
 )
 
@@ -174,11 +175,12 @@ def _resolve(args: argparse.Namespace, link: Any = None) -> tuple[Any, dict[str,
         stored_document = read_json_file(run_dir.plan, "plan")
         with naming_file("plan", run_dir.plan):
             stored_plan = load_plan_document(stored_document)
-        stored_config = read_json_file(run_dir.config, "resume")
+        stored_settings = read_json_file(run_dir.config, "resume")
         with naming_file("resume", run_dir.config):
             # an edited or damaged config.json is named (resume: DIR/config.json: lr: ...), as a
-            # damaged plan.json or checkpoint is, not reported as if a flag were wrong
-            TrainConfig.model_validate(stored_config)
+            # damaged plan.json or checkpoint is, not reported as if a flag were wrong; validated
+            # here only: config_from_args takes the validated configuration as it is
+            stored_config = TrainConfig.model_validate(stored_settings)
         config = config_from_args(args, stored_config, stored_plan.rounds)
         given = _plan_from_args(args, lambda rounds: config)
         if given is not None and fingerprint(given[0].model_dump(mode="json")) != fingerprint(
@@ -256,6 +258,7 @@ def handle_train(args: argparse.Namespace) -> tuple[Any, str] | None:
     try:
         plan, document, config, out, dataset = _resolve(args, link)
         refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
+        refuse_skewed_label_alone(args, config)
         plan_id = args.plan_id or (target[1] if target is not None else None) or (
             document.get("id") if isinstance(document.get("id"), str) else None
         )

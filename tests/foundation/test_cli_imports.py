@@ -330,7 +330,7 @@ def test_every_subcommand_has_a_help_line() -> None:
         (["--bogus"], None),  # argparse's own refusal
         (["--dataset", "digits", "--model", "mlp"], "plan"),  # no plan at all
         (["--plan", "PLAN", "--model", "mlp"], "dataset"),  # a required option missing
-        (["--plan", "PLAN", "--dataset", "digits", "--model", "mlp", "--local-steps", "0"], "local_steps"),
+        (["--plan", "PLAN", "--dataset", "digits", "--model", "mlp", "--local-steps", "0"], "local-steps"),
         (["--plan", "PLAN", "--dataset", "digits", "--model", "mlp", "--lr", "-1"], "lr"),
         (["--scenario", "examples/scenario.json", "--method", "gdpfed", "--dataset", "digits", "--model", "mlp",
           "--momentum", "1.5"], "momentum"),

@@ -419,9 +419,83 @@ def test_an_old_skellam_plans_full_run_ledger_is_composed_once_before_it_trains(
     assert counts and counts == dict.fromkeys(counts, 1), counts
 
 
-@pytest.mark.parametrize("option", ["--lr", "--server-lr"])
-def test_nan_in_a_positive_option_is_not_a_finite_number(capsys, tmp_path, plan_file, option):
-    """Was 'lr: Input should be greater than 0', which NaN is not the trouble with."""
-    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", str(tmp_path / "run"), option, "nan")
-    assert_one_line_error(code, err, f"{option[2:].replace('-', '_')}: ", "must be a finite number")
-    assert "greater than" not in err
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("option", ["--lr", "--server-lr", "--alpha", "--momentum", "--server-momentum"])
+def test_a_non_finite_float_option_is_refused_naming_the_option(capsys, tmp_path, plan_file, option, value):
+    """Every float option of a run (TrainConfig's floats) refuses NaN and both infinities as
+    'must be a finite number', by the option's name, before anything is read or written. Before,
+    --lr inf passed the bound gt=0 and was refused only after the data and model were built
+    ('lr: must be a positive number, got inf'), --server-lr inf trained (exit 0) and --alpha inf
+    was never checked; NaN was named by the field (server_lr)."""
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--out", out, f"{option}={value}")
+    assert_one_line_error(code, err, f"gdpfed train: error: {option[2:]}: must be a finite number")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--local-steps", "0"], "local-steps: Input should be greater than or equal to 1"),
+        (["--batch-size", "0"], "batch-size: Input should be greater than or equal to 1"),
+        (["--server-momentum", "1"], "server-momentum: Input should be less than 1"),
+        (["--eval-every", "0"], "eval-every: Input should be greater than or equal to 1"),
+        (["--opt-out-assignment", "skewed", "--skewed-label", "-1"],
+         "skewed-label: Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_bad_run_option_is_named_as_typed_not_as_its_field(capsys, tmp_path, argv, line):
+    """TrainConfig's errors from the command line name the option (trainer.run.options.option_error
+    through option_flag, the one map of fields to options), where they named the pydantic field
+    (local_steps), which the user never typed."""
+    code, _, err = gdpfed(capsys, "train", "--plan", tmp_path / "absent.json", *TINY, *argv)
+    assert_one_line_error(code, err, f"gdpfed train: error: {line}")
+
+
+def test_skewed_label_without_the_skewed_assignment_is_refused_naming_both(capsys, tmp_path, plan_file):
+    """--skewed-label is read only by --opt-out-assignment skewed; before, given alone (or with
+    random) it was ignored in silence and the run dealt its clients at random."""
+    out = tmp_path / "run"
+    for assignment in ([], ["--opt-out-assignment", "random"]):
+        code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--skewed-label", "3", *assignment,
+                              "--out", out)
+        assert_one_line_error(code, err, "skewed-label: --skewed-label goes with --opt-out-assignment skewed")
+        assert not out.exists()
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--skewed-label", "3",
+                          "--opt-out-assignment", "skewed", "--out", out)
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["skewed_label"] == 3
+    # a resumed run of random dealing is refused the label too, though 7 equals its stored default
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", tmp_path / "random")
+    assert code == 0, err
+    code, _, err = gdpfed(capsys, "train", "--out", tmp_path / "random", "--resume", "--skewed-label", "7")
+    assert_one_line_error(code, err, "skewed-label: --skewed-label goes with --opt-out-assignment skewed")
+
+
+def test_resume_validates_the_stored_config_once(capsys, tmp_path, plan_file, monkeypatch):
+    """gdpfed train --resume read config.json through TrainConfig twice (trainer/cli.py _resolve,
+    then config_from_args); once now, naming the file when it is invalid: one line, exit 2."""
+    from trainer.run.config import TrainConfig
+
+    out = tmp_path / "run"
+    code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--rounds", "1", "--out", out)
+    assert code == 0, err
+    stored = json.loads((out / "config.json").read_text())
+    validated: list[Any] = []
+    model_validate = TrainConfig.model_validate
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        validated.append(obj)
+        return model_validate(obj, *args, **kwargs)
+
+    monkeypatch.setattr(TrainConfig, "model_validate", counting)
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert code == 0, err
+    assert validated == [stored]
+
+    validated.clear()
+    (out / "config.json").write_text(json.dumps({**stored, "local_steps": 0}))
+    code, _, err = gdpfed(capsys, "train", "--out", out, "--resume")
+    assert_one_line_error(code, err, f"gdpfed train: error: resume: {out / 'config.json'}: local_steps: Input should "
+                          "be greater than or equal to 1")
+    assert len(validated) == 1

@@ -518,3 +518,54 @@ def test_a_second_run_of_a_plan_is_refused_before_it_runs_a_round(client: Any, t
     # the first run's resume (its identity from reporting.json) is its own: its claims go through
     resumed = RoundReporter(_link(client), document["id"], first.secagg_mechanism, run_id=run_identity(first_dir, True))
     assert resumed.claim(2) is None
+
+
+def test_a_held_or_failing_request_says_what_it_waits_for_before_each_wait() -> None:
+    """While the service held a claim (503 with Retry-After: it re-plans) or a request failed
+    and was retried, ServiceLink slept in silence: the user saw nothing for up to two minutes.
+    It now says one line as it starts waiting (how long it may wait) and one before each retry
+    (the attempt, of how many); what is retried, and how often, is unchanged."""
+    answers: list[Any] = [
+        httpx.Response(503, headers={"Retry-After": "0.05"}, json={"code": "held", "message": "re-planning"}),
+        httpx.Response(503, headers={"Retry-After": "0.05"}, json={"code": "held", "message": "re-planning"}),
+        httpx.Response(502, text="bad gateway"),
+        httpx.ConnectError("connection refused"),
+        httpx.Response(200, json={}),
+    ]
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return cast(httpx.Response, answer)
+
+    lines: list[str] = []
+    link = ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                       backoff_s=0.0, log=lines.append, patience_s=30.0)
+    assert RoundReporter(link, "p1").claim(0) is None
+    assert len(requests) == 5 and not answers
+    assert lines == [
+        "POST /v1/plans/p1/rounds: the service at http://testserver holds requests (HTTP 503, Retry-After 0.05 s); "
+        "waiting up to 30 s for it",
+        "POST /v1/plans/p1/rounds to http://testserver failed (HTTP 502); retrying in 0 s (attempt 2 of 4)",
+        "POST /v1/plans/p1/rounds to http://testserver failed (ConnectError: connection refused); retrying in 0 s "
+        "(attempt 3 of 4)",
+    ]
+
+    # a claim that cannot be delivered still stops the run after the same attempts, each said
+    lines.clear()
+    answers[:] = [httpx.Response(500, text="down")] * 4
+    requests.clear()
+    with pytest.raises(ReportingStoppedError, match=r"cannot claim round 1 .*\(HTTP 500\)"):
+        RoundReporter(link, "p1").claim(1)
+    assert len(requests) == 4
+    assert [line.rsplit("(", 1)[1] for line in lines] == ["attempt 2 of 4)", "attempt 3 of 4)", "attempt 4 of 4)"]
+
+    # the preflight's retries are unsaid: its failure is the command's one line (exit 2)
+    lines.clear()
+    answers[:] = [httpx.Response(500, text="down")] * 4
+    with pytest.raises(InvalidInputError, match="cannot reach the gdpfed service"):
+        link.preflight("p1")
+    assert lines == [] and not answers

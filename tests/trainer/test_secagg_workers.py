@@ -196,4 +196,4 @@ def test_the_train_console_says_why_a_pool_ran_full():
 def test_a_late_dropout_fraction_outside_0_1_says_what_it_takes(capsys, tmp_path, plan_file, value):  # noqa: F811
     code, _, err = gdpfed(capsys, "train", "--plan", plan_file, *TINY, "--late-dropout-fraction", value,
                           "--out", tmp_path / "never")
-    assert_one_line_error(code, err, "late_dropout_fraction", "must be a number in [0, 1]", value)
+    assert_one_line_error(code, err, "late-dropout-fraction: ", "must be a number in [0, 1]", value)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 # The Flower releases this package was written against and tested with (docs/flower.md §1).
 # Flower moves fast (ports, Driver -> Grid, the app format and the simulation defaults all
-# changed between 1.30 and 1.42), so the bound is tight and checked at start-up.
+# changed between 1.30 and 1.42), so the bound is tight and checked at start-up. The one
+# spelling of the range: the app bundle requires it (trainer.flower.bundle), and
+# tests/trainer/flower/test_cli.py holds pyproject.toml's flower extra, which cannot import it, equal.
 FLWR_REQUIREMENT = ">=1.41,<1.43"
 
 

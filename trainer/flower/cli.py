@@ -84,7 +84,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from trainer.flower.bundle import write_bundle
     from trainer.flower.server_app import flower_unit
     from trainer.flower.settings import FlowerOptions, run_config_of, run_mechanism, train_config
-    from trainer.run.options import config_from_args, refuse_unused_options
+    from trainer.run.options import config_from_args, refuse_skewed_label_alone, refuse_unused_options
     from trainer.units.registry import unit_for
 
     check_flwr_version()
@@ -95,6 +95,7 @@ def handle_app(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     understated = _verify(plan)
     refuse_unused_options(args, unit_for(plan), unit_of(plan).name)
     config = config_from_args(args, None, plan.rounds)
+    refuse_skewed_label_alone(args, config)
     if model_key(config.model) is None:  # the ServerApp would refuse it only on the SuperLink
         raise InvalidInputError("model", unknown_model(config.model))
     if config.rounds > plan.rounds:
@@ -206,6 +207,7 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     check_flwr_version()
     if args.max_processes is not None and args.max_processes < 1:
         raise InvalidInputError("max-processes", f"must be at least 1, got {args.max_processes}")
+    check_timeout(args.timeout)
     plan, _, run_config = _bundle(args.app_dir)
     overrides = run_config_overrides(args.run_config, run_config)
     run_config = {**run_config, **{key: value for key, (value, _) in overrides.items()}}
@@ -233,6 +235,21 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
                           f"{summary_path.parent}); see {log}")
     summary = RunSummary.model_validate(json.loads(summary_path.read_text(encoding="utf-8")))
     return summary, format_summary(summary)
+
+
+def check_timeout(seconds: float) -> None:
+    """``gdpfed flower local --timeout``: a finite number of seconds above 0, else one
+    ``InvalidInputError`` naming ``timeout`` before any process starts. NaN and inf were taken
+    (``Popen.wait`` then never gives up) and 0 or less started the SuperLink and the nodes only
+    to give up at once (docs/flower.md §3)."""
+    from accounting.validation import finite_number  # start-up time: pydantic, as the handlers' imports
+
+    try:
+        finite_number(seconds)
+    except ValueError as exc:
+        raise InvalidInputError("timeout", str(exc)) from None
+    if seconds <= 0:
+        raise InvalidInputError("timeout", f"must be more than 0 seconds, got {seconds:g}")
 
 
 def run_config_overrides(given: list[str], run_config: dict[str, Any]) -> dict[str, tuple[Any, str]]:

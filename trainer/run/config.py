@@ -8,12 +8,12 @@ choices and defaults from these fields. ``trainer.runner`` re-exports these name
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
 from accounting.choices import RequestedSecagg
-from accounting.validation import InputModel
+from accounting.validation import InputModel, finite_number
 from trainer.choices import SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP, RequestedMechanism, SecAggExecution
 
 
@@ -28,6 +28,13 @@ def secagg_worker_count(value: Any) -> int | str:
     raise ValueError(f"must be a positive integer or auto, got {value!r}")
 
 
+# A float setting: NaN and both infinities are 'must be a finite number' (accounting's one
+# check, before the field's bounds), where an infinite --lr, --server-lr or --alpha passed the
+# bound gt=0 and was refused only after the data and model were built, or not at all
+# (docs/trainer.md §CLI).
+FiniteFloat = Annotated[float, BeforeValidator(finite_number)]
+
+
 class TrainConfig(InputModel):
     """Everything about a run except the plan (stored as ``config.json``; no secrets)."""
 
@@ -40,7 +47,7 @@ class TrainConfig(InputModel):
     )
     rounds: int = Field(ge=1, description="rounds of the plan to run (<= plan.rounds)")
     partition: Literal["iid", "dirichlet", "one_label", "natural"] = "iid"
-    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
+    alpha: FiniteFloat = Field(0.5, gt=0, description="Dirichlet concentration (partition dirichlet)")
     dataset_options: dict[str, Any] = Field(
         default_factory=dict,
         description="the loader's options, e.g. {\"client_test_fraction\": 0.2} (docs/trainer.md §Data)",
@@ -52,14 +59,14 @@ class TrainConfig(InputModel):
     )
     skewed_label: int = Field(7, ge=0, description="the label every opted-out client holds when opt_out_assignment is skewed")
     local_steps: int = Field(5, ge=1)
-    lr: float = Field(0.05, gt=0)
-    momentum: float = Field(0.0, ge=0, lt=1)
+    lr: FiniteFloat = Field(0.05, gt=0)
+    momentum: FiniteFloat = Field(0.0, ge=0, lt=1)
     batch_size: int = Field(32, ge=1)
     engine: Literal["batched", "loop"] = "batched"
     seed: int = Field(0, ge=0)
     eval_every: int = Field(1, ge=1)
-    server_lr: float = Field(1.0, gt=0)
-    server_momentum: float = Field(0.0, ge=0, lt=1)
+    server_lr: FiniteFloat = Field(1.0, gt=0)
+    server_momentum: FiniteFloat = Field(0.0, ge=0, lt=1)
     late_dropout_fraction: float = Field(0.0, ge=0, le=1)
     secagg_mode: RequestedSecagg = Field(
         "auto", description="secure-aggregation graph per pool: auto (the plan's choice), full, or sparse (SecAgg+)"

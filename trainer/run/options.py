@@ -12,7 +12,9 @@ import argparse
 from pathlib import Path
 from typing import Any, get_args
 
-from accounting.errors import InvalidInputError, shown
+from pydantic import ValidationError
+
+from accounting.errors import InvalidInputError, shown, validation_error_line
 from trainer.choices import DATASET_HELP, MODELS, SECAGG_EXECUTION_HELP, SECAGG_MECHANISM_HELP
 from trainer.run.config import TrainConfig, secagg_worker_count
 
@@ -58,6 +60,19 @@ def strategy_choices() -> str:
 def option_flag(name: str) -> str:
     """``--local-steps`` for ``local_steps``, ``--secagg`` for ``secagg_mode``."""
     return OPTION_FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def option_error(exc: ValidationError) -> InvalidInputError:
+    """``TrainConfig``'s error about values from the command line, named by the option the
+    user typed (``local-steps: Input should be greater than or equal to 1``, ``secagg: ...``),
+    not by the field (``local_steps``); the one mapping is :func:`option_flag`. A run
+    directory's ``config.json`` is named by its file and field instead (``trainer/cli.py``;
+    docs/trainer.md §CLI)."""
+    field, message = validation_error_line(exc.errors(include_url=False))
+    name, dot, rest = field.partition(".")
+    if name not in FIELDS:  # not a field's error (none today): pydantic's words as they are
+        return InvalidInputError(field or "options", message)
+    return InvalidInputError(option_flag(name).lstrip("-") + dot + rest, message)
 
 
 def refuse_unused_options(args: argparse.Namespace, mechanism: Any, unit: str) -> None:
@@ -178,7 +193,12 @@ def parse_json_options(items: list[str], field: str = "model-option") -> dict[st
     return options
 
 
-def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, plan_rounds: int) -> Any:
+def config_from_args(args: argparse.Namespace, stored: TrainConfig | dict[str, Any] | None, plan_rounds: int) -> Any:
+    """The run's ``TrainConfig``: a new run's from the command line's options (``stored`` None;
+    an invalid value is :func:`option_error`, naming the option), or a resumed run's ``stored``
+    configuration, which every option given must equal (a ``TrainConfig`` already validated is
+    used as it is: ``gdpfed train --resume`` validates its ``config.json`` once, naming the file).
+    docs/trainer.md §CLI."""
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if getattr(args, name) is not None}
     # not compared on --resume: the count changes no result (docs/secure-aggregation.md §Parallel)
     workers = None
@@ -198,8 +218,11 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
             if name not in given:
                 raise InvalidInputError(name, f"--{name} is required")
         given.setdefault("rounds", plan_rounds)
-        return TrainConfig(**given, **({} if workers is None else {"secagg_workers": workers}))
-    config = TrainConfig.model_validate(stored)
+        try:
+            return TrainConfig(**given, **({} if workers is None else {"secagg_workers": workers}))
+        except ValidationError as exc:
+            raise option_error(exc) from None
+    config = stored if isinstance(stored, TrainConfig) else TrainConfig.model_validate(stored)
     if workers is not None:
         config = config.model_copy(update={"secagg_workers": workers})
     for name, value in given.items():
@@ -216,6 +239,21 @@ def config_from_args(args: argparse.Namespace, stored: dict[str, Any] | None, pl
                 + more,
             )
     return config
+
+
+def refuse_skewed_label_alone(args: argparse.Namespace, config: TrainConfig) -> None:
+    """``--skewed-label`` given for a run whose clients are dealt at random is an error naming
+    both options: the label is read only by ``--opt-out-assignment skewed``, so it was ignored
+    in silence. It is refused rather than taken to imply skewed, which would change how every
+    group's clients are dealt on the strength of an option that only names a label
+    (docs/trainer.md §Clients and groups). Called after :func:`refuse_unused_options`, so a
+    unit that reads neither option (silo, metric) names its own reason first."""
+    if getattr(args, "skewed_label", None) is not None and config.opt_out_assignment != "skewed":
+        raise InvalidInputError(
+            "skewed-label",
+            f"--skewed-label goes with --opt-out-assignment skewed (this run's is {config.opt_out_assignment}: "
+            "clients are dealt into groups at random and no label is read)",
+        )
 
 
 def protected_entity(privacy_unit: str) -> str:

@@ -96,11 +96,20 @@ class ServiceLink:
         self._owns_client = client is None
         self._headers = {"Authorization": f"Bearer {api_key}"}
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response | str:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, quiet: bool = False
+    ) -> httpx.Response | str:
         """The response (any status but a retryable one), or the last failure's reason.
 
         A 503 with ``Retry-After`` (the service holds new rounds while it re-plans, docs/
         ledger.md §4) is waited out for up to ``patience_s`` without using up an attempt.
+
+        Each wait is said through ``log`` before it starts (``gdpfed train``: one line on
+        stderr), so a run held by the service is not silent: the first wait on a 503 with
+        ``Retry-After`` (how long it may last), and each retry after a failure (the attempt
+        it is and of how many). What is retried, and when, is as before (docs/trainer.md §CLI).
+        ``quiet`` says nothing: the preflight's requests, whose failure is the command's one
+        line (exit 2, nothing written) before any round runs.
         """
         reason = ""
         attempt = 0
@@ -116,24 +125,32 @@ class ServiceLink:
                 reason = f"HTTP {response.status_code}"
                 retry_after = _retry_after(response)
                 if response.status_code == 503 and retry_after is not None and waited < self.patience_s:
+                    if waited == 0 and not quiet:
+                        self.log(f"{method} {path}: the service at {self.url} holds requests (HTTP 503, "
+                                 f"Retry-After {retry_after:g} s); waiting up to {self.patience_s:g} s for it")
                     time.sleep(retry_after)
                     waited += retry_after
                     continue
             attempt += 1
             if attempt < self.attempts:
-                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+                delay = self.backoff_s * (2 ** (attempt - 1))
+                if not quiet:
+                    self.log(f"{method} {path} to {self.url} failed ({reason}); retrying in {delay:g} s "
+                             f"(attempt {attempt + 1} of {self.attempts})")
+                time.sleep(delay)
         return reason
 
     def preflight(self, plan_id: str) -> LedgerOut | LedgerRounds:
         """Check URL, key, role and plan; the plan's ledger (``GET /v1/plans/{id}/ledger``), read
         as its unit's model (``planner.units.parse_ledger``: a silo or metric plan's ledger has
         no client groups, docs/service.md §Clients)."""
-        health = self.request("GET", "/healthz")
+        # quiet: a failure here is the command's one line (exit 2), retries unsaid
+        health = self.request("GET", "/healthz", quiet=True)
         if isinstance(health, str) or health.status_code >= 400:
             why = health if isinstance(health, str) else f"HTTP {health.status_code}"
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({why})")
         # planners may read ledgers (docs/service.md §Auth): ask the service for the key's role
-        whoami = self.request("GET", "/v1/keys/me")
+        whoami = self.request("GET", "/v1/keys/me", quiet=True)
         if isinstance(whoami, str):
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({whoami})")
         if whoami.status_code == 401:
@@ -142,7 +159,7 @@ class ServiceLink:
             whoami.status_code < 400 and KeyIdentity.model_validate(whoami.json()).role != "operator"
         ):
             raise InvalidInputError("api-key", "the key lacks the operator role, which reporting rounds needs")
-        ledger = self.request("GET", f"/v1/plans/{plan_id}/ledger")
+        ledger = self.request("GET", f"/v1/plans/{plan_id}/ledger", quiet=True)
         if isinstance(ledger, str):
             raise InvalidInputError("report-to", f"cannot reach the gdpfed service at {self.url} ({ledger})")
         if ledger.status_code == 404:

@@ -64,7 +64,7 @@ def test_app_writes_a_bundle_flower_accepts_and_loopback_runs_it(
         (["--rounds", "3"], "rounds: 3 exceeds the plan's 2 rounds"),
         (["--strategy", "fedprox"], "strategy: unknown strategy 'fedprox'"),
         (["--strategy-option", "adaptive_clip=true"], "strategy-option adaptive_clip: the plan has no adaptive_clip block"),
-        (["--local-steps", "0"], "local_steps"),
+        (["--local-steps", "0"], "local-steps: Input should be greater than or equal to 1"),
         (["--step-timeout", "0"], "step-timeout"),
     ],
 )
@@ -108,11 +108,13 @@ def test_app_refuses_a_silo_plan_on_a_client_dataset_before_writing(tmp_path: Pa
 
 @pytest.mark.parametrize("option", ["--wait-timeout", "--step-timeout", "--lr"])
 def test_app_names_the_option_of_an_infinite_value(plan_file: Path, tmp_path: Path, capsys, option: str) -> None:
-    """A run config carries finite numbers only; before, the refusal named 'run-config', not the option."""
+    """A run config carries finite numbers only; before, the refusal named 'run-config', not the option.
+    --lr is a run option, refused as gdpfed train refuses it (TrainConfig: 'must be a finite number')."""
     code = app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, option, "inf", "--out", str(tmp_path / "app"),
                         "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert code == 2 and err.strip() == f"gdpfed flower: error: {option[2:]}: must be a finite number, got inf", err
+    said = "must be a finite number" if option == "--lr" else "must be a finite number, got inf"
+    assert code == 2 and err.strip() == f"gdpfed flower: error: {option[2:]}: {said}", err
 
 
 @pytest.mark.parametrize("option", ["--wait-timeout", "--step-timeout", "--lr"])
@@ -123,6 +125,28 @@ def test_app_says_nan_is_not_a_finite_number(plan_file: Path, tmp_path: Path, ca
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{option[2:]}: " in err and "must be a finite number" in err and "greater than" not in err, err
+
+
+def test_the_bundle_requires_the_flower_releases_the_extra_does(plan_file: Path, tmp_path: Path, capsys) -> None:
+    """The bundle's flwr requirement is the one range gdpfed runs on (trainer.flower.FLWR_REQUIREMENT,
+    which check_flwr_version holds and pyproject.toml's flower extra states). Before, the bundle
+    required flwr>= the release that wrote it (1.42.0), so a SuperLink or node on 1.41, which the
+    extra installs and the code runs on, was told the app needs a newer Flower."""
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+
+    from trainer.flower import FLWR_REQUIREMENT
+
+    repo = Path(__file__).resolve().parents[3]
+    extra = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]["flower"]
+    assert f"flwr{FLWR_REQUIREMENT}" in extra, extra
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    written = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    assert written["project"]["dependencies"] == [f"flwr{FLWR_REQUIREMENT}"]
+    target = written["tool"]["flwr"]["app"]["flwr-version-target"]
+    assert target == version("flwr") and target in SpecifierSet(FLWR_REQUIREMENT)
 
 
 def test_a_refused_bundle_leaves_nothing_behind(plan_file: Path, tmp_path: Path, capsys) -> None:
@@ -167,6 +191,20 @@ def test_local_refuses_a_process_bound_below_one_before_starting_anything(tmp_pa
                         "--work", str(tmp_path / "work")])
     err = capsys.readouterr().err
     assert code == 2 and "max-processes" in err and "at least 1" in err and "Traceback" not in err
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(("value", "said"), [("nan", "must be a finite number"), ("inf", "must be a finite number"),
+                                             ("0", "must be more than 0 seconds, got 0")])
+def test_local_refuses_a_timeout_that_is_no_number_of_seconds_before_starting_anything(
+    tmp_path: Path, capsys, value: str, said: str
+) -> None:
+    """Before, nan and inf were taken (flwr run was waited for without end) and 0 started the
+    SuperLink and the nodes only to give up at once."""
+    code = app_cli.run(["flower", "local", str(tmp_path / "missing-app"), f"--timeout={value}",
+                        "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"gdpfed flower: error: timeout: {said}", err
     assert not (tmp_path / "work").exists()
 
 
