@@ -41,7 +41,7 @@ from accounting.accountants.base import (
 )
 from accounting.accountants.rdp import RdpAccountant, rounds_guess, sigma_guess
 from accounting.choices import AccountantName
-from accounting.errors import InfeasibleError
+from accounting.errors import InfeasibleError, log_fallback_detail
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.normal import log_ndtr, survival
 from accounting.results import Calibration, EpsilonReport
@@ -338,6 +338,14 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 ERROR_SHARE_CHECK = 0.05
 
 
+# What users read where the grid fails numerically (§13.4); the exception behind it is logged
+# at debug level only (accounting.errors.log_fallback_detail).
+PLD_NUMERICAL_FALLBACK = (
+    "pld's privacy-loss grid cannot represent this history (too little noise or too many steps for "
+    "its discretisation, docs/accounting.md §13.4); rdp answered instead, an upper bound"
+)
+
+
 def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, str | None]:
     """The PLD epsilon, or rdp's epsilon and the reason: where the discretisation fails
     numerically (noise multipliers near the search floor put single losses beyond e^700,
@@ -361,7 +369,8 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
         failure = f"epsilon {value}"
     except (ArithmeticError, ValueError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    return _rdp_epsilon(phases, delta), f"pld failed numerically ({failure}); fell back to rdp"
+    log_fallback_detail("pld", failure)
+    return _rdp_epsilon(phases, delta), PLD_NUMERICAL_FALLBACK
 
 
 def _rdp_epsilon(phases: Sequence[PhaseTuple], delta: float) -> float:

@@ -397,7 +397,7 @@ def test_a_composition_past_the_float_range_falls_back_to_rdp() -> None:
     report = accounting.epsilon_of_events(events, 1e-4, accountant="pld")
     rdp = accounting.epsilon_of_events(events, 1e-4, accountant="rdp")
     assert report.fallback and report.accountant_used == "rdp" and report.epsilon == rdp.epsilon
-    assert "pld failed numerically" in (report.reason or "")
+    assert report.reason == pld_module.PLD_NUMERICAL_FALLBACK
     # the same history as spent events of a calibration (the batched path): rdp's answer, refused
     with pytest.raises(accounting.InfeasibleError):
         accounting.noise_multiplier(0.1, 100, 1.0, 1e-4, accountant="pld", spent=events)
@@ -415,6 +415,18 @@ def test_steps_beyond_exact_float_integers_fall_back_to_rdp_instead_of_looping()
         report = accounting.epsilon_of_events(events, 1e-4, accountant="pld")
         rdp = accounting.epsilon_of_events(events, 1e-4, accountant="rdp")
         assert report.fallback and report.accountant_used == "rdp" and report.epsilon == rdp.epsilon
-        assert "pld failed numerically" in (report.reason or "")
+        assert report.reason == pld_module.PLD_NUMERICAL_FALLBACK
     with pytest.raises(accounting.InfeasibleError):  # rdp's answer: no sigma up to 10^4 meets it
         accounting.noise_multiplier(0.1, 10**20, 10**4, 1e-4, accountant="pld")
+
+
+def test_a_numerical_fallback_states_its_reason_without_the_exception(caplog: pytest.LogCaptureFixture) -> None:
+    """q = 0.5, sigma = 0.01: the grid's placement overflows and numpy raised 'negative
+    dimensions are not allowed', which the reason quoted (``pld failed numerically (ValueError:
+    ...)``) to ``gdpfed account`` and the service. The reason now says what the PLD could not
+    represent and what answered instead; the exception is logged at debug level."""
+    caplog.set_level("DEBUG", logger="gdpfed.accounting")
+    report = accounting.epsilon(0.5, 0.01, 10, 1e-5, accountant="pld")
+    assert report.fallback and report.accountant_used == "rdp"
+    assert report.reason == pld_module.PLD_NUMERICAL_FALLBACK
+    assert "Error" not in report.reason and "ValueError" in caplog.text
