@@ -90,17 +90,38 @@ def epsilon_lower_bound(
 
 
 def audit_summary(
-    accounted: float, scores_without: np.ndarray, scores_with: np.ndarray, delta: float, confidence: float = 0.95
+    accounted: float, scores_without: np.ndarray, scores_with: np.ndarray, delta: float, confidence: float = 0.95,
+    *, accountant: str | None, notion: str, figure: str = "epsilon",
 ) -> dict[str, object]:
-    """The fields every audit reports (docs/secure-aggregation.md §Audit): the accounted epsilon,
-    the lower bound from the two score samples (:func:`epsilon_lower_bound`) and whether the
-    bound exceeds the accounted figure (a violation: the accounting or the mechanism is wrong)."""
+    """The fields every audit reports (docs/secure-aggregation.md §Audit): the accounted figure,
+    the accountant that priced it (None where it is not an accountant's: a metric leakage adds
+    up) and its privacy notion (a unit's label: client-level, silo sample-level), the lower bound
+    from the two score samples (:func:`epsilon_lower_bound`) and whether the bound exceeds the
+    accounted figure (a violation: the accounting or the mechanism is wrong)."""
     result = epsilon_lower_bound(scores_without, scores_with, delta, confidence)
     return {
         "runs": int(np.asarray(scores_without).size),
         "delta": delta,
+        "accountant": accountant,
+        "notion": notion,
+        "figure": figure,
         "accounted_epsilon": accounted,
         "epsilon_lower_bound": result.epsilon_lower,
         "confidence": result.confidence,
         "violated": result.epsilon_lower > accounted,
     }
+
+
+def audit_text(mechanism: str, result: dict[str, object]) -> str:
+    """The one line ``gdpfed audit`` prints (docs/secure-aggregation.md §Audit): the accounted
+    figure with its privacy notion and the accountant that priced it, every time, so figures of
+    different notions or accountants are never read as one; then the audited lower bound (a
+    Clopper-Pearson bound from the runs, no accountant's) and the verdict."""
+    verdict = "VIOLATED: the lower bound exceeds the accounted epsilon" if result["violated"] else "consistent"
+    accountant = result.get("accountant")
+    priced = f"{result['notion']}, accountant {accountant}" if accountant else f"{result['notion']}, added up: no accountant"
+    return (
+        f"audit {mechanism}: accounted {result.get('figure', 'epsilon')} {result['accounted_epsilon']:.4g} ({priced}), "
+        f"audited lower bound {result['epsilon_lower_bound']:.4g} ({result['confidence']:.0%} confidence, "
+        f"{result['runs']} runs per input, delta {result['delta']:g}): {verdict}"
+    )

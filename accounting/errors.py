@@ -189,3 +189,12 @@ def install_hint(extra: str) -> str:
     §The command line) say both because ``gdpfed[trainer]`` alone fails in a clone: pip looks
     for gdpfed on the index, where the checkout's code is not."""
     return f"pip install 'gdpfed[{extra}]' (from a checkout: pip install -e \".[{extra}]\")"
+
+
+def log_fallback_detail(accountant: str, detail: str) -> None:
+    """Log at debug level the internal detail (an exception's type and text) behind a fallback
+    whose ``reason`` states for users what could not be represented and what answered instead
+    (docs/accounting.md §5.3, §13.4): the detail is for developers, never the CLI or HTTP answer."""
+    import logging  # start-up time: only a fallback loads logging
+
+    logging.getLogger("gdpfed.accounting").debug("%s fell back: %s", accountant, detail)

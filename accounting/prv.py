@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from accounting import rdp, search
+from accounting.errors import log_fallback_detail
 from accounting.processes import die_with_parent
 
 # Default wall-clock limits for one isolated PRV job (docs/accounting.md §5.3).
@@ -40,11 +41,18 @@ _PRV_DOMAIN_ORDERS = tuple([1.0 + x / 10.0 for x in range(1, 100)] + list(range(
 
 
 class PrvFailure(Exception):
-    """PRV gave no usable answer; ``reason`` says why (shown to the user on fallback)."""
+    """PRV gave no usable answer; ``reason`` says why in the user's terms (shown on fallback),
+    ``detail`` the internal cause (an exception's text, the numbers), logged at debug level only."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, detail: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.detail = detail
+
+
+# What users read when prv_accountant itself raises (e.g. "Discrete mean differs from continuous
+# mean significantly"): the exception's text is the detail, logged, not shown (docs/accounting.md §5.3).
+PRV_RAISED = "prv's discretisation cannot represent this history (its numerical checks failed)"
 
 
 def eps_error_for(reference_epsilon: float) -> float:
@@ -75,9 +83,9 @@ def checked_bounds(bounds: Sequence[float]) -> tuple[float, float, float]:
     """Reject anything that is not finite, non-negative and ordered lower <= est <= upper."""
     lower, estimate, upper = (float(v) for v in bounds)
     if not all(math.isfinite(v) for v in (lower, estimate, upper)):
-        raise PrvFailure(f"prv returned a non-finite epsilon ({lower}, {estimate}, {upper})")
+        raise PrvFailure("prv's epsilon bounds came out non-finite", f"bounds ({lower}, {estimate}, {upper})")
     if upper < 0 or estimate < 0 or not lower <= estimate <= upper:
-        raise PrvFailure(f"prv returned inconsistent bounds ({lower}, {estimate}, {upper})")
+        raise PrvFailure("prv's epsilon bounds came out negative or out of order", f"bounds ({lower}, {estimate}, {upper})")
     return max(lower, 0.0), estimate, upper
 
 
@@ -262,15 +270,22 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: fl
             status, payload = receiver.recv()
         except EOFError:
             process.join(1.0)
-            raise PrvFailure(f"prv worker died (exit code {process.exitcode})") from None
+            raise _logged(PrvFailure("prv's worker process ended without an answer", f"exit code {process.exitcode}")) from None
     finally:
         receiver.close()
         if process.is_alive():
             process.kill()
         process.join(max(1.0, time_limit_s - (time.monotonic() - started)))
     if status != "ok":
-        raise PrvFailure(payload)
+        raise _logged(PrvFailure(*payload))
     return payload
+
+
+def _logged(failure: PrvFailure) -> PrvFailure:
+    """``failure``, its internal detail logged at debug level (accounting.errors.log_fallback_detail)."""
+    if failure.detail:
+        log_fallback_detail("prv", f"{failure.reason}: {failure.detail}")
+    return failure
 
 
 def preload() -> None:
@@ -299,12 +314,12 @@ def _child_main(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...], pare
                 result = fn(*args)
         sender.send(("ok", result))
     except PrvFailure as exc:
-        sender.send(("error", exc.reason))
+        sender.send(("error", (exc.reason, exc.detail)))
     except MemoryError:
-        sender.send(("error", "prv ran out of memory"))
+        sender.send(("error", ("prv needed more memory than its limit allows", None)))
     except BaseException as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        sender.send(("error", f"prv failed: {type(exc).__name__}{': ' + message if message else ''}"))
+        sender.send(("error", (PRV_RAISED, f"{type(exc).__name__}{': ' + message if message else ''}")))
     finally:
         sender.close()
 

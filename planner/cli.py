@@ -17,6 +17,7 @@ exits 2. Importing this module loads no numerics (the handlers import the planne
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 # Start-up time: the planner (numpy, scipy, pydantic's models) is imported by the handlers,
 # not with this module, so `gdpfed plan --help` and argparse's refusals build the parser from
 # accounting.choices alone (issue 26 §2; docs/architecture.md, "Command line").
+
+
+# '-1', '-0.5', '-.5', '-1e-3', '-1,2': a dash, then a number, then anything (argparse's own
+# pattern, r'^-\d+$|^-\d*\.\d+$', takes the first three only).
+_STARTS_LIKE_A_NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d)")
 
 
 def register(subparsers: Any) -> None:
@@ -65,6 +71,11 @@ def register(subparsers: Any) -> None:
         "larger of the Gaussian and the Skellam record; docs/planning.md §9)",
     )
     parser.add_argument("--group", default=None, help="sweep: the group whose epsilon is swept")
+    # argparse reads a word that starts with '-' as an option unless it is one negative number
+    # ('-1', '-.5'), so '--epsilons -1,2' was 'expected one argument'. A word that starts like a
+    # negative number is a value here (no option of this parser starts with a digit), so the
+    # sweep's check refuses it naming --epsilons, as it does '--epsilons=-1,2'.
+    parser._negative_number_matcher = _STARTS_LIKE_A_NEGATIVE_NUMBER
     parser.add_argument("--epsilons", default=None, help="sweep: comma-separated epsilons, e.g. 0.5,1,2,4,8")
     parser.add_argument("--plot", default=None, help="sweep: write a PNG of the rates to this file")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -182,6 +193,7 @@ def _checked_with(plan: Any, unit: PrivacyUnit) -> tuple[str, list[str]]:
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     from planner.loading import load_scenario  # start-up time (above)
     from planner.report import sweep_text
+    from planner.sweep import _epsilon as sweep_epsilon
     from planner.sweep import plot_sweep, sweep
 
     _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "out"), "plan sweep")
@@ -192,11 +204,12 @@ def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     if args.method == "compare":
         raise InvalidInputError("--method", "sweep takes one method, not compare")
     epsilons = []
-    for part in args.epsilons.split(","):
+    for index, part in enumerate(args.epsilons.split(",")):
         try:
-            epsilons.append(float(part))
-        except ValueError:
-            raise InvalidInputError("--epsilons", f"not a number: {part.strip()!r}") from None
+            # the sweep's own check (a positive finite number), before the scenario is read
+            epsilons.append(sweep_epsilon(part.strip(), index))
+        except InvalidInputError as exc:
+            raise InvalidInputError("--epsilons", exc.reason) from None
     scenario = _with_accountant(load_scenario(path), args.accountant)
     result = sweep(scenario, args.group, epsilons, args.method or "gdpfed_plus")
     text = sweep_text(result)

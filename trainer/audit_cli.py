@@ -128,11 +128,6 @@ def _handle(args: argparse.Namespace) -> tuple[dict[str, object], str]:
             from trainer.units.metric.audit import audit_metric
 
             result = audit_metric(**settings)
-    verdict = "VIOLATED: the lower bound exceeds the accounted epsilon" if result["violated"] else "consistent"
-    by = f" ({result['accountant']})" if "accountant" in result else ""
-    text = (
-        f"audit {mechanism}: accounted epsilon {result['accounted_epsilon']:.4g}{by}, "
-        f"lower bound {result['epsilon_lower_bound']:.4g} ({result['confidence']:.0%} confidence, "
-        f"{result['runs']} runs per input, delta {result['delta']:g}): {verdict}"
-    )
-    return result, text
+    from accounting.audit import audit_text  # start-up time, as the audits above (scipy.stats)
+
+    return result, audit_text(mechanism, result)

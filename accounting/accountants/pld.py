@@ -41,7 +41,7 @@ from accounting.accountants.base import (
 )
 from accounting.accountants.rdp import RdpAccountant, rounds_guess, sigma_guess
 from accounting.choices import AccountantName
-from accounting.errors import InfeasibleError
+from accounting.errors import InfeasibleError, log_fallback_detail
 from accounting.events import ApproximateDpEvent, PoissonSampledGaussian, PoissonSampledSkellam
 from accounting.normal import log_ndtr, survival
 from accounting.results import Calibration, EpsilonReport
@@ -270,9 +270,12 @@ def _epsilon_and_error(phases: Sequence[PhaseTuple], delta: float) -> tuple[floa
 def _epsilons_and_errors(histories: Sequence[Sequence[PhaseTuple]], delta: float) -> list[tuple[float, float]]:
     """:func:`_epsilon_and_error` of every history: those of full participation in closed form
     (:func:`gaussian_epsilon`, no error terms), the others composed together (:func:`compose_many`)."""
-    out: list[tuple[float, float]] = [(gaussian_epsilon(_gaussian_mu(h), delta), 0.0) if _full(h) else (math.nan, 0.0)
-                                      for h in histories]
-    composed = [i for i, h in enumerate(histories) if not _full(h)]
+    out: list[tuple[float, float]] = [
+        (0.0, 0.0) if _never_told_apart(h, delta) else
+        (gaussian_epsilon(_gaussian_mu(h), delta), 0.0) if _full(h) else (math.nan, 0.0)
+        for h in histories
+    ]
+    composed = [i for i, h in enumerate(histories) if not _full(h) and not _never_told_apart(h, delta)]
     if composed:
         part = [histories[i] for i in composed]
         directions = [compose_many(part, delta, direction) for direction in ("remove", "add")]
@@ -282,6 +285,18 @@ def _epsilons_and_errors(histories: Sequence[Sequence[PhaseTuple]], delta: float
 
 
 # --------------------------------------------------------------------------- full participation
+
+
+def _never_told_apart(phases: Sequence[PhaseTuple], delta: float) -> bool:
+    """``delta`` is at least the chance that the unit is sampled in some step,
+    ``1 - prod_k (1 - q_k)^T_k``: the two neighbouring outputs coincide unless it is (a coupling),
+    so their total variation, the hockey-stick divergence at eps = 0, is at most that chance and
+    epsilon is exactly 0 at any noise (docs/accounting.md §13.4). The chance is taken 1e-12
+    larger than computed (its rounding is a few ulps), so the shortcut is never optimistic."""
+    if not phases or any(q >= 1.0 for q, _, _ in phases):
+        return False
+    sampled = -math.expm1(math.fsum(t * math.log1p(-q) for q, _, t in phases))
+    return delta >= sampled * (1 + 1e-12)
 
 
 def _full(phases: Sequence[PhaseTuple]) -> bool:
@@ -338,6 +353,14 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 ERROR_SHARE_CHECK = 0.05
 
 
+# What users read where the grid fails numerically (§13.4); the exception behind it is logged
+# at debug level only (accounting.errors.log_fallback_detail).
+PLD_NUMERICAL_FALLBACK = (
+    "pld's privacy-loss grid cannot represent this history (too little noise or too many steps for "
+    "its discretisation, docs/accounting.md §13.4); rdp answered instead, an upper bound"
+)
+
+
 def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, str | None]:
     """The PLD epsilon, or rdp's epsilon and the reason: where the discretisation fails
     numerically (noise multipliers near the search floor put single losses beyond e^700,
@@ -361,7 +384,8 @@ def sound_epsilon(phases: Sequence[PhaseTuple], delta: float) -> tuple[float, st
         failure = f"epsilon {value}"
     except (ArithmeticError, ValueError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    return _rdp_epsilon(phases, delta), f"pld failed numerically ({failure}); fell back to rdp"
+    log_fallback_detail("pld", failure)
+    return _rdp_epsilon(phases, delta), PLD_NUMERICAL_FALLBACK
 
 
 def _rdp_epsilon(phases: Sequence[PhaseTuple], delta: float) -> float:

@@ -237,3 +237,26 @@ def test_readme_account_example_is_what_the_commands_print(capsys: pytest.Captur
         stated = json.loads(line.replace(", ...}", "}"))
         printed = json.loads(out)
         assert stated == {key: printed[key] for key in stated}, f"README's `gdpfed account {' '.join(argv)}`"
+
+
+@pytest.mark.parametrize(("accountant", "sampling_rate", "noise_multiplier", "internal"), [
+    ("pld", "0.5", "0.01", "negative dimensions"),
+    ("prv", "0.5", "0.1", "Discrete mean differs"),
+])
+def test_a_fallback_note_is_a_sentence_not_an_exception(
+    capsys: pytest.CaptureFixture[str], accountant: str, sampling_rate: str, noise_multiplier: str, internal: str
+) -> None:
+    """The fallback's note said ``pld failed numerically (ValueError: negative dimensions are not
+    allowed)`` and ``prv failed: RuntimeError: Discrete mean differs from continuous mean
+    significantly.``: Python's exception text. It states what could not be represented and what
+    answered instead (docs/accounting.md §5.3, §13.4), in the text and in the JSON's reason."""
+    argv = ["epsilon", "--sampling-rate", sampling_rate, "--noise-multiplier", noise_multiplier, "--rounds", "10",
+            "--delta", "1e-5", "--accountant", accountant]
+    code, out, _ = _run(capsys, *argv)
+    note = next(line for line in out.splitlines() if line.startswith("note: "))
+    assert code == 0 and "answered by rdp after a fallback" in out
+    assert f"{accountant}'s" in note and "cannot represent this history" in note and "rdp" in note
+    assert "Error" not in out and internal not in out
+    code, out, _ = _run(capsys, "--json", *argv)
+    reason = json.loads(out)["reason"]
+    assert code == 0 and reason == note.removeprefix("note: ") and internal not in reason

@@ -75,13 +75,21 @@ def _negative(*args: object) -> tuple[float, float, float]:
     return prv.checked_bounds((-1.0, -0.5, -0.1))
 
 
-def test_exceptions_and_bad_numbers_in_the_child_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exceptions_and_bad_numbers_in_the_child_fall_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reason users read states what prv could not do and what answered instead; the
+    exception's type and text (``prv failed: OverflowError: boom`` before) and the numbers
+    are logged at debug level, never put in the answer (docs/accounting.md §5.3)."""
+    caplog.set_level("DEBUG", logger="gdpfed.accounting")
     monkeypatch.setattr(prv, "bounds_in_process", _raise)
     report = accounting.epsilon(0.01, 1.0, 100, 1e-5, accountant="prv")
-    assert report.fallback and "OverflowError" in report.reason
+    assert report.fallback and report.reason == f"{prv.PRV_RAISED}; fell back to rdp"
+    assert "OverflowError: boom" in caplog.text
     monkeypatch.setattr(prv, "bounds_in_process", _negative)
     report = accounting.epsilon(0.01, 1.0, 100, 1e-5, accountant="prv")
-    assert report.fallback and "inconsistent" in report.reason
+    assert report.fallback and report.reason == "prv's epsilon bounds came out negative or out of order; fell back to rdp"
+    assert "bounds (-1.0, -0.5, -0.1)" in caplog.text
 
 
 def test_checked_bounds_rejects_non_finite() -> None:

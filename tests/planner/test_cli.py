@@ -378,3 +378,21 @@ def test_compare_rows_say_which_mechanism_their_figures_are_of(capsys):
               if " * " not in line and "infeasible" not in line and not line.startswith("nonprivate")]
     assert [row[3] for row in recommended] == ["skellam"] and others
     assert all(row[2] == "gaussian_continuous" for row in others)
+
+
+@pytest.mark.parametrize("argv", [["--epsilons=-1,2"], ["--epsilons", "-1,2"], ["--epsilons", "-1"],
+                                  ["--epsilons", "2,-0.5"], ["--epsilons=0,2"], ["--epsilons", "-1e-3,2"]])
+def test_sweep_refuses_a_negative_epsilon_naming_the_option(capsys, argv):
+    """``--epsilons -1,2`` was read by argparse as an option (``-1,2`` starts with a dash and is
+    not one number), so the user got argparse's 'expected one argument'; ``--epsilons=-1,2``
+    reached the sweep and was named ``epsilons[0]``. Both now name the option and the value,
+    before the scenario is read (the group is never looked up)."""
+    err = one_line_error(capsys, ["plan", "sweep", str(EXAMPLE), "--group", "nope", *argv])
+    assert err.startswith("gdpfed plan: error: --epsilons: ") and "must be a positive finite number" in err
+
+
+def test_sweep_reads_a_list_starting_with_a_dash_as_the_value(capsys):
+    """A list beginning with a negative number is the value of ``--epsilons``, and the options
+    after it still parse as options."""
+    err = one_line_error(capsys, ["plan", "sweep", str(EXAMPLE), "--epsilons", "-1,2", "--group", "strict", "--json"])
+    assert err == "gdpfed plan: error: --epsilons: must be a positive finite number, got '-1'\n"

@@ -81,3 +81,22 @@ def test_a_unit_audit_refuses_bad_input_and_discrete_options_in_one_line(
     assert run(["audit", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gdpfed audit: error: {field}:") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("mechanism", "label"), [
+    ("client", "accounted epsilon {:.4g} (client-level, accountant pld)"),
+    ("silo", "accounted epsilon {:.4g} (silo sample-level, accountant pld)"),
+    ("metric", "accounted leakage {:.4g} (leakage (metric d-privacy), added up: no accountant)"),
+])
+def test_the_accounted_figure_states_its_accountant_and_notion(
+    mechanism: str, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gdpfed audit client|silo`` printed 'accounted epsilon 3.139' with no accountant and no
+    notion (client-level and silo sample-level epsilons read the same); only discrete named its
+    accountant. Each line now states both, and so does the JSON (accounting.audit.audit_text)."""
+    assert run(["audit", mechanism, "--runs", "40", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert run(["audit", mechanism, "--runs", "40"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"audit {mechanism}: " + label.format(data["accounted_epsilon"]) + ", audited lower bound ")
+    assert data["notion"] in out and data["accountant"] == ("pld" if mechanism != "metric" else None)

@@ -21,6 +21,7 @@ from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.audit import epsilon_lower_bound
 from accounting.events import PoissonSampledSkellam
 from planner.discrete import bits_for, rounded_l1_bound
+from planner.units import UNITS
 from trainer.secagg import discrete as dm
 
 
@@ -97,6 +98,7 @@ def audit_discrete(
         "runs": runs,
         "delta": delta,
         "accountant": TIGHT_ACCOUNTANT,
+        "notion": UNITS["client"].label,  # the Skellam pool sum protects clients, as the client unit's figures
         "accounted_epsilon": accounted,
         "epsilon_lower_bound": result.epsilon_lower,
         "confidence": result.confidence,

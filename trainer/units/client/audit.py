@@ -19,6 +19,7 @@ import numpy as np
 import accounting
 from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.audit import audit_summary
+from planner.units import UNITS
 from trainer.units.client import noise
 from trainer.units.client.mechanism import PoolMechanism, privatize
 
@@ -72,5 +73,5 @@ def audit_client(*, noise_multiplier: float = 1.0, clip_norm: float = 1.0, thres
         "threshold": threshold,
         "dimension": dimension,
         "noise_std_factor": noise_std_factor,
-        **audit_summary(accounted, without, with_, delta),
+        **audit_summary(accounted, without, with_, delta, accountant=TIGHT_ACCOUNTANT, notion=UNITS["client"].label),
     }

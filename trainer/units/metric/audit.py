@@ -17,6 +17,7 @@ import numpy as np
 from accounting.audit import audit_summary
 from accounting.events import MetricLeakage
 from accounting.metric import metric_leakage
+from planner.units import UNITS
 from trainer.units.metric.mechanism import sanitize
 
 
@@ -53,5 +54,5 @@ def audit_metric(*, noise_multiplier: float = 0.5, radius: float = 1.0, dimensio
         "radius": radius,
         "dimension": dimension,
         "noise_std_factor": noise_std_factor,
-        **audit_summary(accounted, without, with_, delta),
+        **audit_summary(accounted, without, with_, delta, accountant=None, notion=UNITS["metric_local"].label, figure=UNITS["metric_local"].figure),
     }

@@ -20,6 +20,7 @@ from torch import nn
 import accounting
 from accounting.accountants import TIGHT_ACCOUNTANT
 from accounting.audit import audit_summary
+from planner.units import UNITS
 from trainer.data.dataset import FederatedDataset
 from trainer.strategies.base import RoundContext
 from trainer.units.silo.dpsgd import DpSgdEngine, SiloMechanism
@@ -79,5 +80,5 @@ def audit_silo(*, noise_multiplier: float = 1.0, clip_norm: float = 1.0, samplin
         "examples": examples,
         "dimension": dimension,
         "noise_std_factor": noise_std_factor,
-        **audit_summary(accounted, without, with_, delta),
+        **audit_summary(accounted, without, with_, delta, accountant=TIGHT_ACCOUNTANT, notion=UNITS["silo_sample"].label),
     }
