@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 
 # '-1', '-0.5', '-.5', '-1e-3', '-1,2': a dash, then a number, then anything (argparse's own
-# pattern, r'^-\d+$|^-\d*\.\d+$', takes the first three only).
+# pattern, r'^-\d+$|^-\d*\.\d+$', takes the first three only; later Pythons' argparse uses
+# r'-\.?\d', the same test as this one).
 _STARTS_LIKE_A_NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d)")
 
 
@@ -193,8 +194,7 @@ def _checked_with(plan: Any, unit: PrivacyUnit) -> tuple[str, list[str]]:
 def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     from planner.loading import load_scenario  # start-up time (above)
     from planner.report import sweep_text
-    from planner.sweep import _epsilon as sweep_epsilon
-    from planner.sweep import plot_sweep, sweep
+    from planner.sweep import plot_sweep, sweep, swept_epsilon
 
     _reject(args, ("rounds_done", "changes", "parent_plan_id", "secagg_mechanism", "out"), "plan sweep")
     if args.group is None:
@@ -207,7 +207,7 @@ def _sweep(args: argparse.Namespace, path: str) -> tuple[Any, str]:
     for index, part in enumerate(args.epsilons.split(",")):
         try:
             # the sweep's own check (a positive finite number), before the scenario is read
-            epsilons.append(sweep_epsilon(part.strip(), index))
+            epsilons.append(swept_epsilon(part.strip(), index))
         except InvalidInputError as exc:
             raise InvalidInputError("--epsilons", exc.reason) from None
     scenario = _with_accountant(load_scenario(path), args.accountant)

@@ -40,7 +40,7 @@ def sweep(
         scenario = Scenario.model_validate(scenario)
     scenario.group(group_id)  # InvalidInputError("group", ...) for an unknown id
     check_method(method)
-    values = [_epsilon(value, i) for i, value in enumerate(epsilons)]
+    values = [swept_epsilon(value, i) for i, value in enumerate(epsilons)]
     if not values:
         raise InvalidInputError("epsilons", "give at least one epsilon")
     ids = [g.id for g in scenario.groups]
@@ -121,7 +121,9 @@ def plot_sweep(result: SweepResult, path: str | Path, *, watermark: str | None =
     return out
 
 
-def _epsilon(value: object, index: int) -> float:
+def swept_epsilon(value: object, index: int) -> float:
+    """The sweep's ``index``-th epsilon as a float: a positive finite number, else refused naming
+    ``epsilons[index]`` (the command line renames it ``--epsilons``; docs/planning.md §11)."""
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
