@@ -201,12 +201,22 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
     plan_record = session.scalar(select(PlanRecord).where(PlanRecord.id == plan_id).with_for_update())
     if plan_record is None:
         raise not_found("plan", plan_id)
-    _check_run(plan_record, report)
+    # what the report states against its plan's kind and span is the body's error (422), checked
+    # before the state the run binding is (409): validation before state (docs/service.md §Errors)
     unit = privacy_unit(plan_record.privacy_unit)
     if report.participants is not None and unit.check_participants is None:
         raise InvalidInputError(
             "participants", f"{unit.name} plans count rounds, not who took part: leave participants out"
         )
+    first, end = plan_record.start_round, plan_record.start_round + plan_record.rounds
+    if not first <= report.round_index < end:
+        raise ServiceError(
+            422, "invalid_input",
+            f"round_index: must be in [{first}, {end}) for this plan (global round index; "
+            f"the plan starts at round {first} and runs {plan_record.rounds} rounds)",
+            field="round_index",
+        )
+    _check_run(plan_record, report)
     _check_mechanism(session, plan_record, unit, report)
     existing = _existing(session, plan_id, report.round_index)
     if existing is not None:
@@ -229,14 +239,6 @@ def _record_round(session: Session, plan_id: str, report: RoundReport, caller: P
             session.flush()
             return _to_record(existing, duplicate=False)
         return _to_record(existing, duplicate=True)
-    first, end = plan_record.start_round, plan_record.start_round + plan_record.rounds
-    if not first <= report.round_index < end:
-        raise ServiceError(
-            422, "invalid_input",
-            f"round_index: must be in [{first}, {end}) for this plan (global round index; "
-            f"the plan starts at round {first} and runs {plan_record.rounds} rounds)",
-            field="round_index",
-        )
     child = session.scalar(select(PlanRecord).where(PlanRecord.parent_id == plan_id))
     if child is not None and report.round_index >= child.start_round:
         raise superseded(plan_id, report.round_index, child.id, child.start_round)

@@ -373,3 +373,22 @@ def test_a_report_without_a_run_id_is_refused_once_the_plan_is_bound_to_a_run(cl
     assert ledger["rounds_counted"] == 2 and ledger["last_round_index"] == 1, ledger
     completed = _report(client, plan_id, 1, run_id=bound)  # the bound run completes its own claim
     assert completed.status_code == 201 and completed.json()["duplicate"] is False, completed.text
+
+
+def test_a_report_invalid_for_its_plan_is_422_before_the_run_binding_refuses_it(client: TestClient) -> None:
+    """docs/service.md §Errors, validation before state: a report whose body its plan cannot take
+    (participants on a client-level plan, a round_index outside the plan) is 422 naming that
+    field, also from a report the run binding refuses (409 at run_id: without a run_id since
+    d7bae6f, or of another run), which named run_id and hid the body's error behind it."""
+    plan_id = store_plan(client, hand_made_plan({"a": 0.1}, {"a": 1.5}, rounds=10))
+    bound = "run-bound-0123456789"
+    assert _report(client, plan_id, 0, status="started", run_id=bound).status_code == 201
+    for run in ({}, {"run_id": "run-other-0123456789"}):
+        bad = _report(client, plan_id, 1, participants={"a": [1]}, **run)
+        assert (bad.status_code, bad.json()["field"]) == (422, "participants"), (run, bad.text)
+        bad = _report(client, plan_id, 10, **run)
+        assert (bad.status_code, bad.json()["field"]) == (422, "round_index"), (run, bad.text)
+        # a body this plan takes is still refused by the binding
+        refused = _report(client, plan_id, 1, **run)
+        assert (refused.status_code, refused.json()["field"]) == (409, "run_id"), (run, refused.text)
+    assert client.get(f"/v1/plans/{plan_id}/ledger").json()["rounds_counted"] == 1

@@ -569,3 +569,49 @@ def test_a_held_or_failing_request_says_what_it_waits_for_before_each_wait() -> 
     with pytest.raises(InvalidInputError, match="cannot reach the gdpfed service"):
         link.preflight("p1")
     assert lines == [] and not answers
+
+
+def test_a_resumed_directory_of_an_older_trainer_delivers_its_pending_reports_under_its_new_identity(
+    client: Any, tmp_path: Path
+) -> None:
+    """A run directory written before the run identity (its claims and queued completions state
+    no run_id) resumes under a new identity, whose first claim binds the plan. Its queued
+    completions, delivered after that claim, stated no run_id and were refused 409 at run_id
+    since the service refuses id-less reports to a bound plan (d7bae6f): the run stopped at
+    every resume and its reports were never delivered. They are this directory's reports, so
+    they now state its identity."""
+    from trainer.run.reporting import run_identity
+
+    document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
+    flaky = {"fail": True}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if flaky["fail"] and b'"completed"' in request.content:
+            return httpx.Response(503)
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    def link() -> ServiceLink:
+        return ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
+                           backoff_s=0.0)
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    config = TrainConfig(**CONFIG, rounds=6)
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):  # an older trainer: no run_id; its completions queued
+        execute_run(prepared, reporter=RoundReporter(link(), document["id"]), plan_id=document["id"],
+                    progress=BetweenRounds(6, {2: interrupt}))
+    pending = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["reporter"]["pending"]
+    assert [item["body"]["round_index"] for item in pending] == [0, 1, 2]
+    assert all(item["body"].get("run_id") is None for item in pending)
+
+    flaky["fail"] = False
+    resumed = RoundReporter(link(), document["id"], run_id=run_identity(tmp_path / "run", True))
+    prepared = prepare_run(load_plan(document), document, config, tmp_path / "run", resume=True)
+    summary = execute_run(prepared, reporter=resumed, plan_id=document["id"], progress=quiet_progress(6))
+    assert summary.complete and summary.reports_pending == 0 and resumed.delivered == 6
+    ledger = client.get(f"/v1/plans/{document['id']}/ledger").json()
+    assert ledger["rounds_counted"] == ledger["rounds_reported"] == 6

@@ -211,7 +211,11 @@ def handle_local(args: argparse.Namespace) -> tuple[Any, str]:
     plan, _, run_config = _bundle(args.app_dir)
     overrides = run_config_overrides(args.run_config, run_config)
     run_config = {**run_config, **{key: value for key, (value, _) in overrides.items()}}
-    train_config(run_config)  # what the ServerApp will read, checked before any process starts
+    config = train_config(run_config)  # what the ServerApp will read, checked before any process starts
+    if "skewed-label" in overrides:  # the bundle's own label is its default: only an override is a choice
+        from trainer.run.options import refuse_skewed_label_alone
+
+        refuse_skewed_label_alone(argparse.Namespace(skewed_label=overrides["skewed-label"][0]), config)
     seed = int(run_config.get("seed", 0))
     nodes = simulation_nodes(plan, args.nodes, seed)
     warning = check_node_count(plan, args.nodes, seed)  # before any process starts

@@ -274,7 +274,7 @@ class RoundReporter:
         self.link = link
         self.plan_id = plan_id
         # the run's identity (:func:`run_identity`), stated by every claim and completion; None
-        # states none (the service then does not check it)
+        # states none (the service takes that only while the plan is bound to no run)
         self.run_id = run_id
         # what every claim and completion states (``RoundReport.secagg_mechanism``): the run's
         # noise mechanism, which the service's ledger counts; None for units without one
@@ -347,8 +347,17 @@ class RoundReporter:
         return {"plan_id": self.plan_id, "pending": [dict(item) for item in self.pending]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The checkpoint's reporting state. A queued report that states no ``run_id`` (queued by
+        a trainer from before the run identity) states this run's: it is this directory's
+        report, and the service refuses an id-less report once this run's first claim has bound
+        the plan (docs/ledger.md §4), which stopped every resume before it was delivered."""
         self.plan_id = str(state.get("plan_id", self.plan_id))
-        self.pending = [dict(item) for item in state.get("pending", [])]
+        self.pending = [
+            {**item, "body": {**item["body"], "run_id": self.run_id}}
+            if self.run_id is not None and isinstance(item.get("body"), dict) and item["body"].get("run_id") is None
+            else dict(item)
+            for item in state.get("pending", [])
+        ]
 
     def close(self) -> None:
         self.link.close()

@@ -319,6 +319,24 @@ def test_local_passes_run_config_values_to_flwr_run(plan_file: Path, tmp_path: P
     assert stored["eval_every"] == 2 and stored["seed"] == 3
 
 
+def test_local_refuses_a_skewed_label_override_on_a_bundle_that_deals_clients_at_random(
+    plan_file: Path, tmp_path: Path, capsys
+) -> None:
+    """``gdpfed flower local --run-config skewed-label=N`` on a bundle whose clients are dealt at
+    random: the label is read only by opt-out-assignment skewed, so it was ignored in silence and
+    the run started, as gdpfed train and gdpfed flower app no longer let ``--skewed-label`` be
+    (8dfe59d). It is one line naming skewed-label, exit 2, before any process starts."""
+    assert app_cli.run(["flower", "app", "--plan", str(plan_file), *TINY, "--out", str(tmp_path / "app"),
+                        "--run-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    code = app_cli.run(["flower", "local", str(tmp_path / "app"), "--run-config", "skewed-label=3",
+                        "--work", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: skewed-label: " in err and "opt-out-assignment skewed" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "w").exists()
+
+
 def test_the_server_apps_error_line_carries_its_exit_code(tmp_path: Path) -> None:
     """Exit 3 (reporting stopped: rerun with resume) survives the trip through the run's log."""
     from accounting.errors import InvalidInputError
