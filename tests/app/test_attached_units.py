@@ -264,11 +264,13 @@ def test_a_metric_completion_that_failed_is_delivered_later_with_its_participant
     request = ServiceLink.request
     failed: list[dict[str, Any]] = []
 
-    def lossy(self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def lossy(
+        self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None, *, quiet: bool = False
+    ) -> Any:
         if body is not None and body.get("round_index") == 2 and body.get("status") == "completed" and not failed:
             failed.append(body)
             return "ConnectError: the test's network"
-        return request(self, method, path, body)
+        return request(self, method, path, body, quiet=quiet)
 
     monkeypatch.setattr(ServiceLink, "request", lossy)
     out = tmp_path / "run"
@@ -294,10 +296,12 @@ def test_a_metric_run_whose_last_report_is_undelivered_says_so_and_the_resume_de
     plan = _plan(api, {**METRIC_SCENARIO, "rounds": 3})
     request = ServiceLink.request
 
-    def last_completion_lost(self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def last_completion_lost(
+        self: ServiceLink, method: str, path: str, body: dict[str, Any] | None = None, *, quiet: bool = False
+    ) -> Any:
         if body is not None and body.get("round_index") == 2 and body.get("status") == "completed":
             return "ConnectError: the test's network"
-        return request(self, method, path, body)
+        return request(self, method, path, body, quiet=quiet)
 
     monkeypatch.setattr(ServiceLink, "request", last_completion_lost)
     out = tmp_path / "run"
