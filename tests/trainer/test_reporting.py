@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -56,6 +57,20 @@ def client(tmp_path: Path) -> Any:
 
 def _link(client: Any) -> ServiceLink:
     return ServiceLink("http://testserver", TOKEN, client=client, backoff_s=0.0)
+
+
+def _failing_completions(client: Any, flaky: dict[str, bool]) -> Callable[[httpx.Request], httpx.Response]:
+    """A transport handler that forwards every request to ``client`` but answers a completion
+    503 while ``flaky["fail"]``: the service unreachable for completions, claims going through."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if flaky["fail"] and b'"completed"' in request.content:
+            return httpx.Response(503)
+        response = client.request(request.method, str(request.url), content=request.content,
+                                  headers=dict(request.headers))
+        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+
+    return handler
 
 
 class BetweenRounds(Progress):
@@ -215,12 +230,7 @@ def test_resume_keeps_reporting_and_a_finished_run_delivers_what_is_pending(clie
     document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
     flaky = {"fail": False}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if flaky["fail"] and b'"completed"' in request.content:
-            return httpx.Response(503)
-        response = client.request(request.method, str(request.url), content=request.content,
-                                  headers=dict(request.headers))
-        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+    handler = _failing_completions(client, flaky)
 
     transport_client = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://testserver")
     reporter = RoundReporter(ServiceLink("http://testserver", TOKEN, client=transport_client, backoff_s=0.0),
@@ -258,12 +268,7 @@ def test_a_finished_run_that_followed_a_replan_delivers_its_pending_reports_on_r
     document = _population_plan(client)
     flaky = {"fail": False}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if flaky["fail"] and b'"completed"' in request.content:
-            return httpx.Response(503)
-        response = client.request(request.method, str(request.url), content=request.content,
-                                  headers=dict(request.headers))
-        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+    handler = _failing_completions(client, flaky)
 
     def link() -> ServiceLink:
         proxy = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://testserver")
@@ -585,12 +590,7 @@ def test_a_resumed_directory_of_an_older_trainer_delivers_its_pending_reports_un
     document = client.post("/v1/plans", json={"scenario": SCENARIO}).json()
     flaky = {"fail": True}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if flaky["fail"] and b'"completed"' in request.content:
-            return httpx.Response(503)
-        response = client.request(request.method, str(request.url), content=request.content,
-                                  headers=dict(request.headers))
-        return httpx.Response(response.status_code, content=response.content, headers=response.headers)
+    handler = _failing_completions(client, flaky)
 
     def link() -> ServiceLink:
         return ServiceLink("http://testserver", TOKEN, client=httpx.Client(transport=httpx.MockTransport(handler)),
